@@ -1,0 +1,100 @@
+"""Plain-torch reference for every kernel: the definition the Triton kernels must match.
+
+Cache layout (per layer): ``k_cache, v_cache`` of shape
+``(num_blocks, block_size, num_kv_heads, head_dim)``; slot ``s`` is block ``s // block_size``,
+row ``s % block_size``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from minicb.kernels.metadata import AttentionMetadata
+
+
+def store_kv(
+    key: torch.Tensor,  # (T, num_kv_heads, head_dim)
+    value: torch.Tensor,  # (T, num_kv_heads, head_dim)
+    k_cache: torch.Tensor,  # (num_blocks, block_size, num_kv_heads, head_dim)
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,  # (T,) int64; -1 marks tokens that are not stored
+) -> None:
+    keep = slot_mapping >= 0
+    slots = slot_mapping[keep]
+    # View the cache as one long row of slots so a flat index addresses any token.
+    k_cache.view(-1, *k_cache.shape[2:])[slots] = key[keep].to(k_cache.dtype)
+    v_cache.view(-1, *v_cache.shape[2:])[slots] = value[keep].to(v_cache.dtype)
+
+
+def gather_kv(cache: torch.Tensor, blocks: torch.Tensor, length: int) -> torch.Tensor:
+    """The first ``length`` tokens of one request: (length, num_kv_heads, head_dim)."""
+    return cache[blocks].flatten(0, 1)[:length]
+
+
+def paged_attention(
+    query: torch.Tensor,  # (T, num_heads, head_dim)
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    scale: float,
+) -> torch.Tensor:
+    """Causal attention of each request's query tokens over its paged context: (T, H, D)."""
+    if meta.is_decode_only:
+        return paged_decode_attention(query, k_cache, v_cache, meta, scale)
+    return paged_prefill_attention(query, k_cache, v_cache, meta, scale)
+
+
+def paged_decode_attention(
+    query: torch.Tensor,  # (B, num_heads, head_dim): one query token per request
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    scale: float,
+) -> torch.Tensor:
+    """All requests at once: gather every block table, mask past each context length."""
+    num_heads, head_dim = query.shape[1:]
+    num_kv_heads = k_cache.shape[2]
+    group = num_heads // num_kv_heads
+    batch = query.shape[0]
+    max_len = meta.max_context_len
+    k = k_cache[meta.block_tables.long()].flatten(1, 2)[:, :max_len]  # (B, L, Hkv, D)
+    v = v_cache[meta.block_tables.long()].flatten(1, 2)[:, :max_len]
+    q = query.view(batch, num_kv_heads, group, head_dim).float()
+    scores = torch.einsum("bkgd,blkd->bkgl", q, k.float()) * scale  # (B, Hkv, G, L)
+    positions = torch.arange(max_len, device=query.device)
+    past_end = positions[None, :] >= meta.context_lens.long()[:, None]  # (B, L)
+    scores.masked_fill_(past_end[:, None, None, :], float("-inf"))
+    probs = scores.softmax(dim=-1)
+    out = torch.einsum("bkgl,blkd->bkgd", probs, v.float())
+    return out.reshape(batch, num_heads, head_dim).to(query.dtype)
+
+
+def paged_prefill_attention(
+    query: torch.Tensor,  # (T, num_heads, head_dim)
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    scale: float,
+) -> torch.Tensor:
+    """One request at a time: its chunk attends to its cached prefix and causally to itself."""
+    num_heads = query.shape[1]
+    num_kv_heads = k_cache.shape[2]
+    out = torch.empty_like(query)
+    start = 0
+    for i, (q_len, ctx_len) in enumerate(zip(meta.query_lens_host, meta.context_lens_host)):
+        blocks = meta.block_tables[i].long()
+        k = gather_kv(k_cache, blocks, ctx_len).transpose(0, 1)  # (Hkv, L, D)
+        v = gather_kv(v_cache, blocks, ctx_len).transpose(0, 1)
+        k = k.repeat_interleave(num_heads // num_kv_heads, dim=0)  # (H, L, D)
+        v = v.repeat_interleave(num_heads // num_kv_heads, dim=0)
+        q = query[start : start + q_len].transpose(0, 1)  # (H, q_len, D)
+        # Query j sits at position ctx_len - q_len + j and may see keys up to there.
+        q_pos = torch.arange(ctx_len - q_len, ctx_len, device=query.device)
+        k_pos = torch.arange(ctx_len, device=query.device)
+        allowed = k_pos[None, :] <= q_pos[:, None]  # (q_len, L)
+        o = torch.nn.functional.scaled_dot_product_attention(
+            q.float(), k.float(), v.float(), attn_mask=allowed, scale=scale
+        )
+        out[start : start + q_len] = o.transpose(0, 1).to(query.dtype)
+        start += q_len
+    return out

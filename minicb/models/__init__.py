@@ -1,0 +1,1 @@
+"""Model loading and minicb's own Llama-family model."""

@@ -1,0 +1,109 @@
+"""Request: one prompt's journey through the engine, with its counters and timestamps.
+
+Pure Python. The scheduler moves requests between queues by changing ``status``; the
+runner reads ``all_token_ids`` and ``num_computed_tokens`` through the StepPlan.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from minicb.sampling_params import SamplingParams
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"  # not admitted yet, or preempted by recompute
+    RUNNING = "running"  # holds KV blocks on the device
+    SWAPPED = "swapped"  # its KV blocks are in the CPU swap space
+    FINISHED_STOPPED = "finished_stopped"  # stop token or stop string
+    FINISHED_LENGTH = "finished_length"  # reached max_tokens or the context limit
+    FINISHED_ABORTED = "finished_aborted"
+
+    @property
+    def finished(self) -> bool:
+        return self.value.startswith("finished")
+
+
+FINISH_REASONS = {
+    RequestStatus.FINISHED_STOPPED: "stop",
+    RequestStatus.FINISHED_LENGTH: "length",
+    RequestStatus.FINISHED_ABORTED: "abort",
+}
+
+
+@dataclass
+class RequestMetrics:
+    """Times (seconds, engine clock) and counters of one request, for its output."""
+
+    arrival_time: float
+    first_scheduled_time: float | None = None
+    first_token_time: float | None = None
+    finished_time: float | None = None
+    num_preemptions: int = 0
+    num_prompt_tokens: int = 0
+    num_generated_tokens: int = 0
+
+    @property
+    def ttft(self) -> float | None:
+        if self.first_token_time is None:
+            return None
+        return self.first_token_time - self.arrival_time
+
+
+@dataclass
+class Request:
+    request_id: int
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    arrival_time: float
+    priority: int = 0  # lower value is served first, as in vLLM
+    prompt: str | None = None
+    status: RequestStatus = RequestStatus.WAITING
+    output_token_ids: list[int] = field(default_factory=list)
+    # Tokens whose K/V are in the cache. The next step computes from here on.
+    num_computed_tokens: int = 0
+    # Iteration at which the request last started waiting (for priority aging).
+    wait_since_step: int = 0
+    arrival_step: int = 0
+    output_text: str = ""
+    metrics: RequestMetrics = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.metrics = RequestMetrics(
+            arrival_time=self.arrival_time, num_prompt_tokens=len(self.prompt_token_ids)
+        )
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        return self.prompt_token_ids + self.output_token_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        """Tokens still to run through the model before the next token can be sampled."""
+        return self.num_tokens - self.num_computed_tokens
+
+    @property
+    def in_prefill(self) -> bool:
+        """True while more than one token is uncomputed: a prompt, or a recompute after preemption."""
+        return self.num_uncomputed_tokens > 1
+
+    @property
+    def max_total_tokens(self) -> int:
+        return self.num_prompt_tokens + self.params.max_tokens
+
+    @property
+    def finish_reason(self) -> str | None:
+        return FINISH_REASONS.get(self.status)
+
+    @property
+    def finished(self) -> bool:
+        return self.status.finished
