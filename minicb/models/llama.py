@@ -1,0 +1,225 @@
+"""minicb's own Llama-family model: one flat ragged batch in, paged KV cache read and written.
+
+Unlike transformers' forward, there is no batch dimension and no padding: all tokens
+scheduled this iteration, from every request, form one sequence of length T. The linear
+layers (most of the FLOPs) run over all T tokens at once; only attention is split per
+request, through the AttentionMetadata (Orca's "selective batching"). Module and
+parameter names follow Hugging Face's, so a checkpoint's state dict loads as it is.
+
+Covers Llama 2/3, SmolLM/SmolLM2, Mistral, Qwen2 (bias on q/k/v) and Qwen3 (RMSNorm on
+q and k per head).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from minicb.kernels.backend import AttentionBackend
+from minicb.kernels.metadata import AttentionMetadata
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The architecture numbers minicb needs, read once from a Hugging Face config."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    qkv_bias: bool
+    qk_norm: bool
+
+    @classmethod
+    def from_hf(cls, hf: Any) -> ModelConfig:
+        arch = (getattr(hf, "architectures", None) or [""])[0]
+        head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+        max_pos = hf.max_position_embeddings
+        if getattr(hf, "sliding_window", None) and getattr(hf, "use_sliding_window", True):
+            # No sliding-window attention here: cap the context where it would start to matter.
+            max_pos = min(max_pos, hf.sliding_window)
+        return cls(
+            vocab_size=hf.vocab_size,
+            hidden_size=hf.hidden_size,
+            intermediate_size=hf.intermediate_size,
+            num_layers=hf.num_hidden_layers,
+            num_heads=hf.num_attention_heads,
+            num_kv_heads=getattr(hf, "num_key_value_heads", None) or hf.num_attention_heads,
+            head_dim=head_dim,
+            rms_norm_eps=hf.rms_norm_eps,
+            max_position_embeddings=max_pos,
+            tie_word_embeddings=bool(getattr(hf, "tie_word_embeddings", False)),
+            qkv_bias=arch.startswith("Qwen2") or bool(getattr(hf, "attention_bias", False)),
+            qk_norm=arch.startswith("Qwen3"),
+        )
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in fp32 and scale in the input dtype, exactly as the HF models do.
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rope_inv_freq(hf: Any, head_dim: int) -> tuple[torch.Tensor, float]:
+    """Inverse frequencies and attention scaling for the config's rope type."""
+    params = getattr(hf, "rope_parameters", None) or {}
+    rope_type = params.get("rope_type", "default")
+    if rope_type == "default":
+        theta = params.get("rope_theta", getattr(hf, "rope_theta", 10000.0))
+        exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
+        return 1.0 / (theta**exponents), 1.0
+    # Scaled variants (llama3, yarn, ...): transformers' own initialisers are the definition.
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    if rope_type not in ROPE_INIT_FUNCTIONS:
+        raise ValueError(f"unsupported rope type {rope_type!r}")
+    inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](hf, torch.device("cpu"))
+    return inv_freq.float(), float(scaling)
+
+
+class RotaryEmbedding(nn.Module):
+    """cos/sin tables for every position, indexed by each token's own position."""
+
+    def __init__(self, hf: Any, head_dim: int, max_positions: int) -> None:
+        super().__init__()
+        inv_freq, scaling = rope_inv_freq(hf, head_dim)
+        freqs = torch.outer(torch.arange(max_positions).float(), inv_freq)
+        angles = torch.cat([freqs, freqs], dim=-1)  # (max_positions, head_dim)
+        self.register_buffer("cos", angles.cos() * scaling, persistent=False)
+        self.register_buffer("sin", angles.sin() * scaling, persistent=False)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        # x: (T, heads, head_dim); rotate the two halves ("rotate_half" convention).
+        cos = self.cos[positions].unsqueeze(1).to(x.dtype)
+        sin = self.sin[positions].unsqueeze(1).to(x.dtype)
+        half = x.shape[-1] // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        return x * cos + rotated * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        q_size, kv_size = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+        self.q_proj = nn.Linear(cfg.hidden_size, q_size, bias=cfg.qkv_bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, kv_size, bias=cfg.qkv_bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, kv_size, bias=cfg.qkv_bias)
+        self.o_proj = nn.Linear(q_size, cfg.hidden_size, bias=False)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+        self.scale = cfg.head_dim**-0.5
+
+    def forward(self, x, positions, rope, meta, kv_cache, backend: AttentionBackend):
+        cfg = self.cfg
+        num_tokens = x.shape[0]
+        q = self.q_proj(x).view(num_tokens, cfg.num_heads, cfg.head_dim)
+        k = self.k_proj(x).view(num_tokens, cfg.num_kv_heads, cfg.head_dim)
+        v = self.v_proj(x).view(num_tokens, cfg.num_kv_heads, cfg.head_dim)
+        if cfg.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = rope(q, positions), rope(k, positions)
+        k_cache, v_cache = kv_cache
+        # Store first, then attend: each chunk sees its own keys through the cache.
+        backend.store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+        out = backend.attention(q, k_cache, v_cache, meta, self.scale)
+        return self.o_proj(out.reshape(num_tokens, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, positions, rope, meta, kv_cache, backend):
+        x = x + self.self_attn(self.input_layernorm(x), positions, rope, meta, kv_cache, backend)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Backbone(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+class LlamaModel(nn.Module):
+    """The whole causal LM. ``forward`` returns final hidden states; ``logits`` projects rows."""
+
+    def __init__(self, cfg: ModelConfig, hf_config: Any, max_positions: int) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.model = Backbone(cfg)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.rope = RotaryEmbedding(hf_config, cfg.head_dim, max_positions)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # (T,)
+        positions: torch.Tensor,  # (T,)
+        meta: AttentionMetadata,
+        kv_caches: list[tuple[torch.Tensor, torch.Tensor]],  # per layer (k_cache, v_cache)
+        backend: AttentionBackend,
+    ) -> torch.Tensor:  # (T, hidden)
+        x = self.model.embed_tokens(input_ids)
+        for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
+            x = layer(x, positions, self.rope, meta, kv_cache, backend)
+        return self.model.norm(x)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:  # (N, hidden) -> (N, vocab) fp32
+        return self.lm_head(hidden).float()
+
+    def load_weights(self, named_tensors) -> None:
+        """Copy checkpoint tensors in by name; complain about anything missing."""
+        params = dict(self.named_parameters())
+        loaded = set()
+        for name, tensor in named_tensors:
+            if name not in params:
+                if name.endswith("rotary_emb.inv_freq") or (
+                    name == "lm_head.weight" and self.cfg.tie_word_embeddings
+                ):
+                    continue
+                raise ValueError(f"checkpoint tensor {name} has no place in the model")
+            with torch.no_grad():
+                params[name].copy_(tensor.to(params[name].dtype))
+            loaded.add(name)
+        missing = set(params) - loaded
+        if self.cfg.tie_word_embeddings:
+            missing.discard("lm_head.weight")
+        if missing:
+            raise ValueError(f"checkpoint lacks {len(missing)} tensors, e.g. {sorted(missing)[:3]}")

@@ -1,0 +1,162 @@
+"""ModelRunner: StepPlan -> one flat ragged batch -> model -> sampled tokens.
+
+It owns the model weights and the KV tensors: one device tensor of shape
+``(num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim)`` and a CPU twin for
+swapped-out blocks. Each iteration it copies blocks the plan swaps out, then those it
+swaps in, builds ``input_ids``/``positions``/AttentionMetadata for every scheduled
+token (no padding between requests), runs the model, and samples one token for each
+request whose uncomputed tokens are now all computed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from minicb.config import EngineConfig
+from minicb.kernels import AttentionMetadata, get_backend
+from minicb.models.llama import LlamaModel, ModelConfig, RotaryEmbedding
+from minicb.models.loader import ModelFiles, iter_safetensors
+from minicb.sampler import sample
+from minicb.scheduler.plan import StepPlan
+
+CPU_KV_POOL_BYTES = 1 << 30  # ceiling of an automatically sized KV pool on CPU
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' was asked for but torch sees no CUDA device")
+    return device
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        # fp32 on CPU keeps greedy tokens equal to transformers'; bf16 where it is fast.
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return DTYPES[name]
+
+
+@dataclass
+class StepTimings:
+    forward_s: float = 0.0
+    sample_s: float = 0.0
+
+
+class ModelRunner:
+    def __init__(self, files: ModelFiles, config: EngineConfig) -> None:
+        self.config = config
+        self.device = resolve_device(config.device)
+        self.dtype = resolve_dtype(config.dtype, self.device)
+        self.model_config = ModelConfig.from_hf(files.hf_config)
+        cfg = self.model_config
+        self.max_model_len = min(config.max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
+        with torch.device("meta"):
+            model = LlamaModel(cfg, files.hf_config, self.max_model_len)
+        # Materialise on the target device, then fill from the checkpoint.
+        model = model.to_empty(device=self.device)
+        if cfg.tie_word_embeddings:  # to_empty gives each module its own tensor: tie again
+            model.lm_head.weight = model.model.embed_tokens.weight
+        model.load_weights(iter_safetensors(files.path))
+        self.model = model.to(self.dtype).eval()
+        # Rope tables are built after the dtype cast so they stay exact fp32, as in transformers.
+        self.model.rope = RotaryEmbedding(files.hf_config, cfg.head_dim, self.max_model_len).to(self.device)
+        self.backend = get_backend(config.attention_backend, self.device)
+        self.num_kv_blocks = config.num_kv_blocks or self._auto_num_blocks()
+        num_swap = config.num_swap_blocks if config.num_swap_blocks is not None else self.num_kv_blocks
+        shape = (cfg.num_layers, 2, self.num_kv_blocks, config.block_size, cfg.num_kv_heads, cfg.head_dim)
+        self.kv_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        swap_shape = (cfg.num_layers, 2, num_swap, *shape[3:])
+        self.swap_cache = torch.zeros(
+            swap_shape, dtype=self.dtype, pin_memory=self.device.type == "cuda"
+        )
+        self.kv_caches = [(self.kv_cache[i, 0], self.kv_cache[i, 1]) for i in range(cfg.num_layers)]
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(config.seed)
+
+    # ---- sizing --------------------------------------------------------------------------
+    def bytes_per_block(self) -> int:
+        cfg = self.model_config
+        elem = torch.tensor([], dtype=self.dtype).element_size()
+        return 2 * cfg.num_layers * self.config.block_size * cfg.num_kv_heads * cfg.head_dim * elem
+
+    def _auto_num_blocks(self) -> int:
+        per_block = self.bytes_per_block()
+        # Enough for every slot to hold a full context, capped by a share of free memory.
+        wanted = self.config.max_num_seqs * -(-self.max_model_len // self.config.block_size)
+        if self.device.type == "cuda":
+            free = torch.cuda.mem_get_info(self.device)[0]
+        else:
+            import os
+
+            free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        affordable = int(free * self.config.kv_memory_fraction) // per_block
+        if self.device.type == "cpu":
+            # On CPU, memory is shared with everything else: a modest pool is plenty here.
+            affordable = min(affordable, CPU_KV_POOL_BYTES // per_block)
+        return max(1, min(wanted, affordable))
+
+    # ---- one iteration ---------------------------------------------------------------------
+    @torch.inference_mode()
+    def execute(self, plan: StepPlan) -> tuple[dict[int, int], StepTimings]:
+        timings = StepTimings()
+        self._copy_swaps(plan)
+        if plan.is_empty:
+            return {}, timings
+        t0 = time.perf_counter()
+        input_ids, positions, meta, sample_rows = self._prepare(plan)
+        hidden = self.model(input_ids, positions, meta, self.kv_caches, self.backend)
+        logits = self.model.logits(hidden[sample_rows]) if sample_rows else None
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        sampled: dict[int, int] = {}
+        rows = [r for r in plan.scheduled if r.samples]
+        if rows:
+            tokens = sample(
+                logits, [r.params for r in rows], [r.num_output_tokens for r in rows], self.generator
+            )
+            sampled = {r.request_id: t for r, t in zip(rows, tokens, strict=True)}
+        timings.forward_s, timings.sample_s = t1 - t0, time.perf_counter() - t1
+        return sampled, timings
+
+    def _prepare(self, plan: StepPlan):
+        bs = self.config.block_size
+        input_ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        sample_rows: list[int] = []
+        for row in plan.scheduled:
+            input_ids += row.token_ids
+            span = range(row.start_position, row.start_position + row.num_tokens)
+            positions += span
+            if row.store_kv:
+                slots += [row.block_table[p // bs] * bs + p % bs for p in span]
+            else:
+                slots += [-1] * row.num_tokens
+            if row.samples:
+                sample_rows.append(len(input_ids) - 1)
+        meta = AttentionMetadata.build(
+            query_lens=[r.num_tokens for r in plan.scheduled],
+            context_lens=[r.context_len for r in plan.scheduled],
+            block_tables=[r.block_table for r in plan.scheduled],
+            slot_mapping=slots,
+            device=self.device,
+        )
+        ids = torch.tensor(input_ids, dtype=torch.long, device=self.device)
+        pos = torch.tensor(positions, dtype=torch.long, device=self.device)
+        return ids, pos, meta, sample_rows
+
+    def _copy_swaps(self, plan: StepPlan) -> None:
+        # Swap-outs first: their device blocks may be handed to others in this same step.
+        if plan.swap_out_map:
+            src, dst = zip(*plan.swap_out_map, strict=True)
+            self.swap_cache[:, :, list(dst)] = self.kv_cache[:, :, list(src)].cpu()
+        if plan.swap_in_map:
+            src, dst = zip(*plan.swap_in_map, strict=True)
+            self.kv_cache[:, :, list(dst)] = self.swap_cache[:, :, list(src)].to(self.device)

@@ -1,0 +1,30 @@
+"""Schedulers: decide, every iteration, which requests run and how many tokens each.
+
+Pure Python: no torch, so they can be read, tested and driven by a fake runner anywhere.
+"""
+
+from minicb.config import EngineConfig
+from minicb.scheduler.base import RequestRejected, SchedulerBase
+from minicb.scheduler.continuous import ContinuousScheduler
+from minicb.scheduler.plan import DECODE, PADDING, PREFILL, Decision, ScheduledRequest, StepPlan
+from minicb.scheduler.static import StaticScheduler
+
+
+def make_scheduler(config: EngineConfig, num_kv_blocks: int, max_model_len: int) -> SchedulerBase:
+    cls = ContinuousScheduler if config.batching == "continuous" else StaticScheduler
+    return cls(config, num_kv_blocks, max_model_len)
+
+
+__all__ = [
+    "DECODE",
+    "PADDING",
+    "PREFILL",
+    "ContinuousScheduler",
+    "Decision",
+    "RequestRejected",
+    "ScheduledRequest",
+    "SchedulerBase",
+    "StaticScheduler",
+    "StepPlan",
+    "make_scheduler",
+]

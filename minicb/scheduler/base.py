@@ -1,0 +1,179 @@
+"""What every scheduler shares: the queues, admission checks, token bookkeeping, aborts.
+
+A scheduler owns the requests and the BlockManager. Each iteration the engine calls
+``schedule()`` for a StepPlan, runs it, then ``update()`` with the sampled tokens, marks
+stops with ``finish()``, and calls ``retire()`` to let finished requests leave.
+"""
+
+from __future__ import annotations
+
+from minicb.block_manager import BlockManager, blocks_needed
+from minicb.config import EngineConfig
+from minicb.request import Request, RequestStatus
+from minicb.scheduler.plan import DECODE, PADDING, PREFILL, Decision, ScheduledRequest, StepPlan
+from minicb.scheduler.policy import get_policy
+
+
+class RequestRejected(ValueError):
+    """A request that can never be served under the engine's limits."""
+
+
+class SchedulerBase:
+    mode = "base"
+
+    def __init__(self, config: EngineConfig, num_kv_blocks: int, max_model_len: int) -> None:
+        self.config = config
+        self.max_model_len = max_model_len
+        num_swap = config.num_swap_blocks if config.num_swap_blocks is not None else num_kv_blocks
+        self.blocks = BlockManager(num_kv_blocks, config.block_size, num_swap)
+        self.sort_key = get_policy(config.policy, config.aging_steps)
+        self.requests: dict[int, Request] = {}
+        self.waiting: list[Request] = []
+        self.running: list[Request] = []
+        self.swapped: list[Request] = []
+        self.step_count = 0
+        # Decisions made between iterations (aborts), reported in the next plan.
+        self._pending_finished: list[Decision] = []
+
+    # ---- admission ---------------------------------------------------------------------
+    def check_request(self, req: Request) -> None:
+        """Raise RequestRejected, naming the limit, if ``req`` could never be served."""
+        n_prompt = req.num_prompt_tokens
+        if n_prompt == 0:
+            raise RequestRejected("the prompt is empty; give at least one token")
+        if n_prompt >= self.max_model_len:
+            raise RequestRejected(
+                f"prompt of {n_prompt} tokens does not fit the model's context of "
+                f"{self.max_model_len} tokens (it needs room for at least one new token)"
+            )
+        worst = min(req.max_total_tokens, self.max_model_len)
+        pool_tokens = self.blocks.num_blocks * self.config.block_size
+        if blocks_needed(worst, self.config.block_size) > self.blocks.num_blocks:
+            raise RequestRejected(
+                f"request needs up to {worst} tokens of KV cache (prompt {n_prompt} + max_tokens "
+                f"{req.params.max_tokens}) but the whole pool holds {pool_tokens} "
+                f"({self.blocks.num_blocks} blocks of {self.config.block_size})"
+            )
+        if not self.config.enable_chunked_prefill and worst > self.config.max_num_batched_tokens:
+            raise RequestRejected(
+                f"without chunked prefill a request must fit one iteration's token budget: "
+                f"prompt {n_prompt} + max_tokens {req.params.max_tokens} exceeds "
+                f"max_num_batched_tokens={self.config.max_num_batched_tokens}"
+            )
+
+    def add(self, req: Request) -> None:
+        self.check_request(req)
+        req.arrival_step = self.step_count
+        req.status = RequestStatus.WAITING
+        self.requests[req.request_id] = req
+        self.waiting.append(req)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running or self.swapped)
+
+    # ---- the iteration -------------------------------------------------------------------
+    def schedule(self) -> StepPlan:
+        self.step_count += 1
+        plan = StepPlan(step=self.step_count, batching=self.mode)
+        plan.budget_limit = self.config.max_num_batched_tokens
+        plan.slots_limit = self.config.max_num_seqs
+        self._fill(plan)
+        plan.budget_used = plan.num_tokens
+        plan.slots_used = len(self.running)
+        self._record_kv(plan)
+        return plan
+
+    def _fill(self, plan: StepPlan) -> None:
+        raise NotImplementedError
+
+    def update(self, plan: StepPlan, sampled: dict[int, int]) -> list[Request]:
+        """Advance computed-token counts and append sampled tokens; returns requests that got one."""
+        got_token = []
+        for row in plan.scheduled:
+            if row.phase == PADDING:
+                continue
+            req = self.requests[row.request_id]
+            req.num_computed_tokens += row.num_tokens
+            if row.samples:
+                req.output_token_ids.append(sampled[row.request_id])
+                req.metrics.num_generated_tokens = len(req.output_token_ids)
+                got_token.append(req)
+        return got_token
+
+    def finish(self, req: Request, status: RequestStatus) -> None:
+        """Mark a request stopped. It leaves the batch at ``retire()``."""
+        req.status = status
+
+    def retire(self, plan: StepPlan) -> list[Request]:
+        """Release stopped requests; record them in ``plan.finished``; return them."""
+        plan.finished.extend(self._pending_finished)
+        self._pending_finished.clear()
+        done = [r for r in self.running if r.finished]
+        for req in done:
+            self.running.remove(req)
+            self._release(req)
+            plan.finished.append(Decision(req.request_id, f"finished ({req.finish_reason})"))
+        self._record_kv(plan)
+        return done
+
+    def abort(self, request_id: int) -> Request | None:
+        """Remove a request wherever it is and free its blocks at once."""
+        req = self.requests.get(request_id)
+        if req is None or req.finished and req not in self.running:
+            return None
+        for queue in (self.waiting, self.running, self.swapped):
+            if req in queue:
+                queue.remove(req)
+        req.status = RequestStatus.FINISHED_ABORTED
+        self._release(req)
+        self._pending_finished.append(Decision(request_id, "aborted by the client"))
+        return req
+
+    def _release(self, req: Request) -> None:
+        self.blocks.free(req.request_id)
+        self.requests.pop(req.request_id, None)
+
+    # ---- helpers -------------------------------------------------------------------------
+    def _record_kv(self, plan: StepPlan) -> None:
+        plan.kv_used = self.blocks.num_used_blocks
+        plan.kv_free = self.blocks.num_free_blocks
+        plan.kv_total = self.blocks.num_blocks
+        plan.kv_swapped = self.blocks.num_swapped_blocks
+        plan.num_waiting = len(self.waiting)
+        plan.num_swapped = len(self.swapped)
+
+    def _row(self, req: Request, num_tokens: int) -> ScheduledRequest:
+        """A prefill chunk or decode of ``num_tokens`` tokens from where the request stands."""
+        start = req.num_computed_tokens
+        end = start + num_tokens
+        return ScheduledRequest(
+            request_id=req.request_id,
+            phase=PREFILL if (req.num_uncomputed_tokens > 1 or start == 0) else DECODE,
+            token_ids=req.all_token_ids[start:end],
+            start_position=start,
+            context_len=end,
+            block_table=list(self.blocks.block_table(req.request_id)),
+            store_kv=True,
+            samples=end == req.num_tokens,
+            params=req.params,
+            num_output_tokens=len(req.output_token_ids),
+        )
+
+    def _padding_row(self, req: Request) -> ScheduledRequest:
+        """A finished static-batch member's row: recompute its last token, keep nothing."""
+        last = req.num_computed_tokens - 1
+        return ScheduledRequest(
+            request_id=req.request_id,
+            phase=PADDING,
+            token_ids=[req.all_token_ids[last]],
+            start_position=last,
+            context_len=last + 1,
+            block_table=list(self.blocks.block_table(req.request_id)),
+            store_kv=False,
+            samples=False,
+            params=req.params,
+            num_output_tokens=len(req.output_token_ids),
+        )
+
+    def ordered(self, queue: list[Request]) -> list[Request]:
+        return sorted(queue, key=lambda r: self.sort_key(r, self.step_count))

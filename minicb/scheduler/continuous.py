@@ -1,0 +1,169 @@
+"""Continuous batching: the batch is re-formed at every iteration (Orca's iteration-level
+scheduling) over a paged KV cache (vLLM).
+
+Order of business each iteration, under a token budget and a slot limit:
+
+1. running requests: decodes first, then partial prefills (stall-free, as in
+   Sarathi-Serve); if the KV pool cannot hold a request's next tokens, preempt the
+   lowest-ranked request that has not yet been given its blocks this iteration;
+2. swapped-out requests come back when their blocks fit (never in an iteration that
+   preempted: that would thrash);
+3. waiting requests are admitted in policy order while slots, budget and blocks last.
+
+With chunked prefill off, an iteration that can admit waiting prompts runs them whole
+and alone ("prefill first", as in Orca and early vLLM); otherwise it runs the decodes.
+"""
+
+from __future__ import annotations
+
+from minicb.block_manager import blocks_needed
+from minicb.request import Request, RequestStatus
+from minicb.scheduler.base import SchedulerBase
+from minicb.scheduler.plan import Decision, StepPlan
+
+
+class ContinuousScheduler(SchedulerBase):
+    mode = "continuous"
+
+    def _fill(self, plan: StepPlan) -> None:
+        budget = self.config.max_num_batched_tokens
+        if not self.config.enable_chunked_prefill and not self.swapped:
+            budget = self._admit(plan, budget, chunked=False)
+            if plan.admitted:
+                plan.notes.append("chunked prefill is off: this iteration runs whole prompts only")
+                return
+        budget = self._schedule_running(plan, budget)
+        if plan.preempted:
+            plan.notes.append("no swap-ins or admissions in an iteration that had to preempt")
+            return
+        budget = self._swap_in(plan, budget)
+        if self.config.enable_chunked_prefill:
+            self._admit(plan, budget, chunked=True)
+
+    # ---- 1. running requests -----------------------------------------------------------
+    def _schedule_running(self, plan: StepPlan, budget: int) -> int:
+        ordered = self.ordered(self.running)
+        queue = [r for r in ordered if not r.in_prefill] + [r for r in ordered if r.in_prefill]
+        waited = 0
+        while queue:
+            req = queue.pop(0)
+            if budget == 0:
+                waited += 1
+                continue
+            n = min(req.num_uncomputed_tokens, budget)
+            need = req.num_computed_tokens + n
+            while not self.blocks.can_allocate(req.request_id, need):
+                victim = max(queue, key=self._rank) if queue else req
+                self._preempt(victim, plan, needer=req, need_tokens=need)
+                if victim is req:
+                    break
+                queue.remove(victim)
+            else:
+                self.blocks.allocate(req.request_id, need)
+                plan.scheduled.append(self._row(req, n))
+                budget -= n
+        if waited:
+            plan.notes.append(
+                f"{waited} running request(s) sit out this iteration: the token budget of "
+                f"{self.config.max_num_batched_tokens} is spent"
+            )
+        return budget
+
+    def _rank(self, req: Request) -> tuple:
+        return self.sort_key(req, self.step_count)
+
+    def _preempt(self, victim: Request, plan: StepPlan, needer: Request, need_tokens: int) -> None:
+        short = self.blocks.extra_blocks_needed(needer.request_id, need_tokens)
+        who = "the latest arrival" if self.config.policy == "fcfs" else "the lowest priority"
+        if victim is needer:
+            who = "itself, as nobody ranks lower"
+        why = (
+            f"{self.blocks.num_free_blocks} free blocks, request {needer.request_id} needs "
+            f"{short}; victim is {who}"
+        )
+        self.running.remove(victim)
+        victim.metrics.num_preemptions += 1
+        if self.config.preemption_mode == "swap":
+            if self.blocks.can_swap_out(victim.request_id):
+                pairs = self.blocks.swap_out(victim.request_id)
+                plan.swap_out_map.extend(pairs)
+                victim.status = RequestStatus.SWAPPED
+                self.swapped.append(victim)
+                plan.preempted.append(Decision(victim.request_id, f"preempted by swap: {why}", "swap"))
+                plan.swapped_out.append(
+                    Decision(victim.request_id, f"swapped out: {len(pairs)} blocks copied to CPU")
+                )
+                return
+            why += "; swap space is full, so it falls back to recompute"
+        self.blocks.free(victim.request_id)
+        victim.num_computed_tokens = 0
+        victim.status = RequestStatus.WAITING
+        self.waiting.insert(0, victim)
+        plan.preempted.append(Decision(victim.request_id, f"preempted by recompute: {why}", "recompute"))
+
+    # ---- 2. swapped-out requests -------------------------------------------------------
+    def _swap_in(self, plan: StepPlan, budget: int) -> int:
+        for req in self.ordered(self.swapped):
+            if budget == 0 or len(self.running) >= self.config.max_num_seqs:
+                break
+            n = min(req.num_uncomputed_tokens, budget)
+            need_blocks = blocks_needed(req.num_computed_tokens + n, self.config.block_size)
+            if need_blocks > self.blocks.num_free_blocks:
+                plan.notes.append(
+                    f"request {req.request_id} stays swapped out: needs {need_blocks} blocks, "
+                    f"{self.blocks.num_free_blocks} free"
+                )
+                break
+            free_before = self.blocks.num_free_blocks
+            plan.swap_in_map.extend(self.blocks.swap_in(req.request_id))
+            self.blocks.allocate(req.request_id, req.num_computed_tokens + n)
+            self.swapped.remove(req)
+            self.running.append(req)
+            req.status = RequestStatus.RUNNING
+            plan.swapped_in.append(
+                Decision(req.request_id, f"swapped in: needs {need_blocks} blocks, {free_before} free")
+            )
+            plan.scheduled.append(self._row(req, n))
+            budget -= n
+        return budget
+
+    # ---- 3. waiting requests -----------------------------------------------------------
+    def _admit(self, plan: StepPlan, budget: int, chunked: bool) -> int:
+        for req in self.ordered(self.waiting):
+            if len(self.running) >= self.config.max_num_seqs:
+                plan.notes.append(
+                    f"{len(self.waiting)} waiting: all {self.config.max_num_seqs} slots are taken"
+                )
+                break
+            if budget == 0:
+                plan.notes.append(f"{len(self.waiting)} waiting: the token budget is spent")
+                break
+            uncomputed = req.num_uncomputed_tokens
+            n = min(uncomputed, budget) if chunked else uncomputed
+            if n > budget:
+                plan.notes.append(
+                    f"request {req.request_id} waits: its {n}-token prompt exceeds the remaining "
+                    f"budget of {budget}"
+                )
+                break
+            need = req.num_computed_tokens + n
+            if not self.blocks.can_allocate(req.request_id, need):
+                plan.notes.append(
+                    f"request {req.request_id} waits: needs "
+                    f"{self.blocks.extra_blocks_needed(req.request_id, need)} blocks, "
+                    f"{self.blocks.num_free_blocks} free"
+                )
+                break
+            self.blocks.allocate(req.request_id, need)
+            self.waiting.remove(req)
+            self.running.append(req)
+            req.status = RequestStatus.RUNNING
+            what = f"{n}-token chunk" if n < uncomputed else f"{n}-token prompt"
+            if req.output_token_ids:
+                what += " (recompute after preemption)"
+            plan.admitted.append(
+                Decision(req.request_id, f"admitted: {what} fits the remaining budget of {budget}")
+            )
+            plan.scheduled.append(self._row(req, n))
+            budget -= n
+        return budget

@@ -1,0 +1,82 @@
+"""Static batching, the baseline: a batch forms only when the previous one has ended.
+
+Nobody joins mid-batch. Each member reserves KV blocks for its whole prompt plus
+``max_tokens`` up front (a contiguous-style reservation, so it never needs preemption).
+Prompts are prefilled first (in chunks if they exceed the token budget), then all members
+decode in lockstep; a member that has stopped keeps its slot as a padding row that is
+really computed, as in a padded ``generate``, until the longest member ends. Only then do
+the members leave and their blocks return.
+"""
+
+from __future__ import annotations
+
+from minicb.block_manager import blocks_needed
+from minicb.request import Request, RequestStatus
+from minicb.scheduler.base import SchedulerBase
+from minicb.scheduler.plan import Decision, StepPlan
+
+
+class StaticScheduler(SchedulerBase):
+    mode = "static"
+
+    def _fill(self, plan: StepPlan) -> None:
+        if not self.running:
+            self._form_batch(plan)
+        elif self.waiting:
+            plan.notes.append(
+                f"{len(self.waiting)} waiting: a static batch admits nobody until all its "
+                f"{len(self.running)} members finish"
+            )
+        unprefilled = [r for r in self.running if not r.output_token_ids and not r.finished]
+        if unprefilled:
+            budget = self.config.max_num_batched_tokens
+            for req in unprefilled:
+                if budget == 0:
+                    break
+                n = min(req.num_uncomputed_tokens, budget)
+                plan.scheduled.append(self._row(req, n))
+                budget -= n
+            return
+        for req in self.running:
+            row = self._padding_row(req) if req.finished else self._row(req, 1)
+            plan.scheduled.append(row)
+
+    def _form_batch(self, plan: StepPlan) -> None:
+        size = min(self.config.max_num_seqs, self.config.max_num_batched_tokens)
+        for req in self.ordered(self.waiting):
+            if len(self.running) >= size:
+                plan.notes.append(f"static batch full at {size} requests")
+                break
+            reserve = min(req.max_total_tokens, self.max_model_len)
+            need = blocks_needed(reserve, self.config.block_size)
+            if need > self.blocks.num_free_blocks:
+                plan.notes.append(
+                    f"static batch closed: request {req.request_id} would reserve {need} blocks, "
+                    f"{self.blocks.num_free_blocks} free"
+                )
+                break
+            self.blocks.allocate(req.request_id, reserve)
+            self.waiting.remove(req)
+            self.running.append(req)
+            req.status = RequestStatus.RUNNING
+            plan.admitted.append(
+                Decision(
+                    req.request_id,
+                    f"admitted to a new static batch: reserves {need} blocks for prompt "
+                    f"{req.num_prompt_tokens} + max_tokens {req.params.max_tokens}",
+                )
+            )
+
+    def retire(self, plan: StepPlan) -> list[Request]:
+        plan.finished.extend(self._pending_finished)
+        self._pending_finished.clear()
+        done: list[Request] = []
+        if self.running and all(r.finished for r in self.running):
+            done, self.running = self.running, []
+            for req in done:
+                self._release(req)
+                plan.finished.append(
+                    Decision(req.request_id, f"finished ({req.finish_reason}); its static batch ended")
+                )
+        self._record_kv(plan)
+        return done
