@@ -52,7 +52,13 @@ def test_store_kv_casts_to_the_cache_dtype():
     k_ref, v_ref = k_cache.clone(), v_cache.clone()
     reference.store_kv(key, value, k_ref, v_ref, slots)
     TritonBackend().store_kv(key, value, k_cache, v_cache, slots)
-    assert torch.equal(k_cache, k_ref) and torch.equal(v_cache, v_ref)
+    if DEVICE.type == "cuda":
+        assert torch.equal(k_cache, k_ref) and torch.equal(v_cache, v_ref)
+    else:
+        # The interpreter truncates fp32 -> bf16 where the GPU rounds to nearest even:
+        # allow one bf16 ulp (2^-7 relative).
+        torch.testing.assert_close(k_cache, k_ref, atol=0.0, rtol=2**-7)
+        torch.testing.assert_close(v_cache, v_ref, atol=0.0, rtol=2**-7)
 
 
 def test_store_kv_with_every_slot_skipped_leaves_the_cache_alone():

@@ -1,0 +1,1 @@
+"""Subcommands of the ``minicb`` command line, one module each."""
