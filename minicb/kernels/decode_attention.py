@@ -6,8 +6,8 @@ Math: for request ``b`` with context length ``L`` and query head ``h`` (which re
     out[b, h] = sum_j softmax_j(scale * q[b, h] . k[b, j]) * v[b, j],   j = 0 .. L-1
 
 computed with the online softmax: walk the context in tiles of BLOCK_N keys, keeping a
-running max ``m``, running denominator ``l`` and running weighted sum ``acc`` (all fp32);
-when a tile raises the max, rescale ``l`` and ``acc`` by ``exp(m_old - m_new)``. Powers are
+running max ``m``, running denominator ``denom`` and running weighted sum ``acc`` (all fp32);
+when a tile raises the max, rescale ``denom`` and ``acc`` by ``exp(m_old - m_new)``. Powers are
 taken with exp2, so the scale is multiplied by log2(e) once.
 
 Memory layout:
@@ -26,8 +26,8 @@ scores are one ``tl.dot`` of (G, D) by (D, BLOCK_N).
 
 Split context (flash-decoding): with few requests the grid has too few programs to fill
 the GPU, so each request's context is cut into ``num_splits`` ranges handled by separate
-programs. Each writes its partial (m, l, acc) to fp32 scratch, and a second kernel, grid
-``(B, num_heads)``, merges them: ``out = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s``
+programs. Each writes its partial (m, denom, acc) to fp32 scratch, and a second kernel, grid
+``(B, num_heads)``, merges them: ``out = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) denom_s``
 with ``M = max_s m_s``. The ranges are computed in the kernel from the context length, so
 the grid depends only on (B, num_kv_heads, num_splits) and is safe to capture in a CUDA
 graph.
@@ -40,6 +40,7 @@ import math
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.jit import JITFunction
 
 LOG2E = math.log2(math.e)
 
@@ -98,7 +99,7 @@ def _decode_kernel(
     end = tl.minimum(start + tiles_per_split * BLOCK_N, ctx_len)
 
     m = tl.full((GROUP_PAD,), float("-inf"), tl.float32)  # running max of the log2 scores
-    l = tl.zeros((GROUP_PAD,), tl.float32)  # running sum of 2^(s - m)
+    denom = tl.zeros((GROUP_PAD,), tl.float32)  # running sum of 2^(s - m)
     acc = tl.zeros((GROUP_PAD, DIM_PAD), tl.float32)  # running sum of 2^(s - m) * v
     for tile_start in range(start, end, BLOCK_N):
         pos = tile_start + tl.arange(0, BLOCK_N)  # (N,) context positions
@@ -121,20 +122,20 @@ def _decode_kernel(
         m_new = tl.maximum(m, tl.max(s, axis=1))
         alpha = tl.exp2(m - m_new)  # rescales what was summed under the old max
         p = tl.exp2(s - m_new[:, None])  # (G, N)
-        l = l * alpha + tl.sum(p, axis=1)
+        denom = denom * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None]
         acc += tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         m = m_new
 
     if NUM_SPLITS == 1:
-        # l is 0 only for an empty context (a padded batch row): write zeros, not NaN.
-        out = acc / tl.where(l == 0.0, 1.0, l)[:, None]
+        # denom is 0 only for an empty context (a padded batch row): write zeros, not NaN.
+        out = acc / tl.where(denom == 0.0, 1.0, denom)[:, None]
         out_ptrs = out_ptr + req * out_stride_b + heads[:, None] * out_stride_h + dims[None, :]
         tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), q_mask)
     else:
         part = (req * NUM_HEADS + heads) * NUM_SPLITS + split  # (G,)
         tl.store(part_m_ptr + part, m, head_ok)
-        tl.store(part_l_ptr + part, l, head_ok)
+        tl.store(part_l_ptr + part, denom, head_ok)
         tl.store(part_acc_ptr + part[:, None] * DIM_PAD + dims[None, :], acc, head_ok[:, None])
 
 
@@ -159,14 +160,14 @@ def _combine_splits_kernel(
     dims = tl.arange(0, DIM_PAD)
     part = (req * NUM_HEADS + head) * NUM_SPLITS + splits  # (S,)
     m = tl.load(part_m_ptr + part, split_ok, float("-inf"))  # (S,)
-    l = tl.load(part_l_ptr + part, split_ok, 0.0)
+    denom = tl.load(part_l_ptr + part, split_ok, 0.0)
     acc = tl.load(part_acc_ptr + part[:, None] * DIM_PAD + dims[None, :], split_ok[:, None], 0.0)
 
     m_max = tl.max(m, axis=0)
     m_max = tl.where(m_max == float("-inf"), 0.0, m_max)  # every split empty: avoid inf - inf
     w = tl.exp2(m - m_max)  # (S,) empty splits have m = -inf and weigh 0
-    denom = tl.sum(l * w, axis=0)
-    out = tl.sum(acc * w[:, None], axis=0) / tl.where(denom == 0.0, 1.0, denom)  # (D,)
+    total = tl.sum(denom * w, axis=0)
+    out = tl.sum(acc * w[:, None], axis=0) / tl.where(total == 0.0, 1.0, total)  # (D,)
     out_ptrs = out_ptr + req * out_stride_b + head * out_stride_h + dims
     tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), dims < HEAD_DIM)
 
@@ -238,7 +239,8 @@ def paged_decode_attention(
         BLOCK_SIZE=block_size,
         BLOCK_N=128 if dim_pad <= 64 else 64,
         NUM_SPLITS=num_splits,
-        UPCAST=query.device.type == "cpu" and k_cache.dtype == torch.bfloat16,
+        # The interpreter stores bf16 as raw uint16 and cannot compute with it.
+        UPCAST=k_cache.dtype == torch.bfloat16 and not isinstance(_decode_kernel, JITFunction),
         DOT_PRECISION="ieee" if k_cache.dtype == torch.float32 else "tf32",
         num_warps=4,
     )

@@ -8,7 +8,7 @@ absolute position ``p_t = L - Q + t``. Query head ``h`` reads KV head ``h // G``
 
 i.e. the chunk sees the whole cached prefix and is causal within itself; a chunk that
 starts mid-context is just ``L > Q``. The sum runs as an online softmax over tiles of
-BLOCK_N keys with fp32 running max ``m``, denominator ``l`` and accumulator ``acc``;
+BLOCK_N keys with fp32 running max ``m``, denominator ``denom`` and accumulator ``acc``;
 exp2 is used, with log2(e) folded into the scale.
 
 Memory layout:
@@ -37,6 +37,7 @@ import math
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.jit import JITFunction
 
 LOG2E = math.log2(math.e)
 
@@ -97,7 +98,7 @@ def _prefill_kernel(
     # Keys this tile can see: up to its last query token's position.
     end = prefix + tl.minimum(first_token + TOKENS, q_len)
     m = tl.full((BLOCK_M,), float("-inf"), tl.float32)  # running max of the log2 scores
-    l = tl.zeros((BLOCK_M,), tl.float32)  # running sum of 2^(s - m)
+    denom = tl.zeros((BLOCK_M,), tl.float32)  # running sum of 2^(s - m)
     acc = tl.zeros((BLOCK_M, DIM_PAD), tl.float32)  # running sum of 2^(s - m) * v
     for tile_start in range(0, end, BLOCK_N):
         pos = tile_start + tl.arange(0, BLOCK_N)  # (N,) context positions
@@ -122,12 +123,12 @@ def _prefill_kernel(
         m_new = tl.maximum(m, tl.max(s, axis=1))
         alpha = tl.exp2(m - m_new)  # rescales what was summed under the old max
         p = tl.exp2(s - m_new[:, None])  # (M, N)
-        l = l * alpha + tl.sum(p, axis=1)
+        denom = denom * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None]
         acc += tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         m = m_new
 
-    out = acc / tl.where(l == 0.0, 1.0, l)[:, None]
+    out = acc / tl.where(denom == 0.0, 1.0, denom)[:, None]
     out_ptrs = out_ptr + (q_start + token)[:, None] * out_stride_t + head[:, None] * out_stride_h
     tl.store(out_ptrs + dims[None, :], out.to(out_ptr.dtype.element_ty), q_mask)
 
@@ -181,7 +182,8 @@ def paged_prefill_attention(
         BLOCK_M=block_m,
         TOKENS=tokens,
         BLOCK_N=64,
-        UPCAST=query.device.type == "cpu" and k_cache.dtype == torch.bfloat16,
+        # The interpreter stores bf16 as raw uint16 and cannot compute with it.
+        UPCAST=k_cache.dtype == torch.bfloat16 and not isinstance(_prefill_kernel, JITFunction),
         DOT_PRECISION="ieee" if k_cache.dtype == torch.float32 else "tf32",
         num_warps=4,
     )

@@ -14,6 +14,7 @@ deep inside Triton.
 from __future__ import annotations
 
 import torch
+from triton.runtime.jit import JITFunction
 
 from minicb.kernels.decode_attention import _decode_kernel, paged_decode_attention
 from minicb.kernels.metadata import AttentionMetadata
@@ -23,9 +24,7 @@ from minicb.kernels.store_kv import store_kv
 
 def kernels_are_interpreted() -> bool:
     """True when Triton compiled our kernels for its CPU interpreter."""
-    from triton.runtime.interpreter import InterpretedFunction
-
-    return isinstance(_decode_kernel, InterpretedFunction)
+    return not isinstance(_decode_kernel, JITFunction)
 
 
 def _check_device(tensor: torch.Tensor) -> None:

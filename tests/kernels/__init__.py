@@ -54,7 +54,9 @@ def make_paged_case(
         table = [owned.pop() for _ in range(n_blocks)]
         tables.append(table)
         # This step's tokens are the last q_len positions of the context.
-        slots += [table[p // block_size] * block_size + p % block_size for p in range(ctx - q_len, ctx)]
+        slots += [
+            table[p // block_size] * block_size + p % block_size for p in range(ctx - q_len, ctx)
+        ]
     shape = (num_blocks, block_size, num_kv_heads, head_dim)
     k_cache = torch.full(shape, POISON)
     v_cache = torch.full(shape, POISON)

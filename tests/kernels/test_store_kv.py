@@ -32,7 +32,7 @@ def _case(num_tokens, num_kv_heads, head_dim, block_size, dtype, seed=0):
     return key, value, k_cache, v_cache, slots.to(DEVICE)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("block_size", [16, 32])
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("num_kv_heads", [3, 1, 8])
