@@ -1,17 +1,27 @@
-"""minicb: continuous batching for LLM inference, small enough to read and fully instrumented."""
+"""minicb: continuous batching for LLM inference, small enough to read and fully instrumented.
 
-from minicb.config import EngineConfig
-from minicb.engine import LLMEngine
-from minicb.llm import LLM
-from minicb.outputs import RequestOutput, StepResult, TokenDelta
-from minicb.sampling_params import SamplingParams
+The public names load lazily, so that ``import minicb.scheduler`` (pure Python) does not
+pull in torch: the scheduler, block manager, requests, events and metrics stay readable
+and testable on any machine.
+"""
 
-__all__ = [
-    "LLM",
-    "EngineConfig",
-    "LLMEngine",
-    "RequestOutput",
-    "SamplingParams",
-    "StepResult",
-    "TokenDelta",
-]
+from importlib import import_module
+from typing import Any
+
+_PUBLIC = {
+    "LLM": "minicb.llm",
+    "EngineConfig": "minicb.config",
+    "LLMEngine": "minicb.engine",
+    "RequestOutput": "minicb.outputs",
+    "SamplingParams": "minicb.sampling_params",
+    "StepResult": "minicb.outputs",
+    "TokenDelta": "minicb.outputs",
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _PUBLIC:
+        return getattr(import_module(_PUBLIC[name]), name)
+    raise AttributeError(f"module 'minicb' has no attribute {name!r}")

@@ -56,15 +56,15 @@ class ModelRunner:
         self.model_config = ModelConfig.from_hf(files.hf_config)
         cfg = self.model_config
         self.max_model_len = min(config.max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
+        # Skeleton on the meta device (no memory), materialised on the target, then filled.
         with torch.device("meta"):
-            model = LlamaModel(cfg, files.hf_config, self.max_model_len)
-        # Materialise on the target device, then fill from the checkpoint.
+            model = LlamaModel(cfg, rope=None)
         model = model.to_empty(device=self.device)
         if cfg.tie_word_embeddings:  # to_empty gives each module its own tensor: tie again
             model.lm_head.weight = model.model.embed_tokens.weight
         model.load_weights(iter_safetensors(files.path))
         self.model = model.to(self.dtype).eval()
-        # Rope tables are built after the dtype cast so they stay exact fp32, as in transformers.
+        # Rope tables are attached after the dtype cast so they stay fp32, as in transformers.
         self.model.rope = RotaryEmbedding(files.hf_config, cfg.head_dim, self.max_model_len).to(self.device)
         self.backend = get_backend(config.attention_backend, self.device)
         self.num_kv_blocks = config.num_kv_blocks or self._auto_num_blocks()

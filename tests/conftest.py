@@ -24,3 +24,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory):
+    """A tiny random Llama (GQA 4:2) saved as a Hugging Face folder, shared by the session."""
+    from minicb.models.tiny import make_tiny_model_dir
+
+    return str(make_tiny_model_dir("llama", tmp_path_factory.mktemp("tiny_llama"), seed=0))
+
+
+@pytest.fixture(scope="session")
+def default_llm():
+    """The embedded default model in fp32 on CPU, loaded once (the first load builds the cache)."""
+    from minicb import LLM
+
+    return LLM(dtype="float32", num_kv_blocks=512, block_size=16)

@@ -179,14 +179,14 @@ class Backbone(nn.Module):
 class LlamaModel(nn.Module):
     """The whole causal LM. ``forward`` returns final hidden states; ``logits`` projects rows."""
 
-    def __init__(self, cfg: ModelConfig, hf_config: Any, max_positions: int) -> None:
+    def __init__(self, cfg: ModelConfig, rope: RotaryEmbedding | None) -> None:
         super().__init__()
         self.cfg = cfg
         self.model = Backbone(cfg)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
-        self.rope = RotaryEmbedding(hf_config, cfg.head_dim, max_positions)
+        self.rope = rope
 
     def forward(
         self,
