@@ -1,0 +1,101 @@
+"""The central invariant: the same prompts give the same greedy tokens whatever the
+batching mode, chunk size, block size, policy or preemption.
+
+Breadth runs on a tiny random Llama (fast, every combination); depth on the default model
+(a smaller set). Where preemption is the point, the test asserts that it really happened.
+"""
+
+import pytest
+
+from minicb import LLM, SamplingParams
+from tests.helpers import greedy_tokens, mixed_prompts
+
+PROMPTS = mixed_prompts(16, vocab=256, seed=3, min_len=1, max_len=40)
+MAX_TOKENS = [4 + (7 * i) % 23 for i in range(16)]  # varied lengths: requests leave at different steps
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_llama_dir):
+    """One request at a time: no batching at all."""
+    llm = LLM(model=tiny_llama_dir, max_num_seqs=1, num_kv_blocks=64, block_size=16)
+    return greedy_tokens(llm, PROMPTS, MAX_TOKENS)
+
+
+CONFIGS = {
+    "continuous": dict(),
+    "static": dict(batching="static"),
+    "chunk-1": dict(max_num_batched_tokens=1),
+    "chunk-3": dict(max_num_batched_tokens=3),
+    "chunk-16": dict(max_num_batched_tokens=16),
+    "unlimited": dict(max_num_batched_tokens=100_000),
+    "no-chunking": dict(enable_chunked_prefill=False),
+    "block-1": dict(block_size=1, num_kv_blocks=4096),
+    "priority": dict(policy="priority", aging_steps=2),
+    "static-priority": dict(batching="static", policy="priority"),
+}
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_same_tokens(name, tiny_llama_dir, reference):
+    options = dict(num_kv_blocks=256, block_size=16) | CONFIGS[name]
+    llm = LLM(model=tiny_llama_dir, **options)
+    priorities = [i % 3 for i in range(len(PROMPTS))]
+    params = [SamplingParams(max_tokens=m, temperature=0.0, ignore_eos=True) for m in MAX_TOKENS]
+    outs = llm.generate(PROMPTS, params, priorities=priorities)
+    assert [o.token_ids for o in outs] == reference
+
+
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+@pytest.mark.parametrize("policy", ["fcfs", "priority"])
+@pytest.mark.parametrize("block_size", [1, 16])
+def test_same_tokens_under_preemption(mode, policy, block_size, tiny_llama_dir, reference):
+    # A pool of ~70 tokens for 16 requests of up to 62 tokens each: preemption is forced.
+    num_blocks = 72 // block_size
+    llm = LLM(
+        model=tiny_llama_dir, num_kv_blocks=num_blocks, block_size=block_size,
+        preemption_mode=mode, policy=policy, max_num_batched_tokens=32, num_swap_blocks=num_blocks,
+    )
+    params = [SamplingParams(max_tokens=m, temperature=0.0, ignore_eos=True) for m in MAX_TOKENS]
+    outs = llm.generate(PROMPTS, params, priorities=[i % 3 for i in range(len(PROMPTS))])
+    assert [o.token_ids for o in outs] == reference
+    assert sum(o.metrics.num_preemptions for o in outs) > 0
+    llm.engine.scheduler.blocks.check()
+    assert llm.engine.scheduler.blocks.num_used_blocks == 0
+
+
+def test_swap_falls_back_to_recompute_when_swap_space_is_full(tiny_llama_dir, reference):
+    llm = LLM(model=tiny_llama_dir, num_kv_blocks=6, block_size=16, preemption_mode="swap",
+              num_swap_blocks=0, max_num_batched_tokens=32)
+    seen_modes = set()
+
+    class Watch:
+        def step_done(self, result):
+            seen_modes.update(d.mode for d in result.plan.preempted)
+            assert not result.plan.swap_out_map
+
+    llm.engine.add_observer(Watch())
+    params = [SamplingParams(max_tokens=m, temperature=0.0, ignore_eos=True) for m in MAX_TOKENS]
+    outs = llm.generate(PROMPTS, params)
+    assert [o.token_ids for o in outs] == reference
+    assert seen_modes == {"recompute"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(batching="static"),
+        dict(max_num_batched_tokens=5),
+        dict(num_kv_blocks=5, preemption_mode="recompute", max_num_batched_tokens=64),
+        dict(num_kv_blocks=5, preemption_mode="swap", max_num_batched_tokens=64, policy="priority"),
+    ],
+    ids=["static", "chunk-5", "recompute", "swap-priority"],
+)
+def test_same_tokens_on_default_model(options, default_llm):
+    prompts = ["The capital of France is", "Once upon a time", "def add(a, b):", "Water boils at", "1, 2, 3,"]
+    expected = greedy_tokens(default_llm, prompts, 24)
+    llm = LLM(dtype="float32", block_size=16, **({"num_kv_blocks": 64} | options))
+    outs = llm.generate(prompts, SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True))
+    assert [o.token_ids for o in outs] == expected
+    if "preemption_mode" in options:
+        assert sum(o.metrics.num_preemptions for o in outs) > 0
