@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-SUBCOMMANDS = ["generate"]
+SUBCOMMANDS = ["generate", "replay"]
 
 
 def build_parser() -> argparse.ArgumentParser:

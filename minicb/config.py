@@ -36,7 +36,9 @@ class EngineConfig:
     dtype: str = "auto"
     device: str = "auto"
     max_model_len: int | None = None  # None: the model's own context length
-    kv_memory_fraction: float = 0.5  # share of free memory the pool may take when sized automatically
+    kv_memory_fraction: float = (
+        0.5  # share of free memory the pool may take when sized automatically
+    )
     use_cuda_graphs: bool = True
     seed: int = 0
 

@@ -61,9 +61,13 @@ class LLMEngine:
             return self.tokenizer.encode(prompt, add_special_tokens=False)
         ids = list(prompt)
         vocab = self.runner.model_config.vocab_size
-        bad = [t for t in ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab]
+        bad = [
+            t for t in ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab
+        ]
         if bad:
-            raise RequestRejected(f"token id {bad[0]!r} is outside the vocabulary of {vocab} tokens")
+            raise RequestRejected(
+                f"token id {bad[0]!r} is outside the vocabulary of {vocab} tokens"
+            )
         return ids
 
     def add_request(
@@ -73,7 +77,10 @@ class LLMEngine:
         priority: int = 0,
         arrival_time: float | None = None,
     ) -> int:
-        """Queue a request; returns its id. Raises ValueError (naming the limit) if it can't be served."""
+        """Queue a request and return its id.
+
+        Raises ValueError, naming the limit, if the request can never be served.
+        """
         params = params or SamplingParams()
         try:
             params.validate()
@@ -135,7 +142,11 @@ class LLMEngine:
             req.metrics.first_token_time = now
         status = check_stop(req, self.eos_token_ids, self.max_model_len)
         delta = self._extend_text(req)
-        cut = find_stop_string(self._texts[req.request_id], req.params.stop) if req.params.stop else None
+        cut = (
+            find_stop_string(self._texts[req.request_id], req.params.stop)
+            if req.params.stop
+            else None
+        )
         if cut is not None:
             old = len(self._texts[req.request_id]) - len(delta)
             self._texts[req.request_id] = self._texts[req.request_id][:cut]
@@ -143,7 +154,9 @@ class LLMEngine:
             status = RequestStatus.FINISHED_STOPPED
         if status is not None:
             self.scheduler.finish(req, status)
-        return TokenDelta(req.request_id, req.output_token_ids[-1], delta, len(req.output_token_ids) - 1)
+        return TokenDelta(
+            req.request_id, req.output_token_ids[-1], delta, len(req.output_token_ids) - 1
+        )
 
     def _extend_text(self, req: Request) -> str:
         """Decode the output so far and return what it adds to the text already shown."""

@@ -93,7 +93,7 @@ class Request:
 
     @property
     def in_prefill(self) -> bool:
-        """True while more than one token is uncomputed: a prompt, or a recompute after preemption."""
+        """More than one token uncomputed: a prompt, or a recompute after preemption."""
         return self.num_uncomputed_tokens > 1
 
     @property

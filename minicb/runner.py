@@ -55,7 +55,9 @@ class ModelRunner:
         self.dtype = resolve_dtype(config.dtype, self.device)
         self.model_config = ModelConfig.from_hf(files.hf_config)
         cfg = self.model_config
-        self.max_model_len = min(config.max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
+        self.max_model_len = min(
+            config.max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings
+        )
         # Skeleton on the meta device (no memory), materialised on the target, then filled.
         with torch.device("meta"):
             model = LlamaModel(cfg, rope=None)
@@ -65,11 +67,22 @@ class ModelRunner:
         model.load_weights(iter_safetensors(files.path))
         self.model = model.to(self.dtype).eval()
         # Rope tables are attached after the dtype cast so they stay fp32, as in transformers.
-        self.model.rope = RotaryEmbedding(files.hf_config, cfg.head_dim, self.max_model_len).to(self.device)
+        self.model.rope = RotaryEmbedding(files.hf_config, cfg.head_dim, self.max_model_len).to(
+            self.device
+        )
         self.backend = get_backend(config.attention_backend, self.device)
         self.num_kv_blocks = config.num_kv_blocks or self._auto_num_blocks()
-        num_swap = config.num_swap_blocks if config.num_swap_blocks is not None else self.num_kv_blocks
-        shape = (cfg.num_layers, 2, self.num_kv_blocks, config.block_size, cfg.num_kv_heads, cfg.head_dim)
+        num_swap = (
+            config.num_swap_blocks if config.num_swap_blocks is not None else self.num_kv_blocks
+        )
+        shape = (
+            cfg.num_layers,
+            2,
+            self.num_kv_blocks,
+            config.block_size,
+            cfg.num_kv_heads,
+            cfg.head_dim,
+        )
         self.kv_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
         swap_shape = (cfg.num_layers, 2, num_swap, *shape[3:])
         self.swap_cache = torch.zeros(
@@ -119,7 +132,10 @@ class ModelRunner:
         rows = [r for r in plan.scheduled if r.samples]
         if rows:
             tokens = sample(
-                logits, [r.params for r in rows], [r.num_output_tokens for r in rows], self.generator
+                logits,
+                [r.params for r in rows],
+                [r.num_output_tokens for r in rows],
+                self.generator,
             )
             sampled = {r.request_id: t for r, t in zip(rows, tokens, strict=True)}
         timings.forward_s, timings.sample_s = t1 - t0, time.perf_counter() - t1

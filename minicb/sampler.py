@@ -45,6 +45,10 @@ def sample(
         if p.greedy:
             continue
         probs = filter_logits(logits[i], p).softmax(-1)
-        gen = generator if p.seed is None else _token_generator(p.seed, num_output_tokens[i], logits.device)
+        gen = (
+            generator
+            if p.seed is None
+            else _token_generator(p.seed, num_output_tokens[i], logits.device)
+        )
         tokens[i] = int(torch.multinomial(probs, 1, generator=gen).item())
     return tokens

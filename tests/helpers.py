@@ -7,9 +7,13 @@ import random
 from minicb import LLM, SamplingParams
 
 
-def mixed_prompts(n: int, vocab: int, seed: int = 0, min_len: int = 1, max_len: int = 40) -> list[list[int]]:
+def mixed_prompts(
+    n: int, vocab: int, seed: int = 0, min_len: int = 1, max_len: int = 40
+) -> list[list[int]]:
     rng = random.Random(seed)
-    return [[rng.randrange(3, vocab) for _ in range(rng.randint(min_len, max_len))] for _ in range(n)]
+    return [
+        [rng.randrange(3, vocab) for _ in range(rng.randint(min_len, max_len))] for _ in range(n)
+    ]
 
 
 def greedy_tokens(llm: LLM, prompts, max_tokens: int | list[int]) -> list[list[int]]:

@@ -26,7 +26,9 @@ NEW_TOKENS = 32
 @pytest.fixture(scope="module")
 def reference_tokens(default_llm):
     tok = default_llm.tokenizer
-    hf = AutoModelForCausalLM.from_pretrained(default_llm.engine.files.path, dtype=torch.float32).eval()
+    hf = AutoModelForCausalLM.from_pretrained(
+        default_llm.engine.files.path, dtype=torch.float32
+    ).eval()
     # No eos, so neither side stops early (min_new_tokens would mask eos instead).
     hf.generation_config.eos_token_id = None
     expected = []
@@ -34,7 +36,10 @@ def reference_tokens(default_llm):
         ids = torch.tensor([tok.encode(prompt, add_special_tokens=False)])
         with torch.inference_mode():
             out = hf.generate(
-                ids, max_new_tokens=NEW_TOKENS, do_sample=False, attention_mask=torch.ones_like(ids),
+                ids,
+                max_new_tokens=NEW_TOKENS,
+                do_sample=False,
+                attention_mask=torch.ones_like(ids),
                 pad_token_id=tok.pad_token_id,
             )
         expected.append(out[0, ids.shape[1] :].tolist())
@@ -44,7 +49,11 @@ def reference_tokens(default_llm):
 @pytest.mark.slow
 @pytest.mark.parametrize("block_size", [1, 16, 32])
 def test_ragged_batch_matches_transformers(block_size, default_llm, reference_tokens):
-    llm = default_llm if block_size == 16 else LLM(dtype="float32", block_size=block_size, num_kv_blocks=8192 // block_size)
+    llm = (
+        default_llm
+        if block_size == 16
+        else LLM(dtype="float32", block_size=block_size, num_kv_blocks=8192 // block_size)
+    )
     params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True)
     outs = llm.generate(PROMPTS, params)
     assert [o.token_ids for o in outs] == reference_tokens

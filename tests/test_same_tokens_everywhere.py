@@ -11,7 +11,9 @@ from minicb import LLM, SamplingParams
 from tests.helpers import greedy_tokens, mixed_prompts
 
 PROMPTS = mixed_prompts(16, vocab=256, seed=3, min_len=1, max_len=40)
-MAX_TOKENS = [4 + (7 * i) % 23 for i in range(16)]  # varied lengths: requests leave at different steps
+MAX_TOKENS = [
+    4 + (7 * i) % 23 for i in range(16)
+]  # varied lengths: requests leave at different steps
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +54,13 @@ def test_same_tokens_under_preemption(mode, policy, block_size, tiny_llama_dir, 
     # A pool of ~70 tokens for 16 requests of up to 62 tokens each: preemption is forced.
     num_blocks = 72 // block_size
     llm = LLM(
-        model=tiny_llama_dir, num_kv_blocks=num_blocks, block_size=block_size,
-        preemption_mode=mode, policy=policy, max_num_batched_tokens=32, num_swap_blocks=num_blocks,
+        model=tiny_llama_dir,
+        num_kv_blocks=num_blocks,
+        block_size=block_size,
+        preemption_mode=mode,
+        policy=policy,
+        max_num_batched_tokens=32,
+        num_swap_blocks=num_blocks,
     )
     params = [SamplingParams(max_tokens=m, temperature=0.0, ignore_eos=True) for m in MAX_TOKENS]
     outs = llm.generate(PROMPTS, params, priorities=[i % 3 for i in range(len(PROMPTS))])
@@ -64,8 +71,14 @@ def test_same_tokens_under_preemption(mode, policy, block_size, tiny_llama_dir, 
 
 
 def test_swap_falls_back_to_recompute_when_swap_space_is_full(tiny_llama_dir, reference):
-    llm = LLM(model=tiny_llama_dir, num_kv_blocks=6, block_size=16, preemption_mode="swap",
-              num_swap_blocks=0, max_num_batched_tokens=32)
+    llm = LLM(
+        model=tiny_llama_dir,
+        num_kv_blocks=6,
+        block_size=16,
+        preemption_mode="swap",
+        num_swap_blocks=0,
+        max_num_batched_tokens=32,
+    )
     seen_modes = set()
 
     class Watch:
@@ -92,7 +105,13 @@ def test_swap_falls_back_to_recompute_when_swap_space_is_full(tiny_llama_dir, re
     ids=["static", "chunk-5", "recompute", "swap-priority"],
 )
 def test_same_tokens_on_default_model(options, default_llm):
-    prompts = ["The capital of France is", "Once upon a time", "def add(a, b):", "Water boils at", "1, 2, 3,"]
+    prompts = [
+        "The capital of France is",
+        "Once upon a time",
+        "def add(a, b):",
+        "Water boils at",
+        "1, 2, 3,",
+    ]
     expected = greedy_tokens(default_llm, prompts, 24)
     llm = LLM(dtype="float32", block_size=16, **({"num_kv_blocks": 64} | options))
     outs = llm.generate(prompts, SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True))

@@ -6,6 +6,7 @@ import argparse
 import time
 
 from minicb.commands.options import add_engine_options, engine_kwargs
+from minicb.commands.trace_option import add_trace_option, traced
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -16,6 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--chat", action="store_true", help="wrap each prompt in the chat template")
     add_engine_options(p)
+    add_trace_option(p)
     p.set_defaults(func=run)
 
 
@@ -23,15 +25,21 @@ def run(args: argparse.Namespace) -> int:
     from minicb import LLM, SamplingParams
 
     llm = LLM(model=args.model, **engine_kwargs(args))
-    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed)
+    params = SamplingParams(
+        max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed
+    )
     prompts = args.prompts
     if args.chat:
         prompts = [llm.apply_chat_template([{"role": "user", "content": p}]) for p in prompts]
     start = time.perf_counter()
-    outputs = llm.generate(prompts, params)
+    with traced(llm.engine, args):
+        outputs = llm.generate(prompts, params)
     elapsed = time.perf_counter() - start
     for prompt, out in zip(args.prompts, outputs, strict=True):
-        print(f"### {prompt}\n{out.text}\n[{len(out.token_ids)} tokens, finish_reason={out.finish_reason}]")
+        print(
+            f"### {prompt}\n{out.text}\n"
+            f"[{len(out.token_ids)} tokens, finish_reason={out.finish_reason}]"
+        )
     total = sum(len(o.token_ids) for o in outputs)
     print(f"--- {total} tokens in {elapsed:.2f} s ({total / elapsed:.1f} tokens/s)")
     return 0

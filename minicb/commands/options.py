@@ -10,7 +10,11 @@ from minicb.config import ATTENTION_BACKENDS, BATCHING_MODES, DTYPES, POLICIES, 
 
 def add_engine_options(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("engine")
-    g.add_argument("--model", default=None, help="model folder or hub id (default: embedded SmolLM2-135M-Instruct)")
+    g.add_argument(
+        "--model",
+        default=None,
+        help="model folder or hub id (default: embedded SmolLM2-135M-Instruct)",
+    )
     g.add_argument("--device", default="auto", help="cpu, cuda, or auto")
     g.add_argument("--dtype", default="auto", choices=DTYPES)
     g.add_argument("--batching", default="continuous", choices=BATCHING_MODES)

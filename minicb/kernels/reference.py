@@ -81,7 +81,7 @@ def paged_prefill_attention(
     num_kv_heads = k_cache.shape[2]
     out = torch.empty_like(query)
     start = 0
-    for i, (q_len, ctx_len) in enumerate(zip(meta.query_lens_host, meta.context_lens_host)):
+    for i, (q_len, ctx_len) in enumerate(zip(meta.query_lens_host, meta.context_lens_host, strict=True)):
         blocks = meta.block_tables[i].long()
         k = gather_kv(k_cache, blocks, ctx_len).transpose(0, 1)  # (Hkv, L, D)
         v = gather_kv(v_cache, blocks, ctx_len).transpose(0, 1)

@@ -83,7 +83,9 @@ def resolve_model_path(model: str | os.PathLike | None) -> Path:
     path = Path(model).expanduser()
     if path.exists():
         if not path.is_dir():
-            raise ModelLoadError(f"model path {path} is a file; give the folder that holds config.json")
+            raise ModelLoadError(
+                f"model path {path} is a file; give the folder that holds config.json"
+            )
         if not (path / "config.json").is_file():
             raise ModelLoadError(f"model folder {path} has no config.json")
         return path
@@ -97,7 +99,9 @@ def _download_from_hub(repo_id: str) -> Path:
         from huggingface_hub import snapshot_download
 
         return Path(
-            snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "*.model", "*.jinja"])
+            snapshot_download(
+                repo_id, allow_patterns=["*.json", "*.safetensors", "*.model", "*.jinja"]
+            )
         )
     except Exception as exc:  # no network, unknown repo, gated repo: all end here
         raise ModelLoadError(

@@ -87,7 +87,7 @@ class SchedulerBase:
         raise NotImplementedError
 
     def update(self, plan: StepPlan, sampled: dict[int, int]) -> list[Request]:
-        """Advance computed-token counts and append sampled tokens; returns requests that got one."""
+        """Advance computed counts, append sampled tokens; return requests that got one."""
         got_token = []
         for row in plan.scheduled:
             if row.phase == PADDING:

@@ -89,7 +89,9 @@ class ContinuousScheduler(SchedulerBase):
                 plan.swap_out_map.extend(pairs)
                 victim.status = RequestStatus.SWAPPED
                 self.swapped.append(victim)
-                plan.preempted.append(Decision(victim.request_id, f"preempted by swap: {why}", "swap"))
+                plan.preempted.append(
+                    Decision(victim.request_id, f"preempted by swap: {why}", "swap")
+                )
                 plan.swapped_out.append(
                     Decision(victim.request_id, f"swapped out: {len(pairs)} blocks copied to CPU")
                 )
@@ -99,7 +101,9 @@ class ContinuousScheduler(SchedulerBase):
         victim.num_computed_tokens = 0
         victim.status = RequestStatus.WAITING
         self.waiting.insert(0, victim)
-        plan.preempted.append(Decision(victim.request_id, f"preempted by recompute: {why}", "recompute"))
+        plan.preempted.append(
+            Decision(victim.request_id, f"preempted by recompute: {why}", "recompute")
+        )
 
     # ---- 2. swapped-out requests -------------------------------------------------------
     def _swap_in(self, plan: StepPlan, budget: int) -> int:
@@ -121,7 +125,9 @@ class ContinuousScheduler(SchedulerBase):
             self.running.append(req)
             req.status = RequestStatus.RUNNING
             plan.swapped_in.append(
-                Decision(req.request_id, f"swapped in: needs {need_blocks} blocks, {free_before} free")
+                Decision(
+                    req.request_id, f"swapped in: needs {need_blocks} blocks, {free_before} free"
+                )
             )
             plan.scheduled.append(self._row(req, n))
             budget -= n

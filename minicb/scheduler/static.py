@@ -76,7 +76,9 @@ class StaticScheduler(SchedulerBase):
             for req in done:
                 self._release(req)
                 plan.finished.append(
-                    Decision(req.request_id, f"finished ({req.finish_reason}); its static batch ended")
+                    Decision(
+                        req.request_id, f"finished ({req.finish_reason}); its static batch ended"
+                    )
                 )
         self._record_kv(plan)
         return done

@@ -55,14 +55,20 @@ def hf_logits(path, prompts) -> list[torch.Tensor]:
         return [model(torch.tensor([p])).logits[0].float() for p in prompts]
 
 
-PROMPTS = [[5, 17, 3, 99, 42, 7, 8], [11], [200, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18]]
+PROMPTS = [
+    [5, 17, 3, 99, 42, 7, 8],
+    [11],
+    [200, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18],
+]
 
 
 @pytest.mark.parametrize("arch", TINY_ARCHITECTURES)
 @pytest.mark.parametrize("chunks", [1, 3])
 def test_tiny_logits_match_transformers(arch, chunks, tmp_path):
     path = make_tiny_model_dir(arch, tmp_path, seed=1)
-    runner = ModelRunner(open_model(str(path)), EngineConfig(dtype="float32", num_kv_blocks=32, block_size=4))
+    runner = ModelRunner(
+        open_model(str(path)), EngineConfig(dtype="float32", num_kv_blocks=32, block_size=4)
+    )
     ours = minicb_logits(runner, PROMPTS, chunks)
     theirs = hf_logits(path, PROMPTS)
     for a, b in zip(ours, theirs, strict=True):
@@ -73,7 +79,9 @@ def test_tiny_logits_match_transformers(arch, chunks, tmp_path):
 def test_default_model_logits_match_transformers():
     files = open_model(None)
     runner = ModelRunner(files, EngineConfig(dtype="float32", num_kv_blocks=64))
-    prompts = [files.tokenizer.encode(t) for t in ("The capital of France is", "def fibonacci(n):\n   ")]
+    prompts = [
+        files.tokenizer.encode(t) for t in ("The capital of France is", "def fibonacci(n):\n   ")
+    ]
     ours = minicb_logits(runner, prompts, chunks=2)
     theirs = hf_logits(files.path, prompts)
     for a, b in zip(ours, theirs, strict=True):

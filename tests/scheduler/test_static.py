@@ -1,0 +1,39 @@
+"""The static-batching baseline: nobody joins mid-batch; finished members pad until the end."""
+
+from minicb.scheduler.plan import PADDING
+from tests.scheduler.fake import fake_step, make_request, new_scheduler
+
+
+def test_nobody_is_admitted_mid_batch_and_padding_is_computed():
+    sched = new_scheduler(batching="static", max_num_seqs=2)
+    sched.add(make_request(0, 3, 2))
+    sched.add(make_request(1, 3, 5))
+    sched.add(make_request(2, 3, 2))
+    plans = []
+    while sched.has_unfinished():
+        plans.append(fake_step(sched))
+    admitted = [[d.request_id for d in p.admitted] for p in plans]
+    assert admitted[0] == [0, 1]
+    first_batch_end = next(i for i, p in enumerate(plans) if p.finished)
+    assert all(not a for a in admitted[1 : first_batch_end + 1])
+    assert admitted[first_batch_end + 1] == [2]
+    # Request 0 stopped after 2 tokens but stayed in the batch as padding until 1 finished.
+    padding = [
+        (i, r.request_id) for i, p in enumerate(plans) for r in p.scheduled if r.phase == PADDING
+    ]
+    assert [rid for _, rid in padding] == [0, 0, 0]
+    assert {d.request_id for d in plans[first_batch_end].finished} == {0, 1}
+    assert all(
+        "waiting: a static batch admits nobody" in " ".join(p.notes)
+        for p in plans[1:first_batch_end]
+    )
+
+
+def test_static_batch_reserves_blocks_for_the_whole_request():
+    sched = new_scheduler(batching="static", num_blocks=6, block_size=4)
+    sched.add(make_request(0, 4, 12))  # 16 tokens: 4 blocks
+    sched.add(make_request(1, 4, 12))
+    plan = fake_step(sched)
+    assert [d.request_id for d in plan.admitted] == [0]
+    assert plan.kv_used == 4
+    assert "would reserve 4 blocks, 2 free" in plan.notes[0]

@@ -1,0 +1,72 @@
+"""Sampling: filters, per-request seeds that ignore the batch, stop tokens and strings."""
+
+import torch
+
+from minicb import LLM, SamplingParams
+from minicb.sampler import filter_logits, sample
+
+
+def test_top_k_and_top_p_keep_the_right_tokens():
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
+    kept = filter_logits(logits, SamplingParams(temperature=1.0, top_k=2)).isfinite()
+    assert kept.tolist() == [True, True, False, False]
+    kept = filter_logits(logits, SamplingParams(temperature=1.0, top_p=0.75)).isfinite()
+    assert kept.tolist() == [True, True, False, False]
+    kept = filter_logits(logits, SamplingParams(temperature=1.0, top_p=0.5)).isfinite()
+    assert kept.tolist() == [True, False, False, False]
+
+
+def test_greedy_rows_take_the_argmax_and_seeded_rows_repeat():
+    logits = torch.randn(3, 50)
+    params = [
+        SamplingParams(temperature=0.0),
+        SamplingParams(temperature=1.0, seed=11),
+        SamplingParams(temperature=1.0, seed=11),
+    ]
+    gen = torch.Generator().manual_seed(0)
+    a = sample(logits, params, [0, 4, 4], gen)
+    b = sample(logits, params, [0, 4, 4], gen)
+    assert a[0] == int(logits[0].argmax())
+    assert a[1:] == b[1:]
+
+
+def test_seeded_request_gets_the_same_tokens_whatever_shares_its_batch(tiny_llama_dir):
+    llm = LLM(model=tiny_llama_dir, num_kv_blocks=64)
+    seeded = SamplingParams(max_tokens=12, temperature=1.0, top_p=0.9, seed=1234, ignore_eos=True)
+    alone = llm.generate([[5, 6, 7]], seeded)[0].token_ids
+    others = SamplingParams(max_tokens=12, temperature=1.0, ignore_eos=True)
+    crowded = llm.generate([[9, 9], [5, 6, 7], [3] * 20], [others, seeded, others])[1].token_ids
+    assert alone == crowded
+
+
+def test_stop_token_ids_and_max_tokens(tiny_llama_dir):
+    llm = LLM(model=tiny_llama_dir, num_kv_blocks=64)
+    free = llm.generate(
+        [[5, 6, 7]], SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True)
+    )[0]
+    assert free.finish_reason == "length" and len(free.token_ids) == 10
+    stop_at = free.token_ids[3]
+    first = free.token_ids.index(stop_at)
+    out = llm.generate(
+        [[5, 6, 7]], SamplingParams(max_tokens=10, temperature=0.0, stop_token_ids=[stop_at])
+    )[0]
+    assert out.finish_reason == "stop" and out.token_ids == free.token_ids[: first + 1]
+
+
+def test_stop_string_cuts_the_text(default_llm):
+    params = SamplingParams(max_tokens=30, temperature=0.0, ignore_eos=True)
+    full = default_llm.generate(["1, 2, 3, 4,"], params)[0]
+    assert " 7" in full.text
+    cut = default_llm.generate(
+        ["1, 2, 3, 4,"], SamplingParams(max_tokens=30, temperature=0.0, stop=[" 7"])
+    )[0]
+    assert cut.finish_reason == "stop"
+    assert cut.text == full.text[: full.text.index(" 7")]
+
+
+def test_eos_stops_unless_ignored(default_llm):
+    chat = [{"role": "user", "content": "Say hi."}]
+    out = default_llm.chat(chat, SamplingParams(max_tokens=64, temperature=0.0))
+    assert out.finish_reason == "stop" and out.token_ids[-1] in default_llm.engine.eos_token_ids
+    out = default_llm.chat(chat, SamplingParams(max_tokens=64, temperature=0.0, ignore_eos=True))
+    assert out.finish_reason == "length" and len(out.token_ids) == 64
