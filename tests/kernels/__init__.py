@@ -17,7 +17,8 @@ DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 # (atol, rtol) against the fp32 reference. Both sides round the same fp32 result to the
 # output dtype (one ulp: 2^-11 for fp16, 2^-8 for bf16, relative); on a GPU the kernels also
-# round the softmax weights to the K/V dtype before the P@V product, as flash attention does.
+# round the softmax weights to the K/V dtype before the P@V product, as flash attention does,
+# and the interpreter truncates fp32 -> bf16 instead of rounding (up to one ulp more).
 TOLERANCES = {
     torch.float32: (1e-4, 1e-4),
     torch.float16: (2e-3, 2e-3),
