@@ -34,7 +34,9 @@ class LLMEngine:
         self.eos_token_ids = self.files.stop_token_ids
         self.runner = ModelRunner(self.files, self.config)
         self.max_model_len = self.runner.max_model_len
-        self.scheduler = make_scheduler(self.config, self.runner.num_kv_blocks, self.max_model_len)
+        self.scheduler = make_scheduler(
+            self.config, self.runner.num_kv_blocks, self.max_model_len, self.runner.num_swap_blocks
+        )
         self.observers: list[Any] = []
         self._ids = itertools.count()
         self._texts: dict[int, str] = {}  # decoded output text so far, per live request

@@ -23,6 +23,7 @@ from minicb.sampler import sample
 from minicb.scheduler.plan import StepPlan
 
 CPU_KV_POOL_BYTES = 1 << 30  # ceiling of an automatically sized KV pool on CPU
+SWAP_SPACE_BYTES = 4 << 30  # ceiling of the default host swap space
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -72,9 +73,12 @@ class ModelRunner:
         )
         self.backend = get_backend(config.attention_backend, self.device)
         self.num_kv_blocks = config.num_kv_blocks or self._auto_num_blocks()
-        num_swap = (
-            config.num_swap_blocks if config.num_swap_blocks is not None else self.num_kv_blocks
-        )
+        self.num_swap_blocks = config.num_swap_blocks
+        if self.num_swap_blocks is None:
+            # As large as the device pool, but never more than SWAP_SPACE_BYTES of host memory.
+            self.num_swap_blocks = min(
+                self.num_kv_blocks, SWAP_SPACE_BYTES // self.bytes_per_block()
+            )
         shape = (
             cfg.num_layers,
             2,
@@ -84,7 +88,7 @@ class ModelRunner:
             cfg.head_dim,
         )
         self.kv_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
-        swap_shape = (cfg.num_layers, 2, num_swap, *shape[3:])
+        swap_shape = (cfg.num_layers, 2, self.num_swap_blocks, *shape[3:])
         self.swap_cache = torch.zeros(
             swap_shape, dtype=self.dtype, pin_memory=self.device.type == "cuda"
         )

@@ -10,9 +10,11 @@ from minicb.scheduler.plan import DECODE, PADDING, PREFILL, Decision, ScheduledR
 from minicb.scheduler.static import StaticScheduler
 
 
-def make_scheduler(config: EngineConfig, num_kv_blocks: int, max_model_len: int) -> SchedulerBase:
+def make_scheduler(
+    config: EngineConfig, num_kv_blocks: int, max_model_len: int, num_swap_blocks: int | None = None
+) -> SchedulerBase:
     cls = ContinuousScheduler if config.batching == "continuous" else StaticScheduler
-    return cls(config, num_kv_blocks, max_model_len)
+    return cls(config, num_kv_blocks, max_model_len, num_swap_blocks)
 
 
 __all__ = [

@@ -21,10 +21,17 @@ class RequestRejected(ValueError):
 class SchedulerBase:
     mode = "base"
 
-    def __init__(self, config: EngineConfig, num_kv_blocks: int, max_model_len: int) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        num_kv_blocks: int,
+        max_model_len: int,
+        num_swap_blocks: int | None = None,
+    ) -> None:
         self.config = config
         self.max_model_len = max_model_len
-        num_swap = config.num_swap_blocks if config.num_swap_blocks is not None else num_kv_blocks
+        num_swap = num_swap_blocks if num_swap_blocks is not None else config.num_swap_blocks
+        num_swap = num_kv_blocks if num_swap is None else num_swap
         self.blocks = BlockManager(num_kv_blocks, config.block_size, num_swap)
         self.sort_key = get_policy(config.policy, config.aging_steps)
         self.requests: dict[int, Request] = {}
