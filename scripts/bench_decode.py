@@ -59,10 +59,10 @@ def main() -> None:
         prompts = [[100 + (7 * i + j) % 1000 for j in range(args.prompt_len)] for i in range(batch)]
         ids = torch.tensor(prompts)
 
-        def run_minicb():
+        def run_minicb(prompts=prompts):
             llm.generate(prompts, params)
 
-        def run_hf():
+        def run_hf(ids=ids):
             with torch.inference_mode():
                 hf.generate(
                     ids,
