@@ -27,12 +27,23 @@ from minicb.stopping import check_stop, find_stop_string
 
 
 class LLMEngine:
-    def __init__(self, model: str | None = None, config: EngineConfig | None = None) -> None:
+    def __init__(
+        self,
+        model: str | None = None,
+        config: EngineConfig | None = None,
+        share_weights_with: LLMEngine | None = None,
+    ) -> None:
+        """``share_weights_with``: another engine on the same model whose weights to reuse
+        (static and continuous side by side on one copy of the weights)."""
         self.config = config or EngineConfig()
-        self.files = open_model(model)
+        if share_weights_with is not None:
+            self.files = share_weights_with.files
+            shared = share_weights_with.runner.model
+        else:
+            self.files, shared = open_model(model), None
         self.tokenizer = self.files.tokenizer
         self.eos_token_ids = self.files.stop_token_ids
-        self.runner = ModelRunner(self.files, self.config)
+        self.runner = ModelRunner(self.files, self.config, shared)
         self.max_model_len = self.runner.max_model_len
         self.scheduler = make_scheduler(
             self.config, self.runner.num_kv_blocks, self.max_model_len, self.runner.num_swap_blocks

@@ -50,7 +50,9 @@ class StepTimings:
 
 
 class ModelRunner:
-    def __init__(self, files: ModelFiles, config: EngineConfig) -> None:
+    def __init__(
+        self, files: ModelFiles, config: EngineConfig, shared_model: LlamaModel | None = None
+    ) -> None:
         self.config = config
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, self.device)
@@ -59,18 +61,12 @@ class ModelRunner:
         self.max_model_len = min(
             config.max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings
         )
-        # Skeleton on the meta device (no memory), materialised on the target, then filled.
-        with torch.device("meta"):
-            model = LlamaModel(cfg, rope=None)
-        model = model.to_empty(device=self.device)
-        if cfg.tie_word_embeddings:  # to_empty gives each module its own tensor: tie again
-            model.lm_head.weight = model.model.embed_tokens.weight
-        model.load_weights(iter_safetensors(files.path))
-        self.model = model.to(self.dtype).eval()
-        # Rope tables are attached after the dtype cast so they stay fp32, as in transformers.
-        self.model.rope = RotaryEmbedding(files.hf_config, cfg.head_dim, self.max_model_len).to(
-            self.device
-        )
+        if shared_model is not None:
+            # A second engine on the same weights (static beside continuous): only KV is new.
+            self._check_shareable(shared_model)
+            self.model = shared_model
+        else:
+            self.model = self._load_model(files)
         self.backend = get_backend(config.attention_backend, self.device)
         self.num_kv_blocks = config.num_kv_blocks or self._auto_num_blocks()
         self.num_swap_blocks = config.num_swap_blocks
@@ -95,6 +91,31 @@ class ModelRunner:
         self.kv_caches = [(self.kv_cache[i, 0], self.kv_cache[i, 1]) for i in range(cfg.num_layers)]
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(config.seed)
+
+    def _load_model(self, files: ModelFiles) -> LlamaModel:
+        cfg = self.model_config
+        # Skeleton on the meta device (no memory), materialised on the target, then filled.
+        with torch.device("meta"):
+            model = LlamaModel(cfg, rope=None)
+        model = model.to_empty(device=self.device)
+        if cfg.tie_word_embeddings:  # to_empty gives each module its own tensor: tie again
+            model.lm_head.weight = model.model.embed_tokens.weight
+        model.load_weights(iter_safetensors(files.path))
+        model = model.to(self.dtype).eval()
+        # Rope tables are attached after the dtype cast so they stay fp32, as in transformers.
+        rope = RotaryEmbedding(files.hf_config, cfg.head_dim, self.max_model_len)
+        model.rope = rope.to(self.device)
+        return model
+
+    def _check_shareable(self, model: LlamaModel) -> None:
+        weight = model.lm_head.weight
+        if weight.device != self.device or weight.dtype != self.dtype:
+            raise ValueError(
+                f"cannot share weights held as {weight.dtype} on {weight.device} with an engine "
+                f"that wants {self.dtype} on {self.device}"
+            )
+        if model.rope.cos.shape[0] < self.max_model_len:
+            raise ValueError("cannot share weights: the shared model has a shorter context")
 
     # ---- sizing --------------------------------------------------------------------------
     def bytes_per_block(self) -> int:

@@ -1,5 +1,7 @@
 """The engine's step-level API: requests arrive at any time, stream, and report metrics."""
 
+import pytest
+
 from minicb import LLM, SamplingParams
 
 
@@ -45,3 +47,21 @@ def test_generate_keeps_prompt_order_and_accepts_one_prompt(tiny_llama_dir):
     outs = llm.generate([[5], [6], [7]], params)
     assert [len(o.token_ids) for o in outs] == [9, 2, 5]
     assert len(llm.generate([5, 6], SamplingParams(max_tokens=2))) == 1
+
+
+def test_two_engines_share_one_copy_of_the_weights(tiny_llama_dir):
+    from minicb import EngineConfig, LLMEngine
+
+    continuous = LLMEngine(tiny_llama_dir, EngineConfig(num_kv_blocks=32))
+    static = LLMEngine(
+        config=EngineConfig(batching="static", num_kv_blocks=32), share_weights_with=continuous
+    )
+    assert static.runner.model is continuous.runner.model
+    assert static.runner.kv_cache.data_ptr() != continuous.runner.kv_cache.data_ptr()
+    params = SamplingParams(max_tokens=5, temperature=0.0, ignore_eos=True)
+    for engine in (continuous, static):
+        engine.add_request([5, 6, 7], params)
+    outs = [engine.run_until_done()[0].token_ids for engine in (continuous, static)]
+    assert outs[0] == outs[1]
+    with pytest.raises(ValueError, match="cannot share weights held as torch.float32"):
+        LLMEngine(config=EngineConfig(dtype="bfloat16"), share_weights_with=continuous)
