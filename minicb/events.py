@@ -16,7 +16,8 @@ docs/events.md documents every field. Pure Python: no torch.
 
 from __future__ import annotations
 
-from dataclasses import MISSING, asdict, dataclass, field, fields
+import copy
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar
 
 SCHEMA_VERSION = 1
@@ -197,18 +198,23 @@ EVENT_TYPES: dict[str, type] = {
     )
 }
 EVENT_KINDS = frozenset(EVENT_TYPES)
+_DECISION_LISTS = ("admitted", "preempted", "swapped_out", "swapped_in", "finished")
 REQUEST_EVENT_KINDS = EVENT_KINDS - {"step"}
 
 
 # ---- to and from plain dicts -----------------------------------------------------------
 def to_dict(event: Event) -> dict[str, Any]:
-    """A JSON-ready dict with the event's ``type`` first."""
-    if isinstance(event, StepEvent):
-        return {"type": event.kind, **asdict(event)}
-    # Request events are flat: a shallow copy is enough, and much cheaper than asdict.
+    """A JSON-ready dict with the event's ``type`` first; it shares nothing with the event."""
+    # Built by hand rather than with dataclasses.asdict, which deep-copies field by field
+    # and made a step's trace line several times dearer.
     data = {"type": event.kind, **vars(event)}
-    if "params" in data:
-        data["params"] = dict(data["params"])
+    if isinstance(event, StepEvent):
+        data["scheduled"] = [dict(vars(r)) for r in event.scheduled]
+        for name in _DECISION_LISTS:
+            data[name] = [dict(vars(d)) for d in data[name]]
+        data["notes"] = list(event.notes)
+    elif "params" in data:
+        data["params"] = copy.deepcopy(data["params"])
     return data
 
 
@@ -223,8 +229,10 @@ def from_dict(data: dict[str, Any]) -> Event:
     values = {k: v for k, v in data.items() if k != "type"}
     _check_keys(cls, values, kind)
     if cls is StepEvent:
-        values["scheduled"] = [_build(RowInfo, r, "scheduled row") for r in values.get("scheduled", [])]
-        for name in ("admitted", "preempted", "swapped_out", "swapped_in", "finished"):
+        values["scheduled"] = [
+            _build(RowInfo, r, "scheduled row") for r in values.get("scheduled", [])
+        ]
+        for name in _DECISION_LISTS:
             values[name] = [_build(DecisionInfo, d, name) for d in values.get(name, [])]
     return cls(**values)
 

@@ -57,8 +57,7 @@ class Subscription:
     def get(self, timeout: float | None = None) -> Event | None:
         """The oldest queued event; waits up to ``timeout`` s; None on timeout or when closed."""
         with self._cond:
-            if not self._queue and not self.closed:
-                self._cond.wait(timeout)
+            self._cond.wait_for(lambda: self._queue or self.closed, timeout)
             return self._queue.popleft() if self._queue else None
 
     def drain(self, max_items: int | None = None) -> list[Event]:

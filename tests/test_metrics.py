@@ -1,0 +1,187 @@
+"""Metrics from events, checked against figures worked out by hand for scripted runs.
+
+The runs use the real schedulers and a fake runner whose steps take known times
+(tests/fake_engine.py), so every timestamp is known. Block size 4, a token budget of 8
+and 2 slots; three requests arrive together at t=1000:
+A (6-token prompt, 3 new tokens), B (4-token prompt, 2 new), C (2-token prompt, 1 new).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from minicb.config import EngineConfig
+from minicb.event_bus import attach
+from minicb.events import (
+    RequestAdmitted,
+    RequestArrived,
+    RequestFinished,
+    RequestPreempted,
+    RequestSwappedIn,
+    RequestToken,
+)
+from minicb.metrics import MetricsCollector, compute_metrics
+from minicb.stats import distribution, jain_index, percentile
+from tests.fake_engine import FakeEngine
+
+approx = pytest.approx
+
+
+def scripted_run(batching: str, step_times: list[float]) -> dict:
+    config = EngineConfig(batching=batching, block_size=4, max_num_batched_tokens=8, max_num_seqs=2)
+    engine = FakeEngine(config, step_times)
+    collector = MetricsCollector()
+    attach(engine).subscribe(collector)
+    engine.add_request([1] * 6, max_tokens=3)  # A
+    engine.add_request([1] * 4, max_tokens=2)  # B
+    engine.add_request([1] * 2, max_tokens=1)  # C
+    engine.run()
+    assert not engine.step_times, "the run took a different number of steps than worked out"
+    return collector.summary(ttft_slo=0.4, tpot_slo=0.125)
+
+
+def test_continuous_run_matches_hand_figures():
+    # step 1 (1000 -> 1000.25): A prefills 6 (token 1), B prefills a 2-token chunk; C: no slot
+    # step 2 (-> 1000.375): A decodes (token 2), B prefills its last 2 (token 1)
+    # step 3 (-> 1000.5): A decodes (token 3, done), B decodes (token 2, done)
+    # step 4 (-> 1001.0): C admitted, prefills 2 (token 1, done)
+    m = scripted_run("continuous", [0.25, 0.125, 0.125, 0.5])
+    lat = m["latency"]
+    # TTFT: A 0.25, B 0.375, C 1.0
+    assert lat["ttft_s"] == approx(
+        {"count": 3, "mean": 1.625 / 3, "p50": 0.375, "p90": 0.875, "p99": 0.9875, "max": 1.0}
+    )
+    assert lat["tpot_s"]["count"] == 2 and lat["tpot_s"]["mean"] == approx(0.125)  # A and B
+    assert lat["itl_s"]["count"] == 3 and lat["itl_s"]["max"] == approx(0.125)
+    assert lat["e2e_s"] == approx(
+        {"count": 3, "mean": 2 / 3, "p50": 0.5, "p90": 0.9, "p99": 0.99, "max": 1.0}
+    )
+    assert lat["queue_s"]["max"] == approx(0.5) and lat["queue_s"]["p50"] == 0.0  # C waited
+    assert m["duration_s"] == approx(1.0)
+    assert m["throughput"] == approx(
+        {"output_tokens_per_s": 6.0, "total_tokens_per_s": 18.0, "requests_per_s": 3.0}
+    )
+    b = m["batch"]
+    assert b["steps"] == 4
+    assert b["slot_occupancy"] == approx(7 / 8)  # rows 2, 2, 2, 1 of 2 slots
+    assert b["padding_waste"] == 0.0
+    assert b["token_budget_use"] == approx(15 / 32)  # 8 + 3 + 2 + 2 tokens of 4 x 8
+    assert b["mean_forward_s"] == approx(0.25)
+    # rows (context, blocks): (6,2) (2,1) | (7,2) (4,1) | (8,2) (5,2) | (2,1)
+    # live 34 of 11 blocks x 4 = 44 slots; empty slots in last blocks 2+2+1+0+0+3+2 = 10
+    kv = m["kv"]
+    assert kv["utilisation"] == approx(34 / 44)
+    assert kv["internal_fragmentation"] == approx(10 / 44)
+    assert kv["reservation_waste"] == 0.0
+    assert kv["mean_pool_usage"] == approx((3 + 3 + 0 + 0) / 4 / 64)  # read after each step
+    assert kv["peak_pool_usage"] == approx(3 / 64)
+    assert m["preemptions"]["total"] == 0
+    # normalised latency: A 0.5/3, B 0.5/2, C 1.0/1
+    x = [0.5 / 3, 0.5 / 2, 1.0]
+    assert m["fairness"]["jain_index"] == approx(sum(x) ** 2 / (3 * sum(v * v for v in x)))
+    assert m["fairness"]["longest_wait_s"] == approx(0.5)
+    assert m["fairness"]["longest_wait_request"] == 2
+    # targets TTFT <= 0.4 and TPOT <= 0.125: A and B meet them, C (TTFT 1.0) does not
+    assert m["goodput"] == approx(
+        {
+            "ttft_slo_s": 0.4,
+            "tpot_slo_s": 0.125,
+            "requests": 2,
+            "fraction": 2 / 3,
+            "requests_per_s": 2.0,
+        }
+    )
+
+
+def test_static_run_matches_hand_figures():
+    # step 1: batch {A, B} reserves 3 + 2 blocks; A prefills 6 (token 1), B a 2-token chunk
+    # step 2: B prefills its last 2 (token 1); A waits, the batch still prefills
+    # step 3: A token 2, B token 2 (B done)
+    # step 4: A token 3 (done), B is a padding row; the batch ends
+    # step 5: C forms a new batch (1 block), prefills 2 (token 1, done)
+    m = scripted_run("static", [0.125] * 5)
+    b = m["batch"]
+    assert b["steps"] == 5
+    assert b["slot_occupancy"] == approx(7 / 10)  # useful rows 2, 1, 2, 1, 1
+    assert b["padding_waste"] == approx(1 / 16)  # tokens 8, 2, 2, 2 (1 padding), 2
+    # rows (context, blocks held): (6,3) (2,2) | (4,2) | (7,3) (5,2) | (8,3) (5,2 padding) | (2,1)
+    kv = m["kv"]
+    assert kv["utilisation"] == approx(39 / 72)
+    assert kv["internal_fragmentation"] == approx(13 / 72)
+    assert kv["reservation_waste"] == approx(20 / 72)
+    lat = m["latency"]
+    assert lat["ttft_s"]["p50"] == approx(0.25)  # A 0.125, B 0.25, C 0.625
+    assert lat["e2e_s"]["max"] == approx(0.625)
+    # A and B leave together when the batch ends, whatever their own last token
+    assert lat["e2e_s"]["p50"] == approx(0.5)
+
+
+def test_waits_count_preemption_and_swap_time():
+    ev = [
+        RequestArrived(
+            time=0.0,
+            request_id=1,
+            prompt=None,
+            num_prompt_tokens=4,
+            max_tokens=2,
+            priority=0,
+            params={},
+        ),
+        RequestAdmitted(time=1.0, request_id=1, step=1, reason="admitted"),
+        RequestPreempted(time=2.0, request_id=1, step=2, mode="recompute", reason="no blocks"),
+        RequestAdmitted(time=4.0, request_id=1, step=3, reason="admitted again"),
+        RequestPreempted(time=5.0, request_id=1, step=4, mode="swap", reason="no blocks"),
+        RequestSwappedIn(time=5.5, request_id=1, step=5, reason="blocks free"),
+        RequestToken(time=6.0, request_id=1, step=5, token_id=3, index=0, text="a"),
+        RequestToken(time=7.0, request_id=1, step=6, token_id=3, index=1, text="b"),
+        RequestFinished(
+            time=7.0,
+            request_id=1,
+            step=6,
+            finish_reason="length",
+            reason="done",
+            num_prompt_tokens=4,
+            num_output_tokens=2,
+            num_preemptions=2,
+        ),
+    ]
+    m = compute_metrics(ev)
+    assert m["fairness"]["longest_wait_s"] == approx(1.0 + 2.0 + 0.5)
+    assert m["latency"]["queue_s"]["max"] == approx(1.0)  # first admission only
+    assert m["latency"]["ttft_s"]["max"] == approx(6.0)
+    assert m["latency"]["tpot_s"]["max"] == approx(1.0)
+
+
+def test_preemptions_are_counted_from_steps():
+    config = EngineConfig(block_size=4, max_num_batched_tokens=64, max_num_seqs=4)
+    engine = FakeEngine(config, [0.1] * 200, num_kv_blocks=6)
+    collector = MetricsCollector()
+    bus = attach(engine)
+    bus.subscribe(collector)
+    steps = []
+    bus.subscribe(steps.append, kinds=["step"])
+    for n in (8, 8, 8):
+        engine.add_request([1] * n, max_tokens=8)
+    engine.run()
+    m = collector.summary()
+    preempted = sum(len(s.preempted) for s in steps)
+    assert preempted > 0, "the scenario was meant to run out of KV blocks"
+    assert m["preemptions"]["total"] == m["preemptions"]["recompute"] == preempted
+    assert m["requests"]["finished"] == 3 and m["requests"]["tokens_generated"] == 24
+
+
+def test_statistics_helpers():
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+    assert percentile([5.0], 99) == 5.0
+    assert distribution([])["mean"] is None
+    assert jain_index([1.0, 1.0, 1.0]) == 1.0
+    assert jain_index([1.0, 0.0, 0.0, 0.0]) == approx(0.25)
+
+
+def test_empty_and_partial_runs_do_not_crash():
+    assert MetricsCollector().summary()["throughput"]["requests_per_s"] is None
+    # a token of a request whose arrival we never saw (listener joined late) is tolerated
+    m = compute_metrics(
+        [RequestToken(time=1.0, request_id=9, step=1, token_id=1, index=3, text="")]
+    )
+    assert m["requests"]["arrived"] == 0 and m["latency"]["ttft_s"]["count"] == 0

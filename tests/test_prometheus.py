@@ -1,0 +1,119 @@
+"""Prometheus exposition: vLLM-style minicb: names, values that match a scripted run, one
+registry per engine, and an honest fallback if a colon name is ever refused."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import Counter
+from prometheus_client.parser import text_string_to_metric_families
+
+from minicb.config import EngineConfig
+from minicb.event_bus import attach
+from minicb.prometheus import PrometheusMetrics
+from tests.fake_engine import FakeEngine
+
+
+def scripted(prom: PrometheusMetrics, preemption_mode: str = "recompute") -> FakeEngine:
+    """Same run as tests/test_metrics.py: A, B, C arrive at once; 2 slots; steps of known length."""
+    config = EngineConfig(
+        block_size=4, max_num_batched_tokens=8, max_num_seqs=2, preemption_mode=preemption_mode
+    )
+    engine = FakeEngine(config, [0.25, 0.125, 0.125, 0.5])
+    attach(engine).subscribe(prom)
+    engine.add_request([1] * 6, max_tokens=3)
+    engine.add_request([1] * 4, max_tokens=2)
+    engine.add_request([1] * 2, max_tokens=1)
+    return engine
+
+
+def samples(prom: PrometheusMetrics) -> dict[str, float]:
+    """name{labels-without-model} -> value, parsed back from the exposition text."""
+    out = {}
+    for family in text_string_to_metric_families(prom.exposition().decode()):
+        for s in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()) if k != "model_name")
+            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
+    return out
+
+
+def test_names_follow_vllm_with_a_minicb_prefix():
+    prom = PrometheusMetrics(model_name="tiny")
+    text = prom.exposition().decode()
+    for name in (
+        "minicb:num_requests_running",
+        "minicb:num_requests_waiting",
+        "minicb:kv_cache_usage_perc",
+        "minicb:num_preemptions_total",
+        "minicb:prompt_tokens_total",
+        "minicb:generation_tokens_total",
+        "minicb:time_to_first_token_seconds_bucket",
+        "minicb:request_time_per_output_token_seconds_count",
+    ):
+        assert name in text
+    assert 'model_name="tiny"' in text and prom.renamed == {}
+
+
+def test_values_follow_the_scripted_run():
+    prom = PrometheusMetrics()
+    engine = scripted(prom)
+    s = samples(prom)
+    assert s["minicb:num_requests_waiting"] == 3 and s["minicb:num_requests_running"] == 0
+    engine.step()  # A and B admitted, C waits for a slot
+    s = samples(prom)
+    assert (s["minicb:num_requests_running"], s["minicb:num_requests_waiting"]) == (2, 1)
+    assert s["minicb:kv_cache_usage_perc"] == pytest.approx(3 / 64)
+    engine.run()
+    s = samples(prom)
+    assert (s["minicb:num_requests_running"], s["minicb:num_requests_waiting"]) == (0, 0)
+    assert s["minicb:kv_cache_usage_perc"] == 0.0
+    assert s["minicb:generation_tokens_total"] == 6
+    assert s["minicb:prompt_tokens_total"] == 12
+    assert s["minicb:iterations_total"] == 4
+    assert s["minicb:request_success_total{finished_reason=length}"] == 3
+    # TTFT 0.25, 0.375, 1.0; TPOT 0.125 twice; end-to-end 0.5, 0.5, 1.0; queue 0, 0, 0.5
+    assert s["minicb:time_to_first_token_seconds_count"] == 3
+    assert s["minicb:time_to_first_token_seconds_sum"] == pytest.approx(1.625)
+    assert s["minicb:time_to_first_token_seconds_bucket{le=0.25}"] == 1
+    assert s["minicb:request_time_per_output_token_seconds_sum"] == pytest.approx(0.25)
+    assert s["minicb:inter_token_latency_seconds_count"] == 3
+    assert s["minicb:e2e_request_latency_seconds_sum"] == pytest.approx(2.0)
+    assert s["minicb:request_queue_time_seconds_sum"] == pytest.approx(0.5)
+
+
+def test_preemptions_and_aborts_are_counted():
+    prom = PrometheusMetrics()
+    config = EngineConfig(block_size=4, max_num_batched_tokens=64, max_num_seqs=4)
+    engine = FakeEngine(config, [0.1] * 200, num_kv_blocks=6)
+    attach(engine).subscribe(prom)
+    for _ in range(3):
+        engine.add_request([1] * 8, max_tokens=8)
+    victim = engine.add_request([1] * 2, max_tokens=2)
+    engine.abort_request(victim)
+    engine.run()
+    s = samples(prom)
+    assert s["minicb:num_preemptions_total"] >= 1
+    assert s["minicb:request_success_total{finished_reason=abort}"] == 1
+    assert s["minicb:num_requests_waiting"] == s["minicb:num_requests_running"] == 0
+
+
+def test_two_engines_do_not_share_a_registry():
+    a, b = PrometheusMetrics("a"), PrometheusMetrics("b")
+    scripted(a).run()
+    assert samples(a)["minicb:generation_tokens_total"] == 6
+    assert samples(b)["minicb:generation_tokens_total"] == 0
+
+
+def test_a_refused_colon_name_falls_back_to_underscores(monkeypatch):
+    class StrictCounter(Counter):
+        """Stands in for a prometheus_client that refuses ':' in metric names."""
+
+        def __init__(self, name, *args, **kwargs):
+            if ":" in name:
+                raise ValueError(f"invalid metric name {name}")
+            super().__init__(name, *args, **kwargs)
+
+    monkeypatch.setattr("minicb.prometheus.Counter", StrictCounter)
+    prom = PrometheusMetrics()
+    assert prom.renamed["minicb:generation_tokens"] == "minicb_generation_tokens"
+    text = prom.exposition().decode()
+    assert "minicb_generation_tokens_total" in text and "minicb:num_requests_running" in text
