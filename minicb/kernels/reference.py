@@ -52,17 +52,30 @@ def paged_decode_attention(
     scale: float,
 ) -> torch.Tensor:
     """All requests at once: gather every block table, mask past each context length."""
+    return _one_token_attention(
+        query, k_cache, v_cache, meta.block_tables, meta.context_lens, meta.max_context_len, scale
+    )
+
+
+def _one_token_attention(
+    query: torch.Tensor,  # (B, num_heads, head_dim)
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,  # (B, max_blocks)
+    context_lens: torch.Tensor,  # (B,)
+    max_len: int,
+    scale: float,
+) -> torch.Tensor:
     num_heads, head_dim = query.shape[1:]
     num_kv_heads = k_cache.shape[2]
     group = num_heads // num_kv_heads
     batch = query.shape[0]
-    max_len = meta.max_context_len
-    k = k_cache[meta.block_tables.long()].flatten(1, 2)[:, :max_len]  # (B, L, Hkv, D)
-    v = v_cache[meta.block_tables.long()].flatten(1, 2)[:, :max_len]
+    k = k_cache[block_tables.long()].flatten(1, 2)[:, :max_len]  # (B, L, Hkv, D)
+    v = v_cache[block_tables.long()].flatten(1, 2)[:, :max_len]
     q = query.view(batch, num_kv_heads, group, head_dim).float()
     scores = torch.einsum("bkgd,blkd->bkgl", q, k.float()) * scale  # (B, Hkv, G, L)
     positions = torch.arange(max_len, device=query.device)
-    past_end = positions[None, :] >= meta.context_lens.long()[:, None]  # (B, L)
+    past_end = positions[None, :] >= context_lens.long()[:, None]  # (B, L)
     scores.masked_fill_(past_end[:, None, None, :], float("-inf"))
     probs = scores.softmax(dim=-1)
     out = torch.einsum("bkgl,blkd->bkgd", probs, v.float())
@@ -76,12 +89,34 @@ def paged_prefill_attention(
     meta: AttentionMetadata,
     scale: float,
 ) -> torch.Tensor:
-    """One request at a time: its chunk attends to its cached prefix and causally to itself."""
+    """One chunk at a time: it attends to its cached prefix and causally to itself.
+
+    Single-token rows (decodes sharing the iteration) are done together, as in decode.
+    """
     num_heads = query.shape[1]
     num_kv_heads = k_cache.shape[2]
     out = torch.empty_like(query)
+    one_token_rows = [i for i, q_len in enumerate(meta.query_lens_host) if q_len == 1]
+    if one_token_rows:
+        rows = torch.tensor(one_token_rows, device=query.device)
+        tokens = meta.query_start[rows].long()
+        max_len = max(meta.context_lens_host[i] for i in one_token_rows)
+        out[tokens] = _one_token_attention(
+            query[tokens],
+            k_cache,
+            v_cache,
+            meta.block_tables[rows],
+            meta.context_lens[rows],
+            max_len,
+            scale,
+        )
     start = 0
-    for i, (q_len, ctx_len) in enumerate(zip(meta.query_lens_host, meta.context_lens_host, strict=True)):
+    for i, (q_len, ctx_len) in enumerate(
+        zip(meta.query_lens_host, meta.context_lens_host, strict=True)
+    ):
+        if q_len == 1:
+            start += 1
+            continue
         blocks = meta.block_tables[i].long()
         k = gather_kv(k_cache, blocks, ctx_len).transpose(0, 1)  # (Hkv, L, D)
         v = gather_kv(v_cache, blocks, ctx_len).transpose(0, 1)
