@@ -1,0 +1,1 @@
+"""The server: engines in their own thread, FastAPI routes and WebSockets around them."""

@@ -1,0 +1,98 @@
+"""The engine thread: commands run there, streams deliver every token, pause and single
+step hold and advance exactly one round, aborts free blocks, a failing step is contained."""
+
+import asyncio
+
+import pytest
+
+from minicb import EngineConfig, LLMEngine, SamplingParams
+from minicb.outputs import RequestOutput
+from minicb.server.engine_loop import EngineLoop
+
+PARAMS = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
+
+
+@pytest.fixture
+def loop(tiny_llama_dir):
+    continuous = LLMEngine(tiny_llama_dir, EngineConfig(num_kv_blocks=32))
+    static = LLMEngine(
+        config=EngineConfig(batching="static", num_kv_blocks=32), share_weights_with=continuous
+    )
+    engine_loop = EngineLoop({"continuous": continuous, "static": static}).start()
+    yield engine_loop
+    engine_loop.stop()
+
+
+async def collect(stream):
+    return [item async for item in stream]
+
+
+def test_stream_delivers_every_token_then_the_output(loop):
+    async def main():
+        streams = [await loop.submit("continuous", [5, 6, i], PARAMS) for i in range(3)]
+        return await asyncio.gather(*(collect(s) for s in streams))
+
+    for items in asyncio.run(main()):
+        deltas, final = items[:-1], items[-1]
+        assert isinstance(final, RequestOutput) and final.finish_reason == "length"
+        assert [d.token_id for d in deltas] == final.token_ids
+
+
+def test_pause_holds_and_single_step_runs_exactly_one_round(loop):
+    loop.pause()
+    future = loop.call(lambda: loop.engines["static"].add_request([5, 6], PARAMS))
+    rid = future.result(timeout=5)
+    before = loop.rounds
+    assert loop.call(lambda: loop.engines["static"].scheduler.step_count).result() == 0
+    assert loop.step_once() == before + 1
+    assert loop.call(lambda: loop.engines["static"].scheduler.step_count).result() == 1
+    assert loop.rounds == before + 1
+    loop.resume()
+    assert rid == 0
+
+
+def test_bad_request_raises_in_the_caller_and_the_loop_goes_on(loop):
+    async def main():
+        with pytest.raises(ValueError, match="outside the vocabulary"):
+            await loop.submit("continuous", [9999], PARAMS)
+        stream = await loop.submit("continuous", [5], PARAMS)
+        return await collect(stream)
+
+    assert asyncio.run(main())[-1].finish_reason == "length"
+
+
+def test_abort_frees_blocks_and_closes_nothing_else(loop):
+    async def main():
+        long = SamplingParams(max_tokens=200, temperature=0.0, ignore_eos=True)
+        victim = await loop.submit("continuous", [5] * 20, long)
+        other = await loop.submit("continuous", [6] * 3, PARAMS)
+        assert await loop.abort("continuous", victim.request_id)
+        return await collect(other)
+
+    assert asyncio.run(main())[-1].finish_reason == "length"
+    used = loop.call(lambda: loop.engines["continuous"].scheduler.blocks.num_used_blocks).result()
+    assert used == 0
+
+
+def test_a_failing_step_ends_its_requests_and_the_loop_keeps_serving(loop):
+    engine = loop.engines["continuous"]
+    real_execute = engine.runner.execute
+    calls = {"n": 0}
+
+    def flaky(plan):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("simulated kernel failure")
+        return real_execute(plan)
+
+    engine.runner.execute = flaky
+
+    async def main():
+        broken = await collect(await loop.submit("continuous", [5, 6], PARAMS))
+        fine = await collect(await loop.submit("continuous", [5, 6], PARAMS))
+        return broken, fine
+
+    broken, fine = asyncio.run(main())
+    assert broken[-1].finish_reason == "error" and "simulated kernel failure" in broken[-1].text
+    assert fine[-1].finish_reason == "length"
+    assert engine.scheduler.blocks.num_used_blocks == 0
