@@ -1,0 +1,219 @@
+"""Controls a browser sends over ``/ws``, checked first and then run in the engine thread.
+
+Every control is a JSON object with a ``type``; the reply is one JSON object:
+``{"type": "ack", "control": ...}`` (plus what the control reports) or
+``{"type": "error", "control": ..., "message": ...}``. A malformed or unknown control gets
+an error and changes nothing: every field is checked before anything is touched.
+
+    {"type": "pause"} / {"type": "resume"}
+    {"type": "step"}                      exactly one round; replies with its decisions
+    {"type": "speed", "delay_s": 0.2}     seconds to wait between rounds
+    {"type": "workload", "preset": "poisson", "rate": 2, "lengths": "mixed", "count": 16}
+    {"type": "settings", "max_num_seqs": 8, "max_num_batched_tokens": 256,
+     "enable_chunked_prefill": true, "num_kv_blocks": 128,
+     "preemption_mode": "swap", "policy": "fcfs"}   rebuilds the engines
+    {"type": "prompt", "text": "...", "target": "both", "max_tokens": 32}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from minicb.config import POLICIES, PREEMPTION_MODES
+from minicb.server.workload import LENGTHS, PRESETS, WorkloadSpec
+
+if TYPE_CHECKING:
+    from minicb.server.hub import Hub
+
+MAX_PROMPT_CHARS = 4000
+
+
+class ControlError(ValueError):
+    """A control that cannot be carried out; its message goes back to the browser."""
+
+
+# ---- field checks ----------------------------------------------------------------------
+def _int(msg: dict, key: str, lo: int, hi: int, default: Any = None) -> Any:
+    if key not in msg:
+        return default
+    value = msg[key]
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise ControlError(f"{key} must be an integer from {lo} to {hi}, got {value!r}")
+    return value
+
+
+def _num(msg: dict, key: str, lo: float, hi: float, default: Any = None) -> Any:
+    if key not in msg:
+        return default
+    value = msg[key]
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok or not lo <= value <= hi:
+        raise ControlError(f"{key} must be a number from {lo} to {hi}, got {value!r}")
+    return float(value)
+
+
+def _choice(msg: dict, key: str, allowed: tuple[str, ...], default: Any = None) -> Any:
+    if key not in msg:
+        return default
+    if msg[key] not in allowed:
+        raise ControlError(f"{key} must be one of {', '.join(allowed)}, got {msg[key]!r}")
+    return msg[key]
+
+
+def _bool(msg: dict, key: str) -> Any:
+    value = msg.get(key)
+    if key in msg and not isinstance(value, bool):
+        raise ControlError(f"{key} must be true or false, got {value!r}")
+    return value
+
+
+def _only(msg: dict, allowed: set[str]) -> None:
+    unknown = sorted(set(msg) - allowed - {"type", "id"})
+    if unknown:
+        raise ControlError(f"unknown field(s): {', '.join(unknown)}")
+
+
+def _live(hub: Hub) -> Any:
+    if hub.loop is None:
+        raise ControlError("no engine is running (this is a replay)")
+    return hub.loop
+
+
+# ---- the controls ----------------------------------------------------------------------
+async def _pause(hub: Hub, msg: dict) -> dict:
+    _only(msg, set())
+    loop = _live(hub)
+    await loop.acall(lambda: setattr(loop, "paused", True))
+    return {"paused": True}
+
+
+async def _resume(hub: Hub, msg: dict) -> dict:
+    _only(msg, set())
+    loop = _live(hub)
+    await loop.acall(lambda: setattr(loop, "paused", False))
+    return {"paused": False}
+
+
+async def _step(hub: Hub, msg: dict) -> dict:
+    """Pause if running, then run exactly one round and report its decisions."""
+    _only(msg, set())
+    loop = _live(hub)
+    await loop.acall(lambda: setattr(loop, "paused", True))
+    round_no = await asyncio.to_thread(loop.step_once)  # waits for the engine thread
+    return {"paused": True, "round": round_no, "explain": hub.explained(round_no)}
+
+
+async def _speed(hub: Hub, msg: dict) -> dict:
+    _only(msg, {"delay_s"})
+    delay = _num(msg, "delay_s", 0.0, 10.0)
+    if delay is None:
+        raise ControlError("speed needs delay_s (seconds between rounds)")
+    loop = _live(hub)
+    await loop.acall(lambda: setattr(loop, "delay_s", delay))
+    return {"delay_s": delay}
+
+
+async def _workload(hub: Hub, msg: dict) -> dict:
+    _only(msg, {"preset", "rate", "lengths", "count"})
+    if hub.feeder is None:
+        raise ControlError("there is no workload feeder in this mode")
+    spec = WorkloadSpec(
+        preset=_choice(msg, "preset", PRESETS, "burst"),
+        rate=_num(msg, "rate", 0.01, 100.0, hub.feeder.spec.rate),
+        lengths=_choice(msg, "lengths", LENGTHS, hub.feeder.spec.lengths),
+        count=_int(msg, "count", 1, 1000, hub.feeder.spec.count),
+    )
+    feeder = hub.feeder
+    await _live(hub).acall(lambda: feeder.configure(spec))
+    return {"workload": feeder.describe()}
+
+
+SETTINGS = {
+    "max_num_seqs": lambda m: _int(m, "max_num_seqs", 1, 1024),
+    "max_num_batched_tokens": lambda m: _int(m, "max_num_batched_tokens", 1, 65536),
+    "num_kv_blocks": lambda m: _int(m, "num_kv_blocks", 1, 1_000_000),
+    "enable_chunked_prefill": lambda m: _bool(m, "enable_chunked_prefill"),
+    "preemption_mode": lambda m: _choice(m, "preemption_mode", PREEMPTION_MODES),
+    "policy": lambda m: _choice(m, "policy", POLICIES),
+}
+
+
+async def _settings(hub: Hub, msg: dict) -> dict:
+    from minicb.server.rebuild import rebuild_engines
+
+    _only(msg, set(SETTINGS))
+    if hub.mode != "demo":
+        raise ControlError("engine settings can be changed in the demo only")
+    changes = {k: check(msg) for k, check in SETTINGS.items() if k in msg}
+    if not changes:
+        raise ControlError(f"settings needs at least one of {', '.join(SETTINGS)}")
+    try:
+        engines = await _live(hub).acall(lambda: rebuild_engines(hub, changes))
+    except (ValueError, TypeError) as err:  # EngineConfig's own checks
+        raise ControlError(str(err)) from err
+    return {"engines": engines}
+
+
+async def _prompt(hub: Hub, msg: dict) -> dict:
+    from minicb.sampling_params import SamplingParams
+    from minicb.server.workload import encode_prompt
+
+    _only(msg, {"text", "target", "max_tokens"})
+    loop = _live(hub)
+    text = msg.get("text")
+    if not isinstance(text, str) or not text.strip() or len(text) > MAX_PROMPT_CHARS:
+        raise ControlError(f"text must be a non-empty string of at most {MAX_PROMPT_CHARS} chars")
+    names = list(loop.engines)
+    target = _choice(msg, "target", ("both", *names), "both")
+    max_tokens = _int(msg, "max_tokens", 1, 4096, 32)
+    chosen = names if target == "both" else [target]
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
+
+    def add() -> dict[str, int]:
+        ids = {}
+        for name in chosen:
+            engine = loop.engines[name]
+            ids[name] = engine.add_request(encode_prompt(engine, text), params)
+        return ids
+
+    try:
+        ids = await loop.acall(add)
+    except ValueError as err:  # the engine's own refusal, naming the limit
+        raise ControlError(str(err)) from err
+    return {"ids": ids}
+
+
+HANDLERS: dict[str, Callable[[Hub, dict], Awaitable[dict]]] = {
+    "pause": _pause,
+    "resume": _resume,
+    "step": _step,
+    "speed": _speed,
+    "workload": _workload,
+    "settings": _settings,
+    "prompt": _prompt,
+}
+
+
+async def handle_control(hub: Hub, text: str) -> dict[str, Any]:
+    """Check and run one control message; always returns the reply to send."""
+    try:
+        msg = json.loads(text)
+    except (json.JSONDecodeError, TypeError) as err:
+        return {"type": "error", "control": None, "message": f"malformed JSON: {err}"}
+    if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
+        return {"type": "error", "control": None, "message": 'a control is an object with "type"'}
+    kind = msg["type"]
+    handler = HANDLERS.get(kind)
+    reply: dict[str, Any] = {"control": kind}
+    if "id" in msg:  # echoed so a browser can match replies to requests
+        reply["id"] = msg["id"]
+    if handler is None:
+        known = ", ".join(HANDLERS)
+        return {"type": "error", **reply, "message": f"unknown control {kind!r}; known: {known}"}
+    try:
+        return {"type": "ack", **reply, **await handler(hub, msg)}
+    except ControlError as err:
+        return {"type": "error", **reply, "message": str(err)}

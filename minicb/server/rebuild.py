@@ -1,0 +1,65 @@
+"""Rebuilding the demo's engines with new settings, on the weights already loaded.
+
+Runs in the engine thread (through ``EngineLoop.call``). Every new engine is built before
+any old one is touched, so a setting the EngineConfig refuses changes nothing. Then, per
+engine: its requests are aborted (the browsers see them leave), open token streams end
+with finish reason "abort", the EventBus and the loop's stream router move to the new
+engine, and every browser gets a ``reset`` notice for that panel, because request ids
+start again at 0.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from minicb.engine import LLMEngine
+from minicb.outputs import RequestOutput
+from minicb.request import RequestMetrics
+from minicb.server.hub import engine_info
+
+if TYPE_CHECKING:
+    from minicb.server.hub import Hub
+
+
+def _ended(request_id: int) -> RequestOutput:
+    return RequestOutput(
+        request_id=request_id,
+        prompt=None,
+        prompt_token_ids=[],
+        text="",
+        token_ids=[],
+        finish_reason="abort",
+        metrics=RequestMetrics(arrival_time=time.time()),
+    )
+
+
+def rebuild_engines(hub: Hub, changes: dict[str, Any]) -> list[dict[str, Any]]:
+    """Replace every engine of ``hub.loop`` by one with ``changes`` applied to its config."""
+    loop = hub.loop
+    assert loop is not None
+    new = {
+        name: LLMEngine(config=old.config.with_(**changes), share_weights_with=old)
+        for name, old in loop.engines.items()
+    }
+    for name, old in list(loop.engines.items()):
+        for rid in list(old.scheduler.requests):
+            old.abort_request(rid)
+        # EngineLoop keeps one stream router per engine name; it has no public way to swap
+        # an engine, so the router is moved here (see the report: a replace_engine method
+        # on EngineLoop would be the clean home for these lines).
+        router = loop._routers[name]
+        for stream in router.streams.values():
+            stream.push(_ended(stream.request_id))
+        router.streams.clear()
+        engine = new[name]
+        engine.add_observer(router)
+        bus = hub.buses.get(name)
+        if bus is not None:
+            bus.block_size = engine.config.block_size
+            engine.add_observer(bus)
+        loop.engines[name] = engine
+        hub.notify(name, {"type": "reset", "info": engine_info(name, engine)})
+    for hook in hub.rebuild_hooks:
+        hook(loop.engines)
+    return [engine_info(n, e) for n, e in loop.engines.items()]

@@ -1,0 +1,144 @@
+"""The demo's workload feeder: the same arrivals, at the same moment, for every engine.
+
+It is an EngineLoop round hook, so it runs in the engine thread before each round and adds
+each new request to every engine at once: static and continuous batching see exactly the
+same prompts, output lengths and arrival times, and differ only in how they schedule.
+
+Presets: ``burst`` (``count`` requests at once), ``poisson`` (arrivals at ``rate`` per
+second, exponential gaps), ``off``. Output lengths: ``short``, ``long`` or ``mixed`` (mostly
+short, some long: the mix where static batching pads the most). Requests ignore EOS so that
+their lengths are exactly the ones drawn.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from minicb.sampling_params import SamplingParams
+
+log = logging.getLogger(__name__)
+
+PRESETS = ("burst", "poisson", "off")
+LENGTHS = ("short", "long", "mixed")
+MAX_TICK_S = 0.25  # clock time a round may add: a pause or a slow round is no arrival flood
+
+PROMPTS = [
+    "Explain what a KV cache is in one sentence.",
+    "Write a haiku about waiting in a queue.",
+    "What is the capital of France?",
+    "List three uses of a GPU.",
+    "Why is the sky blue?",
+    "Give me a tip for writing clean code.",
+    "Translate 'good morning' into Spanish.",
+    "What does a scheduler do?",
+    "Tell me a fun fact about octopuses.",
+    "Summarise the idea of continuous batching.",
+    "What is 17 times 23?",
+    "Name a famous bridge and its city.",
+    "Describe the smell of rain.",
+    "How do I boil an egg?",
+    "Write one line of a sea shanty.",
+    "What is a transformer in machine learning?",
+]
+
+
+@dataclass
+class WorkloadSpec:
+    preset: str = "poisson"
+    rate: float = 1.0  # arrivals per second (poisson)
+    lengths: str = "mixed"
+    count: int = 16  # requests in a burst
+    max_outstanding: int = 48  # skip arrivals while an engine holds this many requests
+
+    def __post_init__(self) -> None:
+        if self.preset not in PRESETS:
+            raise ValueError(f"unknown preset {self.preset!r}; choose one of {PRESETS}")
+        if self.lengths not in LENGTHS:
+            raise ValueError(f"unknown lengths {self.lengths!r}; choose one of {LENGTHS}")
+
+
+def encode_prompt(engine: Any, text: str) -> str | list[int]:
+    """The prompt as the engine takes it: text, or for a model with no tokenizer (the tiny
+    test models) the text's bytes folded into the vocabulary."""
+    if engine.tokenizer is not None:
+        return text
+    vocab = engine.runner.model_config.vocab_size
+    return [3 + b % (vocab - 3) for b in text.encode("utf-8")]  # skip bos/eos ids 1 and 2
+
+
+class WorkloadFeeder:
+    def __init__(
+        self,
+        spec: WorkloadSpec | None = None,
+        *,
+        short: tuple[int, int] = (6, 16),
+        long: tuple[int, int] = (48, 96),
+        seed: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.short, self.long = short, long
+        self.rng = random.Random(seed)
+        self.clock = clock
+        self.sent = 0  # arrivals given to the engines
+        self.skipped = 0  # arrivals skipped because an engine was full
+        self.configure(spec or WorkloadSpec())
+
+    def configure(self, spec: WorkloadSpec) -> None:
+        """Start ``spec`` now (call it in the engine thread). A burst arrives next round."""
+        self.spec = spec
+        self._burst_left = spec.count if spec.preset == "burst" else 0
+        self._time = 0.0  # feeder clock: advances with rounds, by at most MAX_TICK_S each
+        self._last = self.clock()
+        self._next = self._gap()
+
+    def burst(self, count: int) -> None:
+        """Add a burst of ``count`` on top of whatever runs (call it in the engine thread)."""
+        self._burst_left += count
+
+    def describe(self) -> dict[str, Any]:
+        return {**asdict(self.spec), "sent": self.sent, "skipped": self.skipped}
+
+    def _gap(self) -> float:
+        return self.rng.expovariate(self.spec.rate) if self.spec.preset == "poisson" else 0.0
+
+    def output_length(self) -> int:
+        kind = self.spec.lengths
+        if kind == "mixed":
+            kind = "long" if self.rng.random() < 0.3 else "short"
+        lo, hi = self.short if kind == "short" else self.long
+        return self.rng.randint(lo, hi)
+
+    def due(self) -> int:
+        """How many requests arrive this round."""
+        now = self.clock()
+        self._time += min(now - self._last, MAX_TICK_S)
+        self._last = now
+        count, self._burst_left = self._burst_left, 0
+        if self.spec.preset == "poisson":
+            while self._next <= self._time:
+                count += 1
+                self._next += self._gap()
+        return count
+
+    def __call__(self, loop: Any) -> None:
+        """The round hook: add this round's arrivals to every engine."""
+        for _ in range(self.due()):
+            self.arrive(loop.engines)
+
+    def arrive(self, engines: dict[str, Any]) -> None:
+        if any(len(e.scheduler.requests) >= self.spec.max_outstanding for e in engines.values()):
+            self.skipped += 1  # skipped for all engines alike, so the workloads stay equal
+            return
+        text = self.rng.choice(PROMPTS)
+        params = SamplingParams(max_tokens=self.output_length(), temperature=0.0, ignore_eos=True)
+        for name, engine in engines.items():
+            try:
+                engine.add_request(encode_prompt(engine, text), params)
+            except ValueError as err:  # e.g. a KV pool too small for it: the engine says so
+                log.warning("workload request refused by %s: %s", name, err)
+        self.sent += 1
