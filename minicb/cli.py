@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-SUBCOMMANDS = ["generate", "replay"]
+SUBCOMMANDS = ["generate", "replay", "serve"]
 
 
 def build_parser() -> argparse.ArgumentParser:

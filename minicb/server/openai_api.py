@@ -1,0 +1,324 @@
+"""The OpenAI-compatible API: /v1/completions, /v1/chat/completions, /v1/models, plus
+/health and /metrics, added to an app that may also host the visualizer.
+
+    install_openai_routes(app, engine_loop, "api", "SmolLM2-135M-Instruct", api_key="...")
+
+A request goes: body read under a size bound -> strict schema -> checks that name the
+field -> (chat) template applied in the engine thread -> the waiting-queue gate ->
+``EngineLoop.submit`` -> its token stream, returned whole or as server-sent events.
+Handlers only await; model work and tokenizer calls run in the engine thread, so a slow
+step never stalls other clients' chunks. The engine is looked up by name on every
+request because the demo may rebuild it with new settings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hmac
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from minicb.outputs import RequestOutput
+from minicb.prometheus import PrometheusMetrics
+from minicb.request import RequestMetrics
+from minicb.sampling_params import SamplingParams
+from minicb.server.admission import WaitingGate
+from minicb.server.engine_loop import EngineLoop, RequestStream
+from minicb.server.openai_body import read_request
+from minicb.server.openai_errors import APIError, api_error_handler, error_body
+from minicb.server.openai_params import (
+    chat_messages,
+    check_unsupported,
+    completion_prompt,
+    requested_max_tokens,
+    sampling_params,
+)
+from minicb.server.openai_responses import Reply
+from minicb.server.openai_schemas import ChatCompletionRequest, CompletionRequest
+from minicb.server.openai_stream import sse_stream
+
+log = logging.getLogger(__name__)
+
+DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def _guarded(handler: Callable[..., Awaitable[Response]]) -> Callable[..., Awaitable[Response]]:
+    """A bug behind a route still answers in the OpenAI shape (500, server_error), logged."""
+
+    @functools.wraps(handler)
+    async def run(*args: Any, **kwargs: Any) -> Response:
+        try:
+            return await handler(*args, **kwargs)
+        except APIError:
+            raise
+        except Exception as err:
+            log.exception("unexpected error in %s", handler.__name__)
+            body = error_body(f"internal error: {type(err).__name__}", "server_error")
+            return JSONResponse(body, status_code=500)
+
+    return run
+
+
+def chat_prompt_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    """The chat template applied, as LLM.apply_chat_template does; runs in the engine thread."""
+    from jinja2 import TemplateError
+
+    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+        raise APIError("this model has no chat template; use /v1/completions", param="messages")
+    try:
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    except TemplateError as err:  # e.g. a template that insists roles alternate
+        raise APIError(
+            f"the chat template refused these messages: {err}", param="messages"
+        ) from err
+    if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+        ids = ids["input_ids"]
+    return list(ids)
+
+
+def _aborted(request_id: int) -> RequestOutput:
+    return RequestOutput(
+        request_id, None, [], "", [], "abort", RequestMetrics(arrival_time=time.time())
+    )
+
+
+class OpenAIRoutes:
+    """The handlers and the little state they share (gate, key, background aborts)."""
+
+    def __init__(
+        self,
+        loop: EngineLoop,
+        engine_name: str,
+        model_name: str,
+        gate: WaitingGate,
+        max_body_bytes: int,
+        api_key: str | None,
+        prometheus: PrometheusMetrics,
+    ) -> None:
+        self.loop, self.engine_name, self.model_name = loop, engine_name, model_name
+        self.gate, self.max_body_bytes, self.api_key = gate, max_body_bytes, api_key
+        self.prometheus = prometheus
+        self._tasks: set[asyncio.Task] = set()  # aborts in flight, kept from the GC
+
+    @property
+    def engine(self) -> Any:
+        return self.loop.engines[self.engine_name]
+
+    # ---- checks --------------------------------------------------------------------------
+    async def check_key(self, request: Request) -> None:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        given = token.strip().encode("utf-8", "replace")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given, self.api_key.encode()):
+            raise APIError(
+                "missing or incorrect API key; send the header Authorization: Bearer <key>",
+                status=401,
+                code="invalid_api_key",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+
+    def check_model(self, model: str) -> None:
+        if model != self.model_name:
+            raise APIError(
+                f"model {model!r} is not served here; this server serves {self.model_name!r} "
+                "(see /v1/models)",
+                param="model",
+                code="model_not_found",
+            )
+
+    def check_max_tokens(self, max_tokens: int) -> None:
+        limit = self.engine.max_model_len
+        if max_tokens > limit:
+            raise APIError(
+                f"max_tokens is {max_tokens} but the model's context holds {limit} tokens",
+                param="max_tokens",
+                code="invalid_value",
+            )
+
+    # ---- the two generation routes -------------------------------------------------------
+    async def completions(self, request: Request) -> Response:
+        req = await read_request(request, CompletionRequest, self.max_body_bytes)
+        self.check_model(req.model)
+        check_unsupported(req)
+        prompt = completion_prompt(req.prompt)
+        max_tokens = requested_max_tokens(req) or DEFAULT_COMPLETION_MAX_TOKENS
+        self.check_max_tokens(max_tokens)
+        params = sampling_params(req, max_tokens)
+        return await self._generate(request, req, prompt, params, Reply(False, self.model_name))
+
+    async def chat_completions(self, request: Request) -> Response:
+        req = await read_request(request, ChatCompletionRequest, self.max_body_bytes)
+        self.check_model(req.model)
+        check_unsupported(req)
+        messages = chat_messages(req.messages)
+        max_tokens = requested_max_tokens(req)
+        if max_tokens is not None:
+            self.check_max_tokens(max_tokens)
+        sampling_params(req, max_tokens or 1)  # refuse bad settings before any tokenizing
+        ids = await self.loop.acall(
+            lambda: chat_prompt_ids(self.loop.engines[self.engine_name].tokenizer, messages)
+        )
+        if max_tokens is None:  # OpenAI's chat default: as much as the context allows
+            engine = self.engine
+            pool = engine.scheduler.blocks.num_blocks * engine.config.block_size
+            max_tokens = max(1, min(engine.max_model_len, pool) - len(ids))
+        params = sampling_params(req, max_tokens)
+        return await self._generate(request, req, ids, params, Reply(True, self.model_name))
+
+    async def _generate(
+        self,
+        request: Request,
+        req: CompletionRequest | ChatCompletionRequest,
+        prompt: str | list[int],
+        params: SamplingParams,
+        reply: Reply,
+    ) -> Response:
+        reply.return_token_ids = req.return_token_ids
+        reply.include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        with self.gate.admit():
+            try:
+                stream = await self.loop.submit(self.engine_name, prompt, params, req.priority)
+            except ValueError as err:  # the engine's refusal already names the limit
+                raise APIError(str(err), param=_param_of(str(err), reply.chat)) from err
+        headers = {"X-Request-Id": reply.id, "X-Minicb-Request-Id": str(stream.request_id)}
+        if req.stream:
+            rid = stream.request_id
+            body = sse_stream(stream, reply, params.stop, lambda: self.abort_soon(rid))
+            return StreamingResponse(
+                body, media_type="text/event-stream", headers={**SSE_HEADERS, **headers}
+            )
+        out = await self._final(request, stream)
+        if out.finish_reason == "error":
+            raise APIError(out.text, 500, type="server_error", code="engine_error")
+        return JSONResponse(reply.full(out), headers=headers)
+
+    async def _final(self, request: Request, stream: RequestStream) -> RequestOutput:
+        """The final output; a client that hangs up meanwhile gets its request aborted."""
+
+        async def watch() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            await self.loop.abort(self.engine_name, stream.request_id)
+            stream.queue.put_nowait(_aborted(stream.request_id))  # wake the waiter below
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            async for item in stream:
+                if isinstance(item, RequestOutput):
+                    return item
+            raise AssertionError("a request stream ended without its output")
+        finally:
+            watcher.cancel()
+
+    def abort_soon(self, request_id: int) -> None:
+        """Abort from a plain function (a closing generator cannot await)."""
+        try:
+            task = asyncio.get_running_loop().create_task(
+                self.loop.abort(self.engine_name, request_id)
+            )
+        except RuntimeError:  # no running event loop (shutting down): go straight to the thread
+            self.loop.call(lambda: self.engine.abort_request(request_id))
+            return
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ---- the small routes ----------------------------------------------------------------
+    def model_card(self) -> dict[str, Any]:
+        return {
+            "id": self.model_name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "minicb",
+            "max_model_len": self.engine.max_model_len,
+        }
+
+    async def models(self) -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [self.model_card()]})
+
+    async def model(self, model: str) -> JSONResponse:
+        self.check_model(model)
+        return JSONResponse(self.model_card())
+
+    async def health(self) -> JSONResponse:
+        if not self.loop.alive:
+            return JSONResponse({"status": "engine thread stopped"}, status_code=503)
+        return JSONResponse({"status": "ok", "model": self.model_name})
+
+    async def metrics(self) -> Response:
+        # KV usage is otherwise set by steps only, so an idle engine would keep showing its
+        # last busy figure after aborts; read the pool now, in the engine thread.
+        def kv() -> tuple[int, int]:
+            blocks = self.engine.scheduler.blocks
+            return blocks.num_used_blocks, blocks.num_blocks
+
+        try:
+            used, total = await asyncio.wait_for(self.loop.acall(kv), timeout=2.0)
+            self.prometheus.kv_usage.set(used / total if total else 0.0)
+        except TimeoutError:
+            pass  # a stuck engine thread must not stall the scrape; serve what is known
+        return Response(self.prometheus.exposition(), media_type=self.prometheus.content_type)
+
+    async def unknown(self, request: Request, path: str) -> JSONResponse:
+        raise APIError(
+            f"no route {request.method} /v1/{path}; see /v1/models, /v1/completions, "
+            "/v1/chat/completions",
+            status=404,
+            code="unknown_url",
+        )
+
+
+def _param_of(message: str, chat: bool) -> str:
+    """Which request field an engine refusal is about."""
+    if "max_tokens" in message and "prompt of" not in message:
+        return "max_tokens"
+    return "messages" if chat else "prompt"
+
+
+def install_openai_routes(
+    app: FastAPI,
+    engine_loop: EngineLoop,
+    engine_name: str,
+    model_name: str,
+    *,
+    max_waiting: int = 256,
+    max_body_bytes: int = 1 << 20,
+    api_key: str | None = None,
+    prometheus: PrometheusMetrics | None = None,
+) -> None:
+    """Add the OpenAI routes, /health and /metrics for one engine of ``engine_loop``.
+
+    ``api_key`` protects /v1/* only (the visualizer and probes stay open). Without
+    ``prometheus``, one is made and subscribed to the engine's EventBus.
+    """
+    engine = engine_loop.engines[engine_name]
+    if prometheus is None:
+        from minicb.event_bus import attach
+
+        prometheus = PrometheusMetrics(model_name)
+        attach(engine).subscribe(prometheus)
+    gate = WaitingGate(engine, max_waiting)
+    hub = getattr(app.state, "hub", None)
+    if hub is not None:  # the demo may replace the engine; keep counting its queue
+        hub.rebuild_hooks.append(lambda engines: gate.attach(engines[engine_name]))
+    routes = OpenAIRoutes(
+        engine_loop, engine_name, model_name, gate, max_body_bytes, api_key, prometheus
+    )
+    app.state.openai = routes
+    app.add_exception_handler(APIError, api_error_handler)
+    guarded = [Depends(routes.check_key)] if api_key else []
+    v1 = APIRouter(prefix="/v1", dependencies=guarded)
+    v1.add_api_route("/completions", _guarded(routes.completions), methods=["POST"])
+    v1.add_api_route("/chat/completions", _guarded(routes.chat_completions), methods=["POST"])
+    v1.add_api_route("/models", routes.models, methods=["GET"])
+    v1.add_api_route("/models/{model:path}", routes.model, methods=["GET"])
+    any_method = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+    v1.add_api_route("/{path:path}", routes.unknown, methods=any_method, include_in_schema=False)
+    app.include_router(v1)
+    app.add_api_route("/health", routes.health, methods=["GET"])
+    app.add_api_route("/metrics", routes.metrics, methods=["GET"])

@@ -1,0 +1,83 @@
+"""Completions with token-id prompts on the tiny model (no tokenizer), through the official
+openai client: the tokens equal the offline engine's, streaming and not, and the small
+routes (/v1/models, /health, /metrics) answer."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from minicb import LLM, SamplingParams
+from tests.api.live import metric
+
+PROMPTS = [[5, 6, 7, 8], [9, 10], [11] * 12]
+
+
+@pytest.fixture(scope="module")
+def expected(tiny_llama_dir):
+    llm = LLM(tiny_llama_dir, num_kv_blocks=64)
+    params = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
+    return [out.token_ids for out in llm.generate(PROMPTS, params)]
+
+
+@pytest.fixture(scope="module")
+def client(tiny_api):
+    return openai.OpenAI(base_url=tiny_api.url + "/v1", api_key="unused", max_retries=0)
+
+
+def _ids(choice) -> list[int]:
+    return choice.model_extra["token_ids"]
+
+
+def test_non_streaming_tokens_equal_the_offline_engine(client, expected):
+    for prompt, want in zip(PROMPTS, expected, strict=True):
+        out = client.completions.create(
+            model="tiny",
+            prompt=prompt,
+            max_tokens=6,
+            temperature=0,
+            extra_body={"ignore_eos": True, "return_token_ids": True},
+        )
+        choice = out.choices[0]
+        assert _ids(choice) == want
+        assert choice.finish_reason == "length"
+        assert out.object == "text_completion" and out.model == "tiny"
+        assert (out.usage.prompt_tokens, out.usage.completion_tokens) == (len(prompt), 6)
+        assert out.usage.total_tokens == len(prompt) + 6
+
+
+def test_streaming_tokens_equal_the_offline_engine_and_usage_comes_last(client, expected):
+    stream = client.completions.create(
+        model="tiny",
+        prompt=PROMPTS[0],
+        max_tokens=6,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True, "return_token_ids": True},
+    )
+    chunks = list(stream)
+    ids = [t for c in chunks if c.choices for t in _ids(c.choices[0])]
+    assert ids == expected[0]
+    assert [c.choices[0].finish_reason for c in chunks[:-1]][-1] == "length"
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 6
+    assert len({c.id for c in chunks}) == 1
+
+
+def test_batch_form_with_one_prompt_and_stop_at_eos(client):
+    out = client.completions.create(model="tiny", prompt=[PROMPTS[1]], max_tokens=3)
+    assert out.choices[0].finish_reason in ("stop", "length")
+    assert out.usage.completion_tokens <= 3
+
+
+def test_models_health_and_metrics(tiny_api, client):
+    models = client.models.list()
+    assert [m.id for m in models.data] == ["tiny"]
+    assert client.models.retrieve("tiny").id == "tiny"
+    assert httpx.get(tiny_api.url + "/health").json()["status"] == "ok"
+    page = httpx.get(tiny_api.url + "/metrics")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/plain")
+    assert metric(page.text, "minicb:generation_tokens_total") > 0
+    assert metric(page.text, "minicb:kv_cache_usage_perc") == 0.0
+    assert metric(page.text, "minicb:num_requests_running") == 0
