@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-SUBCOMMANDS = ["generate", "replay", "serve"]
+SUBCOMMANDS = ["generate", "replay", "serve", "demo"]
 
 
 def build_parser() -> argparse.ArgumentParser:
