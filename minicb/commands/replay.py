@@ -1,4 +1,5 @@
-"""``minicb replay FILE``: the metrics of a recorded trace, and its Perfetto export."""
+"""``minicb replay FILE``: the metrics of a recorded trace, its Perfetto export, and
+``--serve``: the visualizer, fed from the trace, with a scrub slider and no model loaded."""
 
 from __future__ import annotations
 
@@ -17,10 +18,49 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--ttft-slo", type=float, default=None, metavar="S", help="TTFT target (s)")
     p.add_argument("--tpot-slo", type=float, default=None, metavar="S", help="TPOT target (s)")
+    p.add_argument(
+        "--serve",
+        action="store_true",
+        help="open the trace in the visualizer (a demo trace's FILE.static.jsonl comes too)",
+    )
+    from minicb.server.serving import add_server_options
+
+    add_server_options(p)
     p.set_defaults(func=run)
 
 
+def replay_traces(path: str) -> dict:
+    """Panel name -> Trace: the file itself, and its static sibling from ``minicb demo``."""
+    from pathlib import Path
+
+    from minicb.trace import read_trace
+
+    main = Path(path)
+    sibling = main.with_name(main.stem + ".static" + main.suffix)
+    traces = {}
+    for p in [main] + ([sibling] if sibling.exists() and sibling != main else []):
+        trace = read_trace(p)
+        name = trace.header.get("panel") or (trace.header.get("config") or {}).get("batching")
+        traces[name if name and name not in traces else p.stem] = trace
+    return traces
+
+
+def serve(args: argparse.Namespace) -> int:
+    from minicb.server.app import create_app
+    from minicb.server.serving import run_server
+
+    try:
+        traces = replay_traces(args.trace)
+    except OSError as err:
+        raise ValueError(f"cannot read {args.trace}: {err.strerror}") from err
+    app = create_app(None, {}, mode="replay", replay=traces)
+    run_server(app, args, "minicb replay")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.serve:
+        return serve(args)
     from minicb.metrics import compute_metrics
     from minicb.metrics_report import format_summary
     from minicb.trace import read_trace
