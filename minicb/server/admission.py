@@ -9,9 +9,12 @@ growing latency.
 
 The count is read where it lives: the gate is an engine observer, refreshed in the engine
 thread on every arrival, abort and step (the queue also holds requests that did not come
-through the API, e.g. a demo workload). Handlers on the event loop read it, plus the
-submissions they have sent to the engine thread but not yet seen arrive, so a burst of
-concurrent requests cannot all slip past the bound between two refreshes.
+through the API, e.g. a demo workload). Handlers on the event loop add the submissions
+they have sent to the engine thread but that have not arrived yet, so a burst of
+concurrent requests cannot all slip past the bound between two refreshes. A submission
+is known by its SamplingParams object, which the engine keeps as the request's own: the
+engine thread strikes it off at arrival, in the same moment the queue count grows, so a
+request is never counted twice (which would refuse requests below the bound).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from minicb.sampling_params import SamplingParams
 from minicb.server.openai_errors import APIError
 
 RETRY_AFTER_S = 1
@@ -31,7 +35,8 @@ class WaitingGate:
             raise ValueError(f"max_waiting must be at least 1, got {max_waiting}")
         self.max_waiting = max_waiting
         self.waiting = 0  # written in the engine thread, read on the event loop (one int)
-        self.in_transit = 0  # submissions on their way to the engine (event loop only)
+        # ids of the SamplingParams of submissions on their way to the engine thread
+        self.in_transit: set[int] = set()
         self.refused = 0
         self.attach(engine)
 
@@ -45,13 +50,18 @@ class WaitingGate:
     def _refresh(self, *_: Any) -> None:
         self.waiting = len(self._scheduler.waiting)
 
-    request_arrived = request_aborted = step_done = _refresh
+    request_aborted = step_done = _refresh
+
+    def request_arrived(self, req: Any) -> None:
+        self._refresh()  # count it as waiting first, then as no longer in transit
+        self.in_transit.discard(id(req.params))
 
     # ---- the door (event loop) -----------------------------------------------------------
     @contextmanager
-    def admit(self) -> Iterator[None]:
-        """Hold a place while a submission travels to the engine; 429 if the queue is full."""
-        if self.waiting + self.in_transit >= self.max_waiting:
+    def admit(self, params: SamplingParams) -> Iterator[None]:
+        """Hold a place while a submission (known by its ``params``) travels to the engine;
+        429 if the queue is full. Keep ``params`` alive meanwhile: its id is the ticket."""
+        if self.waiting + len(self.in_transit) >= self.max_waiting:
             self.refused += 1
             raise APIError(
                 f"the server's queue is full ({self.max_waiting} requests waiting); "
@@ -61,8 +71,9 @@ class WaitingGate:
                 code="queue_full",
                 headers={"Retry-After": str(RETRY_AFTER_S)},
             )
-        self.in_transit += 1
+        ticket = id(params)
+        self.in_transit.add(ticket)
         try:
             yield
         finally:
-            self.in_transit -= 1
+            self.in_transit.discard(ticket)  # refused by the engine, or already struck off

@@ -181,7 +181,7 @@ class OpenAIRoutes:
     ) -> Response:
         reply.return_token_ids = req.return_token_ids
         reply.include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        with self.gate.admit():
+        with self.gate.admit(params):
             try:
                 stream = await self.loop.submit(self.engine_name, prompt, params, req.priority)
             except ValueError as err:  # the engine's refusal already names the limit

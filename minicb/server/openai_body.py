@@ -78,7 +78,9 @@ def decode_json(raw: bytes) -> dict[str, Any]:
             f"request body is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}",
             code="invalid_json",
         ) from err
-    except (RecursionError, ValueError) as err:  # absurd nesting, or an integer too long
+    except RecursionError as err:
+        raise APIError("request body JSON is nested too deeply", code="invalid_json") from err
+    except ValueError as err:  # e.g. an integer of thousands of digits
         raise APIError(f"request body is not usable JSON: {err}", code="invalid_json") from err
     if not isinstance(body, dict):
         raise APIError(

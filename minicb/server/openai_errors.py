@@ -26,7 +26,7 @@ class APIError(Exception):
         status: int = 400,
         *,
         param: str | None = None,
-        code: str | None = None,
+        code: str | None = "invalid_value",
         type: str = "invalid_request_error",
         headers: dict[str, str] | None = None,
     ) -> None:
