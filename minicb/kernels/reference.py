@@ -20,10 +20,11 @@ def store_kv(
     slot_mapping: torch.Tensor,  # (T,) int64; -1 marks tokens that are not stored
 ) -> None:
     keep = slot_mapping >= 0
-    slots = slot_mapping[keep]
+    if not bool(keep.all()):  # static padding rows recompute a token and store nothing
+        slot_mapping, key, value = slot_mapping[keep], key[keep], value[keep]
     # View the cache as one long row of slots so a flat index addresses any token.
-    k_cache.view(-1, *k_cache.shape[2:])[slots] = key[keep].to(k_cache.dtype)
-    v_cache.view(-1, *v_cache.shape[2:])[slots] = value[keep].to(v_cache.dtype)
+    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, key.to(k_cache.dtype))
+    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, value.to(v_cache.dtype))
 
 
 def gather_kv(cache: torch.Tensor, blocks: torch.Tensor, length: int) -> torch.Tensor:
@@ -66,20 +67,21 @@ def _one_token_attention(
     max_len: int,
     scale: float,
 ) -> torch.Tensor:
-    num_heads, head_dim = query.shape[1:]
-    num_kv_heads = k_cache.shape[2]
-    group = num_heads // num_kv_heads
     batch = query.shape[0]
-    k = k_cache[block_tables.long()].flatten(1, 2)[:, :max_len]  # (B, L, Hkv, D)
-    v = v_cache[block_tables.long()].flatten(1, 2)[:, :max_len]
-    q = query.view(batch, num_kv_heads, group, head_dim).float()
-    scores = torch.einsum("bkgd,blkd->bkgl", q, k.float()) * scale  # (B, Hkv, G, L)
+    # Gather each request's blocks into one padded context: (B, Hkv, L, D).
+    k = k_cache[block_tables.long()].flatten(1, 2)[:, :max_len].transpose(1, 2)
+    v = v_cache[block_tables.long()].flatten(1, 2)[:, :max_len].transpose(1, 2)
     positions = torch.arange(max_len, device=query.device)
-    past_end = positions[None, :] >= context_lens.long()[:, None]  # (B, L)
-    scores.masked_fill_(past_end[:, None, None, :], float("-inf"))
-    probs = scores.softmax(dim=-1)
-    out = torch.einsum("bkgl,blkd->bkgd", probs, v.float())
-    return out.reshape(batch, num_heads, head_dim).to(query.dtype)
+    visible = positions[None, :] < context_lens.long()[:, None]  # (B, L)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query.unsqueeze(2),  # (B, H, 1, D)
+        k,
+        v,
+        attn_mask=visible[:, None, None, :],
+        scale=scale,
+        enable_gqa=True,  # each group of query heads reads its shared KV head
+    )
+    return out.reshape(batch, *query.shape[1:])
 
 
 def paged_prefill_attention(
@@ -93,8 +95,6 @@ def paged_prefill_attention(
 
     Single-token rows (decodes sharing the iteration) are done together, as in decode.
     """
-    num_heads = query.shape[1]
-    num_kv_heads = k_cache.shape[2]
     out = torch.empty_like(query)
     one_token_rows = [i for i, q_len in enumerate(meta.query_lens_host) if q_len == 1]
     if one_token_rows:
@@ -120,16 +120,14 @@ def paged_prefill_attention(
         blocks = meta.block_tables[i].long()
         k = gather_kv(k_cache, blocks, ctx_len).transpose(0, 1)  # (Hkv, L, D)
         v = gather_kv(v_cache, blocks, ctx_len).transpose(0, 1)
-        k = k.repeat_interleave(num_heads // num_kv_heads, dim=0)  # (H, L, D)
-        v = v.repeat_interleave(num_heads // num_kv_heads, dim=0)
         q = query[start : start + q_len].transpose(0, 1)  # (H, q_len, D)
         # Query j sits at position ctx_len - q_len + j and may see keys up to there.
         q_pos = torch.arange(ctx_len - q_len, ctx_len, device=query.device)
         k_pos = torch.arange(ctx_len, device=query.device)
         allowed = k_pos[None, :] <= q_pos[:, None]  # (q_len, L)
         o = torch.nn.functional.scaled_dot_product_attention(
-            q.float(), k.float(), v.float(), attn_mask=allowed, scale=scale
+            q, k, v, attn_mask=allowed, scale=scale, enable_gqa=True
         )
-        out[start : start + q_len] = o.transpose(0, 1).to(query.dtype)
+        out[start : start + q_len] = o.transpose(0, 1)
         start += q_len
     return out
