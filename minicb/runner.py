@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from minicb.config import EngineConfig
+from minicb.cuda_graphs import maybe_capture
 from minicb.kernels import AttentionMetadata, get_backend
 from minicb.models.llama import LlamaModel, ModelConfig, RotaryEmbedding
 from minicb.models.loader import ModelFiles, iter_safetensors
@@ -91,6 +92,7 @@ class ModelRunner:
         self.kv_caches = [(self.kv_cache[i, 0], self.kv_cache[i, 1]) for i in range(cfg.num_layers)]
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(config.seed)
+        self.decode_graphs = maybe_capture(self)  # None on CPU or when turned off
 
     def _load_model(self, files: ModelFiles) -> LlamaModel:
         cfg = self.model_config
@@ -148,7 +150,11 @@ class ModelRunner:
             return {}, timings
         t0 = time.perf_counter()
         input_ids, positions, meta, sample_rows = self._prepare(plan)
-        hidden = self.model(input_ids, positions, meta, self.kv_caches, self.backend)
+        graphs = self.decode_graphs
+        if graphs is not None and meta.is_decode_only and graphs.can_run(meta.num_requests):
+            hidden = graphs.run(input_ids, positions, meta)
+        else:
+            hidden = self.model(input_ids, positions, meta, self.kv_caches, self.backend)
         logits = self.model.logits(hidden[sample_rows]) if sample_rows else None
         if self.device.type == "cuda":
             torch.cuda.synchronize()
