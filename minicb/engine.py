@@ -60,6 +60,9 @@ class LLMEngine:
         """``observer`` may define request_arrived, request_rejected, request_aborted, step_done."""
         self.observers.append(observer)
 
+    def remove_observer(self, observer: Any) -> None:
+        self.observers = [o for o in self.observers if o is not observer]
+
     def _notify(self, event: str, *args: Any) -> None:
         for obs in self.observers:
             handler = getattr(obs, event, None)
