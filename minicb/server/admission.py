@@ -1,4 +1,5 @@
-"""Admission control at the door: a bound on the engine's waiting queue, answered with 429.
+"""Admission control at the door: a bound on the engine's waiting queue, answered with 429,
+and the optional API key, answered with 401.
 
 The scheduler already refuses a request that could never fit (longer than the context,
 larger than the whole KV pool). What it cannot refuse is *too many* requests that each
@@ -19,9 +20,12 @@ request is never counted twice (which would refuse requests below the bound).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import hmac
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
+
+from fastapi import Request
 
 from minicb.sampling_params import SamplingParams
 from minicb.server.openai_errors import APIError
@@ -77,3 +81,22 @@ class WaitingGate:
             yield
         finally:
             self.in_transit.discard(ticket)  # refused by the engine, or already struck off
+
+
+def bearer_check(api_key: str) -> Callable[[Request], Awaitable[None]]:
+    """A route dependency: 401 unless the request sends ``Authorization: Bearer <api_key>``."""
+    expected = api_key.encode("utf-8")
+
+    async def check(request: Request) -> None:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        given = token.strip().encode("utf-8", "replace")
+        # compare_digest: the time taken does not tell how much of a guess was right
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given, expected):
+            raise APIError(
+                "missing or incorrect API key; send the header Authorization: Bearer <key>",
+                status=401,
+                code="invalid_api_key",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+
+    return check

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hmac
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -28,10 +27,11 @@ from minicb.outputs import RequestOutput
 from minicb.prometheus import PrometheusMetrics
 from minicb.request import RequestMetrics
 from minicb.sampling_params import SamplingParams
-from minicb.server.admission import WaitingGate
+from minicb.server.admission import WaitingGate, bearer_check
 from minicb.server.engine_loop import EngineLoop, RequestStream
 from minicb.server.openai_body import read_request
 from minicb.server.openai_errors import APIError, api_error_handler, error_body
+from minicb.server.openai_info import InfoRoutes
 from minicb.server.openai_params import (
     chat_messages,
     check_unsupported,
@@ -90,7 +90,7 @@ def _aborted(request_id: int) -> RequestOutput:
 
 
 class OpenAIRoutes:
-    """The handlers and the little state they share (gate, key, background aborts)."""
+    """The two generation routes and what they share (the gate, background aborts)."""
 
     def __init__(
         self,
@@ -99,12 +99,9 @@ class OpenAIRoutes:
         model_name: str,
         gate: WaitingGate,
         max_body_bytes: int,
-        api_key: str | None,
-        prometheus: PrometheusMetrics,
     ) -> None:
         self.loop, self.engine_name, self.model_name = loop, engine_name, model_name
-        self.gate, self.max_body_bytes, self.api_key = gate, max_body_bytes, api_key
-        self.prometheus = prometheus
+        self.gate, self.max_body_bytes = gate, max_body_bytes
         self._tasks: set[asyncio.Task] = set()  # aborts in flight, kept from the GC
 
     @property
@@ -112,17 +109,6 @@ class OpenAIRoutes:
         return self.loop.engines[self.engine_name]
 
     # ---- checks --------------------------------------------------------------------------
-    async def check_key(self, request: Request) -> None:
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        given = token.strip().encode("utf-8", "replace")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given, self.api_key.encode()):
-            raise APIError(
-                "missing or incorrect API key; send the header Authorization: Bearer <key>",
-                status=401,
-                code="invalid_api_key",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-
     def check_model(self, model: str) -> None:
         if model != self.model_name:
             raise APIError(
@@ -228,50 +214,6 @@ class OpenAIRoutes:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    # ---- the small routes ----------------------------------------------------------------
-    def model_card(self) -> dict[str, Any]:
-        return {
-            "id": self.model_name,
-            "object": "model",
-            "created": 0,
-            "owned_by": "minicb",
-            "max_model_len": self.engine.max_model_len,
-        }
-
-    async def models(self) -> JSONResponse:
-        return JSONResponse({"object": "list", "data": [self.model_card()]})
-
-    async def model(self, model: str) -> JSONResponse:
-        self.check_model(model)
-        return JSONResponse(self.model_card())
-
-    async def health(self) -> JSONResponse:
-        if not self.loop.alive:
-            return JSONResponse({"status": "engine thread stopped"}, status_code=503)
-        return JSONResponse({"status": "ok", "model": self.model_name})
-
-    async def metrics(self) -> Response:
-        # KV usage is otherwise set by steps only, so an idle engine would keep showing its
-        # last busy figure after aborts; read the pool now, in the engine thread.
-        def kv() -> tuple[int, int]:
-            blocks = self.engine.scheduler.blocks
-            return blocks.num_used_blocks, blocks.num_blocks
-
-        try:
-            used, total = await asyncio.wait_for(self.loop.acall(kv), timeout=2.0)
-            self.prometheus.kv_usage.set(used / total if total else 0.0)
-        except TimeoutError:
-            pass  # a stuck engine thread must not stall the scrape; serve what is known
-        return Response(self.prometheus.exposition(), media_type=self.prometheus.content_type)
-
-    async def unknown(self, request: Request, path: str) -> JSONResponse:
-        raise APIError(
-            f"no route {request.method} /v1/{path}; see /v1/models, /v1/completions, "
-            "/v1/chat/completions",
-            status=404,
-            code="unknown_url",
-        )
-
 
 def _param_of(message: str, chat: bool) -> str:
     """Which request field an engine refusal is about."""
@@ -306,19 +248,18 @@ def install_openai_routes(
     hub = getattr(app.state, "hub", None)
     if hub is not None:  # the demo may replace the engine; keep counting its queue
         hub.rebuild_hooks.append(lambda engines: gate.attach(engines[engine_name]))
-    routes = OpenAIRoutes(
-        engine_loop, engine_name, model_name, gate, max_body_bytes, api_key, prometheus
-    )
+    routes = OpenAIRoutes(engine_loop, engine_name, model_name, gate, max_body_bytes)
+    info = InfoRoutes(engine_loop, engine_name, model_name, prometheus, routes.check_model)
     app.state.openai = routes
     app.add_exception_handler(APIError, api_error_handler)
-    guarded = [Depends(routes.check_key)] if api_key else []
+    guarded = [Depends(bearer_check(api_key))] if api_key else []
     v1 = APIRouter(prefix="/v1", dependencies=guarded)
     v1.add_api_route("/completions", _guarded(routes.completions), methods=["POST"])
     v1.add_api_route("/chat/completions", _guarded(routes.chat_completions), methods=["POST"])
-    v1.add_api_route("/models", routes.models, methods=["GET"])
-    v1.add_api_route("/models/{model:path}", routes.model, methods=["GET"])
+    v1.add_api_route("/models", info.models, methods=["GET"])
+    v1.add_api_route("/models/{model:path}", info.model, methods=["GET"])
     any_method = ["GET", "POST", "PUT", "PATCH", "DELETE"]
-    v1.add_api_route("/{path:path}", routes.unknown, methods=any_method, include_in_schema=False)
+    v1.add_api_route("/{path:path}", info.unknown, methods=any_method, include_in_schema=False)
     app.include_router(v1)
-    app.add_api_route("/health", routes.health, methods=["GET"])
-    app.add_api_route("/metrics", routes.metrics, methods=["GET"])
+    app.add_api_route("/health", info.health, methods=["GET"])
+    app.add_api_route("/metrics", info.metrics, methods=["GET"])
