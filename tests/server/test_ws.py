@@ -1,0 +1,281 @@
+"""The /ws protocol, through FastAPI's TestClient: events arrive in order, controls act
+(one step is exactly one iteration, pause holds), a disconnected or slow browser never
+disturbs the engine, and malformed controls get an error and change nothing."""
+
+import json
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from minicb import EngineConfig, LLMEngine, SamplingParams
+from minicb.event_bus import attach
+from minicb.server.app import create_app, hub_of
+from minicb.server.engine_loop import EngineLoop
+from minicb.server.workload import WorkloadFeeder, WorkloadSpec
+from minicb.trace import Trace
+
+PARAMS = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
+
+
+@pytest.fixture
+def demo(tiny_llama_dir):
+    """A demo's pieces on the tiny model: two engines, their buses, an idle feeder, the app."""
+    cfg = dict(num_kv_blocks=32, max_num_seqs=4)
+    continuous = LLMEngine(tiny_llama_dir, EngineConfig(**cfg))
+    static = LLMEngine(config=EngineConfig(batching="static", **cfg), share_weights_with=continuous)
+    loop = EngineLoop({"static": static, "continuous": continuous})
+    buses = {n: attach(e) for n, e in loop.engines.items()}
+    feeder = WorkloadFeeder(WorkloadSpec(preset="off"))
+    loop.round_hooks.append(feeder)
+    loop.start()
+    app = create_app(loop, buses, mode="demo", model_name="tiny", feeder=feeder)
+    with TestClient(app) as client:
+        yield client, loop, app
+    loop.stop()
+
+
+def control(ws, **msg):
+    """Send a control; return (events received meanwhile, the reply)."""
+    ws.send_text(json.dumps(msg))
+    events = []
+    while True:
+        reply = ws.receive_json()
+        if reply["type"] != "events":
+            return events, reply
+        events += [(reply["engine"], e) for e in reply["events"]]
+
+
+def events_until(ws, done, limit=5000):
+    """Receive events until ``done(engine, event)`` is true; all of them, in order."""
+    seen = []
+    while len(seen) < limit:
+        msg = ws.receive_json()
+        assert msg["type"] == "events", msg
+        for e in msg["events"]:
+            seen.append((msg["engine"], e))
+            if done(msg["engine"], e):
+                return seen
+    raise AssertionError("the expected event never came")
+
+
+def add(loop, engine, prompt=(5, 6, 7), params=PARAMS):
+    return loop.call(lambda: loop.engines[engine].add_request(list(prompt), params)).result(5)
+
+
+def test_hello_then_events_in_order_for_each_engine(demo):
+    client, loop, _ = demo
+    with client.websocket_connect("/ws") as ws:
+        hello = ws.receive_json()
+        assert hello["type"] == "hello" and hello["mode"] == "demo"
+        assert [e["name"] for e in hello["engines"]] == ["static", "continuous"]
+        for engine in ("static", "continuous"):
+            for i in range(3):
+                add(loop, engine, (5, 6, 7 + i))
+        finished = {"static": 0, "continuous": 0}
+
+        def all_done(engine, e):
+            finished[engine] += e["type"] == "finished"
+            return all(n == 3 for n in finished.values())
+
+        seen = events_until(ws, all_done)
+    for engine in ("static", "continuous"):
+        mine = [e for n, e in seen if n == engine]
+        steps = [e["index"] for e in mine if e["type"] == "step"]
+        assert steps == list(range(1, len(steps) + 1))  # every iteration, in order
+        for rid in range(3):
+            kinds = [e["type"] for e in mine if e.get("request_id") == rid]
+            assert kinds[0] == "arrived" and kinds[-1] == "finished"
+            assert kinds.index("admitted") < kinds.index("first_token") < kinds.index("token")
+            tokens = [e["index"] for e in mine if e["type"] == "token" and e["request_id"] == rid]
+            assert tokens == [0, 1, 2, 3]
+        maps = [e for e in mine if e["type"] == "kv_map"]
+        blocks = [b for m in maps for table in m["device"].values() for b in table]
+        assert maps and blocks and all(isinstance(b, int) for b in blocks)
+
+
+def test_step_runs_exactly_one_iteration_and_explains_it(demo):
+    client, loop, _ = demo
+    with client.websocket_connect("/ws") as ws:
+        ws.receive_json()
+        _, reply = control(ws, type="pause")
+        assert reply == {"type": "ack", "control": "pause", "paused": True}
+        for engine in ("static", "continuous"):
+            add(loop, engine)
+        before = loop.rounds
+        events, reply = control(ws, type="step", id=7)
+        assert reply["type"] == "ack" and reply["id"] == 7 and reply["round"] == before + 1
+        assert loop.rounds == before + 1
+        assert set(reply["explain"]) == {"static", "continuous"}
+        assert any("admitted" in line for line in reply["explain"]["continuous"])
+        time.sleep(0.3)
+        more, _ = control(ws, type="speed", delay_s=0.0)  # a barrier: what came, came
+        events += more
+        steps = [(n, e["index"]) for n, e in events if e["type"] == "step"]
+        assert sorted(steps) == [("continuous", 1), ("static", 1)]
+        for engine in loop.engines.values():
+            assert engine.scheduler.step_count == 1
+
+
+def test_pause_holds_and_resume_goes_on(demo):
+    client, loop, _ = demo
+    with client.websocket_connect("/ws") as ws:
+        ws.receive_json()
+        control(ws, type="pause")
+        add(loop, "continuous")
+        rounds = loop.rounds
+        time.sleep(0.5)
+        events, _ = control(ws, type="speed", delay_s=0.0)
+        assert loop.rounds == rounds
+        assert not [e for _, e in events if e["type"] == "step"]
+        _, reply = control(ws, type="resume")
+        assert reply["paused"] is False
+        events_until(ws, lambda n, e: e["type"] == "finished")
+
+
+def test_a_disconnected_client_is_dropped_and_the_engine_goes_on(demo):
+    client, loop, app = demo
+    hub = hub_of(app)
+    with client.websocket_connect("/ws") as ws:
+        ws.receive_json()
+        add(loop, "continuous", params=SamplingParams(max_tokens=40, ignore_eos=True))
+        events_until(ws, lambda n, e: e["type"] == "token")
+    deadline = time.time() + 5
+    while hub.clients and time.time() < deadline:
+        time.sleep(0.02)
+    assert not hub.clients
+    assert all(not bus.listening for bus in hub.buses.values())  # subscriptions forgotten
+    with client.websocket_connect("/ws") as ws:  # the engine serves the next one as before
+        ws.receive_json()
+        add(loop, "continuous")
+        events_until(ws, lambda n, e: e["type"] == "finished" and e["request_id"] == 1)
+    assert loop.alive and loop.error is None
+
+
+def test_a_slow_client_loses_old_events_and_never_slows_the_engine(demo):
+    _, loop, app = demo
+    hub = hub_of(app)
+    hub.queue_size = 8
+    client = hub.connect()  # a browser that never reads
+    for i in range(6):
+        add(loop, "continuous", (5, 6, i + 3))
+    deadline = time.time() + 20
+    while loop.call(loop.engines["continuous"].has_unfinished).result() and time.time() < deadline:
+        time.sleep(0.02)
+    sub = client.subs["continuous"]
+    assert not loop.engines["continuous"].has_unfinished()
+    assert len(sub) <= 8 and sub.dropped > 0
+    hub.disconnect(client)
+
+
+BAD = [
+    "{not json",
+    "[1, 2]",
+    '{"type": 3}',
+    '{"type": "launch"}',
+    '{"type": "pause", "now": true}',
+    '{"type": "speed"}',
+    '{"type": "speed", "delay_s": "fast"}',
+    '{"type": "speed", "delay_s": -1}',
+    '{"type": "workload", "preset": "tsunami"}',
+    '{"type": "workload", "preset": "burst", "count": 0}',
+    '{"type": "settings"}',
+    '{"type": "settings", "max_num_seqs": 0}',
+    '{"type": "settings", "max_num_seqs": 2, "colour": "red"}',
+    '{"type": "settings", "enable_chunked_prefill": "yes"}',
+    '{"type": "settings", "policy": "lottery"}',
+    '{"type": "prompt", "text": ""}',
+    '{"type": "prompt", "text": "hi", "target": "mars"}',
+    '{"type": "prompt", "text": "hi", "max_tokens": 0}',
+]
+
+
+def test_malformed_controls_get_an_error_and_change_nothing(demo):
+    client, loop, app = demo
+    hub = hub_of(app)
+    engines = dict(loop.engines)
+    spec = hub.feeder.spec
+    with client.websocket_connect("/ws") as ws:
+        ws.receive_json()
+        for text in BAD:
+            ws.send_text(text)
+            reply = ws.receive_json()
+            assert reply["type"] == "error" and reply["message"], text
+        _, reply = control(ws, type="speed", delay_s=0.0)
+        assert reply["type"] == "ack"  # the connection survived all of them
+    assert loop.engines == engines and not loop.paused and loop.delay_s == 0.0
+    assert hub.feeder.spec is spec
+    assert all(not e.scheduler.requests for e in loop.engines.values())
+
+
+def test_settings_rebuild_both_engines_on_the_same_weights(demo):
+    client, loop, _ = demo
+    old = dict(loop.engines)
+    weights = old["continuous"].runner.model
+    with client.websocket_connect("/ws") as ws:
+        ws.receive_json()
+        events, reply = control(ws, type="settings", max_num_seqs=2, preemption_mode="swap")
+        assert reply["type"] == "ack", reply
+        assert [e["config"]["max_num_seqs"] for e in reply["engines"]] == [2, 2]
+        for name, engine in loop.engines.items():
+            assert engine is not old[name] and engine.runner.model is weights
+            assert engine.config.batching == old[name].config.batching
+            assert engine.config.preemption_mode == "swap"
+        add(loop, "continuous")
+        resets = [n for n, e in events if e["type"] == "reset"]
+        seen = events_until(ws, lambda n, e: e["type"] == "finished")
+        resets += [n for n, e in seen if e["type"] == "reset"]
+        assert sorted(resets) == ["continuous", "static"]
+
+
+def test_prompt_and_workload_controls_add_requests(demo):
+    client, loop, _ = demo
+    with client.websocket_connect("/ws") as ws:
+        ws.receive_json()
+        seen, reply = control(ws, type="prompt", text="hello", target="continuous", max_tokens=3)
+        assert reply["type"] == "ack" and set(reply["ids"]) == {"continuous"}
+        if not any(e["type"] == "finished" for _, e in seen):
+            seen += events_until(ws, lambda n, e: e["type"] == "finished")
+        assert {n for n, e in seen if e["type"] == "arrived"} == {"continuous"}
+        early, reply = control(ws, type="workload", preset="burst", count=3, lengths="short")
+        assert reply["workload"]["preset"] == "burst"
+        arrived = {"static": [], "continuous": []}
+
+        def three_each(n, e):
+            if e["type"] == "arrived":
+                arrived[n].append((e["num_prompt_tokens"], e["max_tokens"]))
+            return all(len(v) == 3 for v in arrived.values())
+
+        if not any(three_each(n, e) for n, e in early):
+            events_until(ws, three_each)
+        assert arrived["static"] == arrived["continuous"]  # the same workload for both
+
+
+def test_pages_and_plotly_are_served(demo):
+    client, _, _ = demo
+    page = client.get("/")
+    assert page.status_code == 200 and 'src="/viz/app.js"' in page.text
+    assert client.get("/viz/app.js").status_code == 200
+    js = client.get("/plotly.min.js")
+    assert js.status_code == 200 and len(js.content) > 1_000_000
+
+
+def test_replay_mode_sends_the_whole_trace(demo, tmp_path):
+    client, loop, app = demo
+    from minicb.trace import read_trace, record_trace
+
+    path = tmp_path / "run.jsonl"
+    with record_trace(loop.engines["continuous"], path):
+        add(loop, "continuous")
+        while loop.call(loop.engines["continuous"].has_unfinished).result():
+            time.sleep(0.02)
+    trace: Trace = read_trace(path)
+    replay_app = create_app(None, {}, mode="replay", replay={"continuous": trace})
+    with TestClient(replay_app) as rc, rc.websocket_connect("/ws") as ws:
+        hello = ws.receive_json()
+        assert hello["mode"] == "replay" and hello["controls"]["step"] is False
+        msg = ws.receive_json()
+        assert msg["type"] == "replay"
+        assert len(msg["traces"]["continuous"]["events"]) == len(trace.events)
+        _, reply = control(ws, type="step")
+        assert reply["type"] == "error" and "replay" in reply["message"]

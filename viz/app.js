@@ -1,0 +1,233 @@
+// The page: connects to /ws, feeds each panel's model, and redraws what changed once per
+// animation frame. Live, each panel shows its latest iteration; in replay the slider picks
+// a moment and every panel shows itself as it was then, on one shared time scale.
+
+import { applyLabels, getLang, setLang, t } from "./i18n.js";
+import { PanelModel, PHASE_NAMES } from "./model.js";
+import { COLORS, Timeline } from "./timeline.js";
+import { drawKvMap } from "./kvmap.js";
+import { countersAt, formatCounters } from "./counters.js";
+import { OccupancyChart } from "./chart.js";
+import { fillSettings, fillWorkload, handleReply, showMessage, wireControls } from "./controls.js";
+import { showTooltip, hideTooltip } from "./tooltip.js";
+
+const $ = (id) => document.getElementById(id);
+const ORDER = ["static", "continuous"]; // static on the left: the baseline first
+const WINDOWS = { iter: { 100: 100, 300: 300 }, time: { 100: 20, 300: 60 } };
+
+const app = {
+  mode: null, panels: [], ws: null, dirty: true, paused: false,
+  scale: { mode: "iter", window: "300", x0: 0, x1: 1, t0: 0 },
+  replay: null, // {tMin, tMax, t, playing}
+  chart: new OccupancyChart($("chart")),
+  lastSlow: 0,
+};
+window.minicb = app; // for the browser tests and the curious
+
+app.send = (msg) => { if (app.ws && app.ws.readyState === 1) app.ws.send(JSON.stringify(msg)); };
+app.setPaused = (paused) => {
+  app.paused = paused;
+  $("pause").classList.toggle("on", paused);
+  $("resume").classList.toggle("on", !paused);
+};
+app.markMine = (ids, text) => {
+  for (const [name, id] of Object.entries(ids || {})) {
+    const p = app.panels.find((q) => q.name === name);
+    if (p) { const r = p.model.req(id); r.mine = true; r.typed = text; }
+  }
+  app.dirty = true;
+};
+
+function panelTitle(p) { return `${t(p.model.batching) || p.name}`; }
+
+function buildPanels(engines) {
+  const sorted = [...engines].sort((a, b) => rank(a.name) - rank(b.name));
+  $("panels").replaceChildren();
+  app.panels = sorted.map((info) => {
+    const el = $("panel-template").content.firstElementChild.cloneNode(true);
+    el.dataset.engine = info.name;
+    $("panels").append(el);
+    const p = { name: info.name, el, model: new PanelModel(info), timeline: new Timeline(el.querySelector(".timeline")) };
+    const canvas = el.querySelector(".timeline");
+    canvas.onmousemove = (ev) => showTooltip(ev, p, p.timeline.rowAt(ev.offsetY), cursorOf(p));
+    canvas.onmouseleave = hideTooltip;
+    return p;
+  });
+  applyLabels();
+  app.dirty = true;
+}
+function rank(name) { const i = ORDER.indexOf(name); return i < 0 ? ORDER.length : i; }
+
+function legend() {
+  $("legend").replaceChildren(...PHASE_NAMES.map((name, code) => {
+    const s = document.createElement("span");
+    s.innerHTML = `<i style="background:${COLORS[code]}"></i>`;
+    s.append(t(`ph_${name}`));
+    return s;
+  }));
+}
+
+// ---- messages from the server ------------------------------------------------------------
+function onHello(msg) {
+  app.mode = msg.mode;
+  document.body.className = msg.mode;
+  $("mode").textContent = t(`${msg.mode}Mode`);
+  $("mode").dataset.i18n = `${msg.mode}Mode`;
+  $("model").textContent = msg.model || "";
+  buildPanels(msg.engines);
+  app.setPaused(msg.paused);
+  $("delay").value = Math.round((msg.delay_s || 0) * 1000);
+  $("delay-out").value = `${$("delay").value} ms`;
+  const c = msg.controls || {};
+  $("workload-form").hidden = !c.workload;
+  $("settings-form").hidden = !c.settings;
+  $("prompt-target").hidden = msg.engines.length < 2;
+  if (msg.engines.length) fillSettings(msg.engines[0].config);
+  fillWorkload(msg.workload);
+}
+
+function onEvents(msg) {
+  const p = app.panels.find((q) => q.name === msg.engine);
+  if (!p) return;
+  for (const e of msg.events) {
+    if (e.type === "reset") p.model.reset(e.info); else p.model.apply(e);
+  }
+  p.model.dropped = msg.dropped || 0;
+  app.dirty = true;
+}
+
+function onReplay(msg) {
+  for (const p of app.panels) {
+    const trace = msg.traces[p.name];
+    if (trace) for (const e of trace.events) p.model.apply(e);
+  }
+  const ends = app.panels.flatMap((p) => p.model.steps.length ? [p.model.steps.at(-1).wallEnd] : []);
+  const starts = app.panels.map((p) => p.model.t0).filter((x) => x != null);
+  app.replay = { tMin: Math.min(...starts), tMax: Math.max(...ends), t: Math.max(...ends), playing: false };
+  $("replay-bar").hidden = false;
+  app.dirty = true;
+}
+
+function connect() {
+  const ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`);
+  app.ws = ws;
+  ws.onopen = () => { $("status").dataset.i18n = "connected"; $("status").className = "badge live"; applyLabels(); };
+  ws.onclose = () => { $("status").dataset.i18n = "disconnected"; $("status").className = "badge down"; applyLabels(); };
+  ws.onmessage = (ev) => {
+    const msg = JSON.parse(ev.data);
+    if (msg.type === "events") onEvents(msg);
+    else if (msg.type === "hello") onHello(msg);
+    else if (msg.type === "replay") onReplay(msg);
+    else handleReply(msg, app);
+  };
+}
+
+// ---- drawing -------------------------------------------------------------------------------
+function cursorOf(p) {
+  if (!app.replay) return p.model.lastStep;
+  const pos = lastBefore(p.model.steps, app.replay.t);
+  return pos < 0 ? 0 : p.model.steps[pos].index;
+}
+function lastBefore(steps, time) {
+  let lo = 0, hi = steps.length - 1, best = -1;
+  while (lo <= hi) { const m = (lo + hi) >> 1; if (steps[m].wallEnd <= time + 1e-9) { best = m; lo = m + 1; } else hi = m - 1; }
+  return best;
+}
+
+function updateScale(cursors) {
+  const s = app.scale;
+  const t0s = app.panels.map((p) => p.model.t0).filter((x) => x != null);
+  s.t0 = t0s.length ? Math.min(...t0s) : 0;
+  if (s.mode === "iter") s.x1 = Math.max(10, ...cursors.values());
+  else s.x1 = Math.max(1, ...app.panels.map((p) => { const st = p.model.stepAt(cursors.get(p.name)); return st ? st.wallEnd - s.t0 : 0; }));
+  const w = WINDOWS[s.mode][s.window];
+  s.x0 = w ? Math.max(0, s.x1 - w) : 0;
+}
+
+function frame(now) {
+  requestAnimationFrame(frame);
+  if (app.replay && app.replay.playing) {
+    app.replay.t = Math.min(app.replay.tMax, app.replay.t + 1 / 60);
+    if (app.replay.t >= app.replay.tMax) app.replay.playing = false;
+    $("scrub").value = Math.round((1000 * (app.replay.t - app.replay.tMin)) / Math.max(app.replay.tMax - app.replay.tMin, 1e-9));
+    app.dirty = true;
+  }
+  if (!app.dirty) return;
+  app.dirty = false;
+  const cursors = new Map(app.panels.map((p) => [p.name, cursorOf(p)]));
+  updateScale(cursors);
+  for (const p of app.panels) {
+    const cursor = cursors.get(p.name);
+    p.timeline.draw(p.model, app.scale, cursor);
+    const kv = drawKvMap(p.el.querySelector(".kvmap"), p.model, cursor);
+    p.el.dataset.step = cursor;
+    p.el.dataset.rows = p.timeline.rows.length;
+    p.el.querySelector(".panel-title").textContent = panelTitle(p);
+    p.el.querySelector(".panel-step").textContent = `${t("iterations")}: ${cursor}`;
+    if (kv) {
+      p.el.dataset.kvUsed = kv.used;
+      p.el.querySelector(".kv-figures").textContent =
+        `${t("kvUsed")} ${kv.used} / ${kv.total}` + (kv.swapped ? ` · ${t("kvSwapped")} ${kv.swapped}` : "");
+    }
+    const dropped = p.el.querySelector(".dropped");
+    dropped.hidden = !p.model.dropped;
+    dropped.textContent = `${p.model.dropped} ${t("dropped")}`;
+  }
+  if (app.replay) $("scrub-out").value = `${(app.replay.t - app.replay.tMin).toFixed(2)} s`;
+  if (now - app.lastSlow > 250) { // counters, chart and typed-prompt texts: a few times a second
+    app.lastSlow = now;
+    for (const p of app.panels) {
+      const c = formatCounters(countersAt(p.model, cursors.get(p.name)));
+      for (const dd of p.el.querySelectorAll("dd[data-c]")) dd.textContent = c[dd.dataset.c];
+    }
+    app.chart.update(app.panels, app.scale, cursors);
+    renderMine(cursors);
+  } else app.dirty = true; // come back for the slow part
+}
+
+function renderMine(cursors) {
+  const items = [];
+  for (const p of app.panels) {
+    for (const r of p.model.order) {
+      if (!r.mine) continue;
+      const li = document.createElement("li");
+      li.dataset.engine = p.name; li.dataset.request = r.id;
+      const text = r.textAt(cursors.get(p.name)) || (r.tokenIds.length ? `[${r.tokenIds.join(" ")}]` : "…");
+      li.innerHTML = `<b></b> <span class="text"></span>`;
+      li.querySelector("b").textContent = `${t(p.model.batching)} #${r.id}:`;
+      li.querySelector(".text").textContent = text;
+      items.push(li);
+    }
+  }
+  $("mine").replaceChildren(...items);
+}
+
+// ---- page controls that need no server ------------------------------------------------------
+$("lang").onclick = () => {
+  setLang(getLang() === "zh" ? "en" : "zh");
+  $("lang").textContent = getLang() === "zh" ? "English" : "中文";
+  legend(); app.dirty = true; app.chart.lastKey = "";
+};
+$("xmode").onchange = () => { app.scale.mode = $("xmode").value; app.dirty = true; };
+$("window").onchange = () => { app.scale.window = $("window").value; app.dirty = true; };
+$("scrub").oninput = () => {
+  const r = app.replay;
+  if (!r) return;
+  r.t = r.tMin + (Number($("scrub").value) / 1000) * (r.tMax - r.tMin);
+  r.playing = false; app.dirty = true;
+};
+$("play").onclick = () => {
+  const r = app.replay;
+  if (!r) return;
+  if (r.t >= r.tMax) r.t = r.tMin;
+  r.playing = !r.playing; app.dirty = true;
+};
+window.addEventListener("resize", () => { app.dirty = true; });
+
+$("lang").textContent = getLang() === "zh" ? "English" : "中文";
+applyLabels();
+legend();
+wireControls(app);
+showMessage("");
+connect();
+requestAnimationFrame(frame);

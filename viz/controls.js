@@ -1,0 +1,107 @@
+// The control bar and forms: each sends one JSON control over the WebSocket; replies
+// (ack or error) come back to handleReply. The server checks every field again.
+
+import { t, translateReason } from "./i18n.js";
+
+const $ = (id) => document.getElementById(id);
+let send = () => {};
+let nextId = 1;
+const pending = new Map(); // control id -> what to do with its ack
+
+function control(msg, onAck) {
+  const id = nextId++;
+  if (onAck) pending.set(id, onAck);
+  send({ ...msg, id });
+}
+
+export function showMessage(text, isError = false) {
+  const el = $("message");
+  el.textContent = text;
+  el.classList.toggle("error", isError);
+}
+
+function renderDecisions(reply) {
+  const box = $("decisions");
+  box.replaceChildren();
+  const head = document.createElement("div");
+  head.className = "muted";
+  head.textContent = `${t("round")} ${reply.round}`;
+  box.append(head);
+  const entries = Object.entries(reply.explain || {});
+  if (!entries.length) {
+    box.append(document.createTextNode(t("noDecisions")));
+    return;
+  }
+  for (const [engine, lines] of entries) {
+    const h = document.createElement("h4");
+    h.textContent = t(engine);
+    const ul = document.createElement("ul");
+    for (const line of lines.length ? lines : [t("noDecisions")]) {
+      const li = document.createElement("li");
+      li.textContent = translateReason(line);
+      li.title = line; // the engine's own words, always one hover away
+      ul.append(li);
+    }
+    box.append(h, ul);
+  }
+}
+
+export function handleReply(reply, app) {
+  if (reply.type === "error") {
+    pending.delete(reply.id);
+    showMessage(`${t("error")}: ${reply.message}`, true);
+    return;
+  }
+  const onAck = pending.get(reply.id);
+  pending.delete(reply.id);
+  if ("paused" in reply) app.setPaused(reply.paused);
+  if (reply.control === "step") renderDecisions(reply);
+  if (onAck) onAck(reply);
+  showMessage("");
+}
+
+export function fillSettings(config) {
+  for (const key of ["max_num_seqs", "max_num_batched_tokens", "num_kv_blocks", "preemption_mode", "policy"]) {
+    const el = $(`st-${key}`);
+    if (el && config[key] != null) el.value = config[key];
+  }
+  $("st-enable_chunked_prefill").checked = !!config.enable_chunked_prefill;
+}
+
+export function fillWorkload(w) {
+  if (!w) return;
+  $("wl-preset").value = w.preset; $("wl-rate").value = w.rate;
+  $("wl-lengths").value = w.lengths; $("wl-count").value = w.count;
+}
+
+export function wireControls(app) {
+  send = app.send;
+  $("pause").onclick = () => control({ type: "pause" });
+  $("resume").onclick = () => control({ type: "resume" });
+  $("step").onclick = () => control({ type: "step" });
+  $("delay").oninput = () => { $("delay-out").value = `${$("delay").value} ms`; };
+  $("delay").onchange = () => control({ type: "speed", delay_s: Number($("delay").value) / 1000 });
+  $("workload-form").onsubmit = (ev) => {
+    ev.preventDefault();
+    control({
+      type: "workload", preset: $("wl-preset").value, lengths: $("wl-lengths").value,
+      rate: Number($("wl-rate").value), count: Number($("wl-count").value),
+    });
+  };
+  $("settings-form").onsubmit = (ev) => {
+    ev.preventDefault();
+    const msg = { type: "settings", enable_chunked_prefill: $("st-enable_chunked_prefill").checked,
+      preemption_mode: $("st-preemption_mode").value, policy: $("st-policy").value };
+    for (const key of ["max_num_seqs", "max_num_batched_tokens", "num_kv_blocks"]) {
+      const v = $(`st-${key}`).value;
+      if (v !== "") msg[key] = Number(v);
+    }
+    control(msg, (reply) => showMessage(`${t("rebuild")}: ${reply.engines.map((e) => e.name).join(", ")}`));
+  };
+  $("prompt-form").onsubmit = (ev) => {
+    ev.preventDefault();
+    const text = $("prompt-text").value;
+    control({ type: "prompt", text, target: $("prompt-target").value, max_tokens: Number($("prompt-max").value) },
+      (reply) => { app.markMine(reply.ids, text); $("prompt-text").value = ""; });
+  };
+}

@@ -1,0 +1,50 @@
+// The live counters of one panel, computed from its model at any iteration (live: the
+// latest; replay: wherever the slider is), so a scrubbed trace shows what the room saw.
+
+const RATE_WINDOW_S = 5; // output tokens/s is measured over the last few seconds
+
+function percentile(sorted, p) {
+  if (!sorted.length) return null;
+  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
+  return sorted[i];
+}
+
+export function countersAt(model, cursor) {
+  const step = model.stepAt(cursor);
+  const out = { toks: 0, occupancy: null, padding: null, ttft50: null, ttft99: null, queue: 0, done: 0 };
+  if (!step) {
+    out.queue = model.order.filter((r) => r.endStep == null).length;
+    return out;
+  }
+  // tokens/s over a trailing window of wall time, ending at this step
+  let tokens = 0, from = step.wallEnd, rows = 0, pads = 0;
+  for (let i = model.steps.length - 1; i >= 0; i--) {
+    const s = model.steps[i];
+    if (s.index > step.index) continue;
+    rows += s.useful + s.padding; pads += s.padding;
+    if (s.wallEnd >= step.wallEnd - RATE_WINDOW_S) { tokens += model.tokensAt.get(s.index) || 0; from = s.wallStart; }
+  }
+  const span = step.wallEnd - from;
+  out.toks = span > 0 ? tokens / span : 0;
+  out.occupancy = step.slotsLimit ? step.useful / step.slotsLimit : null;
+  out.padding = rows ? pads / rows : 0;
+  const ttfts = [];
+  for (const r of model.order) {
+    if (r.firstTokenStep != null && r.firstTokenStep <= step.index && r.ttft() != null) ttfts.push(r.ttft());
+    if (r.endStep != null && r.endStep <= step.index) out.done++;
+  }
+  ttfts.sort((a, b) => a - b);
+  out.ttft50 = percentile(ttfts, 50);
+  out.ttft99 = percentile(ttfts, 99);
+  out.queue = step.waiting + step.swapped;
+  return out;
+}
+
+export function formatCounters(c) {
+  const pct = (x) => (x == null ? "–" : `${Math.round(x * 100)}%`);
+  const sec = (x) => (x == null ? "–" : x < 1 ? `${Math.round(x * 1000)} ms` : `${x.toFixed(2)} s`);
+  return {
+    toks: c.toks.toFixed(1), occupancy: pct(c.occupancy), padding: pct(c.padding),
+    ttft50: sec(c.ttft50), ttft99: sec(c.ttft99), queue: String(c.queue), done: String(c.done),
+  };
+}

@@ -1,0 +1,150 @@
+// English and 中文: every fixed label of the page, and the scheduler's reasons.
+//
+// The engine writes its reasons in English. Known reason patterns are mapped here to
+// Chinese templates (the numbers carried over); a reason no pattern knows is shown as the
+// engine wrote it, so nothing is ever hidden by a missing translation.
+
+const STRINGS = {
+  en: {
+    title: "minicb: continuous batching, live",
+    subtitle: "Each row is a request; each column an iteration of its engine.",
+    connecting: "connecting…", connected: "live", disconnected: "disconnected: reload to reconnect",
+    replayMode: "replay", demoMode: "live demo", serveMode: "API server",
+    pause: "Pause", resume: "Resume", step: "Step one iteration", speed: "Delay between rounds",
+    xaxis: "x axis", iterations: "iterations", walltime: "wall time (s)",
+    window: "window", all: "all",
+    workload: "Workload", preset: "arrivals", burst: "burst", poisson: "Poisson", off: "off",
+    rate: "rate (req/s)", count: "burst size", lengths: "output lengths",
+    short: "short", long: "long", mixed: "mixed", apply: "Apply",
+    settings: "Engine settings (rebuilds both engines)",
+    max_num_seqs: "max sequences", max_num_batched_tokens: "token budget",
+    enable_chunked_prefill: "chunked prefill", num_kv_blocks: "KV pool (blocks)",
+    preemption_mode: "preemption", policy: "policy", rebuild: "Rebuild",
+    prompt: "Your prompt", send: "Send", target: "to", both: "both engines",
+    continuousOnly: "continuous only", maxTokens: "max tokens",
+    promptPlaceholder: "Type a prompt and watch it join the batch",
+    decisions: "Scheduler decisions of the last single step",
+    noDecisions: "(nothing decided: the engine was idle)",
+    static: "static batching", continuous: "continuous batching", api: "API engine",
+    toks: "output tok/s", occupancy: "slot occupancy", padding: "padding waste",
+    ttft50: "TTFT p50", ttft99: "TTFT p99", queue: "queue", done: "finished",
+    kvmap: "KV cache blocks", kvFree: "free", kvSwapped: "swapped to CPU",
+    kvUsed: "used", preemptedNow: "preempted",
+    occupancyChart: "Slot occupancy over time (useful rows / max sequences)",
+    legend: "Legend",
+    ph_waiting: "waiting", ph_prefill: "prefill chunk", ph_decode: "decode",
+    ph_padding: "padding (static)", ph_preempted: "preempted", ph_swapped: "swapped out",
+    scrub: "Scrub through the trace", play: "Play", stop: "Stop",
+    req: "request", state: "state", text: "text so far", ttft: "TTFT", reasons: "reasons",
+    promptLabel: "prompt", tokens: "tokens", arrivedAt: "arrived at iteration",
+    left: "left at iteration", running: "in the batch", finished: "finished",
+    dropped: "events dropped (tab too slow)", error: "error",
+    round: "round", idle: "idle",
+    help: "Static batching waits for the whole batch to finish before admitting anyone; continuous batching admits new requests at every iteration.",
+  },
+  zh: {
+    title: "minicb：连续批处理实时演示",
+    subtitle: "每一行是一个请求；每一列是该引擎的一次迭代。",
+    connecting: "连接中…", connected: "实时", disconnected: "已断开：请刷新页面重连",
+    replayMode: "回放", demoMode: "实时演示", serveMode: "API 服务",
+    pause: "暂停", resume: "继续", step: "单步执行一次迭代", speed: "每轮间隔",
+    xaxis: "横轴", iterations: "迭代次数", walltime: "墙钟时间（秒）",
+    window: "窗口", all: "全部",
+    workload: "负载", preset: "到达方式", burst: "突发", poisson: "泊松", off: "关闭",
+    rate: "速率（请求/秒）", count: "突发数量", lengths: "输出长度",
+    short: "短", long: "长", mixed: "混合", apply: "应用",
+    settings: "引擎设置（会重建两个引擎）",
+    max_num_seqs: "最大序列数", max_num_batched_tokens: "token 预算",
+    enable_chunked_prefill: "分块预填充", num_kv_blocks: "KV 池（块）",
+    preemption_mode: "抢占方式", policy: "调度策略", rebuild: "重建",
+    prompt: "你的提示词", send: "发送", target: "发往", both: "两个引擎",
+    continuousOnly: "仅连续批处理", maxTokens: "最大 token 数",
+    promptPlaceholder: "输入提示词，看它加入批次",
+    decisions: "上一次单步的调度决策",
+    noDecisions: "（没有决策：引擎空闲）",
+    static: "静态批处理", continuous: "连续批处理", api: "API 引擎",
+    toks: "输出 token/秒", occupancy: "槽位占用率", padding: "填充浪费",
+    ttft50: "首 token 延迟 p50", ttft99: "首 token 延迟 p99", queue: "排队", done: "已完成",
+    kvmap: "KV 缓存块", kvFree: "空闲", kvSwapped: "已换出到 CPU",
+    kvUsed: "已用", preemptedNow: "被抢占",
+    occupancyChart: "槽位占用率随时间变化（有效行 / 最大序列数）",
+    legend: "图例",
+    ph_waiting: "等待", ph_prefill: "预填充块", ph_decode: "解码",
+    ph_padding: "填充（静态）", ph_preempted: "被抢占", ph_swapped: "已换出",
+    scrub: "拖动浏览记录", play: "播放", stop: "停止",
+    req: "请求", state: "状态", text: "已生成文本", ttft: "首 token 延迟", reasons: "原因",
+    promptLabel: "提示词", tokens: "token", arrivedAt: "到达于迭代",
+    left: "离开于迭代", running: "在批次中", finished: "已完成",
+    dropped: "个事件被丢弃（页面太慢）", error: "错误",
+    round: "轮次", idle: "空闲",
+    help: "静态批处理要等整批全部完成才接纳新请求；连续批处理在每次迭代都可以接纳新请求。",
+  },
+};
+
+// [English pattern, Chinese template]; $1.. are the pattern's groups.
+const REASONS = [
+  [/^admitted: (\d+)-token chunk fits the remaining budget of (\d+)$/, "已接纳：$1 个 token 的分块放得进剩余预算 $2"],
+  [/^admitted: (\d+)-token prompt fits the remaining budget of (\d+)$/, "已接纳：$1 个 token 的提示词放得进剩余预算 $2"],
+  [/^admitted to a new static batch: reserves (\d+) blocks for prompt (\d+) \+ max_tokens (\d+)$/, "进入新的静态批次：为提示词 $2 + 最大输出 $3 预留 $1 个块"],
+  [/^finished \((\w+)\); its static batch ended$/, "已完成（$1）；它所在的静态批次结束"],
+  [/^finished \((\w+)\)$/, "已完成（$1）"],
+  [/^aborted by the client$/, "被客户端中止"],
+  [/^preempted by (swap|recompute): (\d+) free blocks, request (\d+) needs (\d+); victim is (.+)$/, (m) => `被抢占（${m[1] === "swap" ? "换出" : "重算"}）：空闲 ${m[2]} 块，请求 ${m[3]} 需要 ${m[4]} 块；被选中的是${victim(m[5])}`],
+  [/^swapped out: (\d+) blocks copied to CPU$/, "已换出：$1 个块复制到 CPU"],
+  [/^swapped in: needs (\d+) blocks, (\d+) free$/, "已换入：需要 $1 块，空闲 $2 块"],
+  [/^chunked prefill is off: this iteration runs whole prompts only$/, "分块预填充已关闭：本次迭代只运行完整的提示词"],
+  [/^no swap-ins or admissions in an iteration that had to preempt$/, "本次迭代发生了抢占，因此不换入也不接纳"],
+  [/^(\d+) running request\(s\) sit out this iteration: the token budget of (\d+) is spent$/, "$1 个运行中的请求本次迭代轮空：$2 的 token 预算已用完"],
+  [/^request (\d+) stays swapped out: needs (\d+) blocks, (\d+) free$/, "请求 $1 仍在换出状态：需要 $2 块，空闲 $3 块"],
+  [/^(\d+) waiting: all (\d+) slots are taken$/, "$1 个在等待：$2 个槽位全被占用"],
+  [/^(\d+) waiting: the token budget is spent$/, "$1 个在等待：token 预算已用完"],
+  [/^request (\d+) waits: its (\d+)-token prompt exceeds the remaining budget of (\d+)$/, "请求 $1 等待：它的 $2 个 token 的提示词超过剩余预算 $3"],
+  [/^request (\d+) waits: needs (\d+) blocks, (\d+) free$/, "请求 $1 等待：需要 $2 块，空闲 $3 块"],
+  [/^(\d+) waiting: a static batch admits nobody until all its (\d+) members finish$/, "$1 个在等待：静态批次要等全部 $2 个成员完成才接纳新请求"],
+  [/^static batch full at (\d+) requests$/, "静态批次已满（$1 个请求）"],
+  [/^static batch closed: request (\d+) would reserve (\d+) blocks, (\d+) free$/, "静态批次关闭：请求 $1 需要预留 $2 块，只有 $3 块空闲"],
+  [/^request (\d+) (.+)$/, (m) => `请求 ${m[1]} ${translateReason(m[2])}`],
+];
+
+function victim(who) {
+  if (who === "the latest arrival") return "最晚到达的请求";
+  if (who === "the lowest priority") return "优先级最低的请求";
+  if (who.startsWith("itself")) return "它自己（没有更低优先级的请求）";
+  return who;
+}
+
+let lang = localStorage.getItem("minicb-lang") || "en";
+
+export function getLang() { return lang; }
+
+export function t(key) {
+  return (STRINGS[lang] && STRINGS[lang][key]) ?? STRINGS.en[key] ?? key;
+}
+
+// A scheduler reason in the current language; unknown patterns stay as the engine wrote them.
+export function translateReason(text) {
+  if (lang !== "zh") return text;
+  const [head, ...rest] = text.split("; swap space is full, so it falls back to recompute");
+  for (const [pattern, template] of REASONS) {
+    const m = head.match(pattern);
+    if (!m) continue;
+    const out = typeof template === "function"
+      ? template(m) : template.replace(/\$(\d)/g, (_, i) => m[Number(i)]);
+    return rest.length ? out + "；交换空间已满，改为重算" : out;
+  }
+  return text;
+}
+
+// Fill every [data-i18n] element's text and every [data-i18n-ph] placeholder.
+export function applyLabels(root = document) {
+  document.documentElement.lang = lang === "zh" ? "zh-CN" : "en";
+  for (const el of root.querySelectorAll("[data-i18n]")) el.textContent = t(el.dataset.i18n);
+  for (const el of root.querySelectorAll("[data-i18n-ph]")) el.placeholder = t(el.dataset.i18nPh);
+  for (const el of root.querySelectorAll("[data-i18n-title]")) el.title = t(el.dataset.i18nTitle);
+}
+
+export function setLang(next) {
+  lang = next in STRINGS ? next : "en";
+  localStorage.setItem("minicb-lang", lang);
+  applyLabels();
+}

@@ -1,0 +1,171 @@
+// PanelModel: one engine's history, rebuilt from its events alone.
+//
+// The same code reads a live WebSocket and a recorded trace, so live and replay draw the
+// same rows. Each StepEvent is self-contained for states (it lists who ran in which phase
+// and who was admitted, preempted, swapped or finished), so cells are filled from it; the
+// request events add what steps lack: prompts, arrival times, text, first-token times.
+
+export const PHASE = { waiting: 0, prefill: 1, decode: 2, padding: 3, preempted: 4, swapped: 5 };
+export const PHASE_NAMES = ["waiting", "prefill", "decode", "padding", "preempted", "swapped"];
+
+class Req {
+  constructor(id, startStep) {
+    this.id = id;
+    this.startStep = startStep; // first iteration it could have run in
+    this.endStep = null; // last iteration it was in the batch (null: still here)
+    this.cells = []; // phase code per iteration from startStep
+    this.state = PHASE.waiting; // what it is doing when not scheduled
+    this.arrival = null; // wall seconds
+    this.prompt = null;
+    this.numPrompt = null;
+    this.maxTokens = null;
+    this.pieces = []; // [step, text] per generated token, to rebuild text at any step
+    this.tokenIds = [];
+    this.firstTokenStep = null;
+    this.firstTokenTime = null;
+    this.reasons = []; // [step, reason]
+    this.finishReason = null;
+    this.mine = false; // typed in this tab
+  }
+
+  textAt(step) {
+    let s = "";
+    for (const [k, piece] of this.pieces) if (k <= step) s += piece;
+    return s;
+  }
+
+  ttft() {
+    return this.firstTokenTime != null && this.arrival != null
+      ? this.firstTokenTime - this.arrival : null;
+  }
+}
+
+export class PanelModel {
+  constructor(info) {
+    this.reset(info);
+  }
+
+  reset(info) {
+    this.info = info;
+    this.name = info.name;
+    this.batching = info.batching;
+    this.kvTotal = info.kv_total || 0;
+    this.reqs = new Map();
+    this.order = []; // requests in arrival order: the rows
+    this.steps = []; // compact step records, steps[i].index == i + 1 when none were missed
+    this.live = new Set(); // ids of requests still in the engine
+    this.tokensAt = new Map(); // step index -> tokens generated in it
+    this.version = 0; // bumped on every change: the renderers redraw when it moves
+    this.dropped = 0;
+    this.t0 = null;
+  }
+
+  get lastStep() { return this.steps.length ? this.steps[this.steps.length - 1].index : 0; }
+
+  req(id, create = true) {
+    let r = this.reqs.get(id);
+    if (!r && create) {
+      r = new Req(id, this.lastStep + 1);
+      this.reqs.set(id, r);
+      this.order.push(r);
+      this.live.add(id);
+    }
+    return r;
+  }
+
+  stepPos(index) { // position in this.steps of the last step with .index <= index, or -1
+    const first = this.steps.length ? this.steps[0].index : 1;
+    const guess = index - first;
+    if (this.steps[guess] && this.steps[guess].index === index) return guess;
+    let lo = 0, hi = this.steps.length - 1, best = -1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >> 1;
+      if (this.steps[mid].index <= index) { best = mid; lo = mid + 1; } else hi = mid - 1;
+    }
+    return best;
+  }
+
+  stepAt(index) { // the last step record with .index <= index, or null
+    const p = this.stepPos(index);
+    return p < 0 ? null : this.steps[p];
+  }
+
+  apply(e) {
+    this.version++;
+    const handler = HANDLERS[e.type];
+    if (handler) handler(this, e);
+  }
+
+  onStep(e) {
+    const k = e.index;
+    if (this.t0 == null) this.t0 = e.wall_start;
+    const why = (list, tag) => list.forEach((d) => this.req(d.request_id).reasons.push([k, d.reason, tag]));
+    for (const d of e.preempted) this.req(d.request_id).state = d.mode === "swap" ? PHASE.swapped : PHASE.preempted;
+    for (const d of e.swapped_out) this.req(d.request_id).state = PHASE.swapped;
+    for (const d of [...e.admitted, ...e.swapped_in]) this.req(d.request_id).state = PHASE.waiting;
+    why(e.admitted, "admitted"); why(e.preempted, "preempted"); why(e.swapped_out, "swapped");
+    why(e.swapped_in, "swapped_in"); why(e.finished, "finished");
+    let useful = 0, padding = 0;
+    const ran = new Set();
+    for (const row of e.scheduled) {
+      const r = this.req(row.request_id);
+      const code = PHASE[row.phase] ?? PHASE.decode;
+      r.cells[k - r.startStep] = code;
+      ran.add(row.request_id);
+      if (code === PHASE.padding) padding++; else useful++;
+    }
+    for (const id of this.live) { // everyone else still here shows what it waits as
+      if (ran.has(id)) continue;
+      const r = this.reqs.get(id);
+      if (k >= r.startStep) r.cells[k - r.startStep] = r.state;
+    }
+    for (const d of e.finished) this.end(d.request_id, k);
+    this.steps.push({
+      index: k, wallStart: e.wall_start, wallEnd: e.wall_end, useful, padding,
+      rows: e.scheduled.map((r) => [r.request_id, r.num_blocks]),
+      slotsLimit: e.slots_limit, budgetUsed: e.budget_used, budgetLimit: e.budget_limit,
+      kvUsed: e.kv_used, kvFree: e.kv_free, kvTotal: e.kv_total, kvSwapped: e.kv_swapped,
+      waiting: e.num_waiting, swapped: e.num_swapped, finished: e.finished.length,
+      preempted: e.preempted.map((d) => [d.request_id, d.mode]),
+      decisions: [...e.admitted, ...e.preempted, ...e.swapped_out, ...e.swapped_in, ...e.finished],
+      notes: e.notes, kv: null,
+    });
+    if (e.kv_total) this.kvTotal = e.kv_total;
+  }
+
+  end(id, step) {
+    const r = this.req(id);
+    if (r.endStep == null) r.endStep = Math.max(step, r.startStep);
+    this.live.delete(id);
+  }
+}
+
+const HANDLERS = {
+  step: (m, e) => m.onStep(e),
+  arrived: (m, e) => {
+    const r = m.req(e.request_id);
+    r.arrival = e.time; r.prompt = e.prompt; r.numPrompt = e.num_prompt_tokens;
+    r.maxTokens = e.max_tokens;
+    if (m.t0 == null) m.t0 = e.time;
+  },
+  first_token: (m, e) => {
+    const r = m.req(e.request_id);
+    r.firstTokenStep = e.step; r.firstTokenTime = e.time;
+  },
+  token: (m, e) => {
+    const r = m.req(e.request_id);
+    r.pieces.push([e.step, e.text]); r.tokenIds.push(e.token_id);
+    m.tokensAt.set(e.step, (m.tokensAt.get(e.step) || 0) + 1);
+  },
+  finished: (m, e) => {
+    const r = m.req(e.request_id);
+    r.finishReason = e.finish_reason; m.end(e.request_id, e.step);
+  },
+  aborted: (m, e) => { m.req(e.request_id).finishReason = "abort"; m.end(e.request_id, m.lastStep); },
+  preempted: () => {}, admitted: () => {}, swapped_out: () => {}, swapped_in: () => {},
+  rejected: () => {},
+  kv_map: (m, e) => { // the real block ids after a step (live only; traces have counts)
+    const s = m.steps[m.steps.length - 1];
+    if (s && s.index === e.step) s.kv = e;
+  },
+};

@@ -1,0 +1,129 @@
+// The timeline: one row per request, iterations (or wall time) along x, a coloured cell
+// per iteration. Drawn on a canvas, one rectangle per run of equal cells, and only for
+// requests inside the visible window: a thousand requests stay smooth.
+
+import { PHASE } from "./model.js";
+
+export const COLORS = {
+  [PHASE.waiting]: "#d7dce3",
+  [PHASE.prefill]: "#f59e0b",
+  [PHASE.decode]: "#16a34a",
+  [PHASE.padding]: "#9ca3af",
+  [PHASE.preempted]: "#dc2626",
+  [PHASE.swapped]: "#7c3aed",
+};
+const AXIS_H = 16; // pixels under the rows for the x ticks
+const MAX_ROW_H = 16;
+
+export function fitCanvas(canvas) {
+  const dpr = window.devicePixelRatio || 1;
+  const w = canvas.clientWidth, h = canvas.clientHeight;
+  if (canvas.width !== Math.round(w * dpr) || canvas.height !== Math.round(h * dpr)) {
+    canvas.width = Math.round(w * dpr);
+    canvas.height = Math.round(h * dpr);
+  }
+  const ctx = canvas.getContext("2d");
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  return { ctx, w, h };
+}
+
+// Where step k of `model` begins and ends on the shared axis (iterations or seconds).
+function span(model, k, scale) {
+  if (scale.mode === "iter") return [k - 1, k];
+  const p = model.stepPos(k);
+  if (p < 0) return [0, 0];
+  const s = model.steps[p], prev = model.steps[p - 1];
+  const begin = prev ? Math.max(prev.wallEnd, s.wallStart - 0.5) : s.wallStart;
+  return [begin - scale.t0, s.wallEnd - scale.t0];
+}
+
+// The first step index at or after axis value x (binary search on wall times).
+function firstStepFrom(model, x, scale) {
+  if (scale.mode === "iter") return Math.max(1, Math.floor(x) + 1);
+  let lo = 0, hi = model.steps.length - 1, ans = model.lastStep + 1;
+  while (lo <= hi) {
+    const mid = (lo + hi) >> 1;
+    if (model.steps[mid].wallEnd - scale.t0 >= x) { ans = model.steps[mid].index; hi = mid - 1; } else lo = mid + 1;
+  }
+  return ans;
+}
+
+export class Timeline {
+  constructor(canvas) {
+    this.canvas = canvas;
+    this.rows = [];
+    this.rowH = MAX_ROW_H;
+    this.hatch = null;
+  }
+
+  visibleRows(model, scale, cursor) {
+    const from = firstStepFrom(model, scale.x0, scale);
+    return model.order.filter((r) => r.startStep <= Math.max(cursor, 1) &&
+      (r.endStep == null || r.endStep >= from));
+  }
+
+  draw(model, scale, cursor) {
+    const { ctx, w, h } = fitCanvas(this.canvas);
+    ctx.clearRect(0, 0, w, h);
+    const rowsH = h - AXIS_H;
+    const rows = this.visibleRows(model, scale, cursor);
+    const rowH = Math.min(MAX_ROW_H, Math.max(rowsH / Math.max(rows.length, 1), 0.25));
+    this.rows = rows; this.rowH = rowH;
+    const px = (x) => ((x - scale.x0) / Math.max(scale.x1 - scale.x0, 1e-9)) * w;
+    const gap = rowH >= 6 ? 1 : 0;
+    const kFrom = firstStepFrom(model, scale.x0, scale);
+    for (let i = 0; i < rows.length; i++) {
+      const r = rows[i], y = i * rowH;
+      const last = Math.min(r.endStep ?? cursor, cursor);
+      let k = Math.max(r.startStep, kFrom);
+      while (k <= last) {
+        const code = r.cells[k - r.startStep] ?? PHASE.waiting;
+        let j = k;
+        while (j + 1 <= last && (r.cells[j + 1 - r.startStep] ?? PHASE.waiting) === code) j++;
+        const x0 = px(span(model, k, scale)[0]), x1 = px(span(model, j, scale)[1]);
+        ctx.fillStyle = code === PHASE.padding ? this.hatchFor(ctx) : COLORS[code];
+        ctx.fillRect(x0, y, Math.max(x1 - x0, 0.5), Math.max(rowH - gap, 0.25));
+        k = j + 1;
+      }
+      if (r.mine && rowH >= 3) { // a prompt typed in this tab: outlined
+        ctx.strokeStyle = "#1d4ed8"; ctx.lineWidth = 1.5;
+        const x0 = px(span(model, Math.max(r.startStep, kFrom), scale)[0]);
+        ctx.strokeRect(x0, y + 0.5, px(span(model, last, scale)[1]) - x0, rowH - gap - 1);
+      }
+    }
+    this.drawAxis(ctx, w, h, scale);
+  }
+
+  hatchFor(ctx) { // padding: computed but useless, drawn striped
+    if (!this.hatch) {
+      const c = document.createElement("canvas");
+      c.width = c.height = 6;
+      const g = c.getContext("2d");
+      g.fillStyle = COLORS[PHASE.padding]; g.fillRect(0, 0, 6, 6);
+      g.strokeStyle = "#e5e7eb"; g.lineWidth = 1.5;
+      g.beginPath(); g.moveTo(0, 6); g.lineTo(6, 0); g.stroke();
+      this.hatch = ctx.createPattern(c, "repeat");
+    }
+    return this.hatch;
+  }
+
+  drawAxis(ctx, w, h, scale) {
+    const y = h - AXIS_H;
+    ctx.fillStyle = "#f3f4f6"; ctx.fillRect(0, y, w, AXIS_H);
+    ctx.fillStyle = "#4b5563"; ctx.font = "10px system-ui, sans-serif"; ctx.textBaseline = "top";
+    const range = Math.max(scale.x1 - scale.x0, 1e-9);
+    const raw = range / 8, mag = 10 ** Math.floor(Math.log10(raw));
+    const stepSize = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw) || raw;
+    for (let v = Math.ceil(scale.x0 / stepSize) * stepSize; v <= scale.x1; v += stepSize) {
+      const x = ((v - scale.x0) / range) * w;
+      ctx.fillRect(x, y, 1, 4);
+      const label = scale.mode === "iter" ? String(Math.round(v)) : `${+v.toFixed(1)}s`;
+      ctx.fillText(label, Math.min(x + 2, w - 24), y + 4);
+    }
+  }
+
+  rowAt(offsetY) {
+    const i = Math.floor(offsetY / this.rowH);
+    return i >= 0 && i < this.rows.length ? this.rows[i] : null;
+  }
+}
