@@ -20,23 +20,19 @@ export function showMessage(text, isError = false) {
   el.classList.toggle("error", isError);
 }
 
-function renderDecisions(reply) {
+function renderDecisions(reply, app) {
   const box = $("decisions");
   box.replaceChildren();
   const head = document.createElement("div");
   head.className = "muted";
   head.textContent = `${t("round")} ${reply.round}`;
   box.append(head);
-  const entries = Object.entries(reply.explain || {});
-  if (!entries.length) {
-    box.append(document.createTextNode(t("noDecisions")));
-    return;
-  }
-  for (const [engine, lines] of entries) {
+  for (const engine of app.panels.map((p) => p.name)) {
+    const lines = reply.explain?.[engine];
     const h = document.createElement("h4");
-    h.textContent = t(engine);
+    h.textContent = t(app.panels.find((p) => p.name === engine)?.model.batching || engine);
     const ul = document.createElement("ul");
-    for (const line of lines.length ? lines : [t("noDecisions")]) {
+    for (const line of lines == null ? [t("idleEngine")] : lines.length ? lines : [t("noDecisions")]) {
       const li = document.createElement("li");
       li.textContent = translateReason(line);
       li.title = line; // the engine's own words, always one hover away
@@ -55,7 +51,7 @@ export function handleReply(reply, app) {
   const onAck = pending.get(reply.id);
   pending.delete(reply.id);
   if ("paused" in reply) app.setPaused(reply.paused);
-  if (reply.control === "step") renderDecisions(reply);
+  if (reply.control === "step") renderDecisions(reply, app);
   if (onAck) onAck(reply);
   showMessage("");
 }

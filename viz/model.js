@@ -58,14 +58,16 @@ export class PanelModel {
     this.version = 0; // bumped on every change: the renderers redraw when it moves
     this.dropped = 0;
     this.t0 = null;
+    this.baseStep = info.step || 0; // iterations the engine ran before this page joined
+    this.current = null; // the step being applied: requests first seen in it start there
   }
 
-  get lastStep() { return this.steps.length ? this.steps[this.steps.length - 1].index : 0; }
+  get lastStep() { return this.steps.length ? this.steps[this.steps.length - 1].index : this.baseStep; }
 
   req(id, create = true) {
     let r = this.reqs.get(id);
     if (!r && create) {
-      r = new Req(id, this.lastStep + 1);
+      r = new Req(id, this.current ?? this.lastStep + 1);
       this.reqs.set(id, r);
       this.order.push(r);
       this.live.add(id);
@@ -98,6 +100,7 @@ export class PanelModel {
 
   onStep(e) {
     const k = e.index;
+    this.current = k;
     if (this.t0 == null) this.t0 = e.wall_start;
     const why = (list, tag) => list.forEach((d) => this.req(d.request_id).reasons.push([k, d.reason, tag]));
     for (const d of e.preempted) this.req(d.request_id).state = d.mode === "swap" ? PHASE.swapped : PHASE.preempted;
@@ -130,6 +133,7 @@ export class PanelModel {
       decisions: [...e.admitted, ...e.preempted, ...e.swapped_out, ...e.swapped_in, ...e.finished],
       notes: e.notes, kv: null,
     });
+    this.current = null;
     if (e.kv_total) this.kvTotal = e.kv_total;
   }
 

@@ -55,6 +55,7 @@ def engine_info(name: str, engine: LLMEngine) -> dict[str, Any]:
         "block_size": engine.config.block_size,
         "has_tokenizer": engine.tokenizer is not None,
         "max_model_len": engine.max_model_len,
+        "step": engine.scheduler.step_count,  # iterations run before this browser came
     }
 
 
@@ -135,6 +136,7 @@ class Hub:
             "block_size": config.get("block_size", 16),
             "has_tokenizer": True,
             "max_model_len": config.get("max_model_len"),
+            "step": 0,
         }
 
     def hello(self) -> dict[str, Any]:

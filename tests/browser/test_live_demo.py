@@ -1,0 +1,136 @@
+"""The live demo in Chromium, on the tiny random model: rows come and go on both panels,
+counters move, single step advances exactly one iteration and lists its decisions, the KV
+map changes, a typed prompt becomes a row whose tokens stream in, the language switches."""
+
+import pytest
+
+from tests.browser.conftest import js, server, shot, wait_for
+
+PANELS = "window.minicb.panels"
+
+
+@pytest.fixture(scope="module")
+def demo_url(tiny_llama_dir):
+    args = ["demo", "--model", tiny_llama_dir, "--max-num-seqs", "4", "--num-kv-blocks", "48"]
+    args += ["--burst", "8", "--rate", "1.5", "--short", "3", "8", "--long", "12", "24"]
+    with server(*args, "--delay", "0.05") as url:
+        yield url
+
+
+def panel_state(page):
+    return js(
+        page,
+        f"""{PANELS}.map(p => ({{
+            name: p.name, step: p.model.lastStep, rows: p.model.order.length,
+            left: p.model.order.filter(r => r.endStep != null).length,
+            done: p.el.querySelector('dd[data-c=done]').textContent,
+            toks: p.el.querySelector('dd[data-c=toks]').textContent,
+            kvUsed: Number(p.el.dataset.kvUsed || 0),
+            kv: p.el.querySelector('canvas.kvmap').toDataURL(),
+        }}))""",
+    )
+
+
+def test_rows_appear_and_leave_on_both_panels_and_counters_move(tab, demo_url):
+    page = tab
+    page.goto(demo_url)
+    wait_for(page, f"{PANELS}.length === 2")
+    assert js(page, f"{PANELS}.map(p => p.name)") == ["static", "continuous"]
+    wait_for(page, f"{PANELS}.every(p => p.model.order.filter(r => r.endStep != null).length >= 3)")
+    first = panel_state(page)
+    wait_for(page, f"{PANELS}.every(p => p.model.lastStep > {max(s['step'] for s in first)} + 5)")
+    page.wait_for_timeout(600)  # counters refresh a few times a second
+    later = panel_state(page)
+    for a, b in zip(first, later, strict=True):
+        assert b["rows"] >= a["rows"] and b["left"] > 0
+        assert int(b["done"]) >= 3 and b["toks"] != "0.0"
+    assert any(int(b["done"]) > int(a["done"]) for a, b in zip(first, later, strict=True))
+    # the static panel pads, the continuous one never does
+    assert js(page, f"{PANELS}[0].model.steps.some(s => s.padding > 0)")
+    assert not js(page, f"{PANELS}[1].model.steps.some(s => s.padding > 0)")
+    shot(page, "live-demo")
+    assert not page.errors
+
+
+def test_single_step_advances_exactly_one_iteration_and_the_kv_map_changes(tab, demo_url):
+    page = tab
+    page.goto(demo_url)
+    wait_for(page, f"{PANELS}.length === 2 && {PANELS}.every(p => p.model.lastStep > 0)")
+    page.click("#pause")
+    wait_for(page, "window.minicb.paused === true")
+    page.wait_for_timeout(800)
+    held = panel_state(page)
+    page.wait_for_timeout(800)
+    assert [s["step"] for s in panel_state(page)] == [s["step"] for s in held]  # pause holds
+    # a burst arrives with the next round, so both engines have work for the step
+    page.select_option("#wl-preset", "burst")
+    page.fill("#wl-count", "3")
+    page.click("#workload-form button[type=submit]")
+    page.wait_for_timeout(300)
+    page.click("#step")
+    wait_for(page, "document.querySelector('#decisions h4') !== null")
+    base = [s["step"] for s in held]
+    wait_for(page, f"{PANELS}.every((p, i) => p.model.lastStep === {base}[i] + 1)")
+    page.wait_for_timeout(500)
+    after = panel_state(page)
+    assert [s["step"] for s in after] == [s["step"] + 1 for s in held]
+    decisions = page.inner_text("#decisions")
+    assert "static batching" in decisions and "continuous batching" in decisions
+    shot(page, "single-step")
+    # keep stepping, one iteration per click, until requests finish or grow: the map changes
+    for n in range(2, 40):
+        page.click("#step")
+        wait_for(page, f"{PANELS}.every((p, i) => p.model.lastStep === {base}[i] + {n})")
+        page.wait_for_timeout(100)
+        now = panel_state(page)
+        if any(a["kv"] != b["kv"] for a, b in zip(held, now, strict=True)):
+            break
+    else:
+        raise AssertionError("the KV map never changed")
+    assert [s["step"] for s in now] == [b + n for b in base]
+    shot(page, "kv-map-changed")
+    page.click("#resume")
+    wait_for(page, "window.minicb.paused === false")
+    page.select_option("#wl-preset", "poisson")
+    page.click("#workload-form button[type=submit]")
+    assert not page.errors
+
+
+def test_a_typed_prompt_becomes_a_row_and_streams(tab, demo_url):
+    page = tab
+    page.goto(demo_url)
+    wait_for(page, f"{PANELS}.length === 2")
+    page.fill("#prompt-text", "Hello from the front row")
+    page.fill("#prompt-max", "12")
+    page.click("#prompt-form button[type=submit]")
+    mine = f"{PANELS}.map(p => p.model.order.filter(r => r.mine))"
+    wait_for(page, f"{mine}.every(list => list.length === 1)")
+    wait_for(page, "document.querySelectorAll('#mine li').length === 2")
+    # the tiny model has no tokenizer: its "text" is the token ids, streaming in
+    for i in range(2):  # each panel sees its tokens part-way, then all of them
+        wait_for(page, f"{mine}[{i}][0].tokenIds.length > 0", 90)
+        partial = js(page, f"{mine}[{i}][0].tokenIds.length")
+        assert partial < 12 or js(page, f"{mine}[{i}][0].endStep") is not None
+    wait_for(page, f"{mine}.every(l => l[0].tokenIds.length === 12 && l[0].endStep != null)", 90)
+    text = page.inner_text("#mine")
+    assert text.count("[") == 2 and "#" in text
+    shot(page, "typed-prompt-tiny")
+    assert not page.errors
+
+
+def test_the_language_toggle_changes_the_labels(tab, demo_url):
+    page = tab
+    page.goto(demo_url)
+    wait_for(page, f"{PANELS}.length === 2")
+    assert page.inner_text("#pause") == "Pause"
+    page.click("#lang")
+    assert page.inner_text("#pause") == "暂停"
+    assert "连续批处理" in page.inner_text("h1")
+    assert "静态批处理" in page.inner_text("#panels")
+    assert "槽位占用率" in page.inner_text("#panels")
+    page.wait_for_timeout(500)
+    shot(page, "live-demo-zh")
+    page.click("#lang")
+    assert page.inner_text("#pause") == "Pause"
+    assert "static batching" in page.inner_text("#panels")
+    assert not page.errors
