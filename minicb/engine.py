@@ -117,6 +117,24 @@ class LLMEngine:
         self._notify("request_arrived", req)
         return req.request_id
 
+    def apply_chat_template(self, messages: list[dict[str, str]]) -> list[int]:
+        """Token ids of a conversation in the model's chat template, ready for the reply."""
+        from jinja2 import TemplateError
+
+        if not messages:
+            raise RequestRejected("messages is empty; give at least one message")
+        if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
+            raise RequestRejected("this model has no chat template; give a plain prompt instead")
+        try:
+            ids = self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=True
+            )
+        except TemplateError as err:  # e.g. a template that insists that roles alternate
+            raise RequestRejected(f"the chat template refused these messages: {err}") from err
+        if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # some versions wrap the ids
+            ids = ids["input_ids"]
+        return list(ids)
+
     def abort_request(self, request_id: int) -> bool:
         """Stop a request wherever it is and free its KV blocks now. False if unknown."""
         req = self.scheduler.abort(request_id)

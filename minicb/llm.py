@@ -73,13 +73,4 @@ class LLM:
         return outs[0] if single else outs
 
     def apply_chat_template(self, messages: list[dict[str, str]]) -> list[int]:
-        if not messages:
-            raise ValueError("messages is empty; give at least one message")
-        if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
-            raise ValueError("this model has no chat template; use generate() with a prompt")
-        ids = self.tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=True
-        )
-        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
-            ids = ids["input_ids"]
-        return list(ids)
+        return self.engine.apply_chat_template(messages)

@@ -63,10 +63,9 @@ class Request:
     output_token_ids: list[int] = field(default_factory=list)
     # Tokens whose K/V are in the cache. The next step computes from here on.
     num_computed_tokens: int = 0
-    # Iteration at which the request last started waiting (for priority aging).
-    wait_since_step: int = 0
+    # Iteration at which it arrived: priority aging counts from here, so a preempted
+    # request keeps its age.
     arrival_step: int = 0
-    output_text: str = ""
     metrics: RequestMetrics = field(init=False)
 
     def __post_init__(self) -> None:

@@ -66,21 +66,12 @@ def _guarded(handler: Callable[..., Awaitable[Response]]) -> Callable[..., Await
     return run
 
 
-def chat_prompt_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
-    """The chat template applied, as LLM.apply_chat_template does; runs in the engine thread."""
-    from jinja2 import TemplateError
-
-    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
-        raise APIError("this model has no chat template; use /v1/completions", param="messages")
+def chat_prompt_ids(engine: Any, messages: list[dict[str, str]]) -> list[int]:
+    """The chat template applied by the engine; runs in the engine thread."""
     try:
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    except TemplateError as err:  # e.g. a template that insists roles alternate
-        raise APIError(
-            f"the chat template refused these messages: {err}", param="messages"
-        ) from err
-    if isinstance(ids, dict) or hasattr(ids, "input_ids"):
-        ids = ids["input_ids"]
-    return list(ids)
+        return engine.apply_chat_template(messages)
+    except ValueError as err:
+        raise APIError(str(err), param="messages") from err
 
 
 def _aborted(request_id: int) -> RequestOutput:
@@ -148,7 +139,7 @@ class OpenAIRoutes:
             self.check_max_tokens(max_tokens)
         sampling_params(req, max_tokens or 1)  # refuse bad settings before any tokenizing
         ids = await self.loop.acall(
-            lambda: chat_prompt_ids(self.loop.engines[self.engine_name].tokenizer, messages)
+            lambda: chat_prompt_ids(self.loop.engines[self.engine_name], messages)
         )
         if max_tokens is None:  # OpenAI's chat default: as much as the context allows
             engine = self.engine
