@@ -7,8 +7,9 @@ PY := $(VENV)/bin/python
 # Re-install only when the project's dependencies change.
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
+DEMO_ARGS ?=
 
-.PHONY: setup demo test lint clean
+.PHONY: setup browser demo test lint clean
 
 setup: $(STAMP)
 
@@ -22,10 +23,16 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-demo: setup
-	$(VENV)/bin/minicb generate --chat "What is the capital of France?" "Write a haiku about batching."
+# Chromium for the browser tests (Debian's package; Playwright's own download is not used).
+# Needs root, as on CI; skipped when it is already there.
+browser:
+	@test -x /usr/bin/chromium || (apt-get update && apt-get install -y chromium)
 
-test: setup
+# The visualizer: static and continuous batching side by side; prints the address to open.
+demo: setup
+	$(VENV)/bin/minicb demo $(DEMO_ARGS)
+
+test: setup browser
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 lint: setup
