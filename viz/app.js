@@ -75,6 +75,16 @@ function onHello(msg) {
   $("mode").dataset.i18n = `${msg.mode}Mode`;
   $("model").textContent = msg.model || "";
   buildPanels(msg.engines);
+  for (const info of msg.engines) { // requests already in the engine when this page joined
+    const p = app.panels.find((q) => q.name === info.name);
+    for (const q of info.requests || []) {
+      const r = p.model.req(q.request_id);
+      r.startStep = Math.min(r.startStep, q.start_step);
+      r.arrival = q.arrival; r.prompt = q.prompt; r.numPrompt = q.num_prompt_tokens;
+      r.maxTokens = q.max_tokens;
+      if (q.first_token_time != null) { r.firstTokenTime = q.first_token_time; r.firstTokenStep = p.model.baseStep; }
+    }
+  }
   app.setPaused(msg.paused);
   $("delay").value = Math.round((msg.delay_s || 0) * 1000);
   $("delay-out").value = `${$("delay").value} ms`;

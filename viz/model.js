@@ -59,6 +59,7 @@ export class PanelModel {
     this.dropped = 0;
     this.t0 = null;
     this.baseStep = info.step || 0; // iterations the engine ran before this page joined
+    this.firstKnown = this.baseStep + 1; // cells before this iteration were never seen here
     this.current = null; // the step being applied: requests first seen in it start there
   }
 

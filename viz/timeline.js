@@ -71,7 +71,7 @@ export class Timeline {
     this.rows = rows; this.rowH = rowH;
     const px = (x) => ((x - scale.x0) / Math.max(scale.x1 - scale.x0, 1e-9)) * w;
     const gap = rowH >= 6 ? 1 : 0;
-    const kFrom = firstStepFrom(model, scale.x0, scale);
+    const kFrom = Math.max(firstStepFrom(model, scale.x0, scale), model.firstKnown);
     for (let i = 0; i < rows.length; i++) {
       const r = rows[i], y = i * rowH;
       const last = Math.min(r.endStep ?? cursor, cursor);

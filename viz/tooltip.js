@@ -15,6 +15,12 @@ function line(label, value) {
   return div;
 }
 
+// A chat-templated prompt shows as its user turn; other template markers are dropped.
+function promptText(p) {
+  const m = p.match(/<\|im_start\|>user\n([\s\S]*?)<\|im_end\|>/);
+  return m ? m[1] : p.replace(/<\|[^|>]*\|>/g, " ").trim();
+}
+
 function stateAt(r, cursor) {
   if (r.endStep != null && r.endStep < cursor) return t("finished");
   const code = r.cells[cursor - r.startStep];
@@ -29,7 +35,8 @@ export function showTooltip(ev, panel, r, cursor) {
   head.innerHTML = "<b></b>";
   head.firstChild.textContent = `${t(panel.model.batching)} · ${t("req")} #${r.id} · ${stateAt(r, cursor)}`;
   el.append(head);
-  const prompt = r.prompt ?? r.typed ?? (r.numPrompt != null ? `${r.numPrompt} ${t("tokens")}` : null);
+  const prompt = r.typed ?? (r.prompt != null ? promptText(r.prompt) : null) ??
+    (r.numPrompt != null ? `${r.numPrompt} ${t("tokens")}` : null);
   if (prompt != null) el.append(line(t("promptLabel"), prompt.slice(0, MAX_TEXT)));
   const text = r.textAt(cursor) || (r.tokenIds.length ? `[${r.tokenIds.slice(0, 64).join(" ")}]` : "");
   el.append(line(t("text"), text.length > MAX_TEXT ? `…${text.slice(-MAX_TEXT)}` : text || "–"));

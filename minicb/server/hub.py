@@ -59,6 +59,23 @@ def engine_info(name: str, engine: LLMEngine) -> dict[str, Any]:
     }
 
 
+def live_requests(engine: LLMEngine) -> list[dict[str, Any]]:
+    """The requests an engine holds now, for a browser that joins mid-run (it missed
+    their arrival events). Read in the engine thread."""
+    return [
+        {
+            "request_id": r.request_id,
+            "arrival": r.arrival_time,
+            "start_step": r.arrival_step + 1,
+            "prompt": r.prompt,
+            "num_prompt_tokens": r.num_prompt_tokens,
+            "max_tokens": r.params.max_tokens,
+            "first_token_time": r.metrics.first_token_time,
+        }
+        for r in engine.scheduler.requests.values()
+    ]
+
+
 def kv_map(engine: LLMEngine, step: int) -> dict[str, Any]:
     """Which request owns which KV block after ``step``: the real block ids.
 
@@ -106,6 +123,16 @@ class Hub:
         client = Client({n: b.subscribe_async(self.queue_size) for n, b in self.buses.items()})
         self.clients.add(client)
         return client
+
+    def join(self) -> tuple[Client, dict[str, Any]]:
+        """Subscribe a browser and describe the engines as of that moment, including the
+        requests already there; run in the engine thread, so no event falls in between."""
+        client = self.connect()
+        hello = self.hello()
+        assert self.loop is not None
+        for info in hello["engines"]:
+            info["requests"] = live_requests(self.loop.engines[info["name"]])
+        return client, hello
 
     def disconnect(self, client: Client) -> None:
         self.clients.discard(client)

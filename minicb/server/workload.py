@@ -63,10 +63,20 @@ class WorkloadSpec:
 
 
 def encode_prompt(engine: Any, text: str) -> str | list[int]:
-    """The prompt as the engine takes it: text, or for a model with no tokenizer (the tiny
-    test models) the text's bytes folded into the vocabulary."""
-    if engine.tokenizer is not None:
-        return text
+    """The prompt as the engine takes it: for a chat model, the text as one user turn in
+    its chat template (a raw question often gets an instant end-of-text from an instruct
+    model); for a model with no tokenizer (the tiny test models), the text's bytes folded
+    into the vocabulary. Kept a string where possible, so the events carry the prompt."""
+    tokenizer = engine.tokenizer
+    if tokenizer is not None:
+        if not getattr(tokenizer, "chat_template", None):
+            return text
+        try:
+            return tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+            )
+        except Exception:  # a template that wants something else: the raw text still works
+            return text
     vocab = engine.runner.model_config.vocab_size
     return [3 + b % (vocab - 3) for b in text.encode("utf-8")]  # skip bos/eos ids 1 and 2
 

@@ -77,10 +77,14 @@ def replay_message(hub: Hub) -> dict[str, Any]:
 
 async def serve_client(websocket: WebSocket, hub: Hub) -> None:
     await websocket.accept()
-    await websocket.send_text(json.dumps(hub.hello()))
+    client = None
+    if hub.loop is not None:
+        client, hello = await hub.loop.acall(hub.join)
+    else:
+        hello = hub.hello()
+    await websocket.send_text(json.dumps(hello))
     if hub.mode == "replay":
         await websocket.send_text(json.dumps(replay_message(hub)))
-    client = hub.connect() if hub.loop is not None else None
     outbox: asyncio.Queue = asyncio.Queue(OUTBOX_SIZE)
     tasks = [asyncio.create_task(_write(websocket, outbox))]
     if client is not None:
