@@ -172,6 +172,20 @@ class EngineLoop:
 
         return await self.acall(drop)
 
+    def replace_engine(self, name: str, engine: LLMEngine) -> list[RequestStream]:
+        """Swap in a new engine under ``name`` (call it in the engine thread).
+
+        The open token streams of the old engine are returned, already detached, so the
+        caller can end them; new streams route through the new engine.
+        """
+        router = self._routers[name]
+        orphans = list(router.streams.values())
+        router.streams.clear()
+        self.engines[name].remove_observer(router)
+        engine.add_observer(router)
+        self.engines[name] = engine
+        return orphans
+
     # ---- the thread ------------------------------------------------------------------------
     def _run(self) -> None:
         while not self._stop.is_set():

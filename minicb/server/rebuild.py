@@ -45,20 +45,14 @@ def rebuild_engines(hub: Hub, changes: dict[str, Any]) -> list[dict[str, Any]]:
     for name, old in list(loop.engines.items()):
         for rid in list(old.scheduler.requests):
             old.abort_request(rid)
-        # EngineLoop keeps one stream router per engine name; it has no public way to swap
-        # an engine, so the router is moved here (see the report: a replace_engine method
-        # on EngineLoop would be the clean home for these lines).
-        router = loop._routers[name]
-        for stream in router.streams.values():
-            stream.push(_ended(stream.request_id))
-        router.streams.clear()
         engine = new[name]
-        engine.add_observer(router)
+        for stream in loop.replace_engine(name, engine):
+            stream.push(_ended(stream.request_id))
         bus = hub.buses.get(name)
         if bus is not None:
+            old.remove_observer(bus)
             bus.block_size = engine.config.block_size
             engine.add_observer(bus)
-        loop.engines[name] = engine
         hub.notify(name, {"type": "reset", "info": engine_info(name, engine)})
     for hook in hub.rebuild_hooks:
         hook(loop.engines)

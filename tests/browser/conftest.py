@@ -43,8 +43,10 @@ def pytest_collection_modifyitems(config, items):
                 )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def chromium():
+    """One browser for this package. Package scope, not session: Playwright's sync API keeps
+    an event loop running until it stops, and later tests call ``asyncio.run``."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
