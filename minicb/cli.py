@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-SUBCOMMANDS = ["generate", "replay", "serve", "demo"]
+SUBCOMMANDS = ["generate", "replay", "serve", "demo", "bench"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,127 @@
+"""Figures computed from fixed inputs: spreads, ratios, roofline, time shares, goals."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from minicb.bench import roofline
+from minicb.bench.figures import aggregate, lookup, paired_ratio, ratio_table, spread
+from minicb.bench.goals import evaluate
+from minicb.bench.records import RunRecord
+from minicb.bench.sched_cost import outside_model_share, time_schedule
+
+
+def _run(system, out_tok_s, ttft=None, error=None):
+    summary = {
+        "throughput": {"output_tokens_per_s": out_tok_s, "total_tokens_per_s": 2 * out_tok_s,
+                       "requests_per_s": 1.0},
+        "latency": {"ttft_s": {"p50": ttft, "p90": ttft, "p99": ttft}},
+        "batch": {"slot_occupancy": 0.5, "padding_waste": None},
+    }  # fmt: skip
+    return RunRecord(system, "w", summary if not error else {}, wall_s=10.0, error=error)
+
+
+def test_lookup_and_spread():
+    s = {"a": {"b": 3, "c": None}}
+    assert lookup(s, ("a", "b")) == 3.0
+    assert lookup(s, ("a", "c")) is None and lookup(s, ("x",)) is None
+    assert spread([3.0, None, 1.0, 2.0]) == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3}
+    assert spread([None]) is None
+
+
+def test_aggregate_takes_median_min_max_over_repeats():
+    agg = aggregate([_run("x", 10.0, 0.2), _run("x", 30.0, 0.1), _run("x", 20.0, 0.3)])
+    assert agg["output_tok_s"] == {"median": 20.0, "min": 10.0, "max": 30.0, "n": 3}
+    assert agg["total_tok_s"]["median"] == 40.0
+    assert agg["ttft_p99"]["max"] == 0.3
+    assert agg["slot_occupancy"]["median"] == 0.5
+    assert agg["padding_waste"] is None and agg["kv_utilisation"] is None
+    assert agg["wall_s"]["median"] == 10.0
+    assert aggregate([_run("x", 0, error="no")])["output_tok_s"] is None
+
+
+def test_ratios_pair_repeat_with_repeat():
+    a = [_run("a", 30.0), _run("a", 40.0), _run("a", 10.0)]
+    b = [_run("b", 10.0), _run("b", 20.0), _run("b", 10.0)]
+    assert paired_ratio(a, b) == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3}
+    table = ratio_table({"a": a, "b": b, "c": [_run("c", 0, error="failed")]})
+    assert set(table) == {"a / b", "b / a"}
+    assert table["b / a"]["median"] == pytest.approx(0.5)
+
+
+def test_decode_cost_and_ceiling_by_hand():
+    cfg = SimpleNamespace(num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8)
+    sizes = {"weight_bytes": 1000, "matmul_params": 400, "kv_bytes_per_token": 10}
+    nbytes, flops = roofline.decode_cost(sizes, cfg, batch=3, context=5)
+    assert nbytes == 1000 + 3 * 5 * 10
+    assert flops == 3 * (2 * 400 + 4 * 2 * 4 * 8 * 5)
+    assert roofline.ceiling(1000, 10, bandwidth=100, peak=1000) == (10.0, "memory")
+    assert roofline.ceiling(10, 1000, bandwidth=100, peak=10) == (100.0, "compute")
+    hw = {"copy_bandwidth": 1150 / 0.5, "matmul_flops": 1e12}  # memory-bound: t_min 0.5 s
+    point = roofline.roofline_point(
+        {"step_s": 2.0, "forward_s": 1.0, "context": 5}, sizes, cfg, 3, hw
+    )
+    assert point["ceiling_tok_s"] == pytest.approx(6.0) and point["bound"] == "memory"
+    assert point["tok_s"] == 1.5 and point["fraction"] == pytest.approx(0.25)
+    assert point["forward_fraction"] == pytest.approx(0.5)
+
+
+def test_model_sizes_count_tied_weights_once():
+    cfg = SimpleNamespace(vocab_size=10, hidden_size=4, num_layers=1, num_kv_heads=1,
+                          head_dim=2, tie_word_embeddings=True)  # fmt: skip
+    emb = torch.nn.Embedding(10, 4)
+    head = torch.nn.Linear(4, 10, bias=False)
+    head.weight = emb.weight
+    model = torch.nn.ModuleDict({"emb": emb, "head": head, "mlp": torch.nn.Linear(4, 4, False)})
+    sizes = roofline.model_sizes(model, cfg, elem=2)
+    assert sizes == {"weight_bytes": (40 + 16) * 2, "matmul_params": 56, "kv_bytes_per_token": 8}
+    untied = SimpleNamespace(**{**vars(cfg), "tie_word_embeddings": False})
+    head.weight = torch.nn.Parameter(torch.zeros(10, 4))
+    sizes = roofline.model_sizes(model, untied, elem=2)
+    assert sizes["weight_bytes"] == (40 + 16) * 2  # lm_head and mlp; the table is gathered
+    assert sizes["matmul_params"] == 56
+
+
+def test_share_of_time_outside_the_model():
+    steps = [
+        {"dt": 1.0, "schedule_s": 0.1, "forward_s": 0.7, "sample_s": 0.1},
+        {"dt": 1.0, "schedule_s": 0.1, "forward_s": 0.9, "sample_s": 0.0},
+    ]
+    share = outside_model_share(steps)
+    assert share["outside"] == pytest.approx(0.2)
+    assert share["schedule"] == pytest.approx(0.1) and share["sample"] == pytest.approx(0.05)
+    assert share["other"] == pytest.approx(0.05)
+    assert outside_model_share([])["outside"] is None
+
+
+def test_schedule_is_timed_with_everybody_decoding():
+    cost = time_schedule(16, iterations=5)
+    assert cost["num_running"] == 16 and cost["iterations"] == 5
+    assert 0 < cost["median_s"] < 0.1
+
+
+def test_goals_report_met_and_missed_with_the_gap():
+    cell = lambda m: {"median": m, "min": m, "max": m, "n": 1}  # noqa: E731
+    results = {
+        "workloads": {
+            "capped-exp": {
+                "ratios": {"minicb-continuous / hf-continuous": cell(1.5),
+                           "minicb-continuous / hf-padded": cell(2.5)},
+                "theory": {"relative_error": -0.2, "measured_ratio": cell(2.0),
+                           "predicted": {"ratio": 2.5}},
+            },
+            "fixed": {"ratios": {"minicb-continuous / hf-padded": cell(1.1)}},
+        },
+        "roofline": {"points": [{"batch": 32, "fraction": 0.3}]},
+        "scheduler": [{"num_running": 256, "median_s": 0.0004}],
+    }  # fmt: skip
+    goals = {
+        g["goal"].split(":")[0] + str(i): g
+        for i, g in enumerate(evaluate(results, "capped-exp", "fixed"))
+    }
+    met = [g["met"] for g in goals.values()]
+    assert met == [False, False, True, True, False, True]
+    theory = list(goals.values())[0]
+    assert "off by 20 %, 5 points beyond" in theory["note"]
+    assert "missed by 50 %" in list(goals.values())[1]["note"]

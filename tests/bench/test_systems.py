@@ -1,0 +1,66 @@
+"""The systems under test, on the tiny model: exact lengths, real arrival times, and
+transformers' runs rebuilt as minicb events and measured like minicb's."""
+
+import pytest
+import torch
+
+from minicb import EngineConfig, LLMEngine
+from minicb.bench.driver import run_minicb
+from minicb.bench.hf_continuous import run_hf_continuous
+from minicb.bench.hf_padded import _batch_events, run_hf_padded
+from minicb.bench.records import measure_events
+from minicb.bench.workloads import RequestSpec, Workload, capped_exponential
+
+
+@pytest.fixture(scope="module")
+def hf_tiny(tiny_llama_dir):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32).eval()
+
+
+def test_padded_batch_events_give_the_figures_worked_by_hand():
+    reqs = [RequestSpec([5, 6, 7], 1), RequestSpec([5, 6, 7, 8, 9], 3)]
+    w = Workload("w", "two", reqs)
+    events = _batch_events([0, 1], w, t0=10.0, start=10.0, times=[10.5, 11.0, 11.5], end=11.6)
+    summary, steps = measure_events(events, 10.0, ttft_slo=None, tpot_slo=None)
+    lat = summary["latency"]
+    assert lat["ttft_s"]["p50"] == pytest.approx(0.5)
+    assert lat["e2e_s"]["max"] == pytest.approx(1.6)
+    assert lat["tpot_s"]["count"] == 1 and lat["tpot_s"]["p50"] == pytest.approx(0.5)
+    assert summary["requests"]["tokens_generated"] == 4  # credited: 1 + 3, not 2 x 3
+    # Tokens: step 1 prefills 3 + 5 and pads the short prompt by 2; steps 2-3 pad row 0.
+    assert summary["batch"]["padding_waste"] == pytest.approx(4 / 14)
+    assert summary["batch"]["slot_occupancy"] == pytest.approx(4 / 6)
+    assert [s["decode_rows"] for s in steps] == [0, 2, 2]
+    assert steps[0]["prefill_tokens"] == 10 and steps[1]["dt"] == pytest.approx(0.5)
+
+
+def test_minicb_driver_adds_requests_at_their_arrival_times(tiny_llama_dir):
+    engine = LLMEngine(tiny_llama_dir, EngineConfig(max_num_seqs=4, num_kv_blocks=64))
+    w = capped_exponential(3, 4, 4, 6, vocab=256, seed=0).with_arrivals([0.0, 0.3, 0.3], "hand")
+    rec = run_minicb(engine, w, "minicb-continuous", ttft_slo=0.25, tpot_slo=1.0)
+    s = rec.summary
+    assert s["requests"]["finished"] == 3
+    assert s["requests"]["tokens_generated"] == sum(w.output_lens)
+    assert rec.wall_s >= 0.3  # it waited for the late arrivals rather than end early
+    assert s["latency"]["ttft_s"]["max"] < 0.25  # nobody was charged for the idle wait
+    assert s["goodput"]["requests"] == 3
+    assert rec.steps and all(st["t"] >= 0 for st in rec.steps)
+    assert not engine.has_unfinished()
+
+
+def test_transformers_systems_generate_exactly_the_lengths_asked(hf_tiny):
+    w = capped_exponential(6, 5, 4, 10, vocab=256, seed=2)
+    assert len(set(w.output_lens)) > 1
+    padded = run_hf_padded(hf_tiny, w, batch_size=4)
+    assert padded.error is None
+    assert padded.summary["requests"]["tokens_generated"] == sum(w.output_lens)
+    assert padded.summary["batch"]["padding_waste"] > 0
+    cb = run_hf_continuous(hf_tiny, w, max_num_seqs=4, max_batch_tokens=64, page_size=16,
+                           num_blocks=32)  # fmt: skip
+    assert cb.error is None, cb.error
+    assert cb.summary["requests"]["finished"] == len(w.requests)
+    assert cb.summary["requests"]["tokens_generated"] == sum(w.output_lens)
+    late = w.with_arrivals([0.1 * i for i in range(6)], "spread")
+    assert "offline only" in run_hf_padded(hf_tiny, late, 4).error
