@@ -182,5 +182,11 @@ class SchedulerBase:
             num_output_tokens=len(req.output_token_ids),
         )
 
+    def _start_running(self, req: Request, source: list[Request]) -> None:
+        """Move ``req`` from ``source`` (waiting or swapped) into the running batch."""
+        source.remove(req)
+        self.running.append(req)
+        req.status = RequestStatus.RUNNING
+
     def ordered(self, queue: list[Request]) -> list[Request]:
         return sorted(queue, key=lambda r: self.sort_key(r, self.step_count))

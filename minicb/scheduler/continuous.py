@@ -121,9 +121,7 @@ class ContinuousScheduler(SchedulerBase):
             free_before = self.blocks.num_free_blocks
             plan.swap_in_map.extend(self.blocks.swap_in(req.request_id))
             self.blocks.allocate(req.request_id, req.num_computed_tokens + n)
-            self.swapped.remove(req)
-            self.running.append(req)
-            req.status = RequestStatus.RUNNING
+            self._start_running(req, self.swapped)
             plan.swapped_in.append(
                 Decision(
                     req.request_id, f"swapped in: needs {need_blocks} blocks, {free_before} free"
@@ -161,9 +159,7 @@ class ContinuousScheduler(SchedulerBase):
                 )
                 break
             self.blocks.allocate(req.request_id, need)
-            self.waiting.remove(req)
-            self.running.append(req)
-            req.status = RequestStatus.RUNNING
+            self._start_running(req, self.waiting)
             what = f"{n}-token chunk" if n < uncomputed else f"{n}-token prompt"
             if req.output_token_ids:
                 what += " (recompute after preemption)"

@@ -11,7 +11,7 @@ the members leave and their blocks return.
 from __future__ import annotations
 
 from minicb.block_manager import blocks_needed
-from minicb.request import Request, RequestStatus
+from minicb.request import Request
 from minicb.scheduler.base import SchedulerBase
 from minicb.scheduler.plan import Decision, StepPlan
 
@@ -56,9 +56,7 @@ class StaticScheduler(SchedulerBase):
                 )
                 break
             self.blocks.allocate(req.request_id, reserve)
-            self.waiting.remove(req)
-            self.running.append(req)
-            req.status = RequestStatus.RUNNING
+            self._start_running(req, self.waiting)
             plan.admitted.append(
                 Decision(
                     req.request_id,
