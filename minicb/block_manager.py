@@ -95,7 +95,10 @@ class BlockManager:
 
     def allocate(self, request_id: int, num_tokens: int) -> list[int]:
         """Grow the request's table to hold ``num_tokens``; returns the new blocks."""
-        new = self.device.take(self.extra_blocks_needed(request_id, num_tokens))
+        extra = self.extra_blocks_needed(request_id, num_tokens)
+        if extra == 0:  # the common decode case: the last block still has room
+            return []
+        new = self.device.take(extra)
         self.block_tables.setdefault(request_id, []).extend(new)
         return new
 

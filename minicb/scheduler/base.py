@@ -153,15 +153,16 @@ class SchedulerBase:
         """A prefill chunk or decode of ``num_tokens`` tokens from where the request stands."""
         start = req.num_computed_tokens
         end = start + num_tokens
+        total = req.num_tokens
         return ScheduledRequest(
             request_id=req.request_id,
-            phase=PREFILL if (req.num_uncomputed_tokens > 1 or start == 0) else DECODE,
-            token_ids=req.all_token_ids[start:end],
+            phase=PREFILL if (total - start > 1 or start == 0) else DECODE,
+            token_ids=req.token_slice(start, end),
             start_position=start,
             context_len=end,
             block_table=list(self.blocks.block_table(req.request_id)),
             store_kv=True,
-            samples=end == req.num_tokens,
+            samples=end == total,
             params=req.params,
             num_output_tokens=len(req.output_token_ids),
         )

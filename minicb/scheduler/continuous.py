@@ -16,6 +16,8 @@ and alone ("prefill first", as in Orca and early vLLM); otherwise it runs the de
 
 from __future__ import annotations
 
+from collections import deque
+
 from minicb.block_manager import blocks_needed
 from minicb.request import Request, RequestStatus
 from minicb.scheduler.base import SchedulerBase
@@ -43,23 +45,29 @@ class ContinuousScheduler(SchedulerBase):
     # ---- 1. running requests -----------------------------------------------------------
     def _schedule_running(self, plan: StepPlan, budget: int) -> int:
         ordered = self.ordered(self.running)
-        queue = [r for r in ordered if not r.in_prefill] + [r for r in ordered if r.in_prefill]
+        prefilling = [r.in_prefill for r in ordered]
+        queue = deque(
+            [r for r, p in zip(ordered, prefilling, strict=True) if not p]
+            + [r for r, p in zip(ordered, prefilling, strict=True) if p]
+        )
         waited = 0
         while queue:
-            req = queue.pop(0)
+            req = queue.popleft()
             if budget == 0:
                 waited += 1
                 continue
             n = min(req.num_uncomputed_tokens, budget)
             need = req.num_computed_tokens + n
-            while not self.blocks.can_allocate(req.request_id, need):
+            extra = self.blocks.extra_blocks_needed(req.request_id, need)
+            while extra > self.blocks.num_free_blocks:
                 victim = max(queue, key=self._rank) if queue else req
                 self._preempt(victim, plan, needer=req, need_tokens=need)
                 if victim is req:
                     break
                 queue.remove(victim)
             else:
-                self.blocks.allocate(req.request_id, need)
+                if extra:  # most decodes still have room in their last block
+                    self.blocks.allocate(req.request_id, need)
                 plan.scheduled.append(self._row(req, n))
                 budget -= n
         if waited:

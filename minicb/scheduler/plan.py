@@ -16,7 +16,7 @@ from minicb.sampling_params import SamplingParams
 PREFILL, DECODE, PADDING = "prefill", "decode", "padding"
 
 
-@dataclass
+@dataclass(slots=True)  # one per request per iteration: keep it light
 class ScheduledRequest:
     """One row group of the flat batch: a request's tokens for this iteration."""
 
