@@ -142,11 +142,13 @@ class EngineLoop:
     def step_once(self) -> int:
         """While paused, run exactly one round; returns the round number it ran."""
 
-        def ask() -> None:
+        def ask() -> int:
+            # Runs in the engine thread between rounds, so the target is read before the
+            # round it asks for can run (reading it here, after, could miss that round).
             self._single_steps += 1
+            return self.rounds + self._single_steps
 
-        self.call(ask).result()
-        target = self.rounds + 1
+        target = self.call(ask).result()
         while self.rounds < target and self.alive:
             time.sleep(0.005)
         return self.rounds

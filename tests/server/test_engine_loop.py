@@ -96,3 +96,18 @@ def test_a_failing_step_ends_its_requests_and_the_loop_keeps_serving(loop):
     assert broken[-1].finish_reason == "error" and "simulated kernel failure" in broken[-1].text
     assert fine[-1].finish_reason == "length"
     assert engine.scheduler.blocks.num_used_blocks == 0
+
+
+def test_single_steps_never_wait_for_a_round_that_already_ran(loop):
+    """Regression: step_once once read the round counter after the engine thread had
+    already run the asked-for round, then waited forever for another while paused."""
+    import threading
+
+    loop.pause()
+    rounds = []
+    worker = threading.Thread(target=lambda: rounds.extend(loop.step_once() for _ in range(50)))
+    worker.start()
+    worker.join(timeout=60)
+    assert not worker.is_alive(), "a single step hung"
+    assert rounds == list(range(rounds[0], rounds[0] + 50))
+    loop.resume()
