@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml
 # Chromium for the browser tests (Debian's package; Playwright's own download is not used).
 # Needs root, as on CI; skipped when it is already there.
 browser:
-	@test -x /usr/bin/chromium || (apt-get update && apt-get install -y chromium)
+	@test -x /usr/bin/chromium || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
 
 # The visualizer: static and continuous batching side by side; prints the address to open.
 demo: setup
