@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from minicb.request import RequestMetrics
@@ -17,6 +18,11 @@ class RequestOutput:
     token_ids: list[int]
     finish_reason: str | None
     metrics: RequestMetrics
+
+    @classmethod
+    def ended(cls, request_id: int, finish_reason: str, text: str = "") -> RequestOutput:
+        """A final output for a stream that ends without tokens (abort, engine error)."""
+        return cls(request_id, None, [], text, [], finish_reason, RequestMetrics(time.time()))
 
 
 @dataclass

@@ -10,6 +10,7 @@ request whose uncomputed tokens are now all computed.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -132,8 +133,6 @@ class ModelRunner:
         if self.device.type == "cuda":
             free = torch.cuda.mem_get_info(self.device)[0]
         else:
-            import os
-
             free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         affordable = int(free * self.config.kv_memory_fraction) // per_block
         if self.device.type == "cpu":

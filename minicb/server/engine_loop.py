@@ -53,20 +53,6 @@ class RequestStream:
                 return
 
 
-def _error_output(request_id: int, err: Exception) -> RequestOutput:
-    from minicb.request import RequestMetrics
-
-    return RequestOutput(
-        request_id=request_id,
-        prompt=None,
-        prompt_token_ids=[],
-        text=f"internal error: {type(err).__name__}: {err}",
-        token_ids=[],
-        finish_reason="error",
-        metrics=RequestMetrics(arrival_time=time.time()),
-    )
-
-
 class _StreamRouter:
     """An engine observer that forwards each step's tokens to the open RequestStreams."""
 
@@ -223,7 +209,11 @@ class EngineLoop:
         for rid in list(engine.scheduler.requests):
             engine.abort_request(rid)
         for stream in self._routers[name].streams.values():
-            stream.push(_error_output(stream.request_id, err))
+            stream.push(
+                RequestOutput.ended(
+                    stream.request_id, "error", f"internal error: {type(err).__name__}: {err}"
+                )
+            )
         self._routers[name].streams.clear()
 
     def _run_commands(self) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -25,7 +24,6 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from minicb.outputs import RequestOutput
 from minicb.prometheus import PrometheusMetrics
-from minicb.request import RequestMetrics
 from minicb.sampling_params import SamplingParams
 from minicb.server.admission import WaitingGate, bearer_check
 from minicb.server.engine_loop import EngineLoop, RequestStream
@@ -72,12 +70,6 @@ def chat_prompt_ids(engine: Any, messages: list[dict[str, str]]) -> list[int]:
         return engine.apply_chat_template(messages)
     except ValueError as err:
         raise APIError(str(err), param="messages") from err
-
-
-def _aborted(request_id: int) -> RequestOutput:
-    return RequestOutput(
-        request_id, None, [], "", [], "abort", RequestMetrics(arrival_time=time.time())
-    )
 
 
 class OpenAIRoutes:
@@ -182,7 +174,9 @@ class OpenAIRoutes:
             while (await request.receive())["type"] != "http.disconnect":
                 pass
             await self.loop.abort(self.engine_name, stream.request_id)
-            stream.queue.put_nowait(_aborted(stream.request_id))  # wake the waiter below
+            stream.queue.put_nowait(
+                RequestOutput.ended(stream.request_id, "abort")
+            )  # wake the waiter below
 
         watcher = asyncio.ensure_future(watch())
         try:

@@ -10,28 +10,14 @@ start again at 0.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 from minicb.engine import LLMEngine
 from minicb.outputs import RequestOutput
-from minicb.request import RequestMetrics
 from minicb.server.hub import engine_info
 
 if TYPE_CHECKING:
     from minicb.server.hub import Hub
-
-
-def _ended(request_id: int) -> RequestOutput:
-    return RequestOutput(
-        request_id=request_id,
-        prompt=None,
-        prompt_token_ids=[],
-        text="",
-        token_ids=[],
-        finish_reason="abort",
-        metrics=RequestMetrics(arrival_time=time.time()),
-    )
 
 
 def rebuild_engines(hub: Hub, changes: dict[str, Any]) -> list[dict[str, Any]]:
@@ -47,7 +33,7 @@ def rebuild_engines(hub: Hub, changes: dict[str, Any]) -> list[dict[str, Any]]:
             old.abort_request(rid)
         engine = new[name]
         for stream in loop.replace_engine(name, engine):
-            stream.push(_ended(stream.request_id))
+            stream.push(RequestOutput.ended(stream.request_id, "abort"))
         bus = hub.buses.get(name)
         if bus is not None:
             old.remove_observer(bus)
