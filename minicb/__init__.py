@@ -11,11 +11,13 @@ from typing import Any
 _PUBLIC = {
     "LLM": "minicb.llm",
     "EngineConfig": "minicb.config",
+    "FakeRunner": "minicb.runner.fake",
     "LLMEngine": "minicb.engine",
-    "RequestOutput": "minicb.outputs",
-    "SamplingParams": "minicb.sampling_params",
-    "StepResult": "minicb.outputs",
-    "TokenDelta": "minicb.outputs",
+    "RequestOutput": "minicb.request",
+    "SamplingParams": "minicb.config",
+    "StepResult": "minicb.engine",
+    "TokenDelta": "minicb.request",
+    "VirtualClock": "minicb.runner",
 }
 
 __all__ = sorted(_PUBLIC)

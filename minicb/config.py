@@ -1,12 +1,16 @@
-"""EngineConfig: every engine setting in one frozen dataclass, validated once.
+"""The two kinds of settings: EngineConfig for the engine, SamplingParams per request.
 
-Built at start-up and passed explicitly to the scheduler, block manager and runner;
-nothing reads settings from globals or the environment after this point.
+EngineConfig is one frozen dataclass, validated once, built at start-up and passed
+explicitly to the scheduler, block manager and runner; nothing reads settings from globals
+or the environment after this point. SamplingParams says how one request wants its tokens
+chosen and when it stops. Pure Python (no torch), so the scheduler and the server can
+validate requests without touching the model.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+import argparse
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 BATCHING_MODES = ("continuous", "static")
@@ -85,3 +89,83 @@ class EngineConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# ---- the engine options on the command line (every subcommand that builds an engine) ----
+def add_engine_options(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("engine")
+    g.add_argument(
+        "--model",
+        default=None,
+        help="model folder or hub id (default: embedded SmolLM2-135M-Instruct)",
+    )
+    g.add_argument("--device", default="auto", help="cpu, cuda, or auto")
+    g.add_argument("--dtype", default="auto", choices=DTYPES)
+    g.add_argument("--batching", default="continuous", choices=BATCHING_MODES)
+    g.add_argument("--policy", default="fcfs", choices=POLICIES)
+    g.add_argument("--max-num-seqs", type=int, default=64)
+    g.add_argument("--max-num-batched-tokens", type=int, default=512)
+    g.add_argument("--block-size", type=int, default=16)
+    g.add_argument("--num-kv-blocks", type=int, default=None)
+    g.add_argument("--no-chunked-prefill", action="store_true", help="prefill whole prompts alone")
+    g.add_argument("--preemption-mode", default="recompute", choices=PREEMPTION_MODES)
+    g.add_argument("--attention-backend", default="auto", choices=ATTENTION_BACKENDS)
+
+
+def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    return dict(
+        device=args.device,
+        dtype=args.dtype,
+        batching=args.batching,
+        policy=args.policy,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        block_size=args.block_size,
+        num_kv_blocks=args.num_kv_blocks,
+        enable_chunked_prefill=not args.no_chunked_prefill,
+        preemption_mode=args.preemption_mode,
+        attention_backend=args.attention_backend,
+    )
+
+
+@dataclass
+class SamplingParams:
+    """Per-request decoding settings.
+
+    temperature 0 means greedy. ``seed`` makes sampling reproducible for this request
+    whatever else shares its batch: each token draws from a generator seeded by
+    (seed, token index), never from a shared stream.
+    """
+
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_k: int = 0  # 0: no top-k filtering
+    top_p: float = 1.0
+    seed: int | None = None
+    stop_token_ids: list[int] = field(default_factory=list)
+    stop: list[str] = field(default_factory=list)
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ValueError naming the limit that a field breaks."""
+        if not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool):
+            raise ValueError(f"max_tokens must be an integer, got {self.max_tokens!r}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
+        if not 0.0 <= float(self.temperature) <= 100.0:
+            raise ValueError(f"temperature must be in [0, 100], got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be 0 (off) or positive, got {self.top_k}")
+        if not 0.0 < float(self.top_p) <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if any(not isinstance(s, str) or s == "" for s in self.stop):
+            raise ValueError("stop strings must be non-empty strings")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0

@@ -1,29 +1,71 @@
 """LLMEngine: the iteration loop. Each ``step()`` schedules, executes, samples, updates.
 
     plan = scheduler.schedule()          # who runs this iteration, and why
-    tokens = runner.execute(plan)        # one ragged batch through the model
-    scheduler.update(plan, tokens)       # append tokens, advance counters
+    out = runner.execute(plan)           # one ragged batch through the model (or a fake)
+    scheduler.update(plan, out.sampled)  # append tokens, advance counters
     ... check stops, retire finished ... # finished requests leave the batch
+    bus.emit(StepEvent(plan, timings))   # the one event path: metrics, traces, browsers
 
-Observers (metrics, traces, the server) subscribe with ``add_observer`` and are told of
-arrivals, rejections, aborts and every step; the engine does not know what they do.
+The engine is given its runner and its clock (by default it builds the model runner and
+reads the wall clock), so the scheduler under test, under a fake runner and in production
+is the same code. Outsiders read the engine's views (``kv_snapshot``, ``queue_sizes``,
+``block_table``, ``live_requests``, ``describe``), never the scheduler's internals.
 """
 
 from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from minicb.config import EngineConfig
-from minicb.models.loader import open_model
-from minicb.outputs import RequestOutput, StepResult, TokenDelta
-from minicb.request import Request, RequestStatus
-from minicb.runner import ModelRunner
-from minicb.sampling_params import SamplingParams
+from minicb.config import EngineConfig, SamplingParams
+from minicb.request import (
+    Request,
+    RequestOutput,
+    RequestStatus,
+    TokenDelta,
+    find_stop_string,
+)
 from minicb.scheduler import RequestRejected, make_scheduler
-from minicb.stopping import check_stop, find_stop_string
+from minicb.scheduler.plan import StepPlan
+from minicb.telemetry import events
+from minicb.telemetry.bus import EventBus
+
+if TYPE_CHECKING:
+    from minicb.runner import Runner
+
+
+@dataclass
+class StepResult:
+    """Everything one ``LLMEngine.step()`` did: its step event (the plan and timings), the
+    new tokens, and the requests that finished."""
+
+    event: events.StepEvent
+    new_tokens: list[TokenDelta] = field(default_factory=list)
+    finished: list[RequestOutput] = field(default_factory=list)
+
+    @property
+    def plan(self) -> StepPlan:
+        return self.event.plan
+
+
+@dataclass(frozen=True)
+class KVSnapshot:
+    """The KV pool as it stands: sizes, and which request holds which block ids."""
+
+    block_size: int
+    num_blocks: int
+    num_free: int
+    num_swap_blocks: int
+    num_swapped: int  # swap blocks in use
+    block_tables: dict[int, list[int]]  # request id -> device blocks, in order
+    swap_tables: dict[int, list[int]]  # request id -> CPU swap blocks
+
+    @property
+    def num_used(self) -> int:
+        return self.num_blocks - self.num_free
 
 
 class LLMEngine:
@@ -31,43 +73,48 @@ class LLMEngine:
         self,
         model: str | None = None,
         config: EngineConfig | None = None,
-        share_weights_with: LLMEngine | None = None,
+        *,
+        runner: Runner | None = None,
+        clock: Callable[[], float] | None = None,
+        bus: EventBus | None = None,
     ) -> None:
-        """``share_weights_with``: another engine on the same model whose weights to reuse
-        (static and continuous side by side on one copy of the weights)."""
+        """``runner``: who executes the plans (default: the model runner on ``model``);
+        ``clock``: seconds for every timestamp (default: the wall clock); ``bus``: where
+        events go (default: a new one; a rebuilt engine keeps its predecessor's)."""
         self.config = config or EngineConfig()
-        if share_weights_with is not None:
-            self.files = share_weights_with.files
-            shared = share_weights_with.runner.model
-        else:
-            self.files, shared = open_model(model), None
-        self.tokenizer = self.files.tokenizer
-        self.eos_token_ids = self.files.stop_token_ids
-        self.runner = ModelRunner(self.files, self.config, shared)
-        self.max_model_len = self.runner.max_model_len
+        if runner is None:
+            from minicb.runner.model_runner import ModelRunner  # torch only when needed
+
+            runner = ModelRunner(model, self.config)
+        self.runner = runner
+        self.clock = clock or time.time
+        self.bus = bus or EventBus()
+        self.tokenizer = runner.tokenizer
+        self.eos_token_ids = runner.stop_token_ids
+        self.max_model_len = runner.max_model_len
         self.scheduler = make_scheduler(
-            self.config, self.runner.num_kv_blocks, self.max_model_len, self.runner.num_swap_blocks
+            self.config, runner.num_kv_blocks, self.max_model_len, runner.num_swap_blocks
         )
-        self.observers: list[Any] = []
         self._ids = itertools.count()
         self._texts: dict[int, str] = {}  # decoded output text so far, per live request
 
     @property
     def model_name(self) -> str:
-        return self.files.name
+        return self.runner.model_name
 
-    def add_observer(self, observer: Any) -> None:
-        """``observer`` may define request_arrived, request_rejected, request_aborted, step_done."""
-        self.observers.append(observer)
+    def rebuilt(self, config: EngineConfig) -> LLMEngine:
+        """A new engine with ``config`` on the same weights, clock and bus.
 
-    def remove_observer(self, observer: Any) -> None:
-        self.observers = [o for o in self.observers if o is not observer]
-
-    def _notify(self, event: str, *args: Any) -> None:
-        for obs in self.observers:
-            handler = getattr(obs, event, None)
-            if handler is not None:
-                handler(*args)
+        This engine's requests are aborted (subscribers see them leave), then the new one
+        announces itself with an ``EngineReset`` event; drop this one afterwards.
+        """
+        new = LLMEngine(
+            config=config, runner=self.runner.with_config(config), clock=self.clock, bus=self.bus
+        )
+        self.abort_all()
+        if self.bus.wants("reset"):
+            self.bus.emit(events.EngineReset(time=self.clock(), info=new.describe()))
+        return new
 
     # ---- requests ------------------------------------------------------------------------
     def tokenize(self, prompt: str | list[int]) -> list[int]:
@@ -76,7 +123,7 @@ class LLMEngine:
                 raise RequestRejected("this model folder has no tokenizer; give token ids")
             return self.tokenizer.encode(prompt, add_special_tokens=False)
         ids = list(prompt)
-        vocab = self.runner.model_config.vocab_size
+        vocab = self.runner.vocab_size
         bad = [
             t for t in ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab
         ]
@@ -105,16 +152,18 @@ class LLMEngine:
                 request_id=next(self._ids),
                 prompt_token_ids=token_ids,
                 params=params,
-                arrival_time=time.time() if arrival_time is None else arrival_time,
+                arrival_time=self.clock() if arrival_time is None else arrival_time,
                 priority=priority,
                 prompt=prompt if isinstance(prompt, str) else None,
             )
             self.scheduler.add(req)
         except ValueError as err:
-            self._notify("request_rejected", prompt, str(err))
+            if self.bus.wants("rejected"):
+                self.bus.emit(events.rejected(prompt, str(err), self.clock()))
             raise
         self._texts[req.request_id] = ""
-        self._notify("request_arrived", req)
+        if self.bus.wants("arrived"):
+            self.bus.emit(events.arrived(req))
         return req.request_id
 
     def apply_chat_template(self, messages: list[dict[str, str]]) -> list[int]:
@@ -140,41 +189,117 @@ class LLMEngine:
         req = self.scheduler.abort(request_id)
         if req is None:
             return False
-        req.metrics.finished_time = time.time()
+        req.metrics.finished_time = self.clock()
         self._texts.pop(request_id, None)
-        self._notify("request_aborted", req)
+        if self.bus.wants("aborted"):
+            self.bus.emit(
+                events.RequestAborted(
+                    time=req.metrics.finished_time,
+                    request_id=request_id,
+                    num_output_tokens=len(req.output_token_ids),
+                )
+            )
         return True
+
+    def abort_all(self) -> list[int]:
+        """Abort every request the engine holds; returns their ids."""
+        ids = list(self.scheduler.requests)
+        for rid in ids:
+            self.abort_request(rid)
+        return ids
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
 
+    # ---- views, for whoever is outside the scheduler ------------------------------------
+    @property
+    def step_count(self) -> int:
+        """Iterations run so far."""
+        return self.scheduler.step_count
+
+    def kv_snapshot(self) -> KVSnapshot:
+        blocks = self.scheduler.blocks
+        return KVSnapshot(
+            block_size=self.config.block_size,
+            num_blocks=blocks.num_blocks,
+            num_free=blocks.num_free_blocks,
+            num_swap_blocks=blocks.swap.num_blocks,
+            num_swapped=blocks.num_swapped_blocks,
+            block_tables={rid: list(t) for rid, t in blocks.block_tables.items()},
+            swap_tables={rid: list(t) for rid, t in blocks.swap_tables.items()},
+        )
+
+    def block_table(self, request_id: int) -> list[int]:
+        """The device blocks of one request, in order ([] if it holds none)."""
+        return list(self.scheduler.blocks.block_table(request_id))
+
+    def queue_sizes(self) -> dict[str, int]:
+        """Requests waiting, running (holding a batch slot) and swapped out."""
+        s = self.scheduler
+        return {"waiting": len(s.waiting), "running": len(s.running), "swapped": len(s.swapped)}
+
+    def live_requests(self) -> list[dict[str, Any]]:
+        """The requests held now, JSON-safe (for a browser that joins mid-run)."""
+        return [
+            {
+                "request_id": r.request_id,
+                "arrival": r.arrival_time,
+                "start_step": r.arrival_step + 1,
+                "prompt": r.prompt,
+                "num_prompt_tokens": r.num_prompt_tokens,
+                "max_tokens": r.params.max_tokens,
+                "first_token_time": r.metrics.first_token_time,
+            }
+            for r in self.scheduler.requests.values()
+        ]
+
+    def describe(self) -> dict[str, Any]:
+        """Settings, pool sizes and model, JSON-safe: what a visualizer panel shows."""
+        kv = self.kv_snapshot()
+        return {
+            "batching": self.config.batching,
+            "config": self.config.to_dict(),
+            "model": self.model_name,
+            "runner": self.runner.describe(),
+            "kv_total": kv.num_blocks,
+            "swap_total": kv.num_swap_blocks,
+            "block_size": kv.block_size,
+            "has_tokenizer": self.tokenizer is not None,
+            "max_model_len": self.max_model_len,
+            "step": self.step_count,  # iterations run before this description
+        }
+
     # ---- the iteration -------------------------------------------------------------------
     def step(self) -> StepResult:
-        wall_start = time.time()
+        wall_start = self.clock()
         t0 = time.perf_counter()
         plan = self.scheduler.schedule()
         schedule_s = time.perf_counter() - t0
-        result = StepResult(plan=plan, wall_start=wall_start, schedule_s=schedule_s)
-        sampled, timings = self.runner.execute(plan)
-        result.forward_s, result.sample_s = timings.forward_s, timings.sample_s
-        now = time.time()
+        out = self.runner.execute(plan)
+        now = self.clock()
         for decision in plan.admitted:
             metrics = self.scheduler.requests[decision.request_id].metrics
             if metrics.first_scheduled_time is None:
                 metrics.first_scheduled_time = now
-        for req in self.scheduler.update(plan, sampled):
-            result.new_tokens.append(self._new_token(req, now))
+        new_tokens = [self._new_token(req, now) for req in self.scheduler.update(plan, out.sampled)]
+        finished = []
         for req in self.scheduler.retire(plan):
             req.metrics.finished_time = now
-            result.finished.append(self._output(req))
-        result.wall_end = time.time()
-        self._notify("step_done", result)
-        return result
+            finished.append(self._output(req))
+        event = events.StepEvent(
+            plan, wall_start, self.clock(), schedule_s, out.forward_s, out.sample_s
+        )
+        if self.bus.listening:  # nobody listens: build nothing
+            if self.bus.wants("step"):
+                self.bus.emit(event)
+            for e in events.step_request_events(event, new_tokens, finished, self.bus.wants):
+                self.bus.emit(e)
+        return StepResult(event, new_tokens, finished)
 
     def _new_token(self, req: Request, now: float) -> TokenDelta:
         if req.metrics.first_token_time is None:
             req.metrics.first_token_time = now
-        status = check_stop(req, self.eos_token_ids, self.max_model_len)
+        status = req.check_stop(self.eos_token_ids, self.max_model_len)
         delta = self._extend_text(req)
         cut = (
             find_stop_string(self._texts[req.request_id], req.params.stop)

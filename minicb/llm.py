@@ -7,8 +7,8 @@ from typing import Any
 
 from minicb.config import EngineConfig
 from minicb.engine import LLMEngine
-from minicb.outputs import RequestOutput
-from minicb.sampling_params import SamplingParams
+from minicb.request import RequestOutput
+from minicb.config import SamplingParams
 
 Prompt = str | list[int]
 

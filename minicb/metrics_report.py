@@ -1,4 +1,4 @@
-"""A metrics summary (minicb.metrics) as a short plain-text report for the terminal."""
+"""A metrics summary (minicb.telemetry.metrics) as a short plain-text report for the terminal."""
 
 from __future__ import annotations
 

@@ -1,15 +1,20 @@
-"""Request: one prompt's journey through the engine, with its counters and timestamps.
+"""Request: one prompt's journey through the engine, its stop checks, and what it returns.
 
 Pure Python. The scheduler moves requests between queues by changing ``status``; the
-runner reads ``all_token_ids`` and ``num_computed_tokens`` through the StepPlan.
+runner reads ``all_token_ids`` and ``num_computed_tokens`` through the StepPlan. Stop
+strings are matched on the decoded text, which is cut before the stop string, as the
+OpenAI API does. A finished request is handed back as a ``RequestOutput``; each new token
+on the way as a ``TokenDelta``.
 """
 
 from __future__ import annotations
 
 import enum
+import time
 from dataclasses import dataclass, field
 
-from minicb.sampling_params import SamplingParams
+from minicb.config import SamplingParams
+from minicb.telemetry import metrics
 
 
 class RequestStatus(enum.Enum):
@@ -48,7 +53,7 @@ class RequestMetrics:
     def ttft(self) -> float | None:
         if self.first_token_time is None:
             return None
-        return self.first_token_time - self.arrival_time
+        return metrics.ttft(self.arrival_time, self.first_token_time)
 
 
 @dataclass
@@ -115,3 +120,48 @@ class Request:
     @property
     def finished(self) -> bool:
         return self.status.finished
+
+    def check_stop(self, eos_token_ids: list[int], max_model_len: int) -> RequestStatus | None:
+        """Token-level stops, after a new token was appended: EOS, stop ids, length."""
+        last = self.output_token_ids[-1]
+        if not self.params.ignore_eos and last in eos_token_ids:
+            return RequestStatus.FINISHED_STOPPED
+        if last in self.params.stop_token_ids:
+            return RequestStatus.FINISHED_STOPPED
+        if len(self.output_token_ids) >= self.params.max_tokens or self.num_tokens >= max_model_len:
+            return RequestStatus.FINISHED_LENGTH
+        return None
+
+
+def find_stop_string(text: str, stops: list[str]) -> int | None:
+    """Index where the earliest stop string begins in ``text``, or None."""
+    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return min(hits) if hits else None
+
+
+@dataclass
+class RequestOutput:
+    """A finished request: its text, tokens, why it stopped, and its times."""
+
+    request_id: int
+    prompt: str | None
+    prompt_token_ids: list[int]
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None
+    metrics: RequestMetrics
+
+    @classmethod
+    def ended(cls, request_id: int, finish_reason: str, text: str = "") -> RequestOutput:
+        """A final output for a stream that ends without tokens (abort, engine error)."""
+        return cls(request_id, None, [], text, [], finish_reason, RequestMetrics(time.time()))
+
+
+@dataclass
+class TokenDelta:
+    """One new token of one request, with the text it adds (may be "" mid-character)."""
+
+    request_id: int
+    token_id: int
+    text: str
+    index: int  # 0 for the first generated token

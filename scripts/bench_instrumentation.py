@@ -30,10 +30,10 @@ from typing import Any
 import torch
 
 from minicb import LLM, SamplingParams
-from minicb.event_bus import EventBus
-from minicb.metrics import MetricsCollector
-from minicb.prometheus import PrometheusMetrics
-from minicb.trace import TraceWriter, trace_header
+from minicb.telemetry.bus import EventBus
+from minicb.telemetry.metrics import MetricsCollector
+from minicb.telemetry.prometheus import PrometheusMetrics
+from minicb.telemetry.trace import TraceWriter, trace_header
 
 MODES = ("off", "idle-bus", "metrics", "full")
 WORDS = "the quick brown fox jumps over a lazy dog while seven wizards hex the jovial boxer".split()

@@ -46,7 +46,7 @@ def decode_bandwidth(
     """Time the decode kernel on a scattered paged cache; check it against the reference."""
     from minicb.kernels import reference
     from minicb.kernels.decode_attention import default_num_splits, paged_decode_attention
-    from minicb.kernels.metadata import AttentionMetadata
+    from minicb.kernels.attention import AttentionMetadata
 
     dtype, block_size = torch.bfloat16, 16
     per_req = -(-ctx // block_size)

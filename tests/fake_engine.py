@@ -11,11 +11,11 @@ import time
 from typing import Any
 
 from minicb.config import EngineConfig
-from minicb.outputs import RequestOutput, StepResult, TokenDelta
+from minicb.request import RequestOutput, StepResult, TokenDelta
 from minicb.request import Request
-from minicb.sampling_params import SamplingParams
+from minicb.config import SamplingParams
 from minicb.scheduler import RequestRejected, make_scheduler
-from minicb.stopping import check_stop
+from minicb.request import check_stop
 
 TOKEN = 7
 

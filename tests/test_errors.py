@@ -5,8 +5,8 @@ import json
 import pytest
 
 from minicb import LLM, EngineConfig, SamplingParams
-from minicb.models.loader import ModelLoadError, open_model, resolve_model_path
-from minicb.models.tiny import make_tiny_model_dir
+from minicb.runner.loader import ModelLoadError, open_model, resolve_model_path
+from minicb.runner.loader import make_tiny_model_dir
 
 
 # ---- loading -----------------------------------------------------------------------------

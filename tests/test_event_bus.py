@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-import minicb.event_bus as event_bus
+import minicb.telemetry.bus as event_bus
 from minicb.config import EngineConfig
-from minicb.event_bus import EventBus, attach
-from minicb.events import RequestAborted
-from minicb.subscription import Subscription
+from minicb.telemetry.bus import EventBus, attach
+from minicb.telemetry.events import RequestAborted
+from minicb.telemetry.bus import Subscription
 from tests.fake_engine import FakeEngine
 
 

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from minicb.config import EngineConfig
-from minicb.event_bus import attach
-from minicb.events import (
+from minicb.telemetry.bus import attach
+from minicb.telemetry.events import (
     EVENT_TYPES,
     SCHEMA_VERSION,
     DecisionInfo,
@@ -31,7 +31,7 @@ from minicb.events import (
     to_dict,
 )
 from minicb.request import Request
-from minicb.sampling_params import SamplingParams
+from minicb.config import SamplingParams
 from tests.fake_engine import FakeEngine
 
 ONE_OF_EACH = [
@@ -137,8 +137,8 @@ def test_schema_version_is_an_integer():
 def test_events_metrics_and_traces_never_import_torch():
     # A fresh interpreter: minicb/__init__ loads its public names lazily, so importing these
     # modules must not pull torch in (the test process itself has torch from conftest).
-    modules = "minicb.events, minicb.metrics, minicb.event_bus, minicb.subscription, "
-    modules += "minicb.trace, minicb.trace_export, minicb.metrics_report, minicb.stats"
+    modules = "minicb.telemetry.events, minicb.telemetry.metrics, minicb.telemetry.bus, minicb.telemetry.bus, "
+    modules += "minicb.telemetry.trace, minicb.telemetry.trace, minicb.telemetry.metrics, minicb.telemetry.metrics"
     code = f"import sys, {modules}; assert 'torch' not in sys.modules, 'torch was imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from minicb.config import EngineConfig
-from minicb.event_bus import attach
-from minicb.events import (
+from minicb.telemetry.bus import attach
+from minicb.telemetry.events import (
     RequestAdmitted,
     RequestArrived,
     RequestFinished,
@@ -20,8 +20,8 @@ from minicb.events import (
     RequestSwappedIn,
     RequestToken,
 )
-from minicb.metrics import MetricsCollector, compute_metrics
-from minicb.stats import distribution, jain_index, percentile
+from minicb.telemetry.metrics import MetricsCollector, compute_metrics
+from minicb.telemetry.metrics import distribution, jain_index, percentile
 from tests.fake_engine import FakeEngine
 
 approx = pytest.approx

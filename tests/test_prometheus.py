@@ -8,8 +8,8 @@ from prometheus_client import Counter
 from prometheus_client.parser import text_string_to_metric_families
 
 from minicb.config import EngineConfig
-from minicb.event_bus import attach
-from minicb.prometheus import PrometheusMetrics
+from minicb.telemetry.bus import attach
+from minicb.telemetry.prometheus import PrometheusMetrics
 from tests.fake_engine import FakeEngine
 
 
@@ -112,7 +112,7 @@ def test_a_refused_colon_name_falls_back_to_underscores(monkeypatch):
                 raise ValueError(f"invalid metric name {name}")
             super().__init__(name, *args, **kwargs)
 
-    monkeypatch.setattr("minicb.prometheus.Counter", StrictCounter)
+    monkeypatch.setattr("minicb.telemetry.prometheus.Counter", StrictCounter)
     prom = PrometheusMetrics()
     assert prom.renamed["minicb:generation_tokens"] == "minicb_generation_tokens"
     text = prom.exposition().decode()

@@ -6,11 +6,11 @@ import sys
 
 PURE_MODULES = [
     "minicb.request",
-    "minicb.block_manager",
+    "minicb.scheduler.block_manager",
     "minicb.scheduler",
     "minicb.config",
-    "minicb.sampling_params",
-    "minicb.stopping",
+    "minicb.config",
+    "minicb.request",
 ]
 
 

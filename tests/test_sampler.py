@@ -3,7 +3,7 @@
 import torch
 
 from minicb import LLM, SamplingParams
-from minicb.sampler import filter_logits, sample
+from minicb.runner.sampler import filter_logits, sample
 
 
 def test_top_k_and_top_p_keep_the_right_tokens():

@@ -7,15 +7,15 @@ import json
 
 import pytest
 
-import minicb.trace as trace_mod
+import minicb.telemetry.trace as trace_mod
 from minicb import LLM, SamplingParams
 from minicb.cli import main
-from minicb.event_bus import attach
-from minicb.events import SCHEMA_VERSION
-from minicb.metrics import MetricsCollector, compute_metrics
-from minicb.models.tiny import make_tiny_model_dir
-from minicb.trace import TraceError, read_trace, record_trace
-from minicb.trace_export import BATCH, REQUESTS, to_chrome_trace
+from minicb.telemetry.bus import attach
+from minicb.telemetry.events import SCHEMA_VERSION
+from minicb.telemetry.metrics import MetricsCollector, compute_metrics
+from minicb.runner.loader import make_tiny_model_dir
+from minicb.telemetry.trace import TraceError, read_trace, record_trace
+from minicb.telemetry.trace import BATCH, REQUESTS, to_chrome_trace
 
 PROMPTS = [[3, 4, 5, 6, 7, 8, 9, 10, 11], [12, 13, 14], [15] * 12, [16, 17, 18, 19, 20]]
 

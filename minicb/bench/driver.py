@@ -16,9 +16,9 @@ from typing import Any
 
 from minicb.bench.records import RunRecord, StepLog
 from minicb.bench.workloads import Workload
-from minicb.event_bus import attach
-from minicb.metrics import MetricsCollector
-from minicb.sampling_params import SamplingParams
+from minicb.telemetry.bus import attach
+from minicb.telemetry.metrics import MetricsCollector
+from minicb.config import SamplingParams
 
 
 def sampling_params(workload: Workload) -> list[SamplingParams]:
@@ -56,7 +56,7 @@ def run_minicb(
     trace_path: str | None = None,
 ) -> RunRecord:
     """One measured run; ``trace_path`` also records its events for replay."""
-    from minicb.trace import record_trace
+    from minicb.telemetry.trace import record_trace
 
     bus = attach(engine)
     metrics, log = MetricsCollector(), StepLog()

@@ -22,7 +22,7 @@ from typing import Any
 from minicb.bench.hf_padded import generation_config, request_events
 from minicb.bench.records import RunRecord, failed_run, measure_events
 from minicb.bench.workloads import Workload
-from minicb.events import Event
+from minicb.telemetry.events import Event
 
 NO_EOS = -1
 RUN_DEADLINE_S = 1800.0  # give up on a run that stalls

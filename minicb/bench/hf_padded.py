@@ -20,7 +20,7 @@ from typing import Any
 
 from minicb.bench.records import RunRecord, failed_run, measure_events
 from minicb.bench.workloads import Workload
-from minicb.events import (
+from minicb.telemetry.events import (
     Event,
     RequestAdmitted,
     RequestArrived,

@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from minicb.events import Event, StepEvent
-from minicb.metrics import MetricsCollector
+from minicb.telemetry.events import Event, StepEvent
+from minicb.telemetry.metrics import MetricsCollector
 
 
 @dataclass

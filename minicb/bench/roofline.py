@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from minicb.sampling_params import SamplingParams
+from minicb.config import SamplingParams
 
 
 def _best_time(fn: Callable[[], Any], repeats: int) -> float:

@@ -11,10 +11,10 @@ from __future__ import annotations
 import statistics
 import time
 
-from minicb.block_manager import blocks_needed
+from minicb.scheduler.block_manager import blocks_needed
 from minicb.config import EngineConfig
 from minicb.request import Request
-from minicb.sampling_params import SamplingParams
+from minicb.config import SamplingParams
 from minicb.scheduler import DECODE, make_scheduler
 from minicb.scheduler.plan import StepPlan
 

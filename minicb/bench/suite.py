@@ -21,7 +21,7 @@ from minicb.bench.records import RunRecord
 from minicb.bench.systems import Systems
 from minicb.bench.theory import fit_step_model, predict
 from minicb.bench.workloads import Workload
-from minicb.block_manager import blocks_needed
+from minicb.scheduler.block_manager import blocks_needed
 
 MINICB = ("minicb-continuous", "minicb-static")
 

@@ -20,7 +20,7 @@ from minicb.bench.hf_padded import run_hf_padded
 from minicb.bench.presets import BenchPlan
 from minicb.bench.records import RunRecord, failed_run
 from minicb.bench.workloads import Workload
-from minicb.block_manager import blocks_needed
+from minicb.scheduler.block_manager import blocks_needed
 from minicb.config import EngineConfig
 from minicb.engine import LLMEngine
 

@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     from minicb.bench.report_md import render
     from minicb.bench.suite import Suite, count_runs
     from minicb.bench.systems import build_systems
-    from minicb.models.loader import load_hf_config, resolve_model_path
+    from minicb.runner.loader import load_hf_config, resolve_model_path
 
     if args.threads < 1:
         raise ValueError(f"--threads must be at least 1, got {args.threads}")

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from minicb.commands.options import add_engine_options, engine_kwargs
-from minicb.commands.trace_option import add_trace_option
+from minicb.config import add_engine_options, engine_kwargs
+from minicb.telemetry.trace import add_trace_option
 from minicb.server.serving import add_server_options, run_server
 from minicb.server.workload import LENGTHS, PRESETS
 
@@ -45,7 +45,7 @@ def build_demo(args: argparse.Namespace) -> tuple[Any, Any]:
     """The engine loop (not started) and the app of a demo, from parsed options."""
     from minicb.config import EngineConfig
     from minicb.engine import LLMEngine
-    from minicb.event_bus import attach
+    from minicb.telemetry.bus import attach
     from minicb.server.app import create_app
     from minicb.server.engine_loop import EngineLoop
     from minicb.server.workload import WorkloadFeeder, WorkloadSpec
@@ -87,7 +87,7 @@ def trace_paths(path: str) -> dict[str, Path]:
 def _record(app: Any, loop: Any, args: argparse.Namespace) -> Any:
     """Record each engine's events to its trace file until the settings change or the
     demo ends; returns the function that closes the files."""
-    from minicb.trace import TraceWriter, trace_header
+    from minicb.telemetry.trace import TraceWriter, trace_header
 
     hub = app.state.hub
     writers = {}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from minicb.commands.options import add_engine_options, engine_kwargs
-from minicb.commands.trace_option import add_trace_option, traced
+from minicb.config import add_engine_options, engine_kwargs
+from minicb.telemetry.trace import add_trace_option, traced
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

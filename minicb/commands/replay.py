@@ -33,7 +33,7 @@ def replay_traces(path: str) -> dict:
     """Panel name -> Trace: the file itself, and its static sibling from ``minicb demo``."""
     from pathlib import Path
 
-    from minicb.trace import read_trace
+    from minicb.telemetry.trace import read_trace
 
     main = Path(path)
     sibling = main.with_name(main.stem + ".static" + main.suffix)
@@ -61,10 +61,10 @@ def serve(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.serve:
         return serve(args)
-    from minicb.metrics import compute_metrics
-    from minicb.metrics_report import format_summary
-    from minicb.trace import read_trace
-    from minicb.trace_export import write_chrome_trace
+    from minicb.telemetry.metrics import compute_metrics
+    from minicb.telemetry.metrics import format_summary
+    from minicb.telemetry.trace import read_trace
+    from minicb.telemetry.trace import write_chrome_trace
 
     try:
         trace = read_trace(args.trace)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import logging
 
-from minicb.commands.options import add_engine_options, engine_kwargs
-from minicb.commands.trace_option import add_trace_option, traced
+from minicb.config import add_engine_options, engine_kwargs
+from minicb.telemetry.trace import add_trace_option, traced
 
 ENGINE_NAME = "api"
 
@@ -47,8 +47,8 @@ def build_app(args: argparse.Namespace):
     """The engine, its thread, its event bus and metrics, and the app; nothing started."""
     from minicb.config import EngineConfig
     from minicb.engine import LLMEngine
-    from minicb.event_bus import attach
-    from minicb.prometheus import PrometheusMetrics
+    from minicb.telemetry.bus import attach
+    from minicb.telemetry.prometheus import PrometheusMetrics
     from minicb.server.app import create_app
     from minicb.server.engine_loop import EngineLoop
     from minicb.server.openai_api import install_openai_routes

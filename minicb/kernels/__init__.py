@@ -4,7 +4,6 @@
 the model calls only those two, so a backend can be swapped without touching it.
 """
 
-from minicb.kernels.backend import AttentionBackend, get_backend
-from minicb.kernels.metadata import AttentionMetadata
+from minicb.kernels.attention import AttentionBackend, AttentionMetadata, get_backend
 
 __all__ = ["AttentionBackend", "AttentionMetadata", "get_backend"]

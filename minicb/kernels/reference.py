@@ -7,9 +7,12 @@ row ``s % block_size``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
-from minicb.kernels.metadata import AttentionMetadata
+if TYPE_CHECKING:
+    from minicb.kernels.attention import AttentionMetadata
 
 
 def store_kv(

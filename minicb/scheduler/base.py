@@ -1,17 +1,50 @@
-"""What every scheduler shares: the queues, admission checks, token bookkeeping, aborts.
+"""What every scheduler shares: the queues, admission checks, token bookkeeping, aborts,
+and the ordering policies.
 
 A scheduler owns the requests and the BlockManager. Each iteration the engine calls
 ``schedule()`` for a StepPlan, runs it, then ``update()`` with the sampled tokens, marks
 stops with ``finish()``, and calls ``retire()`` to let finished requests leave.
+
+Ordering policies give a sort key where smaller means "serve sooner"; the preemption
+victim is the request with the largest key.
+
+- ``fcfs``: first come, first served, by arrival.
+- ``priority``: a request's ``priority`` (lower is more urgent, as in vLLM), improved by
+  one level every ``aging_steps`` iterations since it arrived, so a low-priority request
+  cannot wait forever: after ``(p - p_best + 1) * aging_steps`` iterations it outranks
+  every newcomer.
 """
 
 from __future__ import annotations
 
-from minicb.block_manager import BlockManager, blocks_needed
+from collections.abc import Callable
+
 from minicb.config import EngineConfig
 from minicb.request import Request, RequestStatus
+from minicb.scheduler.block_manager import BlockManager, blocks_needed
 from minicb.scheduler.plan import DECODE, PADDING, PREFILL, Decision, ScheduledRequest, StepPlan
-from minicb.scheduler.policy import get_policy
+
+SortKey = Callable[[Request, int], tuple]
+
+
+def fcfs_key(req: Request, step: int) -> tuple:
+    return (req.arrival_time, req.request_id)
+
+
+def make_priority_key(aging_steps: int) -> SortKey:
+    def priority_key(req: Request, step: int) -> tuple:
+        age = max(0, step - req.arrival_step)
+        return (req.priority - age // aging_steps, req.arrival_time, req.request_id)
+
+    return priority_key
+
+
+def get_policy(name: str, aging_steps: int) -> SortKey:
+    if name == "fcfs":
+        return fcfs_key
+    if name == "priority":
+        return make_priority_key(aging_steps)
+    raise ValueError(f"unknown policy {name!r}; choose fcfs or priority")
 
 
 class RequestRejected(ValueError):
@@ -81,7 +114,7 @@ class SchedulerBase:
     # ---- the iteration -------------------------------------------------------------------
     def schedule(self) -> StepPlan:
         self.step_count += 1
-        plan = StepPlan(step=self.step_count, batching=self.mode)
+        plan = StepPlan(self.step_count, self.mode, self.config.block_size)
         plan.budget_limit = self.config.max_num_batched_tokens
         plan.slots_limit = self.config.max_num_seqs
         self._fill(plan)
@@ -148,6 +181,8 @@ class SchedulerBase:
         plan.kv_swapped = self.blocks.num_swapped_blocks
         plan.num_waiting = len(self.waiting)
         plan.num_swapped = len(self.swapped)
+        plan.block_tables = {rid: list(t) for rid, t in self.blocks.block_tables.items()}
+        plan.swap_tables = {rid: list(t) for rid, t in self.blocks.swap_tables.items()}
 
     def _row(self, req: Request, num_tokens: int) -> ScheduledRequest:
         """A prefill chunk or decode of ``num_tokens`` tokens from where the request stands."""
@@ -157,12 +192,13 @@ class SchedulerBase:
         return ScheduledRequest(
             request_id=req.request_id,
             phase=PREFILL if (total - start > 1 or start == 0) else DECODE,
-            token_ids=req.token_slice(start, end),
+            num_tokens=num_tokens,
             start_position=start,
             context_len=end,
             block_table=list(self.blocks.block_table(req.request_id)),
             store_kv=True,
             samples=end == total,
+            token_ids=req.token_slice(start, end),
             params=req.params,
             num_output_tokens=len(req.output_token_ids),
         )
@@ -173,12 +209,13 @@ class SchedulerBase:
         return ScheduledRequest(
             request_id=req.request_id,
             phase=PADDING,
-            token_ids=[req.all_token_ids[last]],
+            num_tokens=1,
             start_position=last,
             context_len=last + 1,
             block_table=list(self.blocks.block_table(req.request_id)),
             store_kv=False,
             samples=False,
+            token_ids=[req.all_token_ids[last]],
             params=req.params,
             num_output_tokens=len(req.output_token_ids),
         )

@@ -11,14 +11,14 @@ Order of business each iteration, under a token budget and a slot limit:
 3. waiting requests are admitted in policy order while slots, budget and blocks last.
 
 With chunked prefill off, an iteration that can admit waiting prompts runs them whole
-and alone ("prefill first", as in Orca and early vLLM); otherwise it runs the decodes.
+and alone ("prefill first", as early vLLM did; Orca's selective batching already mixed
+prefills with decodes); otherwise it runs the decodes.
 """
 
 from __future__ import annotations
 
 from collections import deque
 
-from minicb.block_manager import blocks_needed
 from minicb.request import Request, RequestStatus
 from minicb.scheduler.base import SchedulerBase
 from minicb.scheduler.plan import Decision, StepPlan
@@ -58,16 +58,14 @@ class ContinuousScheduler(SchedulerBase):
                 continue
             n = min(req.num_uncomputed_tokens, budget)
             need = req.num_computed_tokens + n
-            extra = self.blocks.extra_blocks_needed(req.request_id, need)
-            while extra > self.blocks.num_free_blocks:
+            # Most decodes still have room in their last block and get [] back at once.
+            while self.blocks.allocate_slots(req.request_id, need) is None:
                 victim = max(queue, key=self._rank) if queue else req
                 self._preempt(victim, plan, needer=req, need_tokens=need)
                 if victim is req:
                     break
                 queue.remove(victim)
             else:
-                if extra:  # most decodes still have room in their last block
-                    self.blocks.allocate(req.request_id, need)
                 plan.scheduled.append(self._row(req, n))
                 budget -= n
         if waited:
@@ -81,7 +79,7 @@ class ContinuousScheduler(SchedulerBase):
         return self.sort_key(req, self.step_count)
 
     def _preempt(self, victim: Request, plan: StepPlan, needer: Request, need_tokens: int) -> None:
-        short = self.blocks.extra_blocks_needed(needer.request_id, need_tokens)
+        short = self.blocks.num_new_blocks(needer.request_id, need_tokens)
         who = "the latest arrival" if self.config.policy == "fcfs" else "the lowest priority"
         if victim is needer:
             who = "itself, as nobody ranks lower"
@@ -92,8 +90,8 @@ class ContinuousScheduler(SchedulerBase):
         self.running.remove(victim)
         victim.metrics.num_preemptions += 1
         if self.config.preemption_mode == "swap":
-            if self.blocks.can_swap_out(victim.request_id):
-                pairs = self.blocks.swap_out(victim.request_id)
+            pairs = self.blocks.swap_out(victim.request_id)
+            if pairs is not None:
                 plan.swap_out_map.extend(pairs)
                 victim.status = RequestStatus.SWAPPED
                 self.swapped.append(victim)
@@ -119,16 +117,16 @@ class ContinuousScheduler(SchedulerBase):
             if budget == 0 or len(self.running) >= self.config.max_num_seqs:
                 break
             n = min(req.num_uncomputed_tokens, budget)
-            need_blocks = blocks_needed(req.num_computed_tokens + n, self.config.block_size)
-            if need_blocks > self.blocks.num_free_blocks:
+            free_before = self.blocks.num_free_blocks
+            pairs = self.blocks.swap_in(req.request_id, req.num_computed_tokens + n)
+            if pairs is None:
                 plan.notes.append(
-                    f"request {req.request_id} stays swapped out: needs {need_blocks} blocks, "
-                    f"{self.blocks.num_free_blocks} free"
+                    f"request {req.request_id} stays swapped out: needs more than the "
+                    f"{free_before} free blocks"
                 )
                 break
-            free_before = self.blocks.num_free_blocks
-            plan.swap_in_map.extend(self.blocks.swap_in(req.request_id))
-            self.blocks.allocate(req.request_id, req.num_computed_tokens + n)
+            need_blocks = len(self.blocks.block_table(req.request_id))
+            plan.swap_in_map.extend(pairs)
             self._start_running(req, self.swapped)
             plan.swapped_in.append(
                 Decision(
@@ -159,14 +157,13 @@ class ContinuousScheduler(SchedulerBase):
                 )
                 break
             need = req.num_computed_tokens + n
-            if not self.blocks.can_allocate(req.request_id, need):
+            if self.blocks.allocate_slots(req.request_id, need) is None:
                 plan.notes.append(
                     f"request {req.request_id} waits: needs "
-                    f"{self.blocks.extra_blocks_needed(req.request_id, need)} blocks, "
+                    f"{self.blocks.num_new_blocks(req.request_id, need)} blocks, "
                     f"{self.blocks.num_free_blocks} free"
                 )
                 break
-            self.blocks.allocate(req.request_id, need)
             self._start_running(req, self.waiting)
             what = f"{n}-token chunk" if n < uncomputed else f"{n}-token prompt"
             if req.output_token_ids:

@@ -1,19 +1,25 @@
 """StepPlan: what one iteration will compute, and why.
 
-The scheduler fills it, the runner executes it, the events and the visualizer read it.
-It holds copies of everything the runner needs (token ids, block table) so that no one
-reaches into the scheduler's request objects behind its back. Pure Python, JSON-safe
-through ``to_dict``.
+The scheduler fills it, the runner executes it, and the same object, with the step's
+timings beside it, is the step event that metrics, traces and the visualizer read: one
+shape per iteration. It holds copies of everything the runner needs (token ids, block
+tables) so that no one reaches into the scheduler's request objects behind its back.
+
+Fields marked ``RUNNER_ONLY`` (token ids, sampling settings) are inputs of the forward
+pass, not facts about the schedule: ``to_dict`` leaves them out, so an event says what
+was decided without repeating every prompt. Everything else, block ids included, goes
+into the event, generated from these dataclass fields. Pure Python.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-from minicb.sampling_params import SamplingParams
+from minicb.config import SamplingParams
 
 PREFILL, DECODE, PADDING = "prefill", "decode", "padding"
+RUNNER_ONLY = {"runner_only": True}  # field metadata: not part of the event
 
 
 @dataclass(slots=True)  # one per request per iteration: keep it light
@@ -22,18 +28,16 @@ class ScheduledRequest:
 
     request_id: int
     phase: str  # PREFILL (a chunk of prompt or recompute), DECODE, or PADDING (static only)
-    token_ids: list[int]  # the tokens fed to the model this step
-    start_position: int  # position of token_ids[0] in the request's sequence
+    num_tokens: int  # tokens fed to the model for this request this step
+    start_position: int  # position of the first of those tokens in the request's sequence
     context_len: int  # tokens attended to after this step's tokens are stored
-    block_table: list[int]
+    block_table: list[int]  # the KV blocks it holds this step, in order
     store_kv: bool  # padding rows recompute an old token and must not overwrite it
     samples: bool  # True when this step ends the uncomputed tokens: a new token is drawn
-    params: SamplingParams
-    num_output_tokens: int  # tokens generated so far: the index of the token drawn next
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.token_ids)
+    token_ids: list[int] = field(default_factory=list, metadata=RUNNER_ONLY)
+    params: SamplingParams | None = field(default=None, metadata=RUNNER_ONLY)
+    # Tokens generated so far: the index of the token drawn next (seeded sampling).
+    num_output_tokens: int = field(default=0, metadata=RUNNER_ONLY)
 
 
 @dataclass
@@ -45,10 +49,14 @@ class Decision:
     mode: str | None = None  # preemption mode: "recompute" or "swap"
 
 
+DECISION_LISTS = ("admitted", "preempted", "swapped_out", "swapped_in", "finished")
+
+
 @dataclass
 class StepPlan:
-    step: int
-    batching: str
+    step: int  # the scheduler's iteration number, from 1
+    batching: str  # "continuous" or "static"
+    block_size: int  # token slots per KV block, to turn blocks into tokens
     scheduled: list[ScheduledRequest] = field(default_factory=list)
     admitted: list[Decision] = field(default_factory=list)
     preempted: list[Decision] = field(default_factory=list)
@@ -63,12 +71,16 @@ class StepPlan:
     budget_limit: int = 0
     slots_used: int = 0
     slots_limit: int = 0
+    # Read after the step, once finished requests have released their blocks: the pool's
+    # figures, the queues, and every request's block ids (what the KV map draws).
     kv_used: int = 0
     kv_free: int = 0
     kv_total: int = 0
     kv_swapped: int = 0
     num_waiting: int = 0
     num_swapped: int = 0
+    block_tables: dict[int, list[int]] = field(default_factory=dict)
+    swap_tables: dict[int, list[int]] = field(default_factory=dict)
 
     @property
     def num_tokens(self) -> int:
@@ -87,8 +99,68 @@ class StepPlan:
         lines += [f"request {d.request_id} {d.reason}" for d in self.finished]
         return lines
 
+    # ---- to and from JSON-ready dicts ------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        for row in data["scheduled"]:
-            row.pop("params")  # settings, not state: sent once when the request arrives
+        """Every event field (not the RUNNER_ONLY ones), sharing nothing with the plan."""
+        # Built from the fields by hand rather than with dataclasses.asdict, which
+        # deep-copies value by value and made a step's trace line several times dearer.
+        data = {f.name: getattr(self, f.name) for f in _EVENT_FIELDS[StepPlan]}
+        data["scheduled"] = [_row_dict(r) for r in self.scheduled]
+        for name in DECISION_LISTS:
+            data[name] = [dict(vars(d)) for d in data[name]]
+        data["notes"] = list(self.notes)
+        data["swap_out_map"] = [list(p) for p in self.swap_out_map]
+        data["swap_in_map"] = [list(p) for p in self.swap_in_map]
+        data["block_tables"] = {str(k): list(v) for k, v in self.block_tables.items()}
+        data["swap_tables"] = {str(k): list(v) for k, v in self.swap_tables.items()}
         return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StepPlan:
+        """Rebuild a plan from ``to_dict`` output. Raises ValueError naming what is wrong."""
+        check_keys(cls, data, "step")
+        values = dict(data)
+        rows = data.get("scheduled", [])
+        values["scheduled"] = [_build(ScheduledRequest, r, "scheduled row") for r in rows]
+        for name in DECISION_LISTS:
+            values[name] = [_build(Decision, d, name) for d in data.get(name, [])]
+        for name in ("swap_out_map", "swap_in_map"):
+            values[name] = [tuple(p) for p in data.get(name, [])]
+        for name in ("block_tables", "swap_tables"):
+            values[name] = {int(k): list(v) for k, v in data.get(name, {}).items()}
+        return cls(**values)
+
+
+def _event_fields(cls: type) -> tuple:
+    return tuple(f for f in fields(cls) if not f.metadata.get("runner_only"))
+
+
+_EVENT_FIELDS = {cls: _event_fields(cls) for cls in (StepPlan, ScheduledRequest, Decision)}
+
+
+def _row_dict(row: ScheduledRequest) -> dict[str, Any]:
+    data = {f.name: getattr(row, f.name) for f in _EVENT_FIELDS[ScheduledRequest]}
+    data["block_table"] = list(row.block_table)
+    return data
+
+
+def check_keys(cls: type, values: dict[str, Any], what: str) -> None:
+    """Raise ValueError naming unknown or missing fields of ``cls`` in ``values``."""
+    event_fields = _EVENT_FIELDS.get(cls) or fields(cls)
+    names = {f.name for f in event_fields}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ValueError(f"{what} event has unknown field(s): {', '.join(unknown)}")
+    required = {
+        f.name for f in event_fields if f.default is MISSING and f.default_factory is MISSING
+    }
+    missing = sorted(required - set(values))
+    if missing:
+        raise ValueError(f"{what} event lacks field(s): {', '.join(missing)}")
+
+
+def _build(cls: type, data: Any, what: str) -> Any:
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} entry must be a JSON object, got {data!r}")
+    check_keys(cls, data, what)
+    return cls(**data)

@@ -1,7 +1,8 @@
 """Static batching, the baseline: a batch forms only when the previous one has ended.
 
 Nobody joins mid-batch. Each member reserves KV blocks for its whole prompt plus
-``max_tokens`` up front (a contiguous-style reservation, so it never needs preemption).
+``max_tokens`` up front (the worst-case reservation a server without paging must make,
+so it never needs preemption).
 Prompts are prefilled first (in chunks if they exceed the token budget), then all members
 decode in lockstep; a member that has stopped keeps its slot as a padding row that is
 really computed, as in a padded ``generate``, until the longest member ends. Only then do
@@ -10,9 +11,9 @@ the members leave and their blocks return.
 
 from __future__ import annotations
 
-from minicb.block_manager import blocks_needed
 from minicb.request import Request
 from minicb.scheduler.base import SchedulerBase
+from minicb.scheduler.block_manager import blocks_needed
 from minicb.scheduler.plan import Decision, StepPlan
 
 
@@ -49,13 +50,12 @@ class StaticScheduler(SchedulerBase):
                 break
             reserve = min(req.max_total_tokens, self.max_model_len)
             need = blocks_needed(reserve, self.config.block_size)
-            if need > self.blocks.num_free_blocks:
+            if self.blocks.allocate_slots(req.request_id, reserve) is None:
                 plan.notes.append(
                     f"static batch closed: request {req.request_id} would reserve {need} blocks, "
                     f"{self.blocks.num_free_blocks} free"
                 )
                 break
-            self.blocks.allocate(req.request_id, reserve)
             self._start_running(req, self.waiting)
             plan.admitted.append(
                 Decision(

@@ -27,7 +27,7 @@ from typing import Any
 
 from fastapi import Request
 
-from minicb.sampling_params import SamplingParams
+from minicb.config import SamplingParams
 from minicb.server.openai_errors import APIError
 
 RETRY_AFTER_S = 1

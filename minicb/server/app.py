@@ -27,10 +27,10 @@ from minicb.server.hub import Hub
 from minicb.server.ws import serve_client
 
 if TYPE_CHECKING:
-    from minicb.event_bus import EventBus
+    from minicb.telemetry.bus import EventBus
     from minicb.server.engine_loop import EngineLoop
     from minicb.server.workload import WorkloadFeeder
-    from minicb.trace import Trace
+    from minicb.telemetry.trace import Trace
 
 # viz/ sits beside the package in the repository (the project is installed editable).
 VIZ_DIR = Path(__file__).resolve().parents[2] / "viz"

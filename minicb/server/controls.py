@@ -158,7 +158,7 @@ async def _settings(hub: Hub, msg: dict) -> dict:
 
 
 async def _prompt(hub: Hub, msg: dict) -> dict:
-    from minicb.sampling_params import SamplingParams
+    from minicb.config import SamplingParams
     from minicb.server.workload import encode_prompt
 
     _only(msg, {"text", "target", "max_tokens"})

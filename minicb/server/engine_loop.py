@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from minicb.engine import LLMEngine
-from minicb.outputs import RequestOutput, StepResult, TokenDelta
-from minicb.sampling_params import SamplingParams
+from minicb.request import RequestOutput, StepResult, TokenDelta
+from minicb.config import SamplingParams
 
 log = logging.getLogger(__name__)
 

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from minicb.engine import LLMEngine
-    from minicb.event_bus import EventBus
-    from minicb.outputs import StepResult
+    from minicb.telemetry.bus import EventBus
+    from minicb.request import StepResult
     from minicb.server.engine_loop import EngineLoop
     from minicb.server.workload import WorkloadFeeder
-    from minicb.subscription import Subscription
-    from minicb.trace import Trace
+    from minicb.telemetry.bus import Subscription
+    from minicb.telemetry.trace import Trace
 
 KEEP_EXPLANATIONS = 64  # rounds whose decisions stay available to the single-step reply
 

@@ -22,9 +22,9 @@ from typing import Any
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from minicb.outputs import RequestOutput
-from minicb.prometheus import PrometheusMetrics
-from minicb.sampling_params import SamplingParams
+from minicb.request import RequestOutput
+from minicb.telemetry.prometheus import PrometheusMetrics
+from minicb.config import SamplingParams
 from minicb.server.admission import WaitingGate, bearer_check
 from minicb.server.engine_loop import EngineLoop, RequestStream
 from minicb.server.openai_body import read_request
@@ -225,7 +225,7 @@ def install_openai_routes(
     """
     engine = engine_loop.engines[engine_name]
     if prometheus is None:
-        from minicb.event_bus import attach
+        from minicb.telemetry.bus import attach
 
         prometheus = PrometheusMetrics(model_name)
         attach(engine).subscribe(prometheus)

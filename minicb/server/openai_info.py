@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from minicb.prometheus import PrometheusMetrics
+from minicb.telemetry.prometheus import PrometheusMetrics
 from minicb.server.engine_loop import EngineLoop
 from minicb.server.openai_errors import APIError
 

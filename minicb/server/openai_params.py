@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from minicb.sampling_params import SamplingParams
+from minicb.config import SamplingParams
 from minicb.server.openai_errors import APIError
 from minicb.server.openai_schemas import ChatCompletionRequest, CompletionRequest
 

@@ -19,7 +19,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from minicb.outputs import RequestOutput
+from minicb.request import RequestOutput
 
 
 def usage(out: RequestOutput) -> dict[str, int]:

@@ -18,7 +18,7 @@ import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from minicb.outputs import RequestOutput, TokenDelta
+from minicb.request import RequestOutput, TokenDelta
 from minicb.server.engine_loop import RequestStream
 from minicb.server.openai_errors import error_body
 from minicb.server.openai_responses import Reply

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from minicb.engine import LLMEngine
-from minicb.outputs import RequestOutput
+from minicb.request import RequestOutput
 from minicb.server.hub import engine_info
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from minicb.sampling_params import SamplingParams
+from minicb.config import SamplingParams
 
 log = logging.getLogger(__name__)
 

@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from minicb.events import to_dict
+from minicb.telemetry.events import to_dict
 from minicb.server.controls import handle_control
 from minicb.server.hub import Notice
 
 if TYPE_CHECKING:
     from minicb.server.hub import Hub
-    from minicb.subscription import Subscription
+    from minicb.telemetry.bus import Subscription
 
 OUTBOX_SIZE = 16  # batches waiting for the socket; beyond this the pumps wait, not the engine
 MAX_BATCH = 2048  # events per message, so one message never grows without bound

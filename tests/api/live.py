@@ -16,7 +16,7 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
-from minicb.event_bus import attach
+from minicb.telemetry.bus import attach
 from minicb.server.engine_loop import EngineLoop
 from minicb.server.openai_api import install_openai_routes
 

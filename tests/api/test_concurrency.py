@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from minicb.events import StepEvent
+from minicb.telemetry.events import StepEvent
 from tests.api.conftest import tiny_engine
 from tests.api.live import api_server, metric
 

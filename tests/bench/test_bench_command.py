@@ -6,7 +6,7 @@ import re
 import torch
 
 from minicb.cli import main
-from minicb.trace import read_trace
+from minicb.telemetry.trace import read_trace
 
 SECTIONS = {"meta", "hardware", "scheduler", "roofline", "workloads", "rate_sweep", "goals"}
 

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from minicb.commands.demo import trace_paths
-from minicb.trace import read_trace
+from minicb.telemetry.trace import read_trace
 from tests.browser.conftest import js, server, shot, wait_for
 
 PANELS = "window.minicb.panels"

@@ -11,7 +11,7 @@ import torch
 
 from minicb.kernels import reference
 from minicb.kernels.decode_attention import paged_decode_attention
-from minicb.kernels.triton_backend import TritonBackend
+from minicb.kernels.attention import TritonBackend
 
 from . import GQA_SHAPES, TOLERANCES, make_paged_case
 

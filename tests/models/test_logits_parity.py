@@ -10,9 +10,9 @@ from transformers import AutoModelForCausalLM
 
 from minicb.config import EngineConfig
 from minicb.kernels import AttentionMetadata
-from minicb.models.loader import open_model
-from minicb.models.tiny import TINY_ARCHITECTURES, make_tiny_model_dir
-from minicb.runner import ModelRunner
+from minicb.runner.loader import open_model
+from minicb.runner.loader import TINY_ARCHITECTURES, make_tiny_model_dir
+from minicb.runner.model_runner import ModelRunner
 
 
 def minicb_logits(runner: ModelRunner, prompts: list[list[int]], chunks: int) -> list[torch.Tensor]:

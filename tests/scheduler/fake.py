@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from minicb.config import EngineConfig
 from minicb.request import Request, RequestStatus
-from minicb.sampling_params import SamplingParams
+from minicb.config import SamplingParams
 from minicb.scheduler import make_scheduler
 from minicb.scheduler.plan import StepPlan
 

@@ -6,7 +6,7 @@ import asyncio
 import pytest
 
 from minicb import EngineConfig, LLMEngine, SamplingParams
-from minicb.outputs import RequestOutput
+from minicb.request import RequestOutput
 from minicb.server.engine_loop import EngineLoop
 
 PARAMS = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)

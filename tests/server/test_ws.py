@@ -9,11 +9,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from minicb import EngineConfig, LLMEngine, SamplingParams
-from minicb.event_bus import attach
+from minicb.telemetry.bus import attach
 from minicb.server.app import create_app, hub_of
 from minicb.server.engine_loop import EngineLoop
 from minicb.server.workload import WorkloadFeeder, WorkloadSpec
-from minicb.trace import Trace
+from minicb.telemetry.trace import Trace
 
 PARAMS = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
 
@@ -262,7 +262,7 @@ def test_pages_and_plotly_are_served(demo):
 
 def test_replay_mode_sends_the_whole_trace(demo, tmp_path):
     client, loop, app = demo
-    from minicb.trace import read_trace, record_trace
+    from minicb.telemetry.trace import read_trace, record_trace
 
     path = tmp_path / "run.jsonl"
     with record_trace(loop.engines["continuous"], path):

@@ -1,5 +1,7 @@
 """ModelRunner: StepPlan -> one flat ragged batch -> model -> sampled tokens.
 
+The runner of the real model (see minicb.runner for the seam it fills).
+
 It owns the model weights and the KV tensors: one device tensor of shape
 ``(num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim)`` and a CPU twin for
 swapped-out blocks. Each iteration it copies blocks the plan swaps out, then those it
@@ -12,16 +14,17 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from minicb.config import EngineConfig
-from minicb.cuda_graphs import maybe_capture
 from minicb.kernels import AttentionMetadata, get_backend
-from minicb.models.llama import LlamaModel, ModelConfig, RotaryEmbedding
-from minicb.models.loader import ModelFiles, iter_safetensors
-from minicb.sampler import sample
+from minicb.runner import RunnerOutput
+from minicb.runner.cuda_graphs import maybe_capture
+from minicb.runner.llama import LlamaModel, ModelConfig, RotaryEmbedding
+from minicb.runner.loader import ModelFiles, iter_safetensors, open_model
+from minicb.runner.sampler import sample
 from minicb.scheduler.plan import StepPlan
 
 CPU_KV_POOL_BYTES = 1 << 30  # ceiling of an automatically sized KV pool on CPU
@@ -45,21 +48,28 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return DTYPES[name]
 
 
-@dataclass
-class StepTimings:
-    forward_s: float = 0.0
-    sample_s: float = 0.0
-
-
 class ModelRunner:
+    """``ModelRunner(model, config)``: model None is the embedded default; a path or hub id
+    otherwise. ``with_config`` makes another runner on the same weights."""
+
     def __init__(
-        self, files: ModelFiles, config: EngineConfig, shared_model: LlamaModel | None = None
+        self,
+        model: str | None,
+        config: EngineConfig,
+        *,
+        files: ModelFiles | None = None,
+        shared_model: LlamaModel | None = None,
     ) -> None:
         self.config = config
+        self.files = files or open_model(model)
+        self.model_name = self.files.name
+        self.tokenizer = self.files.tokenizer
+        self.stop_token_ids = self.files.stop_token_ids
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, self.device)
-        self.model_config = ModelConfig.from_hf(files.hf_config)
+        self.model_config = ModelConfig.from_hf(self.files.hf_config)
         cfg = self.model_config
+        self.vocab_size = cfg.vocab_size
         self.max_model_len = min(
             config.max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings
         )
@@ -68,7 +78,7 @@ class ModelRunner:
             self._check_shareable(shared_model)
             self.model = shared_model
         else:
-            self.model = self._load_model(files)
+            self.model = self._load_model(self.files)
         self.backend = get_backend(config.attention_backend, self.device)
         self.num_kv_blocks = config.num_kv_blocks or self._auto_num_blocks()
         self.num_swap_blocks = config.num_swap_blocks
@@ -110,6 +120,23 @@ class ModelRunner:
         model.rope = rope.to(self.device)
         return model
 
+    def with_config(self, config: EngineConfig) -> ModelRunner:
+        """A runner for ``config`` on these weights: only the KV cache is new."""
+        return ModelRunner(None, config, files=self.files, shared_model=self.model)
+
+    def describe(self) -> dict[str, Any]:
+        """Where and how it computes, for trace headers and the visualizer."""
+        info: dict[str, Any] = {
+            "runner": "model",
+            "device": str(self.device),
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "num_kv_blocks": self.num_kv_blocks,
+            "torch_threads": torch.get_num_threads(),
+        }
+        if self.device.type == "cuda":
+            info["gpu"] = torch.cuda.get_device_name(self.device)
+        return info
+
     def _check_shareable(self, model: LlamaModel) -> None:
         weight = model.lm_head.weight
         if weight.device != self.device or weight.dtype != self.dtype:
@@ -142,11 +169,10 @@ class ModelRunner:
 
     # ---- one iteration ---------------------------------------------------------------------
     @torch.inference_mode()
-    def execute(self, plan: StepPlan) -> tuple[dict[int, int], StepTimings]:
-        timings = StepTimings()
+    def execute(self, plan: StepPlan) -> RunnerOutput:
         self._copy_swaps(plan)
         if plan.is_empty:
-            return {}, timings
+            return RunnerOutput()
         t0 = time.perf_counter()
         input_ids, positions, meta, sample_rows = self._prepare(plan)
         graphs = self.decode_graphs
@@ -168,8 +194,7 @@ class ModelRunner:
                 self.generator,
             )
             sampled = {r.request_id: t for r, t in zip(rows, tokens, strict=True)}
-        timings.forward_s, timings.sample_s = t1 - t0, time.perf_counter() - t1
-        return sampled, timings
+        return RunnerOutput(sampled, forward_s=t1 - t0, sample_s=time.perf_counter() - t1)
 
     def _prepare(self, plan: StepPlan):
         bs = self.config.block_size

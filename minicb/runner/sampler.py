@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from minicb.sampling_params import SamplingParams
+from minicb.config import SamplingParams
 
 
 def _token_generator(seed: int, token_index: int, device: torch.device) -> torch.Generator:

@@ -6,8 +6,11 @@ owns a block table: the list of its blocks, in order, so token ``i`` lives in sl
 blocks holds swapped-out requests. Pure Python: the runner owns the tensors and copies
 blocks when the StepPlan says so.
 
-Reference counts are kept per block so that blocks could be shared (prefix caching);
-today every block has one owner, and ``check()`` verifies the accounting at any moment.
+Every call that needs blocks either does the whole job or nothing: ``allocate_slots``
+returns the new blocks (often none: a decode usually has room in its last block) or None
+when the pool cannot hold the request's next tokens; ``swap_out`` and ``swap_in`` return
+the block pairs to copy, or None. Today each block has exactly one owner, so a block is
+either free or in one table; sharing blocks (prefix caching) would add reference counts.
 """
 
 from __future__ import annotations
@@ -20,12 +23,11 @@ def blocks_needed(num_tokens: int, block_size: int) -> int:
 
 
 class BlockPool:
-    """A free list and reference counts over ``num_blocks`` block ids."""
+    """A free list over ``num_blocks`` block ids."""
 
     def __init__(self, num_blocks: int) -> None:
         self.num_blocks = num_blocks
         self.free: deque[int] = deque(range(num_blocks))
-        self.ref_counts = [0] * num_blocks
 
     @property
     def num_free(self) -> int:
@@ -35,21 +37,14 @@ class BlockPool:
     def num_used(self) -> int:
         return self.num_blocks - len(self.free)
 
-    def take(self, n: int) -> list[int]:
+    def take(self, n: int) -> list[int] | None:
+        """``n`` free blocks, or None (and nothing taken) if fewer are free."""
         if n > len(self.free):
-            raise RuntimeError(f"asked for {n} blocks but only {len(self.free)} are free")
-        taken = [self.free.popleft() for _ in range(n)]
-        for b in taken:
-            self.ref_counts[b] = 1
-        return taken
+            return None
+        return [self.free.popleft() for _ in range(n)]
 
     def release(self, blocks: list[int]) -> None:
-        for b in blocks:
-            if self.ref_counts[b] <= 0:
-                raise RuntimeError(f"block {b} released but not in use")
-            self.ref_counts[b] -= 1
-            if self.ref_counts[b] == 0:
-                self.free.append(b)
+        self.free.extend(blocks)
 
 
 class BlockManager:
@@ -82,24 +77,21 @@ class BlockManager:
     def block_table(self, request_id: int) -> list[int]:
         return self.block_tables.get(request_id, [])
 
-    def num_blocks_held(self, request_id: int) -> int:
-        return len(self.block_tables.get(request_id, ()))
+    def num_new_blocks(self, request_id: int, num_tokens: int) -> int:
+        """Blocks the request lacks to hold ``num_tokens`` tokens (0 if it has room)."""
+        held = len(self.block_tables.get(request_id, ()))
+        return max(0, blocks_needed(num_tokens, self.block_size) - held)
 
-    def extra_blocks_needed(self, request_id: int, num_tokens: int) -> int:
-        """Blocks to add so that the request can hold ``num_tokens`` tokens."""
-        return max(0, blocks_needed(num_tokens, self.block_size) - self.num_blocks_held(request_id))
+    # ---- allocate / free -----------------------------------------------------------
+    def allocate_slots(self, request_id: int, num_tokens: int) -> list[int] | None:
+        """Grow the request's table to hold ``num_tokens`` tokens.
 
-    # ---- allocate / grow / free ------------------------------------------------------
-    def can_allocate(self, request_id: int, num_tokens: int) -> bool:
-        return self.extra_blocks_needed(request_id, num_tokens) <= self.device.num_free
-
-    def allocate(self, request_id: int, num_tokens: int) -> list[int]:
-        """Grow the request's table to hold ``num_tokens``; returns the new blocks."""
-        extra = self.extra_blocks_needed(request_id, num_tokens)
-        if extra == 0:  # the common decode case: the last block still has room
-            return []
-        new = self.device.take(extra)
-        self.block_tables.setdefault(request_id, []).extend(new)
+        Returns the blocks added ([] when the last block still has room), or None, with
+        nothing changed, when the pool has too few free blocks.
+        """
+        new = self.device.take(self.num_new_blocks(request_id, num_tokens))
+        if new:
+            self.block_tables.setdefault(request_id, []).extend(new)
         return new
 
     def free(self, request_id: int) -> int:
@@ -111,27 +103,30 @@ class BlockManager:
         return len(device_blocks) + len(swap_blocks)
 
     # ---- swap ----------------------------------------------------------------------
-    def can_swap_out(self, request_id: int) -> bool:
-        return self.num_blocks_held(request_id) <= self.swap.num_free
-
-    def swap_out(self, request_id: int) -> list[tuple[int, int]]:
-        """Move the request's blocks to CPU; returns (device block, cpu block) pairs to copy."""
-        device_blocks = self.block_tables.pop(request_id)
-        cpu_blocks = self.swap.take(len(device_blocks))
+    def swap_out(self, request_id: int) -> list[tuple[int, int]] | None:
+        """Move the request's blocks to CPU: (device block, cpu block) pairs to copy, or
+        None, with nothing changed, when the swap space is too full."""
+        cpu_blocks = self.swap.take(len(self.block_table(request_id)))
+        if cpu_blocks is None:
+            return None
+        device_blocks = self.block_tables.pop(request_id, [])
         self.device.release(device_blocks)
         self.swap_tables[request_id] = cpu_blocks
         return list(zip(device_blocks, cpu_blocks, strict=True))
 
-    def can_swap_in(self, request_id: int) -> bool:
-        return len(self.swap_tables.get(request_id, ())) <= self.device.num_free
-
-    def swap_in(self, request_id: int) -> list[tuple[int, int]]:
-        """Bring the request's blocks back; returns (cpu block, device block) pairs to copy."""
-        cpu_blocks = self.swap_tables.pop(request_id)
-        device_blocks = self.device.take(len(cpu_blocks))
+    def swap_in(self, request_id: int, num_tokens: int) -> list[tuple[int, int]] | None:
+        """Bring the request's blocks back, with room for ``num_tokens`` tokens in all:
+        (cpu block, device block) pairs to copy, or None, with nothing changed, when the
+        device pool is too full."""
+        cpu_blocks = self.swap_tables.get(request_id, [])
+        need = max(len(cpu_blocks), blocks_needed(num_tokens, self.block_size))
+        device_blocks = self.device.take(need)
+        if device_blocks is None:
+            return None
+        del self.swap_tables[request_id]
         self.swap.release(cpu_blocks)
         self.block_tables[request_id] = device_blocks
-        return list(zip(cpu_blocks, device_blocks, strict=True))
+        return list(zip(cpu_blocks, device_blocks[: len(cpu_blocks)], strict=True))
 
     # ---- invariants ----------------------------------------------------------------
     def check(self) -> None:
@@ -139,6 +134,6 @@ class BlockManager:
         for pool, tables in ((self.device, self.block_tables), (self.swap, self.swap_tables)):
             owned = [b for blocks in tables.values() for b in blocks]
             assert len(owned) == len(set(owned)), "a block is owned twice"
+            assert len(set(pool.free)) == len(pool.free), "a block is free twice"
             assert len(owned) + pool.num_free == pool.num_blocks, "used + free != total"
             assert set(owned).isdisjoint(pool.free), "a block is both owned and free"
-            assert all(pool.ref_counts[b] == 1 for b in owned), "bad reference count"

@@ -28,12 +28,65 @@ Pure Python: no torch.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from minicb.events import Event
-from minicb.stats import distribution, jain_index
+if TYPE_CHECKING:
+    from minicb.telemetry.events import Event
+
+
+# ---- the one definition of each latency figure -------------------------------------------
+# Read by RequestMetrics (a finished request's output), MetricsCollector (summaries of
+# live runs and traces) and PrometheusMetrics (histograms); the visualizer's live figures
+# follow the same definitions, written out in docs/events.md.
+def ttft(arrival: float, first_token: float) -> float:
+    """Time to first token."""
+    return first_token - arrival
+
+
+def tpot(first_token: float, last_token: float, num_tokens: int) -> float:
+    """Time per output token after the first: the mean gap between a request's tokens."""
+    return (last_token - first_token) / (num_tokens - 1)
+
+
+def e2e(arrival: float, finished: float) -> float:
+    """End-to-end latency."""
+    return finished - arrival
+
+
+def queue_time(arrival: float, first_admitted: float) -> float:
+    return first_admitted - arrival
+
+
+# ---- small descriptive statistics (pure Python, so metrics need no numpy) ---------------
+def percentile(sorted_values: list[float], q: float) -> float:
+    """The q-th percentile (0..100) of sorted values, interpolating linearly between ranks."""
+    pos = (len(sorted_values) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def distribution(values: Iterable[float]) -> dict[str, Any]:
+    v = sorted(values)
+    if not v:
+        return {"count": 0, "mean": None, "p50": None, "p90": None, "p99": None, "max": None}
+    return {
+        "count": len(v),
+        "mean": sum(v) / len(v),
+        "p50": percentile(v, 50),
+        "p90": percentile(v, 90),
+        "p99": percentile(v, 99),
+        "max": v[-1],
+    }
+
+
+def jain_index(values: list[float]) -> float | None:
+    """(sum x)^2 / (n * sum x^2): 1 when all are equal, 1/n when one takes everything."""
+    squares = sum(x * x for x in values)
+    return sum(values) ** 2 / (len(values) * squares) if squares > 0 else None
 
 
 def _ratio(num: float, den: float) -> float | None:
@@ -110,32 +163,33 @@ class MetricsCollector:
     # ---- per-event updates ---------------------------------------------------------------
     def _on_step(self, e: Any) -> None:
         self._seen(e.wall_start, e.wall_end)
-        s = self.steps
+        plan, s = e.plan, self.steps
         s.count += 1
-        s.slots += e.slots_limit
-        s.budget_used += e.budget_used
-        s.budget_limit += e.budget_limit
+        s.slots += plan.slots_limit
+        s.budget_used += plan.budget_used
+        s.budget_limit += plan.budget_limit
         s.schedule_s += e.schedule_s
         s.forward_s += e.forward_s
         s.sample_s += e.sample_s
-        for row in e.scheduled:
+        bs = plan.block_size
+        for row in plan.scheduled:
             s.tokens += row.num_tokens
             if row.phase == "padding":
                 s.padding_tokens += row.num_tokens
             else:
                 s.useful_rows += 1
-            full = -(-row.context_len // e.block_size)  # blocks the live tokens need
+            full = -(-row.context_len // bs)  # blocks the live tokens need
             s.kv_live += row.context_len
-            s.kv_held += row.num_blocks * e.block_size
-            s.kv_last_block_slack += full * e.block_size - row.context_len
-        if e.kv_total:
-            usage = e.kv_used / e.kv_total
+            s.kv_held += len(row.block_table) * bs
+            s.kv_last_block_slack += full * bs - row.context_len
+        if plan.kv_total:
+            usage = plan.kv_used / plan.kv_total
             s.kv_usage_sum += usage
             s.kv_usage_peak = max(s.kv_usage_peak, usage)
-        for d in e.preempted:
+        for d in plan.preempted:
             s.preempted[d.mode or "?"] = s.preempted.get(d.mode or "?", 0) + 1
-        s.swapped_out += len(e.swapped_out)
-        s.swapped_in += len(e.swapped_in)
+        s.swapped_out += len(plan.swapped_out)
+        s.swapped_in += len(plan.swapped_in)
 
     def _on_arrived(self, e: Any) -> None:
         r = self._req(e)
@@ -180,12 +234,16 @@ class MetricsCollector:
         duration = (self.t_max - self.t_min) if self.t_min is not None else 0.0
         reqs = self.requests
         done = {i: r for i, r in reqs.items() if r.finished is not None and r.arrival is not None}
-        ttft = {
-            i: r.token_times[0] - r.arrival
+        ttfts = {
+            i: ttft(r.arrival, r.token_times[0])
             for i, r in reqs.items()
             if r.token_times and r.arrival is not None
         }
-        tpot = {i: _tpot(r) for i, r in reqs.items() if len(r.token_times) > 1}
+        tpots = {
+            i: tpot(r.token_times[0], r.token_times[-1], len(r.token_times))
+            for i, r in reqs.items()
+            if len(r.token_times) > 1
+        }
         out_tokens = sum(r.num_output_tokens for r in done.values())
         in_tokens = sum(r.num_prompt_tokens for r in done.values())
         return {
@@ -198,12 +256,12 @@ class MetricsCollector:
                 "tokens_generated": sum(len(r.token_times) for r in reqs.values()),
             },
             "latency": {
-                "ttft_s": distribution(ttft.values()),
-                "tpot_s": distribution(tpot.values()),
+                "ttft_s": distribution(ttfts.values()),
+                "tpot_s": distribution(tpots.values()),
                 "itl_s": distribution(g for r in reqs.values() for g in _gaps(r.token_times)),
-                "e2e_s": distribution(r.finished - r.arrival for r in done.values()),
+                "e2e_s": distribution(e2e(r.arrival, r.finished) for r in done.values()),
                 "queue_s": distribution(
-                    r.admitted - r.arrival
+                    queue_time(r.arrival, r.admitted)
                     for r in reqs.values()
                     if r.admitted is not None and r.arrival is not None
                 ),
@@ -223,7 +281,7 @@ class MetricsCollector:
                 "swapped_in": self.steps.swapped_in,
             },
             "fairness": self._fairness(done),
-            "goodput": _goodput(done, ttft, tpot, ttft_slo, tpot_slo, duration),
+            "goodput": _goodput(done, ttfts, tpots, ttft_slo, tpot_slo, duration),
         }
 
     def _batch(self) -> dict[str, Any]:
@@ -253,7 +311,7 @@ class MetricsCollector:
 
     def _fairness(self, done: dict[int, _Request]) -> dict[str, Any]:
         normalised = [
-            (r.finished - r.arrival) / r.num_output_tokens
+            e2e(r.arrival, r.finished) / r.num_output_tokens
             for r in done.values()
             if r.num_output_tokens
         ]
@@ -268,8 +326,8 @@ class MetricsCollector:
 
 def _goodput(
     done: dict[int, _Request],
-    ttft: dict[int, float],
-    tpot: dict[int, float],
+    ttfts: dict[int, float],
+    tpots: dict[int, float],
     ttft_slo: float | None,
     tpot_slo: float | None,
     duration: float,
@@ -280,8 +338,8 @@ def _goodput(
     good = [
         i
         for i in done
-        if (ttft_slo is None or (i in ttft and ttft[i] <= ttft_slo))
-        and (tpot_slo is None or tpot.get(i, 0.0) <= tpot_slo)
+        if (ttft_slo is None or (i in ttfts and ttfts[i] <= ttft_slo))
+        and (tpot_slo is None or tpots.get(i, 0.0) <= tpot_slo)
     ]
     return {
         "ttft_slo_s": ttft_slo,
@@ -294,10 +352,6 @@ def _goodput(
 
 def _gaps(times: list[float]) -> list[float]:
     return [b - a for a, b in zip(times, times[1:], strict=False)]
-
-
-def _tpot(r: _Request) -> float:
-    return (r.token_times[-1] - r.token_times[0]) / (len(r.token_times) - 1)
 
 
 def _wait(r: _Request, end: float | None) -> float:

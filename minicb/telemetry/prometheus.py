@@ -29,7 +29,8 @@ from prometheus_client import (
     generate_latest,
 )
 
-from minicb.events import Event
+from minicb.telemetry.events import Event
+from minicb.telemetry.metrics import e2e, queue_time, tpot, ttft
 
 # Bucket edges (seconds), close to vLLM's, widened at the slow end for CPU runs.
 # fmt: off
@@ -122,11 +123,12 @@ class PrometheusMetrics:
             handler(event)
 
     def _on_step(self, e: Any) -> None:
+        plan = e.plan
         self.iterations.inc()
-        self.kv_usage.set(e.kv_used / e.kv_total if e.kv_total else 0.0)
-        if e.preempted:
-            self.preemptions.inc(len(e.preempted))
-        prefill = sum(r.num_tokens for r in e.scheduled if r.phase == "prefill")
+        self.kv_usage.set(plan.kv_used / plan.kv_total if plan.kv_total else 0.0)
+        if plan.preempted:
+            self.preemptions.inc(len(plan.preempted))
+        prefill = sum(r.num_tokens for r in plan.scheduled if r.phase == "prefill")
         if prefill:
             self.prompt_tokens.inc(prefill)
 
@@ -161,7 +163,7 @@ class PrometheusMetrics:
         live = self._move(e.request_id, "running")
         if live is not None and not live.admitted:  # a readmission after preemption is not queueing
             live.admitted = True
-            self.queue.observe(e.time - live.arrival)
+            self.queue.observe(queue_time(live.arrival, e.time))
 
     def _on_preempted(self, e: Any) -> None:
         self._move(e.request_id, "swapped" if e.mode == "swap" else "waiting")
@@ -176,7 +178,7 @@ class PrometheusMetrics:
             return
         if live.first is None:
             live.first = e.time
-            self.ttft.observe(e.time - live.arrival)
+            self.ttft.observe(ttft(live.arrival, e.time))
         else:
             self.itl.observe(e.time - live.last)
         live.last = e.time
@@ -186,9 +188,9 @@ class PrometheusMetrics:
         live = self._move(e.request_id, None)
         if live is None:
             return
-        self.e2e.observe(e.time - live.arrival)
+        self.e2e.observe(e2e(live.arrival, e.time))
         if e.num_output_tokens > 1 and live.first is not None:
-            self.tpot.observe((live.last - live.first) / (e.num_output_tokens - 1))
+            self.tpot.observe(tpot(live.first, live.last, e.num_output_tokens))
 
     def _on_aborted(self, e: Any) -> None:
         self.success.labels(model_name=self.model_name, finished_reason="abort").inc()

@@ -1,10 +1,22 @@
-"""Subscription: a bounded, thread-safe queue of events for a consumer in another thread.
+"""EventBus: the one path by which anyone hears what the engine did.
 
-The engine thread puts; a consumer (a WebSocket handler, a notebook widget) takes, by
-polling ``drain()``, blocking in ``get(timeout)``, or awaiting ``drain_async()`` from an
-asyncio loop. ``put`` never waits for the consumer: when the queue is full the oldest
-event is dropped and counted in ``dropped``, so a consumer that stops reading costs the
-engine one short lock per event and its memory stays bounded.
+Every engine owns one bus (``engine.bus``) and publishes typed events on it
+(minicb.telemetry.events). Whoever wants to know subscribes:
+
+- synchronous listeners (metrics, trace writer, Prometheus, the server's request streams),
+  called in the engine thread in the order they subscribed; keep them quick, they are
+  part of the step;
+- asynchronous subscriptions (``subscribe_async``): bounded queues read from other threads
+  or an asyncio loop (a browser's WebSocket), which never make the engine wait.
+
+Subscribers may ask for some kinds of event only. The engine builds nothing for a kind
+nobody asked for (``wants``), and when nobody listens at all it builds no event at all.
+
+A ``Subscription`` is a bounded, thread-safe queue: the engine thread puts; a consumer
+takes, by polling ``drain()``, blocking in ``get(timeout)``, or awaiting ``drain_async()``
+from an asyncio loop. ``put`` never waits for the consumer: when the queue is full the
+oldest event is dropped and counted in ``dropped``, so a consumer that stops reading costs
+the engine one short lock per event and its memory stays bounded.
 """
 
 from __future__ import annotations
@@ -12,10 +24,84 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from minicb.events import Event
+from minicb.telemetry.events import EVENT_KINDS, Event
+
+Listener = Callable[[Event], Any]
+
+
+class EventBus:
+    def __init__(self) -> None:
+        # Copy-on-write tuples: the engine thread reads them without a lock while other
+        # threads subscribe and unsubscribe.
+        self._sync: tuple[tuple[Listener, frozenset[str] | None], ...] = ()
+        self._async: tuple[Subscription, ...] = ()
+        self._wanted: frozenset[str] = frozenset()
+        self._lock = threading.Lock()
+
+    # ---- subscribing ---------------------------------------------------------------------
+    def subscribe(self, listener: Listener, kinds: Iterable[str] | None = None) -> Listener:
+        """Call ``listener(event)`` in the engine thread for every event (of ``kinds``)."""
+        with self._lock:
+            self._sync += ((listener, _kinds(kinds)),)
+            self._refresh()
+        return listener
+
+    def unsubscribe(self, listener: Listener) -> None:
+        with self._lock:
+            self._sync = tuple(s for s in self._sync if s[0] is not listener)
+            self._refresh()
+
+    def subscribe_async(
+        self, maxsize: int = 1024, kinds: Iterable[str] | None = None
+    ) -> Subscription:
+        """A bounded queue of events for another thread; ``close()`` it when done."""
+        sub = Subscription(maxsize, _kinds(kinds), on_close=self._forget)
+        with self._lock:
+            self._async += (sub,)
+            self._refresh()
+        return sub
+
+    def _forget(self, sub: Subscription) -> None:
+        with self._lock:
+            self._async = tuple(s for s in self._async if s is not sub)
+            self._refresh()
+
+    def _refresh(self) -> None:
+        wanted: set[str] = set()
+        for kinds in [k for _, k in self._sync] + [s.kinds for s in self._async]:
+            wanted |= EVENT_KINDS if kinds is None else kinds
+        self._wanted = frozenset(wanted)
+
+    @property
+    def listening(self) -> bool:
+        return bool(self._wanted)
+
+    def wants(self, kind: str) -> bool:
+        return kind in self._wanted
+
+    def emit(self, event: Event) -> None:
+        kind = event.kind
+        for listener, kinds in self._sync:
+            if kinds is None or kind in kinds:
+                listener(event)
+        for sub in self._async:
+            if sub.kinds is None or kind in sub.kinds:
+                sub.put(event)
+
+
+def _kinds(kinds: Iterable[str] | None) -> frozenset[str] | None:
+    if kinds is None:
+        return None
+    chosen = frozenset(kinds)
+    unknown = sorted(chosen - EVENT_KINDS)
+    if unknown:
+        raise ValueError(
+            f"unknown event kind(s) {unknown}; known: {', '.join(sorted(EVENT_KINDS))}"
+        )
+    return chosen
 
 
 class Subscription:

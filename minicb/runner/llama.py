@@ -18,8 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from minicb.kernels.backend import AttentionBackend
-from minicb.kernels.metadata import AttentionMetadata
+from minicb.kernels.attention import AttentionBackend, AttentionMetadata
 
 
 @dataclass(frozen=True)

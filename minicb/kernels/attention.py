@@ -1,0 +1,194 @@
+"""The attention interface the model calls, and the two backends behind it.
+
+``AttentionMetadata`` says how the flat ragged batch maps onto requests and KV-cache
+slots. The runner builds one per iteration from the StepPlan. Token ``t`` of the batch
+belongs to request ``i`` when ``query_start[i] <= t < query_start[i+1]``. Request ``i``
+attends to ``context_lens[i]`` tokens held in the blocks ``block_tables[i]``; its query
+tokens are the last ``query_len`` of that context, so query ``j`` sits at absolute position
+``context_lens[i] - query_len + j`` and sees keys ``0 ..`` that position (causal).
+
+``get_backend(name, device)`` returns an object with ``store_kv`` and ``attention``; the
+model calls only those two, so a backend can be swapped without touching it. "auto" takes
+Triton on CUDA and the torch reference on CPU (where Triton would only run under its slow
+interpreter).
+
+The "triton" backend: ``store_kv`` scatters this step's K/V into the paged cache;
+``attention`` takes the decode kernel when every request brings exactly one query token
+(the common steady state, where one program per KV head reads the context once for the
+whole GQA group), and the chunked-prefill kernel otherwise, which also serves decode rows
+mixed into a prefill batch. The kernels run on CUDA tensors, or on CPU tensors under
+Triton's interpreter, which Triton switches on only if ``TRITON_INTERPRET=1`` is in the
+environment when the kernels are defined (at import). Anything else is refused with a
+clear error instead of a crash deep inside Triton. Triton itself is imported only when
+the triton backend is asked for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from minicb.kernels import reference
+
+
+@dataclass
+class AttentionMetadata:
+    slot_mapping: torch.Tensor  # (T,) int64, cache slot of each token; -1: do not store
+    block_tables: torch.Tensor  # (B, max_blocks) int32, padded with 0
+    context_lens: torch.Tensor  # (B,) int32, tokens attended to, this step's included
+    query_start: torch.Tensor  # (B+1,) int32, cumulative query lengths
+    max_query_len: int
+    max_context_len: int
+    # Host copies, so the reference path can loop without device->host syncs.
+    query_lens_host: list[int]
+    context_lens_host: list[int]
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.query_lens_host)
+
+    @property
+    def is_decode_only(self) -> bool:
+        return self.max_query_len == 1
+
+    @classmethod
+    def build(
+        cls,
+        query_lens: list[int],
+        context_lens: list[int],
+        block_tables: list[list[int]],
+        slot_mapping: list[int],
+        device: torch.device | str,
+    ) -> AttentionMetadata:
+        max_blocks = max((len(t) for t in block_tables), default=0) or 1
+        table = torch.zeros((len(block_tables), max_blocks), dtype=torch.int32)
+        for i, blocks in enumerate(block_tables):
+            if blocks:
+                table[i, : len(blocks)] = torch.tensor(blocks, dtype=torch.int32)
+        starts = [0]
+        for q in query_lens:
+            starts.append(starts[-1] + q)
+        return cls(
+            slot_mapping=torch.tensor(slot_mapping, dtype=torch.int64, device=device),
+            block_tables=table.to(device),
+            context_lens=torch.tensor(context_lens, dtype=torch.int32, device=device),
+            query_start=torch.tensor(starts, dtype=torch.int32, device=device),
+            max_query_len=max(query_lens, default=0),
+            max_context_len=max(context_lens, default=0),
+            query_lens_host=list(query_lens),
+            context_lens_host=list(context_lens),
+        )
+
+
+class AttentionBackend(Protocol):
+    name: str
+
+    def store_kv(
+        self,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> None: ...
+
+    def attention(
+        self,
+        query: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor: ...
+
+
+class TorchBackend:
+    name = "torch"
+
+    def store_kv(self, key, value, k_cache, v_cache, slot_mapping) -> None:
+        reference.store_kv(key, value, k_cache, v_cache, slot_mapping)
+
+    def attention(self, query, k_cache, v_cache, meta, scale) -> torch.Tensor:
+        return reference.paged_attention(query, k_cache, v_cache, meta, scale)
+
+
+def get_backend(name: str, device: torch.device) -> AttentionBackend:
+    if name == "auto":
+        name = "triton" if device.type == "cuda" else "torch"
+    if name == "torch":
+        return TorchBackend()
+    if name == "triton":
+        return TritonBackend()
+    raise ValueError(f"unknown attention_backend {name!r}; choose auto, torch or triton")
+
+
+def kernels_are_interpreted() -> bool:
+    """True when Triton compiled our kernels for its CPU interpreter."""
+    from triton.runtime.jit import JITFunction
+
+    from minicb.kernels.decode_attention import _decode_kernel
+
+    return not isinstance(_decode_kernel, JITFunction)
+
+
+def _check_device(tensor: torch.Tensor) -> None:
+    if tensor.device.type == "cuda" or kernels_are_interpreted():
+        return
+    raise RuntimeError(
+        f"The triton attention backend got {tensor.device.type} tensors, but Triton runs on "
+        "CPU only under its interpreter, and TRITON_INTERPRET=1 must be set before triton "
+        "is first imported (importing transformers can import it). Set it at the top of "
+        "your script or in the environment, or use attention_backend='torch' on CPU."
+    )
+
+
+class TritonBackend:
+    name = "triton"
+
+    def store_kv(
+        self,
+        key: torch.Tensor,  # (T, num_kv_heads, head_dim)
+        value: torch.Tensor,  # (T, num_kv_heads, head_dim)
+        k_cache: torch.Tensor,  # (num_blocks, block_size, num_kv_heads, head_dim)
+        v_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,  # (T,) int64; -1: do not store
+    ) -> None:
+        from minicb.kernels.store_kv import store_kv
+
+        _check_device(key)
+        store_kv(key, value, k_cache, v_cache, slot_mapping)
+
+    def attention(
+        self,
+        query: torch.Tensor,  # (T, num_heads, head_dim)
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor:  # (T, num_heads, head_dim), query dtype
+        from minicb.kernels.decode_attention import paged_decode_attention
+        from minicb.kernels.prefill_attention import paged_prefill_attention
+
+        _check_device(query)
+        if meta.is_decode_only:
+            return paged_decode_attention(
+                query,
+                k_cache,
+                v_cache,
+                meta.block_tables,
+                meta.context_lens,
+                scale,
+                meta.max_context_len,
+            )
+        return paged_prefill_attention(
+            query,
+            k_cache,
+            v_cache,
+            meta.block_tables,
+            meta.context_lens,
+            meta.query_start,
+            scale,
+            meta.max_query_len,
+        )

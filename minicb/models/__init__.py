@@ -1,1 +1,0 @@
-"""Model loading and minicb's own Llama-family model."""

@@ -1,0 +1,67 @@
+"""The runner: the one seam between deciding (the scheduler) and computing (a model).
+
+The engine hands a runner each iteration's StepPlan and gets back one sampled token per
+request whose uncomputed tokens are now all computed. Who the runner is, the engine does
+not know or care:
+
+- ``ModelRunner`` (minicb.runner.model_runner): the real model, paged KV tensors, torch or
+  Triton attention, CUDA graphs;
+- ``FakeRunner`` (minicb.runner.fake): no model and no torch; deterministic tokens, for
+  tests and for timing the scheduler alone.
+
+A runner also tells the engine what it was built with: how many KV and swap blocks exist,
+the longest context, the vocabulary and the tokenizer. It performs the plan's swaps
+(``swap_out_map`` before the forward pass, ``swap_in_map`` after those). ``with_config``
+gives a runner for new settings on the same weights (the demo rebuilds its engines that
+way, and static batching shares one copy of the weights with continuous).
+
+The engine's clock is injectable too: by default the wall clock, or a ``VirtualClock``
+that a runner advances by the time a step would take, so events carry exact, known times.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from minicb.config import EngineConfig
+    from minicb.scheduler.plan import StepPlan
+
+
+@dataclass
+class RunnerOutput:
+    """What one ``execute`` gives back."""
+
+    sampled: dict[int, int] = field(default_factory=dict)  # request id -> new token id
+    forward_s: float = 0.0
+    sample_s: float = 0.0
+
+
+class Runner(Protocol):
+    model_name: str
+    tokenizer: Any | None  # a transformers tokenizer, or None: prompts are token ids
+    stop_token_ids: list[int]
+    vocab_size: int
+    max_model_len: int
+    num_kv_blocks: int
+    num_swap_blocks: int
+
+    def execute(self, plan: StepPlan) -> RunnerOutput: ...
+
+    def with_config(self, config: EngineConfig) -> Runner: ...
+
+    def describe(self) -> dict[str, Any]: ...  # JSON-safe: device, dtype, pool size, ...
+
+
+class VirtualClock:
+    """A clock that moves only when told: ``clock()`` reads it, ``advance(s)`` moves it."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds

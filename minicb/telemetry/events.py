@@ -1,0 +1,293 @@
+"""The event schema: what the engine reports, one iteration and one request at a time.
+
+Three families of events, all plain dataclasses of JSON-safe values (ints, floats, strings,
+lists, dicts, None), so that a trace file, a WebSocket and a notebook all see the same thing:
+
+- ``StepEvent``: one per iteration: the StepPlan itself (what ran, with each row's block
+  ids, what the scheduler decided and why, budgets, slots, KV pool, queues) and timings;
+- request events (``RequestArrived`` ... ``RequestRejected``): one request's life, stamped
+  with the engine's clock;
+- ``EngineReset``: an engine was rebuilt with new settings (request ids start again).
+
+``to_dict``/``from_dict`` convert to and from JSON-ready dicts; the ``type`` key names the
+event. ``SCHEMA_VERSION`` changes whenever a field is renamed, removed or changes meaning;
+docs/events.md documents every field. Pure Python: no torch.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from minicb.scheduler.plan import StepPlan, check_keys
+
+if TYPE_CHECKING:
+    from minicb.request import Request, RequestOutput, TokenDelta
+
+# 2: the step event is the StepPlan (block ids per row, every request's block tables after
+# the step); v1 carried block counts only and cannot draw the exact KV map.
+SCHEMA_VERSION = 2
+STEP_TIMING_FIELDS = ("wall_start", "wall_end", "schedule_s", "forward_s", "sample_s")
+
+
+# ---- one iteration ---------------------------------------------------------------------
+@dataclass
+class StepEvent:
+    """One iteration: the scheduler's own StepPlan (rows with their block ids, decisions
+    with their reasons, budgets, slots, KV pool, queues) and how long the step took."""
+
+    kind: ClassVar[str] = "step"
+
+    plan: StepPlan
+    wall_start: float  # engine clock when scheduling began
+    wall_end: float  # engine clock when the step's results were ready
+    schedule_s: float  # seconds in Scheduler.schedule()
+    forward_s: float  # seconds the runner spent on the forward pass
+    sample_s: float  # seconds the runner spent sampling
+
+
+# ---- one request's life ----------------------------------------------------------------
+@dataclass(kw_only=True)
+class RequestEvent:
+    """Base of the request events: when, and which request."""
+
+    kind: ClassVar[str] = "request"
+
+    time: float  # seconds on the engine's clock (the wall clock unless a runner's virtual one)
+    request_id: int
+
+
+@dataclass(kw_only=True)
+class RequestArrived(RequestEvent):
+    kind: ClassVar[str] = "arrived"
+
+    prompt: str | None  # the prompt text, or None when it was given as token ids
+    num_prompt_tokens: int
+    max_tokens: int
+    priority: int
+    params: dict[str, Any]  # every SamplingParams field
+
+
+@dataclass(kw_only=True)
+class StepRequestEvent(RequestEvent):
+    """A request event caused by an iteration; ``step`` is that StepEvent's index."""
+
+    step: int
+
+
+@dataclass(kw_only=True)
+class RequestAdmitted(StepRequestEvent):
+    kind: ClassVar[str] = "admitted"
+
+    reason: str
+
+
+@dataclass(kw_only=True)
+class RequestFirstToken(StepRequestEvent):
+    kind: ClassVar[str] = "first_token"
+
+
+@dataclass(kw_only=True)
+class RequestToken(StepRequestEvent):
+    kind: ClassVar[str] = "token"
+
+    token_id: int
+    index: int  # 0 for the first generated token
+    text: str  # the text this token adds ("" while a multi-byte character is incomplete)
+
+
+@dataclass(kw_only=True)
+class RequestPreempted(StepRequestEvent):
+    kind: ClassVar[str] = "preempted"
+
+    mode: str  # "recompute" or "swap"
+    reason: str
+
+
+@dataclass(kw_only=True)
+class RequestSwappedOut(StepRequestEvent):
+    kind: ClassVar[str] = "swapped_out"
+
+    reason: str
+
+
+@dataclass(kw_only=True)
+class RequestSwappedIn(StepRequestEvent):
+    kind: ClassVar[str] = "swapped_in"
+
+    reason: str
+
+
+@dataclass(kw_only=True)
+class RequestFinished(StepRequestEvent):
+    kind: ClassVar[str] = "finished"
+
+    finish_reason: str | None  # "stop" or "length"
+    reason: str
+    num_prompt_tokens: int
+    num_output_tokens: int
+    num_preemptions: int
+
+
+@dataclass(kw_only=True)
+class RequestAborted(RequestEvent):
+    kind: ClassVar[str] = "aborted"
+
+    num_output_tokens: int
+
+
+@dataclass(kw_only=True)
+class RequestRejected(RequestEvent):
+    """A request refused at the door; it never got an id, so ``request_id`` is -1."""
+
+    kind: ClassVar[str] = "rejected"
+
+    request_id: int = -1
+    prompt: str | None  # the prompt text, or None when it was not a string
+    num_prompt_tokens: int | None  # its length when it was a list of token ids
+    error: str
+
+
+@dataclass(kw_only=True)
+class EngineReset:
+    """The engine was rebuilt with new settings: forget its requests; ids start again."""
+
+    kind: ClassVar[str] = "reset"
+
+    time: float
+    info: dict[str, Any]  # the new engine's description (settings, pool size, ...)
+
+
+Event = StepEvent | RequestEvent | EngineReset
+
+EVENT_TYPES: dict[str, type] = {
+    cls.kind: cls
+    for cls in (
+        StepEvent,
+        RequestArrived,
+        RequestAdmitted,
+        RequestFirstToken,
+        RequestToken,
+        RequestPreempted,
+        RequestSwappedOut,
+        RequestSwappedIn,
+        RequestFinished,
+        RequestAborted,
+        RequestRejected,
+        EngineReset,
+    )
+}
+EVENT_KINDS = frozenset(EVENT_TYPES)
+REQUEST_EVENT_KINDS = EVENT_KINDS - {"step", "reset"}
+
+
+# ---- to and from plain dicts -----------------------------------------------------------
+def to_dict(event: Event) -> dict[str, Any]:
+    """A JSON-ready dict with the event's ``type`` first; it shares nothing with the event.
+
+    A step event is flat: the plan's fields, then the timings."""
+    if isinstance(event, StepEvent):
+        timings = {name: getattr(event, name) for name in STEP_TIMING_FIELDS}
+        return {"type": event.kind, **event.plan.to_dict(), **timings}
+    data = {"type": event.kind, **vars(event)}
+    for name in ("params", "info"):
+        if name in data:
+            data[name] = copy.deepcopy(data[name])
+    return data
+
+
+def from_dict(data: dict[str, Any]) -> Event:
+    """Rebuild an event from ``to_dict`` output. Raises ValueError naming what is wrong."""
+    if not isinstance(data, dict):
+        raise ValueError(f"an event must be a JSON object, got {type(data).__name__}")
+    kind = data.get("type")
+    cls = EVENT_TYPES.get(kind)  # type: ignore[arg-type]
+    if cls is None:
+        raise ValueError(f"unknown event type {kind!r}; known: {', '.join(sorted(EVENT_TYPES))}")
+    values = {k: v for k, v in data.items() if k != "type"}
+    if cls is StepEvent:
+        missing = [name for name in STEP_TIMING_FIELDS if name not in values]
+        if missing:
+            raise ValueError(f"step event lacks field(s): {', '.join(missing)}")
+        timings = {name: values.pop(name) for name in STEP_TIMING_FIELDS}
+        return StepEvent(plan=StepPlan.from_dict(values), **timings)
+    check_keys(cls, values, kind)
+    return cls(**values)
+
+
+# ---- built from the engine's objects -----------------------------------------------------
+def arrived(req: Request) -> RequestArrived:
+    return RequestArrived(
+        time=req.arrival_time,
+        request_id=req.request_id,
+        prompt=req.prompt,
+        num_prompt_tokens=req.num_prompt_tokens,
+        max_tokens=req.params.max_tokens,
+        priority=req.priority,
+        params=asdict(req.params),
+    )
+
+
+def rejected(prompt: Any, error: str, now: float) -> RequestRejected:
+    text = prompt if isinstance(prompt, str) else None
+    length = len(prompt) if isinstance(prompt, list | tuple) else None
+    return RequestRejected(time=now, prompt=text, num_prompt_tokens=length, error=error)
+
+
+def step_request_events(
+    step: StepEvent,
+    new_tokens: list[TokenDelta],
+    finished: list[RequestOutput],
+    wants: Callable[[str], bool],
+) -> Iterator[RequestEvent]:
+    """The request events of one step, in the documented order: preempted, swapped out,
+    swapped in, admitted (stamped ``wall_start``, when the scheduler decided), then first
+    token, token and finished (stamped ``wall_end``, when results were ready). Nothing is
+    built for a kind that ``wants`` refuses."""
+    plan, start, end = step.plan, step.wall_start, step.wall_end
+    n = plan.step
+    if wants("preempted"):
+        for d in plan.preempted:
+            yield RequestPreempted(
+                time=start, request_id=d.request_id, step=n, mode=d.mode or "", reason=d.reason
+            )
+    for kind, decisions, cls in (
+        ("swapped_out", plan.swapped_out, RequestSwappedOut),
+        ("swapped_in", plan.swapped_in, RequestSwappedIn),
+        ("admitted", plan.admitted, RequestAdmitted),
+    ):
+        if wants(kind):
+            for d in decisions:
+                yield cls(time=start, request_id=d.request_id, step=n, reason=d.reason)
+    first, token = wants("first_token"), wants("token")
+    for delta in new_tokens if first or token else ():
+        rid = delta.request_id
+        if first and delta.index == 0:
+            yield RequestFirstToken(time=end, request_id=rid, step=n)
+        if token:
+            yield RequestToken(
+                time=end,
+                request_id=rid,
+                step=n,
+                token_id=delta.token_id,
+                index=delta.index,
+                text=delta.text,
+            )
+    if wants("finished"):
+        outputs = {o.request_id: o for o in finished}
+        for d in plan.finished:
+            out = outputs.get(d.request_id)
+            if out is None:  # aborted between steps: already told by its aborted event
+                continue
+            yield RequestFinished(
+                time=end,
+                request_id=d.request_id,
+                step=n,
+                finish_reason=out.finish_reason,
+                reason=d.reason,
+                num_prompt_tokens=len(out.prompt_token_ids),
+                num_output_tokens=len(out.token_ids),
+                num_preemptions=out.metrics.num_preemptions,
+            )

@@ -1,0 +1,348 @@
+"""Traces: a run's events in a JSONL file, to replay, measure and draw later, and their
+export to the Chrome trace-event JSON that ui.perfetto.dev and chrome://tracing open.
+
+Line 1 is a header (format, event schema version, engine config, model, hardware,
+library versions); every later line is one event as ``minicb.telemetry.events.to_dict``
+gives it.
+
+    with record_trace(llm.engine, "run.jsonl"):
+        llm.generate(prompts)
+    header, events = read_trace("run.jsonl")
+
+A trace written with another event schema version is refused with an error that names
+its version and the one this minicb reads.
+
+The Perfetto export has two processes:
+
+- "batch": one track of steps (each step a slice, with its schedule, forward and sample
+  phases nested inside, laid end to end from the step's start; what is left over is
+  input preparation and bookkeeping), counter tracks for KV blocks, queues and batch size,
+  and a track of rejected requests;
+- "requests": one track per request: "queued" until admitted, one slice per step it ran
+  in (prefill, decode or padding), "waiting" while preempted or swapped out, and instant
+  marks for its first token, its end or its abort.
+
+Times are whole microseconds from the first event, as the format asks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import IO, Any
+
+from minicb.telemetry.events import (
+    SCHEMA_VERSION,
+    EngineReset,
+    Event,
+    StepEvent,
+    from_dict,
+    to_dict,
+)
+
+TRACE_FORMAT = "minicb-trace"
+# One encoder for every line (json.dumps with options builds a new one per call).
+# allow_nan=False: a NaN would make the file unreadable as strict JSON.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
+class TraceError(ValueError):
+    """A file that is not a minicb trace, or one this minicb cannot read."""
+
+
+@dataclass
+class Trace:
+    header: dict[str, Any]
+    events: list[Event]
+
+
+# ---- the header ------------------------------------------------------------------------
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def trace_header(engine: Any = None, **extra: Any) -> dict[str, Any]:
+    """Config, model, hardware and versions of the run; ``extra`` adds workload facts."""
+    header: dict[str, Any] = {
+        "type": "header",
+        "format": TRACE_FORMAT,
+        "schema_version": SCHEMA_VERSION,
+        "created": time.time(),
+        "versions": {
+            "minicb": _version("minicb"),
+            "python": platform.python_version(),
+            **{p: _version(p) for p in ("torch", "transformers", "triton", "prometheus_client")},
+        },
+        "hardware": {
+            "platform": platform.platform(),
+            "machine": platform.machine(),
+            "cpu_count": os.cpu_count(),
+        },
+    }
+    if engine is not None:
+        header["config"] = engine.config.to_dict()
+        header["model"] = engine.model_name
+        header["hardware"].update(engine.runner.describe())
+    header.update(extra)
+    return header
+
+
+# ---- writing ---------------------------------------------------------------------------
+class TraceWriter:
+    """An event listener that appends each event to a JSONL file, header first."""
+
+    def __init__(self, path: str | os.PathLike, header: dict[str, Any]) -> None:
+        self.path = Path(path)
+        self.num_events = 0
+        self._file: IO[str] = open(self.path, "w", encoding="utf-8")  # noqa: SIM115
+        self._write(header)
+
+    def _write(self, data: dict[str, Any]) -> None:
+        self._file.write(_ENCODER.encode(data) + "\n")
+
+    def __call__(self, event: Event) -> None:
+        self._write(to_dict(event))
+        self.num_events += 1
+
+    def close(self) -> None:
+        self._file.close()
+
+
+@contextmanager
+def record_trace(
+    engine: Any, path: str | os.PathLike | None, **extra: Any
+) -> Iterator[TraceWriter | None]:
+    """Record ``engine``'s events to ``path`` while the block runs; no-op if path is None."""
+    if path is None:
+        yield None
+        return
+    writer = TraceWriter(path, trace_header(engine, **extra))
+    engine.bus.subscribe(writer)
+    try:
+        yield writer
+    finally:
+        engine.bus.unsubscribe(writer)
+        writer.close()
+
+
+# The --trace FILE option of every subcommand that runs a workload:
+#     add_trace_option(parser)              # when the parser is built
+#     with traced(llm.engine, args):        # around the workload
+def add_trace_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--trace",
+        metavar="FILE",
+        default=None,
+        help="record every event to a JSONL trace (read it with `minicb replay FILE`)",
+    )
+
+
+def traced(engine: Any, args: argparse.Namespace, **header: Any) -> AbstractContextManager:
+    """Record ``engine``'s events to ``args.trace`` while the block runs; nothing if unset."""
+    return record_trace(
+        engine, getattr(args, "trace", None), command=getattr(args, "command", None), **header
+    )
+
+
+# ---- reading ---------------------------------------------------------------------------
+def read_trace(path: str | os.PathLike) -> Trace:
+    """Header and events of a trace file. Raises TraceError saying what is wrong."""
+    with open(path, encoding="utf-8") as f:
+        lines = iter(enumerate(f, start=1))
+        first = next(lines, (1, ""))[1]
+        if not first.strip():
+            raise TraceError(f"{path} is empty: not a minicb trace")
+        header = _parse(first, path, 1)
+        if header.get("format") != TRACE_FORMAT:
+            raise TraceError(
+                f"{path} is not a minicb trace: its first line has no minicb-trace header"
+            )
+        version = header.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise TraceError(
+                f"{path} was written with event schema version {version!r}; this minicb reads "
+                f"version {SCHEMA_VERSION} only (docs/events.md says what changed): record "
+                "the run again, or replay it with the minicb that wrote it"
+            )
+        events = []
+        for number, line in lines:
+            if not line.strip():
+                continue
+            try:
+                events.append(from_dict(_parse(line, path, number)))
+            except ValueError as err:
+                raise TraceError(f"{path}, line {number}: {err}") from err
+    return Trace(header, events)
+
+
+def _parse(line: str, path: Any, number: int) -> dict[str, Any]:
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise TraceError(f"{path}, line {number}: not valid JSON ({err.msg})") from err
+    if not isinstance(data, dict):
+        raise TraceError(f"{path}, line {number}: expected a JSON object")
+    return data
+
+
+# ---- Perfetto / Chrome trace export ----------------------------------------------------
+BATCH, REQUESTS = 1, 2  # process ids
+STEPS_TRACK, REJECTED_TRACK = 0, 1
+
+
+def to_chrome_trace(
+    events: Iterable[Event], header: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    events = list(events)
+    times = [t for e in events for t in _times(e)]
+    t0 = min(times) if times else 0.0
+    out = _Builder(t0)
+    out.meta(BATCH, None, "process_name", "batch")
+    out.meta(BATCH, STEPS_TRACK, "thread_name", "steps")
+    out.meta(REQUESTS, None, "process_name", "requests")
+    waiting: dict[int, tuple[str, float]] = {}  # request id -> (label, since)
+    for e in events:
+        if isinstance(e, StepEvent):
+            _step(out, e)
+            continue
+        if isinstance(e, EngineReset):  # a rebuilt engine: nothing to draw on these tracks
+            continue
+        rid, kind = e.request_id, e.kind
+        if kind == "arrived":
+            out.meta(REQUESTS, rid, "thread_name", f"request {rid}")
+            out.meta(REQUESTS, rid, "thread_sort_index", rid, key="sort_index")
+            waiting[rid] = ("queued", e.time)
+        elif kind in ("admitted", "swapped_in", "finished", "aborted") and rid in waiting:
+            label, since = waiting.pop(rid)
+            out.slice(REQUESTS, rid, label, since, e.time, {})
+        if kind == "preempted":
+            waiting[rid] = (f"waiting (preempted by {e.mode})", e.time)
+        elif kind == "first_token":
+            out.instant(REQUESTS, rid, "first token", e.time, {})
+        elif kind == "finished":
+            out.instant(
+                REQUESTS, rid, f"finished ({e.finish_reason})", e.time, {"reason": e.reason}
+            )
+        elif kind == "aborted":
+            out.instant(REQUESTS, rid, "aborted", e.time, {})
+        elif kind == "rejected":
+            out.meta(BATCH, REJECTED_TRACK, "thread_name", "rejected requests")
+            out.instant(BATCH, REJECTED_TRACK, "rejected", e.time, {"error": e.error})
+    end = max(times) if times else t0
+    for rid, (label, since) in waiting.items():  # still waiting when the trace ends
+        out.slice(REQUESTS, rid, label, since, end, {})
+    return {"traceEvents": out.events, "displayTimeUnit": "ms", "otherData": _other(header)}
+
+
+def write_chrome_trace(
+    events: Iterable[Event], path: str | os.PathLike, header: dict[str, Any] | None = None
+) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(to_chrome_trace(events, header), f)
+
+
+def _times(e: Event) -> tuple[float, ...]:
+    return (e.wall_start, e.wall_end) if isinstance(e, StepEvent) else (e.time,)
+
+
+def _other(header: dict[str, Any] | None) -> dict[str, Any]:
+    if not header:
+        return {}
+    keep = ("model", "schema_version", "config", "hardware", "versions")
+    return {k: header[k] for k in keep if k in header}
+
+
+def _step(out: _Builder, e: StepEvent) -> None:
+    p = e.plan
+    args = {
+        "batching": p.batching,
+        "rows": len(p.scheduled),
+        "budget": f"{p.budget_used}/{p.budget_limit}",
+        "slots": f"{p.slots_used}/{p.slots_limit}",
+        "kv_blocks_used": p.kv_used,
+        "decisions": [d.reason for d in p.admitted + p.preempted + p.swapped_in + p.finished],
+        "notes": p.notes,
+    }
+    out.slice(BATCH, STEPS_TRACK, f"step {p.step}", e.wall_start, e.wall_end, args)
+    t = e.wall_start
+    for name, seconds in (
+        ("schedule", e.schedule_s),
+        ("forward", e.forward_s),
+        ("sample", e.sample_s),
+    ):
+        # Clamp inside the step: wall and perf clocks may disagree by a microsecond.
+        end = min(t + seconds, e.wall_end)
+        if end > t:
+            out.slice(BATCH, STEPS_TRACK, name, t, end, {})
+        t = end
+    out.counter(
+        "KV blocks", e.wall_end, {"used": p.kv_used, "free": p.kv_free, "swapped": p.kv_swapped}
+    )
+    out.counter("queues", e.wall_end, {"waiting": p.num_waiting, "swapped": p.num_swapped})
+    out.counter("batch", e.wall_start, {"rows": len(p.scheduled), "tokens": p.budget_used})
+    for row in p.scheduled:
+        row_args = {
+            "tokens": row.num_tokens,
+            "context_len": row.context_len,
+            "blocks": list(row.block_table),
+        }
+        out.slice(REQUESTS, row.request_id, row.phase, e.wall_start, e.wall_end, row_args)
+
+
+class _Builder:
+    """Collects trace events with times turned into microseconds from ``t0``."""
+
+    def __init__(self, t0: float) -> None:
+        self.t0 = t0
+        self.events: list[dict[str, Any]] = []
+        self._named: set[tuple[int, int | None, str]] = set()
+
+    def _us(self, t: float) -> int:
+        # Whole microseconds: exact integers, so adjacent slices meet without overlapping
+        # and nested ones stay inside their parent whatever the viewer's rounding.
+        return round((t - self.t0) * 1e6)
+
+    def meta(self, pid: int, tid: int | None, name: str, value: Any, key: str = "name") -> None:
+        if (pid, tid, name) in self._named:
+            return
+        self._named.add((pid, tid, name))
+        event: dict[str, Any] = {"ph": "M", "pid": pid, "name": name, "args": {key: value}}
+        if tid is not None:
+            event["tid"] = tid
+        self.events.append(event)
+
+    def slice(self, pid: int, tid: int, name: str, start: float, end: float, args: dict) -> None:
+        ts = self._us(start)
+        dur = max(0, self._us(end) - ts)
+        self.events.append(
+            {"ph": "X", "pid": pid, "tid": tid, "name": name, "ts": ts, "dur": dur, "args": args}
+        )
+
+    def instant(self, pid: int, tid: int, name: str, t: float, args: dict) -> None:
+        self.events.append(
+            {
+                "ph": "i",
+                "s": "t",
+                "pid": pid,
+                "tid": tid,
+                "name": name,
+                "ts": self._us(t),
+                "args": args,
+            }
+        )
+
+    def counter(self, name: str, t: float, values: dict[str, float]) -> None:
+        self.events.append(
+            {"ph": "C", "pid": BATCH, "name": name, "ts": self._us(t), "args": values}
+        )
