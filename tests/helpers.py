@@ -1,10 +1,22 @@
-"""Helpers shared by the tests: tiny models, prompt sets, and runs in several engine modes."""
+"""Helpers shared by the tests: prompt sets, greedy runs, and the real engine over FakeRunner.
+
+``fake_engine`` is the one way tests drive the engine without a model: the real
+LLMEngine, scheduler, block manager and events over ``FakeRunner`` (token 7 every time,
+no torch), on a ``VirtualClock`` that each step advances by the next scripted step time,
+so every timestamp in the events is known exactly. Tests of the scheduler package may
+read ``engine.scheduler`` for what the engine's views do not show.
+"""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
-from minicb import LLM, SamplingParams
+from minicb import LLM
+from minicb.config import EngineConfig, SamplingParams
+from minicb.engine import LLMEngine
+from minicb.runner import VirtualClock
+from minicb.runner.fake import FakeRunner
 
 
 def mixed_prompts(
@@ -21,3 +33,40 @@ def greedy_tokens(llm: LLM, prompts, max_tokens: int | list[int]) -> list[list[i
         max_tokens = [max_tokens] * len(prompts)
     params = [SamplingParams(max_tokens=m, temperature=0.0, ignore_eos=True) for m in max_tokens]
     return [out.token_ids for out in llm.generate(prompts, params)]
+
+
+def fake_engine(
+    num_kv_blocks: int = 64,
+    max_model_len: int = 256,
+    *,
+    step_times: Sequence[float] = (),
+    step_time: float = 0.0,
+    start: float = 0.0,
+    **options,
+) -> LLMEngine:
+    """LLMEngine(config=EngineConfig(**options)) over FakeRunner on a VirtualClock at
+    ``start``; each step takes the next of ``step_times`` (then ``step_time``) seconds."""
+    config = EngineConfig(**options)
+    clock = VirtualClock(start)
+    runner = FakeRunner(
+        num_kv_blocks=num_kv_blocks,
+        max_model_len=max_model_len,
+        num_swap_blocks=config.num_swap_blocks,
+        clock=clock,
+        step_time=step_time,
+        step_times=step_times,
+    )
+    return LLMEngine(config=config, runner=runner, clock=clock)
+
+
+def add(
+    engine: LLMEngine,
+    prompt_len: int,
+    max_tokens: int,
+    priority: int = 0,
+    arrival: float | None = None,
+    token: int = 5,
+) -> int:
+    """Queue a greedy request of ``prompt_len`` copies of ``token``; returns its id."""
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
+    return engine.add_request([token] * prompt_len, params, priority, arrival_time=arrival)

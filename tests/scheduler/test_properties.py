@@ -1,4 +1,4 @@
-"""Property tests (hypothesis) of the schedulers, driven by a fake runner.
+"""Property tests (hypothesis) of the schedulers, on the real engine over FakeRunner.
 
 Random arrivals, lengths, priorities and aborts must never exceed a limit, never leak or
 double-own a KV block, finish every request, keep FCFS order under ``fcfs``, and bound
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from minicb.request import RequestStatus
 from minicb.scheduler import RequestRejected
-from tests.scheduler.fake import fake_step, make_request, new_scheduler
+from tests.helpers import add, fake_engine
 
 request_st = st.tuples(
     st.integers(1, 40),  # prompt length
@@ -43,24 +43,27 @@ config_st = st.fixed_dictionaries(
 )
 def test_random_workloads_keep_every_promise(config, pool_tokens, requests):
     num_blocks = max(1, pool_tokens // config["block_size"])
-    sched = new_scheduler(num_blocks=num_blocks, **config)
+    engine = fake_engine(num_kv_blocks=num_blocks, max_model_len=1024, **config)
+    sched = engine.scheduler  # its running batch and block manager are what is checked
     pending = sorted(enumerate(requests), key=lambda x: x[1][3])
+    index_of: dict[int, int] = {}  # engine id -> index in ``requests``
     admitted_order: list[int] = []
     accepted: set[int] = set()
     finished: set[int] = set()
     step = 0
-    while pending or sched.has_unfinished():
+    while pending or engine.has_unfinished():
         while pending and pending[0][1][3] <= step:
-            rid, (plen, mtok, prio, _, abort) = pending.pop(0)
+            i, (plen, mtok, prio, _, abort) = pending.pop(0)
             try:
-                sched.add(make_request(rid, plen, mtok, prio, arrival=step + rid / 100))
-                accepted.add(rid)
+                rid = add(engine, plen, mtok, prio, arrival=step + i / 100)
             except RequestRejected:
                 continue
-            if abort and rid % 2:
-                sched.abort(rid)
+            index_of[rid] = i
+            accepted.add(rid)
+            if abort and i % 2:
+                engine.abort_request(rid)
                 finished.add(rid)
-        plan = fake_step(sched)
+        plan = engine.step().plan
         step += 1
         assert step < 5000, "the scheduler stopped making progress"
         # Limits.
@@ -77,13 +80,14 @@ def test_random_workloads_keep_every_promise(config, pool_tokens, requests):
         # Abort a running request mid-flight now and then.
         if step % 7 == 0 and sched.running:
             victim = sched.running[-1].request_id
-            sched.abort(victim)
+            engine.abort_request(victim)
             finished.add(victim)
     assert finished == accepted
-    assert sched.blocks.num_used_blocks == 0 and sched.blocks.num_swapped_blocks == 0
+    kv = engine.kv_snapshot()
+    assert kv.num_used == 0 and kv.num_swapped == 0
     sched.blocks.check()
     if config["policy"] == "fcfs":
-        arrivals = {rid: (requests[rid][3], rid) for rid in admitted_order}
+        arrivals = {rid: (requests[index_of[rid]][3], index_of[rid]) for rid in admitted_order}
         first_admissions = [arrivals[r] for r in admitted_order]
         assert first_admissions == sorted(first_admissions)
 
@@ -92,16 +96,12 @@ def test_random_workloads_keep_every_promise(config, pool_tokens, requests):
 @given(aging=st.integers(1, 6), low_priority=st.integers(1, 4))
 def test_priority_aging_bounds_the_longest_wait(aging, low_priority):
     """A low-priority request waits a bounded number of steps under a stream of urgent ones."""
-    sched = new_scheduler(num_blocks=64, policy="priority", aging_steps=aging, max_num_seqs=1)
-    sched.add(make_request(0, 4, 2, priority=low_priority, arrival=0.0))
-    rid = 1
+    engine = fake_engine(policy="priority", aging_steps=aging, max_num_seqs=1)
+    add(engine, 4, 2, priority=low_priority, arrival=0.0)
     admitted_at = None
     for step in range(400):
-        sched.add(
-            make_request(rid, 4, 2, priority=0, arrival=float(step) + 0.5)
-        )  # a newcomer every step
-        rid += 1
-        plan = fake_step(sched)
+        add(engine, 4, 2, priority=0, arrival=float(step) + 0.5)  # a newcomer every step
+        plan = engine.step().plan
         if any(d.request_id == 0 for d in plan.admitted):
             admitted_at = step
             break
@@ -113,9 +113,9 @@ def test_priority_aging_bounds_the_longest_wait(aging, low_priority):
 
 def test_fcfs_request_would_starve_without_aging_under_priority_policy_with_huge_aging():
     """Control for the test above: with aging effectively off, the low-priority request waits."""
-    sched = new_scheduler(num_blocks=64, policy="priority", aging_steps=10_000, max_num_seqs=1)
-    sched.add(make_request(0, 4, 2, priority=3, arrival=0.0))
+    engine = fake_engine(policy="priority", aging_steps=10_000, max_num_seqs=1)
+    add(engine, 4, 2, priority=3, arrival=0.0)
     for step in range(100):
-        sched.add(make_request(step + 1, 4, 2, priority=0, arrival=step + 0.5))
-        fake_step(sched)
-    assert sched.requests[0].status == RequestStatus.WAITING
+        add(engine, 4, 2, priority=0, arrival=step + 0.5)
+        engine.step()
+    assert engine.scheduler.requests[0].status == RequestStatus.WAITING

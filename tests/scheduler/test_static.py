@@ -1,17 +1,17 @@
 """The static-batching baseline: nobody joins mid-batch; finished members pad until the end."""
 
 from minicb.scheduler.plan import PADDING
-from tests.scheduler.fake import fake_step, make_request, new_scheduler
+from tests.helpers import add, fake_engine
 
 
 def test_nobody_is_admitted_mid_batch_and_padding_is_computed():
-    sched = new_scheduler(batching="static", max_num_seqs=2)
-    sched.add(make_request(0, 3, 2))
-    sched.add(make_request(1, 3, 5))
-    sched.add(make_request(2, 3, 2))
+    engine = fake_engine(batching="static", max_num_seqs=2)
+    add(engine, 3, 2)
+    add(engine, 3, 5)
+    add(engine, 3, 2)
     plans = []
-    while sched.has_unfinished():
-        plans.append(fake_step(sched))
+    while engine.has_unfinished():
+        plans.append(engine.step().plan)
     admitted = [[d.request_id for d in p.admitted] for p in plans]
     assert admitted[0] == [0, 1]
     first_batch_end = next(i for i, p in enumerate(plans) if p.finished)
@@ -30,10 +30,10 @@ def test_nobody_is_admitted_mid_batch_and_padding_is_computed():
 
 
 def test_static_batch_reserves_blocks_for_the_whole_request():
-    sched = new_scheduler(batching="static", num_blocks=6, block_size=4)
-    sched.add(make_request(0, 4, 12))  # 16 tokens: 4 blocks
-    sched.add(make_request(1, 4, 12))
-    plan = fake_step(sched)
+    engine = fake_engine(batching="static", num_kv_blocks=6, block_size=4)
+    add(engine, 4, 12)  # 16 tokens: 4 blocks
+    add(engine, 4, 12)
+    plan = engine.step().plan
     assert [d.request_id for d in plan.admitted] == [0]
     assert plan.kv_used == 4
     assert "would reserve 4 blocks, 2 free" in plan.notes[0]
