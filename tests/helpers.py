@@ -42,10 +42,12 @@ def fake_engine(
     step_times: Sequence[float] = (),
     step_time: float = 0.0,
     start: float = 0.0,
+    tokenizer=None,
     **options,
 ) -> LLMEngine:
     """LLMEngine(config=EngineConfig(**options)) over FakeRunner on a VirtualClock at
-    ``start``; each step takes the next of ``step_times`` (then ``step_time``) seconds."""
+    ``start``; each step takes the next of ``step_times`` (then ``step_time``) seconds.
+    Without a ``tokenizer``, prompts are token ids and output texts are ""."""
     config = EngineConfig(**options)
     clock = VirtualClock(start)
     runner = FakeRunner(
@@ -55,6 +57,7 @@ def fake_engine(
         clock=clock,
         step_time=step_time,
         step_times=step_times,
+        tokenizer=tokenizer,
     )
     return LLMEngine(config=config, runner=runner, clock=clock)
 

@@ -1,20 +1,22 @@
-"""The event schema: round trips through JSON, clear errors, no torch, and events that
-tell the same story as the engine's own outputs."""
+"""The event schema: round trips through JSON, clear errors, a step event generated from
+the StepPlan itself, and events that tell the same story as the engine's own outputs.
+(That events, bus and metrics never import torch is checked in tests/test_pure_python.py.)"""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+from dataclasses import fields, replace
 
 import pytest
 
-from minicb.config import EngineConfig
-from minicb.telemetry.bus import attach
+from minicb.config import EngineConfig, SamplingParams
+from minicb.engine import LLMEngine
+from minicb.scheduler.plan import Decision, ScheduledRequest, StepPlan
 from minicb.telemetry.events import (
     EVENT_TYPES,
     SCHEMA_VERSION,
-    DecisionInfo,
+    STEP_TIMING_FIELDS,
+    EngineReset,
     RequestAborted,
     RequestAdmitted,
     RequestArrived,
@@ -25,42 +27,47 @@ from minicb.telemetry.events import (
     RequestSwappedIn,
     RequestSwappedOut,
     RequestToken,
-    RowInfo,
     StepEvent,
     from_dict,
     to_dict,
 )
-from minicb.request import Request
-from minicb.config import SamplingParams
-from tests.fake_engine import FakeEngine
+from tests.helpers import add, fake_engine
 
 ONE_OF_EACH = [
     StepEvent(
-        index=3,
-        batching="continuous",
+        plan=StepPlan(
+            step=3,
+            batching="continuous",
+            block_size=16,
+            scheduled=[
+                ScheduledRequest(4, "prefill", 12, 0, 12, [3], True, True),
+                ScheduledRequest(5, "decode", 1, 30, 31, [1, 2], True, True),
+            ],
+            admitted=[Decision(4, "admitted: 12-token prompt fits")],
+            preempted=[Decision(6, "preempted by swap: no blocks", "swap")],
+            swapped_out=[Decision(6, "swapped out: 2 blocks")],
+            swapped_in=[],
+            finished=[Decision(2, "finished (stop)")],
+            notes=["1 waiting: all 2 slots are taken"],
+            swap_out_map=[(0, 0), (4, 1)],
+            budget_used=13,
+            budget_limit=512,
+            slots_used=2,
+            slots_limit=2,
+            kv_used=3,
+            kv_free=5,
+            kv_total=8,
+            kv_swapped=2,
+            num_waiting=1,
+            num_swapped=1,
+            block_tables={4: [3], 5: [1, 2]},
+            swap_tables={6: [0, 1]},
+        ),
         wall_start=1.5,
         wall_end=1.75,
         schedule_s=0.001,
         forward_s=0.2,
         sample_s=0.01,
-        block_size=16,
-        scheduled=[RowInfo(4, "prefill", 12, 0, 12, 1), RowInfo(5, "decode", 1, 30, 31, 2)],
-        admitted=[DecisionInfo(4, "admitted: 12-token prompt fits")],
-        preempted=[DecisionInfo(6, "preempted by swap: no blocks", "swap")],
-        swapped_out=[DecisionInfo(6, "swapped out: 2 blocks")],
-        swapped_in=[],
-        finished=[DecisionInfo(2, "finished (stop)")],
-        notes=["1 waiting: all 2 slots are taken"],
-        budget_used=13,
-        budget_limit=512,
-        slots_used=2,
-        slots_limit=2,
-        kv_used=3,
-        kv_free=5,
-        kv_total=8,
-        kv_swapped=2,
-        num_waiting=1,
-        num_swapped=1,
     ),
     RequestArrived(
         time=1.0,
@@ -89,6 +96,7 @@ ONE_OF_EACH = [
     ),
     RequestAborted(time=3.0, request_id=7, num_output_tokens=2),
     RequestRejected(time=3.5, prompt=None, num_prompt_tokens=9000, error="prompt too long"),
+    EngineReset(time=4.0, info={"batching": "static", "config": {"block_size": 16}, "step": 0}),
 ]
 
 
@@ -106,6 +114,25 @@ def test_to_dict_does_not_share_mutable_state():
     data = to_dict(arrived)
     data["params"]["max_tokens"] = 1
     assert arrived.params["max_tokens"] == 8
+    step = ONE_OF_EACH[0]
+    data = to_dict(step)
+    data["scheduled"][1]["block_table"].append(9)
+    data["block_tables"]["5"].append(9)
+    data["admitted"][0]["reason"] = "changed"
+    assert step.plan.scheduled[1].block_table == [1, 2] and step.plan.block_tables[5] == [1, 2]
+    assert step.plan.admitted[0].reason == "admitted: 12-token prompt fits"
+    reset = ONE_OF_EACH[-1]
+    to_dict(reset)["info"]["config"]["block_size"] = 1
+    assert reset.info["config"]["block_size"] == 16
+
+
+def test_a_step_event_is_flat_with_the_step_number_and_block_ids():
+    data = to_dict(ONE_OF_EACH[0])
+    assert data["type"] == "step" and data["step"] == 3 and "index" not in data
+    assert "plan" not in data and data["wall_end"] == 1.75 and data["kv_used"] == 3
+    assert [r["block_table"] for r in data["scheduled"]] == [[3], [1, 2]]
+    assert all("num_blocks" not in r for r in data["scheduled"])
+    assert data["block_tables"] == {"4": [3], "5": [1, 2]} and data["swap_tables"] == {"6": [0, 1]}
 
 
 @pytest.mark.parametrize(
@@ -134,37 +161,78 @@ def test_schema_version_is_an_integer():
     assert isinstance(SCHEMA_VERSION, int) and SCHEMA_VERSION >= 1
 
 
-def test_events_metrics_and_traces_never_import_torch():
-    # A fresh interpreter: minicb/__init__ loads its public names lazily, so importing these
-    # modules must not pull torch in (the test process itself has torch from conftest).
-    modules = "minicb.telemetry.events, minicb.telemetry.metrics, minicb.telemetry.bus, minicb.telemetry.bus, "
-    modules += "minicb.telemetry.trace, minicb.telemetry.trace, minicb.telemetry.metrics, minicb.telemetry.metrics"
-    code = f"import sys, {modules}; assert 'torch' not in sys.modules, 'torch was imported'"
-    subprocess.run([sys.executable, "-c", code], check=True)
+# ---- the step event is the plan ----------------------------------------------------------
+RUNNER_ONLY = {"token_ids", "params", "num_output_tokens"}  # inputs of the forward pass
 
 
-def run_with_events(config: EngineConfig, prompts: list[int], num_kv_blocks=64, max_tokens=4):
-    engine = FakeEngine(config, [0.1] * 500, num_kv_blocks=num_kv_blocks)
+@pytest.fixture(scope="module")
+def real_steps(tiny_llama_dir):
+    """Step events of a tiny real model run with chunked prefill and preemption by swap."""
+    config = EngineConfig(
+        num_kv_blocks=6,
+        block_size=4,
+        max_num_batched_tokens=8,
+        preemption_mode="swap",
+        num_swap_blocks=12,
+    )
+    engine = LLMEngine(tiny_llama_dir, config)
+    steps = []
+    engine.bus.subscribe(steps.append, kinds=["step"])
+    params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+    for prompt in (list(range(3, 14)), [20, 21, 22, 23, 24], list(range(30, 39))):
+        engine.add_request(prompt, params)
+    engine.run_until_done()
+    return steps
+
+
+def without_runner_only(event: StepEvent) -> StepEvent:
+    """The event as its dict keeps it: runner-only fields at their defaults (they take part
+    in dataclass equality, so a real run's event differs from its round trip by them)."""
+    rows = [
+        replace(r, token_ids=[], params=None, num_output_tokens=0) for r in event.plan.scheduled
+    ]
+    return replace(event, plan=replace(event.plan, scheduled=rows))
+
+
+def test_the_step_dict_is_generated_from_the_plan(real_steps):
+    plans = [e.plan for e in real_steps]
+    assert any(r.phase == "prefill" and not r.samples for p in plans for r in p.scheduled)
+    assert any(p.swap_out_map for p in plans) and any(p.swap_in_map for p in plans)
+    marked = {f.name for f in fields(ScheduledRequest) if f.metadata.get("runner_only")}
+    assert marked == RUNNER_ONLY
+    step_keys = {f.name for f in fields(StepPlan)} | set(STEP_TIMING_FIELDS) | {"type"}
+    row_keys = {f.name for f in fields(ScheduledRequest)} - RUNNER_ONLY
+    for event in real_steps:
+        data = to_dict(event)
+        assert set(data) == step_keys
+        for row, row_data in zip(event.plan.scheduled, data["scheduled"], strict=True):
+            assert set(row_data) == row_keys
+            assert row.token_ids and row.params is not None  # in the plan, not in the event
+        back = from_dict(json.loads(json.dumps(data, allow_nan=False)))
+        assert back == without_runner_only(event)
+        assert to_dict(back) == data
+
+
+def run_with_events(prompts: list[int], num_kv_blocks=64, max_tokens=4, **config):
+    engine = fake_engine(num_kv_blocks, step_time=0.1, start=1000.0, **config)
     events = []
-    attach(engine).subscribe(events.append)
+    engine.bus.subscribe(events.append)
     for n in prompts:
-        engine.add_request(list(range(1, n + 1)), max_tokens=max_tokens)
-    engine.run()
+        engine.add_request(list(range(1, n + 1)), SamplingParams(max_tokens, temperature=0.0))
+    engine.run_until_done()
     return events
 
 
 @pytest.mark.parametrize("mode", ["recompute", "swap"])
 def test_request_events_follow_the_plans(mode):
-    config = EngineConfig(
-        block_size=4, max_num_batched_tokens=16, max_num_seqs=4, preemption_mode=mode
-    )
-    events = run_with_events(config, [8, 8, 8], num_kv_blocks=6, max_tokens=8)
+    config = dict(block_size=4, max_num_batched_tokens=16, max_num_seqs=4, preemption_mode=mode)
+    events = run_with_events([8, 8, 8], num_kv_blocks=6, max_tokens=8, **config)
     steps = [e for e in events if e.kind == "step"]
     by_kind = lambda kind: [e for e in events if e.kind == kind]  # noqa: E731
     assert len(by_kind("arrived")) == len(by_kind("finished")) == 3
     # every decision in a step has a matching request event, stamped with that step
     for kind in ("admitted", "preempted", "swapped_out", "swapped_in"):
-        planned = [(s.index, d.request_id) for s in steps for d in getattr(s, kind)]
+        planned = [(s.plan.step, d.request_id) for s in steps for d in getattr(s.plan, kind)]
         assert [(e.step, e.request_id) for e in by_kind(kind)] == planned
     assert by_kind("preempted"), "the scenario was meant to preempt"
     assert all(e.mode == mode for e in by_kind("preempted"))
@@ -182,44 +250,51 @@ def test_request_events_follow_the_plans(mode):
         if e.kind == "step":
             current = e
         elif e.kind in ("admitted", "preempted", "swapped_out", "swapped_in"):
-            assert e.step == current.index and e.time == current.wall_start
+            assert e.step == current.plan.step and e.time == current.wall_start
         elif e.kind in ("token", "first_token", "finished"):
-            assert e.step == current.index and e.time == current.wall_end
+            assert e.step == current.plan.step and e.time == current.wall_end
 
 
 def test_rows_report_phase_tokens_context_and_blocks():
-    config = EngineConfig(block_size=4, max_num_batched_tokens=8, max_num_seqs=2)
-    events = run_with_events(config, [6])
-    steps = [e for e in events if e.kind == "step"]
+    events = run_with_events([6], block_size=4, max_num_batched_tokens=8, max_num_seqs=2)
+    steps = [e.plan for e in events if e.kind == "step"]
     rows = [
-        (r.phase, r.num_tokens, r.start_position, r.context_len, r.num_blocks)
+        (r.phase, r.num_tokens, r.start_position, r.context_len, r.block_table)
         for s in steps
         for r in s.scheduled
     ]
     assert rows == [
-        ("prefill", 6, 0, 6, 2),
-        ("decode", 1, 6, 7, 2),
-        ("decode", 1, 7, 8, 2),
-        ("decode", 1, 8, 9, 3),
+        ("prefill", 6, 0, 6, [0, 1]),
+        ("decode", 1, 6, 7, [0, 1]),
+        ("decode", 1, 7, 8, [0, 1]),
+        ("decode", 1, 8, 9, [0, 1, 2]),
     ]
     assert steps[0].budget_used == 6 and steps[0].budget_limit == 8
     assert steps[0].slots_used == 1 and steps[0].slots_limit == 2
     assert steps[0].kv_used == 2 and steps[0].kv_total == 64 and steps[-1].kv_used == 0
+    assert steps[0].block_tables == {0: [0, 1]} and steps[-1].block_tables == {}
+
+
+class CharTokenizer:
+    """One token per character: enough for a prompt given as text."""
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return [ord(c) % 256 for c in text]
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return "".join(map(chr, ids))
 
 
 def test_arrival_carries_prompt_text_and_params():
-    engine = FakeEngine(EngineConfig())
-    bus = attach(engine)
+    engine = fake_engine(tokenizer=CharTokenizer())
     seen = []
-    bus.subscribe(seen.append)
-    req = Request(
-        5, [1, 2, 3], SamplingParams(max_tokens=9, stop=["!"]), 12.5, priority=2, prompt="Hi there"
-    )
-    bus.request_arrived(req)
+    engine.bus.subscribe(seen.append)
+    params = SamplingParams(max_tokens=9, stop=["!"])
+    engine.add_request("Hi there", params, priority=2, arrival_time=12.5)
     (arrived,) = seen
     assert (arrived.prompt, arrived.num_prompt_tokens, arrived.priority, arrived.time) == (
         "Hi there",
-        3,
+        8,
         2,
         12.5,
     )
@@ -228,12 +303,12 @@ def test_arrival_carries_prompt_text_and_params():
 
 
 def test_rejected_and_aborted_requests():
-    engine = FakeEngine(EngineConfig(block_size=4), num_kv_blocks=8, max_model_len=64)
+    engine = fake_engine(num_kv_blocks=8, max_model_len=64, block_size=4)
     seen = []
-    attach(engine).subscribe(seen.append)
+    engine.bus.subscribe(seen.append)
     with pytest.raises(ValueError):
-        engine.add_request([1] * 100, max_tokens=4)
-    rid = engine.add_request([1] * 4, max_tokens=4)
+        add(engine, 100, 4, token=1)
+    rid = add(engine, 4, 4, token=1)
     engine.step()
     engine.abort_request(rid)
     engine.step()
@@ -246,5 +321,5 @@ def test_rejected_and_aborted_requests():
     aborted = [e for e in seen if e.kind == "aborted"]
     assert len(aborted) == 1 and aborted[0].request_id == rid and aborted[0].num_output_tokens == 1
     # the scheduler's record of the abort is in the next step; no "finished" event repeats it
-    assert "aborted" in seen[-1].finished[0].reason
+    assert "aborted" in seen[-1].plan.finished[0].reason
     assert not [e for e in seen if e.kind == "finished"]

@@ -1,8 +1,8 @@
 """Metrics from events, checked against figures worked out by hand for scripted runs.
 
-The runs use the real schedulers and a fake runner whose steps take known times
-(tests/fake_engine.py), so every timestamp is known. Block size 4, a token budget of 8
-and 2 slots; three requests arrive together at t=1000:
+The runs use the real engine and schedulers over FakeRunner, whose steps take scripted
+times on a VirtualClock (tests/helpers.py: fake_engine), so every timestamp is known.
+Block size 4, a token budget of 8 and 2 slots; three requests arrive together at t=1000:
 A (6-token prompt, 3 new tokens), B (4-token prompt, 2 new), C (2-token prompt, 1 new).
 """
 
@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import pytest
 
-from minicb.config import EngineConfig
-from minicb.telemetry.bus import attach
 from minicb.telemetry.events import (
     RequestAdmitted,
     RequestArrived,
@@ -20,23 +18,34 @@ from minicb.telemetry.events import (
     RequestSwappedIn,
     RequestToken,
 )
-from minicb.telemetry.metrics import MetricsCollector, compute_metrics
-from minicb.telemetry.metrics import distribution, jain_index, percentile
-from tests.fake_engine import FakeEngine
+from minicb.telemetry.metrics import (
+    MetricsCollector,
+    compute_metrics,
+    distribution,
+    jain_index,
+    percentile,
+)
+from tests.helpers import add, fake_engine
 
 approx = pytest.approx
 
 
 def scripted_run(batching: str, step_times: list[float]) -> dict:
-    config = EngineConfig(batching=batching, block_size=4, max_num_batched_tokens=8, max_num_seqs=2)
-    engine = FakeEngine(config, step_times)
+    engine = fake_engine(
+        step_times=step_times,
+        start=1000.0,
+        batching=batching,
+        block_size=4,
+        max_num_batched_tokens=8,
+        max_num_seqs=2,
+    )
     collector = MetricsCollector()
-    attach(engine).subscribe(collector)
-    engine.add_request([1] * 6, max_tokens=3)  # A
-    engine.add_request([1] * 4, max_tokens=2)  # B
-    engine.add_request([1] * 2, max_tokens=1)  # C
-    engine.run()
-    assert not engine.step_times, "the run took a different number of steps than worked out"
+    engine.bus.subscribe(collector)
+    add(engine, 6, 3, token=1)  # A
+    add(engine, 4, 2, token=1)  # B
+    add(engine, 2, 1, token=1)  # C
+    engine.run_until_done()
+    assert not engine.runner.steps_left, "the run took a different number of steps than worked out"
     return collector.summary(ttft_slo=0.4, tpot_slo=0.125)
 
 
@@ -153,18 +162,18 @@ def test_waits_count_preemption_and_swap_time():
 
 
 def test_preemptions_are_counted_from_steps():
-    config = EngineConfig(block_size=4, max_num_batched_tokens=64, max_num_seqs=4)
-    engine = FakeEngine(config, [0.1] * 200, num_kv_blocks=6)
+    engine = fake_engine(
+        num_kv_blocks=6, step_time=0.1, block_size=4, max_num_batched_tokens=64, max_num_seqs=4
+    )
     collector = MetricsCollector()
-    bus = attach(engine)
-    bus.subscribe(collector)
+    engine.bus.subscribe(collector)
     steps = []
-    bus.subscribe(steps.append, kinds=["step"])
+    engine.bus.subscribe(steps.append, kinds=["step"])
     for n in (8, 8, 8):
-        engine.add_request([1] * n, max_tokens=8)
-    engine.run()
+        add(engine, n, 8, token=1)
+    engine.run_until_done()
     m = collector.summary()
-    preempted = sum(len(s.preempted) for s in steps)
+    preempted = sum(len(s.plan.preempted) for s in steps)
     assert preempted > 0, "the scenario was meant to run out of KV blocks"
     assert m["preemptions"]["total"] == m["preemptions"]["recompute"] == preempted
     assert m["requests"]["finished"] == 3 and m["requests"]["tokens_generated"] == 24

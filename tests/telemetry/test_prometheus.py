@@ -7,22 +7,26 @@ import pytest
 from prometheus_client import Counter
 from prometheus_client.parser import text_string_to_metric_families
 
-from minicb.config import EngineConfig
-from minicb.telemetry.bus import attach
+from minicb.engine import LLMEngine
 from minicb.telemetry.prometheus import PrometheusMetrics
-from tests.fake_engine import FakeEngine
+from tests.helpers import add, fake_engine
 
 
-def scripted(prom: PrometheusMetrics, preemption_mode: str = "recompute") -> FakeEngine:
-    """Same run as tests/test_metrics.py: A, B, C arrive at once; 2 slots; steps of known length."""
-    config = EngineConfig(
-        block_size=4, max_num_batched_tokens=8, max_num_seqs=2, preemption_mode=preemption_mode
+def scripted(prom: PrometheusMetrics, preemption_mode: str = "recompute") -> LLMEngine:
+    """Same run as tests/telemetry/test_metrics.py: A, B, C arrive at once; 2 slots; steps of
+    known length."""
+    engine = fake_engine(
+        step_times=[0.25, 0.125, 0.125, 0.5],
+        start=1000.0,
+        block_size=4,
+        max_num_batched_tokens=8,
+        max_num_seqs=2,
+        preemption_mode=preemption_mode,
     )
-    engine = FakeEngine(config, [0.25, 0.125, 0.125, 0.5])
-    attach(engine).subscribe(prom)
-    engine.add_request([1] * 6, max_tokens=3)
-    engine.add_request([1] * 4, max_tokens=2)
-    engine.add_request([1] * 2, max_tokens=1)
+    engine.bus.subscribe(prom)
+    add(engine, 6, 3, token=1)
+    add(engine, 4, 2, token=1)
+    add(engine, 2, 1, token=1)
     return engine
 
 
@@ -62,7 +66,7 @@ def test_values_follow_the_scripted_run():
     s = samples(prom)
     assert (s["minicb:num_requests_running"], s["minicb:num_requests_waiting"]) == (2, 1)
     assert s["minicb:kv_cache_usage_perc"] == pytest.approx(3 / 64)
-    engine.run()
+    engine.run_until_done()
     s = samples(prom)
     assert (s["minicb:num_requests_running"], s["minicb:num_requests_waiting"]) == (0, 0)
     assert s["minicb:kv_cache_usage_perc"] == 0.0
@@ -82,14 +86,15 @@ def test_values_follow_the_scripted_run():
 
 def test_preemptions_and_aborts_are_counted():
     prom = PrometheusMetrics()
-    config = EngineConfig(block_size=4, max_num_batched_tokens=64, max_num_seqs=4)
-    engine = FakeEngine(config, [0.1] * 200, num_kv_blocks=6)
-    attach(engine).subscribe(prom)
+    engine = fake_engine(
+        num_kv_blocks=6, step_time=0.1, block_size=4, max_num_batched_tokens=64, max_num_seqs=4
+    )
+    engine.bus.subscribe(prom)
     for _ in range(3):
-        engine.add_request([1] * 8, max_tokens=8)
-    victim = engine.add_request([1] * 2, max_tokens=2)
+        add(engine, 8, 8, token=1)
+    victim = add(engine, 2, 2, token=1)
     engine.abort_request(victim)
-    engine.run()
+    engine.run_until_done()
     s = samples(prom)
     assert s["minicb:num_preemptions_total"] >= 1
     assert s["minicb:request_success_total{finished_reason=abort}"] == 1
@@ -98,7 +103,7 @@ def test_preemptions_and_aborts_are_counted():
 
 def test_two_engines_do_not_share_a_registry():
     a, b = PrometheusMetrics("a"), PrometheusMetrics("b")
-    scripted(a).run()
+    scripted(a).run_until_done()
     assert samples(a)["minicb:generation_tokens_total"] == 6
     assert samples(b)["minicb:generation_tokens_total"] == 0
 

@@ -7,15 +7,21 @@ import json
 
 import pytest
 
-import minicb.telemetry.trace as trace_mod
 from minicb import LLM, SamplingParams
 from minicb.cli import main
-from minicb.telemetry.bus import attach
+from minicb.config import EngineConfig
+from minicb.runner.loader import make_tiny_model_dir
 from minicb.telemetry.events import SCHEMA_VERSION
 from minicb.telemetry.metrics import MetricsCollector, compute_metrics
-from minicb.runner.loader import make_tiny_model_dir
-from minicb.telemetry.trace import TraceError, read_trace, record_trace
-from minicb.telemetry.trace import BATCH, REQUESTS, to_chrome_trace
+from minicb.telemetry.trace import (
+    BATCH,
+    REQUESTS,
+    TraceError,
+    read_trace,
+    record_trace,
+    to_chrome_trace,
+)
+from tests.helpers import add, fake_engine
 
 PROMPTS = [[3, 4, 5, 6, 7, 8, 9, 10, 11], [12, 13, 14], [15] * 12, [16, 17, 18, 19, 20]]
 
@@ -32,7 +38,7 @@ def recorded(tmp_path_factory):
         max_num_seqs=4,
     )
     live = MetricsCollector()
-    attach(llm.engine).subscribe(live)
+    llm.engine.bus.subscribe(live)
     path = folder / "run.jsonl"
     with record_trace(llm.engine, path, workload="test"):
         outs = llm.generate(PROMPTS, SamplingParams(max_tokens=10, temperature=0.0))
@@ -127,29 +133,36 @@ def write_trace(path, version, lines=()):
     return path
 
 
-def test_a_trace_from_an_older_schema_is_refused_clearly(tmp_path):
-    old = write_trace(tmp_path / "old.jsonl", 0, [{"type": "aborted", "t": 1.0, "id": 3}])
-    with pytest.raises(TraceError, match=r"schema version 0, which this minicb can no longer read"):
+def test_a_trace_from_another_schema_is_refused_naming_both_versions(tmp_path):
+    # A hand-written v1 trace: its step events had block counts, not block ids.
+    v1_step = {"type": "step", "index": 1, "scheduled": [{"request_id": 0, "num_blocks": 2}]}
+    old = write_trace(tmp_path / "old.jsonl", 1, [v1_step])
+    with pytest.raises(TraceError, match=r"schema version 1; this minicb reads version 2 only"):
         read_trace(old)
+    assert main(["replay", str(old)]) == 2  # a clear error, not a traceback
     new = write_trace(tmp_path / "new.jsonl", SCHEMA_VERSION + 1)
-    with pytest.raises(TraceError, match="newer than this minicb understands"):
+    with pytest.raises(
+        TraceError,
+        match=rf"version {SCHEMA_VERSION + 1}; this minicb reads version {SCHEMA_VERSION}",
+    ):
         read_trace(new)
 
 
-def test_a_trace_from_an_older_schema_is_read_when_a_migration_exists(tmp_path, monkeypatch):
-    # Pretend the schema moved on to a version where "aborted" was called differently.
-    def rename_fields(data):
-        data = dict(data)
-        if "t" in data:
-            data["time"], data["request_id"] = data.pop("t"), data.pop("id")
-            data["num_output_tokens"] = 0
-        return data
-
-    monkeypatch.setattr(trace_mod, "SCHEMA_VERSION", 1)
-    monkeypatch.setattr(trace_mod, "MIGRATIONS", {0: rename_fields})
-    old = write_trace(tmp_path / "old.jsonl", 0, [{"type": "aborted", "t": 1.0, "id": 3}])
-    (event,) = read_trace(old).events
-    assert event.kind == "aborted" and event.request_id == 3
+def test_a_reset_event_round_trips_through_a_trace(tmp_path):
+    engine = fake_engine(block_size=4)
+    path = tmp_path / "reset.jsonl"
+    with record_trace(engine, path):
+        add(engine, 3, 2)
+        engine.step()
+        engine = engine.rebuilt(EngineConfig(block_size=8, batching="static"))
+        add(engine, 3, 2)
+        engine.run_until_done()
+    trace = read_trace(path)
+    (reset,) = [e for e in trace.events if e.kind == "reset"]
+    assert reset.info["batching"] == "static" and reset.info["block_size"] == 8
+    assert [e.kind for e in trace.events].count("aborted") == 1
+    compute_metrics(trace.events)  # a reset mid-trace does not trip the metrics up
+    to_chrome_trace(trace.events, trace.header)
 
 
 @pytest.mark.parametrize(
@@ -158,7 +171,7 @@ def test_a_trace_from_an_older_schema_is_read_when_a_migration_exists(tmp_path, 
         ("", "not a minicb trace"),
         ('{"type": "header", "format": "other"}\n', "not a minicb trace"),
         ("not json\n", "line 1: not valid JSON"),
-        ('{"type":"header","format":"minicb-trace","schema_version":1}\n{"type":"x"}\n', "line 2"),
+        ('{"type":"header","format":"minicb-trace","schema_version":2}\n{"type":"x"}\n', "line 2"),
     ],
 )
 def test_broken_files_are_refused_with_the_line(tmp_path, content, message):
