@@ -1,42 +1,242 @@
-"""The web app: the visualizer at ``/``, its files, plotly.js, and the ``/ws`` event stream.
+"""The web app: the visualizer at ``/``, its files, plotly.js, and ``/ws``, one WebSocket
+per browser: events out, controls in.
 
-    app = create_app(engine_loop, {"continuous": bus_c, "static": bus_s}, mode="demo")
+    app = create_app(engine_loop, mode="demo", model_name="SmolLM2-135M-Instruct")
     uvicorn.run(app, host="127.0.0.1", port=8000)
 
-The app never touches an engine itself: controls go to the engine thread through the
-EngineLoop (see minicb.server.controls), and events come back through one bounded
-subscription per engine per browser (see minicb.server.ws), so a slow tab loses old
-events rather than slowing the engine. Other route sets (the OpenAI-compatible API) are
-added to the returned app by their own modules.
+The app never touches an engine itself: controls run in the engine thread through the
+EngineLoop (minicb.server.controls), and events come back through one bounded
+subscription per engine per browser on that engine's bus, so nothing a browser does can
+make the engine wait:
 
-Modes: "demo" (engines, a workload feeder, every control), "serve" (one engine behind an
-API: no feeder, no rebuilds), "replay" (no engine at all: the browser receives a recorded
-trace and scrubs through it).
+    engine thread ──put──► Subscription (bounded; drops the oldest when full, counted)
+                               │  pump task: await drain_async()
+                               ▼
+                           outbox (small asyncio.Queue) ──► writer task ──► socket
+
+A slow tab fills its own outbox, its pumps stop draining, and its subscriptions drop old
+events; the engine and the other tabs go on. A closed tab's subscriptions are closed at
+once, so the buses forget them. Every step event carries the block ids of every request,
+and a rebuilt engine announces itself with a "reset" event on the same bus, so the KV
+map and the rebuilds arrive in order with the events around them.
+
+Messages out: ``hello`` first, then ``events`` batches ({engine, events, dropped}), the
+replies to controls (``ack`` or ``error``), and in replay mode one ``replay`` message
+with the whole trace. Modes: "demo" (engines, a workload feeder, every control), "serve"
+(one engine behind the API: no feeder, no rebuilds), "replay" (no engine: the browser
+scrubs through recorded traces).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
+import json
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, WebSocket
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.websockets import WebSocketDisconnect
 
-from minicb.server.hub import Hub
-from minicb.server.ws import serve_client
+from minicb.server.controls import handle_control
+from minicb.telemetry.events import StepEvent, to_dict
 
 if TYPE_CHECKING:
-    from minicb.telemetry.bus import EventBus
     from minicb.server.engine_loop import EngineLoop
     from minicb.server.workload import WorkloadFeeder
+    from minicb.telemetry.bus import Subscription
     from minicb.telemetry.trace import Trace
 
 # viz/ sits beside the package in the repository (the project is installed editable).
 VIZ_DIR = Path(__file__).resolve().parents[2] / "viz"
 MODES = ("demo", "serve", "replay")
+KEEP_EXPLANATIONS = 64  # rounds whose decisions stay available to the single-step reply
+OUTBOX_SIZE = 16  # batches waiting for the socket; beyond this the pumps wait, not the engine
+MAX_BATCH = 2048  # events per message, so one message never grows without bound
 
 
+@dataclass(eq=False)
+class Client:
+    """One browser: a bounded event queue on each engine's bus."""
+
+    subs: dict[str, Subscription] = field(default_factory=dict)
+
+    def close(self) -> None:
+        for sub in self.subs.values():
+            sub.close()
+
+
+class Hub:
+    """What every browser of one app shares: the engines (or the traces), and the
+    scheduler's explanations of recent rounds, kept for the single-step control."""
+
+    def __init__(
+        self,
+        engine_loop: EngineLoop | None,
+        *,
+        mode: str,
+        model_name: str = "",
+        replay: dict[str, Trace] | None = None,
+        feeder: WorkloadFeeder | None = None,
+        queue_size: int = 4096,
+    ) -> None:
+        self.loop = engine_loop
+        self.mode = mode
+        self.model_name = model_name
+        self.replay = replay
+        self.feeder = feeder
+        self.queue_size = queue_size
+        self.clients: set[Client] = set()
+        # round number -> {engine name: the plan's decisions in words}
+        self._explained: OrderedDict[int, dict[str, list[str]]] = OrderedDict()
+        for name, engine in (engine_loop.engines if engine_loop else {}).items():
+            engine.bus.subscribe(functools.partial(self._record, name), kinds=["step"])
+
+    # ---- browsers (engine thread) ----------------------------------------------------------
+    def join(self) -> tuple[Client, dict[str, Any]]:
+        """Subscribe a browser and describe the engines with the requests they hold; run
+        in the engine thread, so no event falls between the description and the queue."""
+        assert self.loop is not None
+        engines = self.loop.engines
+        client = self.connect()
+        hello = self.hello()
+        for info in hello["engines"]:
+            info["requests"] = engines[info["name"]].live_requests()
+        return client, hello
+
+    def connect(self) -> Client:
+        engines = self.loop.engines if self.loop else {}
+        client = Client({n: e.bus.subscribe_async(self.queue_size) for n, e in engines.items()})
+        self.clients.add(client)
+        return client
+
+    def disconnect(self, client: Client) -> None:
+        self.clients.discard(client)
+        client.close()
+
+    def hello(self) -> dict[str, Any]:
+        """The first message a browser gets: mode, model, engines and the control state.
+        With an engine loop, call it in the engine thread (it reads the engines' views)."""
+        loop = self.loop
+        model = self.model_name
+        if not model and self.replay:
+            model = next(iter(self.replay.values())).header.get("model") or ""
+        if loop is not None:
+            engines = loop.engine_infos()
+        else:
+            engines = [_replay_info(n, t) for n, t in (self.replay or {}).items()]
+        return {
+            "type": "hello",
+            "mode": self.mode,
+            "model": model,
+            "engines": engines,
+            "paused": bool(loop and loop.paused),
+            "delay_s": loop.delay_s if loop else 0.0,
+            "rounds": loop.rounds if loop else 0,
+            "workload": self.feeder.describe() if self.feeder else None,
+            "controls": {
+                "step": loop is not None,
+                "workload": self.feeder is not None,
+                "settings": self.mode == "demo",
+                "prompt": loop is not None,
+            },
+        }
+
+    # ---- the scheduler's explanations (a bus listener, engine thread) --------------------
+    def _record(self, name: str, event: StepEvent) -> None:
+        # Steps run before the loop counts their round, so this round is rounds + 1.
+        assert self.loop is not None  # subscribed only when there is a loop
+        round_no = self.loop.rounds + 1
+        self._explained.setdefault(round_no, {})[name] = event.plan.explain()
+        while len(self._explained) > KEEP_EXPLANATIONS:
+            self._explained.popitem(last=False)
+
+    def explained(self, round_no: int) -> dict[str, list[str]]:
+        return dict(self._explained.get(round_no, {}))
+
+
+def _replay_info(name: str, trace: Trace) -> dict[str, Any]:
+    """A recorded engine described as a live one is (see LLMEngine.describe)."""
+    config = trace.header.get("config") or {}
+    kv_total = next((e.plan.kv_total for e in trace.events if isinstance(e, StepEvent)), 0)
+    return {
+        "name": name,
+        "batching": config.get("batching", name),
+        "config": config,
+        "model": trace.header.get("model"),
+        "kv_total": kv_total,
+        "block_size": config.get("block_size", 16),
+        "has_tokenizer": True,
+        "max_model_len": config.get("max_model_len"),
+        "step": 0,
+    }
+
+
+# ---- /ws -------------------------------------------------------------------------------
+async def _pump(name: str, sub: Subscription, outbox: asyncio.Queue) -> None:
+    """Move this engine's events from its subscription to the outbox, in batches."""
+    while True:
+        events = await sub.drain_async(MAX_BATCH)
+        if not events:  # closed
+            return
+        batch = [to_dict(e) for e in events]
+        await outbox.put(
+            {"type": "events", "engine": name, "events": batch, "dropped": sub.dropped}
+        )
+
+
+async def _write(websocket: WebSocket, outbox: asyncio.Queue) -> None:
+    while True:
+        await websocket.send_text(json.dumps(await outbox.get()))
+
+
+def replay_message(hub: Hub) -> dict[str, Any]:
+    traces = hub.replay or {}
+    return {
+        "type": "replay",
+        "traces": {
+            name: {"header": t.header, "events": [to_dict(e) for e in t.events]}
+            for name, t in traces.items()
+        },
+    }
+
+
+async def serve_client(websocket: WebSocket, hub: Hub) -> None:
+    await websocket.accept()
+    client = None
+    if hub.loop is not None:
+        client, hello = await hub.loop.acall(hub.join)
+    else:
+        hello = hub.hello()
+    await websocket.send_text(json.dumps(hello))
+    if hub.mode == "replay":
+        await websocket.send_text(json.dumps(replay_message(hub)))
+    outbox: asyncio.Queue = asyncio.Queue(OUTBOX_SIZE)
+    tasks = [asyncio.create_task(_write(websocket, outbox))]
+    if client is not None:
+        tasks += [asyncio.create_task(_pump(n, s, outbox)) for n, s in client.subs.items()]
+    try:
+        while True:
+            reply = await handle_control(hub, await websocket.receive_text())
+            await outbox.put(reply)
+    except (WebSocketDisconnect, RuntimeError):  # closed by the browser, or mid-send
+        pass
+    finally:
+        if client is not None:
+            hub.disconnect(client)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+# ---- the app ---------------------------------------------------------------------------
 def plotly_js_path() -> Path:
     """plotly.min.js as shipped inside the plotly Python package: the viz works offline."""
     import plotly
@@ -46,7 +246,6 @@ def plotly_js_path() -> Path:
 
 def create_app(
     engine_loop: EngineLoop | None,
-    buses: dict[str, EventBus],
     *,
     mode: str = "demo",
     model_name: str = "",
@@ -57,9 +256,10 @@ def create_app(
 ) -> FastAPI:
     """The FastAPI app serving the visualizer and ``/ws`` for these engines (or a replay).
 
-    ``buses`` maps each engine name in ``engine_loop.engines`` to its EventBus; ``replay``
-    maps panel names to recorded traces (replay mode, no engine); ``feeder`` is the demo's
-    workload feeder, if any; ``queue_size`` bounds each browser's queue per engine.
+    ``replay`` maps panel names to recorded traces (replay mode, no engine loop);
+    ``feeder`` is the demo's workload feeder, if any (the loop runs it; the controls
+    configure it); ``queue_size`` bounds each browser's queue per engine. The OpenAI
+    routes are added to the returned app by minicb.server.openai_api.
     """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
@@ -69,7 +269,6 @@ def create_app(
         raise ValueError(f"{mode} mode needs an engine loop")
     hub = Hub(
         engine_loop,
-        buses,
         mode=mode,
         model_name=model_name,
         replay=replay,
@@ -89,8 +288,8 @@ def create_app(
         return FileResponse(plotly_js_path(), media_type="text/javascript")
 
     @app.get("/viz/info", include_in_schema=False)
-    def info() -> JSONResponse:
-        return JSONResponse(hub.hello())
+    async def info() -> JSONResponse:
+        return JSONResponse(await hub.loop.acall(hub.hello) if hub.loop else hub.hello())
 
     @app.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:

@@ -11,7 +11,7 @@ an error and changes nothing: every field is checked before anything is touched.
     {"type": "workload", "preset": "poisson", "rate": 2, "lengths": "mixed", "count": 16}
     {"type": "settings", "max_num_seqs": 8, "max_num_batched_tokens": 256,
      "enable_chunked_prefill": true, "num_kv_blocks": 128,
-     "preemption_mode": "swap", "policy": "fcfs"}   rebuilds the engines
+     "preemption_mode": "swap", "policy": "fcfs"}   rebuilds the engines (demo only)
     {"type": "prompt", "text": "...", "target": "both", "max_tokens": 32}
 """
 
@@ -22,11 +22,12 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from minicb.config import POLICIES, PREEMPTION_MODES
-from minicb.server.workload import LENGTHS, PRESETS, WorkloadSpec
+from minicb.config import POLICIES, PREEMPTION_MODES, SamplingParams
+from minicb.server.workload import LENGTHS, PRESETS, WorkloadSpec, encode_prompt
 
 if TYPE_CHECKING:
-    from minicb.server.hub import Hub
+    from minicb.server.app import Hub
+    from minicb.server.engine_loop import EngineLoop
 
 MAX_PROMPT_CHARS = 4000
 
@@ -142,25 +143,34 @@ SETTINGS = {
 
 
 async def _settings(hub: Hub, msg: dict) -> dict:
-    from minicb.server.rebuild import rebuild_engines
-
     _only(msg, set(SETTINGS))
     if hub.mode != "demo":
         raise ControlError("engine settings can be changed in the demo only")
     changes = {k: check(msg) for k, check in SETTINGS.items() if k in msg}
     if not changes:
         raise ControlError(f"settings needs at least one of {', '.join(SETTINGS)}")
+    loop = _live(hub)
     try:
-        engines = await _live(hub).acall(lambda: rebuild_engines(hub, changes))
+        return {"engines": await loop.acall(lambda: rebuild_engines(loop, changes))}
     except (ValueError, TypeError) as err:  # EngineConfig's own checks
         raise ControlError(str(err)) from err
-    return {"engines": engines}
+
+
+def rebuild_engines(loop: EngineLoop, changes: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rebuild every engine with ``changes`` on its weights, clock and bus (engine thread).
+
+    Every new config is built before any engine is touched, so a setting EngineConfig
+    refuses changes nothing. Then each old engine aborts its requests (their token streams
+    end with "abort", the browsers see them leave) and the new one announces itself with a
+    "reset" event on the same bus, in order with the events around it.
+    """
+    configs = {name: engine.config.with_(**changes) for name, engine in loop.engines.items()}
+    for name, config in configs.items():
+        loop.replace_engine(name, loop.engines[name].rebuilt(config))
+    return loop.engine_infos()
 
 
 async def _prompt(hub: Hub, msg: dict) -> dict:
-    from minicb.config import SamplingParams
-    from minicb.server.workload import encode_prompt
-
     _only(msg, {"text", "target", "max_tokens"})
     loop = _live(hub)
     text = msg.get("text")
@@ -173,11 +183,8 @@ async def _prompt(hub: Hub, msg: dict) -> dict:
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
 
     def add() -> dict[str, int]:
-        ids = {}
-        for name in chosen:
-            engine = loop.engines[name]
-            ids[name] = engine.add_request(encode_prompt(engine, text), params)
-        return ids
+        engines = loop.engines
+        return {n: engines[n].add_request(encode_prompt(engines[n], text), params) for n in chosen}
 
     try:
         ids = await loop.acall(add)

@@ -2,12 +2,14 @@
 
 Web handlers never run model work (that would stall the event loop and make messages
 arrive in bursts). They hand work to this thread with ``call(fn)``, which returns a
-concurrent Future, and read results from per-request streams or event subscriptions.
+concurrent Future, and hear back through the engines' buses: a request's tokens through
+its RequestStream (below), a browser's events through its own subscriptions (app.py).
 
-Each round the loop runs the queued commands, calls the round hooks (a workload feeder
-adds arrivals there), then steps every engine that has work, one iteration each, so that
-several engines (static beside continuous) advance together. ``pause()`` holds the loop;
-``step_once()`` runs exactly one round while paused; ``delay_s`` slows it for watching.
+Each round the loop runs the queued commands, lets its feeder (the demo's workload, if
+any) add that round's arrivals, then steps every engine that has work, one iteration
+each, so that several engines (static beside continuous) advance together. ``pause()``
+holds the loop; ``step_once()`` runs exactly one round while paused; ``delay_s`` slows it
+for watching.
 """
 
 from __future__ import annotations
@@ -17,18 +19,20 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from minicb.engine import LLMEngine
-from minicb.request import RequestOutput, StepResult, TokenDelta
 from minicb.config import SamplingParams
+from minicb.engine import LLMEngine
+from minicb.request import RequestOutput, TokenDelta
+from minicb.telemetry.events import Event
 
 log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 0.05  # how long an idle loop sleeps between looks at its command queue
+Feeder = Callable[[dict[str, LLMEngine]], None]
 
 
 @dataclass
@@ -44,7 +48,7 @@ class RequestStream:
         # Called in the engine thread; the queue belongs to the consumer's event loop.
         self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
 
-    async def __aiter__(self):
+    async def __aiter__(self) -> AsyncIterator[TokenDelta | RequestOutput]:
         """Yield TokenDeltas, then the final RequestOutput, then stop."""
         while True:
             item = await self.queue.get()
@@ -53,33 +57,51 @@ class RequestStream:
                 return
 
 
-class _StreamRouter:
-    """An engine observer that forwards each step's tokens to the open RequestStreams."""
+class _Streams:
+    """One engine's open RequestStreams, fed by a listener on its bus.
+
+    A token event becomes a TokenDelta; an aborted event (a client hung up, a rebuild, a
+    failed step) ends the stream with finish reason "abort". A request that finishes ends
+    its stream with the engine's own RequestOutput from the step result, because the
+    finished event does not carry the final text (cut before a stop string).
+    """
+
+    KINDS = ("token", "aborted")
 
     def __init__(self) -> None:
-        self.streams: dict[int, RequestStream] = {}
+        self.open: dict[int, RequestStream] = {}
 
-    def step_done(self, result: StepResult) -> None:
-        if not self.streams:
+    def __call__(self, event: Event) -> None:
+        stream = self.open.get(event.request_id)
+        if stream is None:
             return
-        for delta in result.new_tokens:
-            if delta.request_id in self.streams:
-                self.streams[delta.request_id].push(delta)
-        for out in result.finished:
-            stream = self.streams.pop(out.request_id, None)
+        if event.kind == "token":
+            stream.push(TokenDelta(event.request_id, event.token_id, event.text, event.index))
+        else:
+            del self.open[event.request_id]
+            stream.push(RequestOutput.ended(event.request_id, "abort"))
+
+    def finish(self, outputs: list[RequestOutput]) -> None:
+        for out in outputs:
+            stream = self.open.pop(out.request_id, None)
             if stream is not None:
                 stream.push(out)
 
+    def fail(self, message: str) -> None:
+        for stream in self.open.values():
+            stream.push(RequestOutput.ended(stream.request_id, "error", message))
+        self.open.clear()
+
 
 class EngineLoop:
-    def __init__(self, engines: dict[str, LLMEngine]) -> None:
+    def __init__(self, engines: dict[str, LLMEngine], feeder: Feeder | None = None) -> None:
+        """``feeder(engines)``, if given, runs in this thread before every round."""
         self.engines = engines
-        self._routers = {name: _StreamRouter() for name in engines}
+        self.feeder = feeder
+        self._streams = {name: _Streams() for name in engines}
         for name, engine in engines.items():
-            engine.add_observer(self._routers[name])
+            engine.bus.subscribe(self._streams[name], kinds=_Streams.KINDS)
         self._commands: queue.Queue[Callable[[], None]] = queue.Queue()
-        self.round_hooks: list[Callable[[EngineLoop], None]] = []
-        self.step_hooks: list[Callable[[str, StepResult], None]] = []
         self.paused = False
         self.delay_s = 0.0
         self.rounds = 0
@@ -101,7 +123,7 @@ class EngineLoop:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
-    # ---- commands from other threads -------------------------------------------------------
+    # ---- commands from other threads -----------------------------------------------------
     def call(self, fn: Callable[[], Any]) -> Future:
         """Run ``fn()`` in the engine thread before the next round; its result in a Future."""
         future: Future = Future()
@@ -140,49 +162,55 @@ class EngineLoop:
         return self.rounds
 
     async def submit(
-        self, engine: str, prompt: str | list[int], params: SamplingParams, priority: int = 0
+        self,
+        engine: str,
+        prompt: str | list[int],
+        params: SamplingParams,
+        priority: int = 0,
+        on_queued: Callable[[], None] | None = None,
     ) -> RequestStream:
-        """Add a request and open its token stream. Raises ValueError for a bad request."""
+        """Add a request and open its token stream. Raises ValueError for a bad request.
+
+        ``on_queued()`` runs in the engine thread right after the request joined the queue.
+        """
         loop = asyncio.get_running_loop()
 
         def add() -> RequestStream:
             rid = self.engines[engine].add_request(prompt, params, priority)
-            stream = RequestStream(engine, rid, loop)
-            self._routers[engine].streams[rid] = stream
+            stream = self._streams[engine].open[rid] = RequestStream(engine, rid, loop)
+            if on_queued is not None:
+                on_queued()
             return stream
 
         return await self.acall(add)
 
     async def abort(self, engine: str, request_id: int) -> bool:
-        def drop() -> bool:
-            self._routers[engine].streams.pop(request_id, None)
-            return self.engines[engine].abort_request(request_id)
+        """Abort a request; its stream, if open, ends with finish reason "abort"."""
+        return await self.acall(lambda: self.engines[engine].abort_request(request_id))
 
-        return await self.acall(drop)
+    def replace_engine(self, name: str, engine: LLMEngine) -> None:
+        """Put ``engine`` (from ``old.rebuilt(config)``) under ``name``; in the engine thread.
 
-    def replace_engine(self, name: str, engine: LLMEngine) -> list[RequestStream]:
-        """Swap in a new engine under ``name`` (call it in the engine thread).
-
-        The open token streams of the old engine are returned, already detached, so the
-        caller can end them; new streams route through the new engine.
+        It must share the old engine's bus: every subscriber (streams, browsers, metrics,
+        the gate) then keeps listening without being told.
         """
-        router = self._routers[name]
-        orphans = list(router.streams.values())
-        router.streams.clear()
-        self.engines[name].remove_observer(router)
-        engine.add_observer(router)
+        if engine.bus is not self.engines[name].bus:
+            raise ValueError(f"a new {name!r} engine must keep the old one's bus (rebuilt())")
         self.engines[name] = engine
-        return orphans
 
-    # ---- the thread ------------------------------------------------------------------------
+    def engine_infos(self) -> list[dict[str, Any]]:
+        """Each engine's name and description, for a browser; read in the engine thread."""
+        return [{"name": name, **engine.describe()} for name, engine in self.engines.items()]
+
+    # ---- the thread ----------------------------------------------------------------------
     def _run(self) -> None:
         while not self._stop.is_set():
             self._run_commands()
             if self.paused and self._single_steps == 0:
                 self._wait_for_command()
                 continue
-            for hook in self.round_hooks:
-                hook(self)
+            if self.feeder is not None:
+                self.feeder(self.engines)
             busy = [(n, e) for n, e in self.engines.items() if e.has_unfinished()]
             if not busy and self._single_steps == 0:
                 self._wait_for_command()
@@ -193,8 +221,7 @@ class EngineLoop:
                 except Exception as err:  # a bug must not take the server down with it
                     self._fail_engine(name, err)
                     continue
-                for hook in self.step_hooks:
-                    hook(name, result)
+                self._streams[name].finish(result.finished)
             self.rounds += 1
             if self._single_steps:
                 self._single_steps -= 1
@@ -202,19 +229,11 @@ class EngineLoop:
                 self._wait_for_command(self.delay_s)
 
     def _fail_engine(self, name: str, err: Exception) -> None:
-        """Log the error, end every request of that engine with reason "error", free it all."""
+        """Log the error, end that engine's streams with reason "error", free all it holds."""
         self.error = err
         log.exception("engine %r failed a step; its requests are ended", name, exc_info=err)
-        engine = self.engines[name]
-        for rid in list(engine.scheduler.requests):
-            engine.abort_request(rid)
-        for stream in self._routers[name].streams.values():
-            stream.push(
-                RequestOutput.ended(
-                    stream.request_id, "error", f"internal error: {type(err).__name__}: {err}"
-                )
-            )
-        self._routers[name].streams.clear()
+        self._streams[name].fail(f"internal error: {type(err).__name__}: {err}")
+        self.engines[name].abort_all()  # after fail(): these aborts find no stream left
 
     def _run_commands(self) -> None:
         while True:

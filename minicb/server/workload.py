@@ -1,8 +1,9 @@
 """The demo's workload feeder: the same arrivals, at the same moment, for every engine.
 
-It is an EngineLoop round hook, so it runs in the engine thread before each round and adds
-each new request to every engine at once: static and continuous batching see exactly the
-same prompts, output lengths and arrival times, and differ only in how they schedule.
+It is the EngineLoop's feeder: it runs in the engine thread before each round and adds
+each new request to every engine at once, so static and continuous batching see exactly
+the same prompts, output lengths and arrival times, and differ only in how they schedule.
+It reads how full each engine is through the engine's own view (``queue_sizes``).
 
 Presets: ``burst`` (``count`` requests at once), ``poisson`` (arrivals at ``rate`` per
 second, exponential gaps), ``off``. Output lengths: ``short``, ``long`` or ``mixed`` (mostly
@@ -77,7 +78,7 @@ def encode_prompt(engine: Any, text: str) -> str | list[int]:
             )
         except Exception:  # a template that wants something else: the raw text still works
             return text
-    vocab = engine.runner.model_config.vocab_size
+    vocab = engine.runner.vocab_size
     return [3 + b % (vocab - 3) for b in text.encode("utf-8")]  # skip bos/eos ids 1 and 2
 
 
@@ -135,13 +136,14 @@ class WorkloadFeeder:
                 self._next += self._gap()
         return count
 
-    def __call__(self, loop: Any) -> None:
-        """The round hook: add this round's arrivals to every engine."""
+    def __call__(self, engines: dict[str, Any]) -> None:
+        """Before each round: add this round's arrivals to every engine."""
         for _ in range(self.due()):
-            self.arrive(loop.engines)
+            self.arrive(engines)
 
     def arrive(self, engines: dict[str, Any]) -> None:
-        if any(len(e.scheduler.requests) >= self.spec.max_outstanding for e in engines.values()):
+        limit = self.spec.max_outstanding
+        if any(sum(e.queue_sizes().values()) >= limit for e in engines.values()):
             self.skipped += 1  # skipped for all engines alike, so the workloads stay equal
             return
         text = self.rng.choice(PROMPTS)

@@ -1,26 +1,33 @@
 """The engine thread: commands run there, streams deliver every token, pause and single
-step hold and advance exactly one round, aborts free blocks, a failing step is contained."""
+step hold and advance exactly one round, aborts free blocks, a failing step is contained.
+The engines are real, on a FakeRunner (no model): token i of every request is 10 + i."""
 
 import asyncio
 
 import pytest
 
-from minicb import EngineConfig, LLMEngine, SamplingParams
+from minicb import EngineConfig, FakeRunner, LLMEngine, SamplingParams
 from minicb.request import RequestOutput
 from minicb.server.engine_loop import EngineLoop
 
 PARAMS = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
 
 
+def fake_engine(batching: str = "continuous") -> LLMEngine:
+    runner = FakeRunner(num_kv_blocks=32, token_fn=lambda rid, i: 10 + i)
+    return LLMEngine(config=EngineConfig(batching=batching, num_kv_blocks=32), runner=runner)
+
+
 @pytest.fixture
-def loop(tiny_llama_dir):
-    continuous = LLMEngine(tiny_llama_dir, EngineConfig(num_kv_blocks=32))
-    static = LLMEngine(
-        config=EngineConfig(batching="static", num_kv_blocks=32), share_weights_with=continuous
-    )
-    engine_loop = EngineLoop({"continuous": continuous, "static": static}).start()
+def loop():
+    engines = {"continuous": fake_engine(), "static": fake_engine("static")}
+    engine_loop = EngineLoop(engines).start()
     yield engine_loop
     engine_loop.stop()
+
+
+def used_blocks(loop, name="continuous") -> int:
+    return loop.call(lambda: loop.engines[name].kv_snapshot().num_used).result(5)
 
 
 async def collect(stream):
@@ -35,7 +42,8 @@ def test_stream_delivers_every_token_then_the_output(loop):
     for items in asyncio.run(main()):
         deltas, final = items[:-1], items[-1]
         assert isinstance(final, RequestOutput) and final.finish_reason == "length"
-        assert [d.token_id for d in deltas] == final.token_ids
+        assert [d.token_id for d in deltas] == final.token_ids == list(range(10, 16))
+        assert [d.index for d in deltas] == list(range(6))
 
 
 def test_pause_holds_and_single_step_runs_exactly_one_round(loop):
@@ -43,9 +51,9 @@ def test_pause_holds_and_single_step_runs_exactly_one_round(loop):
     future = loop.call(lambda: loop.engines["static"].add_request([5, 6], PARAMS))
     rid = future.result(timeout=5)
     before = loop.rounds
-    assert loop.call(lambda: loop.engines["static"].scheduler.step_count).result() == 0
+    assert loop.call(lambda: loop.engines["static"].step_count).result() == 0
     assert loop.step_once() == before + 1
-    assert loop.call(lambda: loop.engines["static"].scheduler.step_count).result() == 1
+    assert loop.call(lambda: loop.engines["static"].step_count).result() == 1
     assert loop.rounds == before + 1
     loop.resume()
     assert rid == 0
@@ -54,24 +62,30 @@ def test_pause_holds_and_single_step_runs_exactly_one_round(loop):
 def test_bad_request_raises_in_the_caller_and_the_loop_goes_on(loop):
     async def main():
         with pytest.raises(ValueError, match="outside the vocabulary"):
-            await loop.submit("continuous", [9999], PARAMS)
+            await loop.submit("continuous", [999], PARAMS)
         stream = await loop.submit("continuous", [5], PARAMS)
         return await collect(stream)
 
     assert asyncio.run(main())[-1].finish_reason == "length"
 
 
-def test_abort_frees_blocks_and_closes_nothing_else(loop):
+def test_abort_frees_blocks_ends_its_stream_and_closes_nothing_else(loop):
     async def main():
         long = SamplingParams(max_tokens=200, temperature=0.0, ignore_eos=True)
+        loop.pause()  # a fake step is instant: hold the victim mid-generation
         victim = await loop.submit("continuous", [5] * 20, long)
+        for _ in range(3):
+            await asyncio.to_thread(loop.step_once)
+        assert used_blocks(loop) > 0
         other = await loop.submit("continuous", [6] * 3, PARAMS)
         assert await loop.abort("continuous", victim.request_id)
-        return await collect(other)
+        loop.resume()
+        return await collect(victim), await collect(other)
 
-    assert asyncio.run(main())[-1].finish_reason == "length"
-    used = loop.call(lambda: loop.engines["continuous"].scheduler.blocks.num_used_blocks).result()
-    assert used == 0
+    victim, other = asyncio.run(main())
+    assert victim[-1].finish_reason == "abort"
+    assert other[-1].finish_reason == "length"
+    assert used_blocks(loop) == 0
 
 
 def test_a_failing_step_ends_its_requests_and_the_loop_keeps_serving(loop):
@@ -95,7 +109,7 @@ def test_a_failing_step_ends_its_requests_and_the_loop_keeps_serving(loop):
     broken, fine = asyncio.run(main())
     assert broken[-1].finish_reason == "error" and "simulated kernel failure" in broken[-1].text
     assert fine[-1].finish_reason == "length"
-    assert engine.scheduler.blocks.num_used_blocks == 0
+    assert used_blocks(loop) == 0
 
 
 def test_single_steps_never_wait_for_a_round_that_already_ran(loop):

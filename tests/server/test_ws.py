@@ -9,7 +9,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from minicb import EngineConfig, LLMEngine, SamplingParams
-from minicb.telemetry.bus import attach
 from minicb.server.app import create_app, hub_of
 from minicb.server.engine_loop import EngineLoop
 from minicb.server.workload import WorkloadFeeder, WorkloadSpec
@@ -20,16 +19,16 @@ PARAMS = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
 
 @pytest.fixture
 def demo(tiny_llama_dir):
-    """A demo's pieces on the tiny model: two engines, their buses, an idle feeder, the app."""
+    """A demo's pieces on the tiny model: two engines on one copy of the weights, an idle
+    feeder, the app."""
     cfg = dict(num_kv_blocks=32, max_num_seqs=4)
     continuous = LLMEngine(tiny_llama_dir, EngineConfig(**cfg))
-    static = LLMEngine(config=EngineConfig(batching="static", **cfg), share_weights_with=continuous)
-    loop = EngineLoop({"static": static, "continuous": continuous})
-    buses = {n: attach(e) for n, e in loop.engines.items()}
+    static_cfg = EngineConfig(batching="static", **cfg)
+    static = LLMEngine(config=static_cfg, runner=continuous.runner.with_config(static_cfg))
     feeder = WorkloadFeeder(WorkloadSpec(preset="off"))
-    loop.round_hooks.append(feeder)
+    loop = EngineLoop({"static": static, "continuous": continuous}, feeder=feeder)
     loop.start()
-    app = create_app(loop, buses, mode="demo", model_name="tiny", feeder=feeder)
+    app = create_app(loop, mode="demo", model_name="tiny", feeder=feeder)
     with TestClient(app) as client:
         yield client, loop, app
     loop.stop()
@@ -81,7 +80,7 @@ def test_hello_then_events_in_order_for_each_engine(demo):
         seen = events_until(ws, all_done)
     for engine in ("static", "continuous"):
         mine = [e for n, e in seen if n == engine]
-        steps = [e["index"] for e in mine if e["type"] == "step"]
+        steps = [e["step"] for e in mine if e["type"] == "step"]
         assert steps == list(range(1, len(steps) + 1))  # every iteration, in order
         for rid in range(3):
             kinds = [e["type"] for e in mine if e.get("request_id") == rid]
@@ -89,9 +88,11 @@ def test_hello_then_events_in_order_for_each_engine(demo):
             assert kinds.index("admitted") < kinds.index("first_token") < kinds.index("token")
             tokens = [e["index"] for e in mine if e["type"] == "token" and e["request_id"] == rid]
             assert tokens == [0, 1, 2, 3]
-        maps = [e for e in mine if e["type"] == "kv_map"]
-        blocks = [b for m in maps for table in m["device"].values() for b in table]
-        assert maps and blocks and all(isinstance(b, int) for b in blocks)
+        # every step event carries the block ids: each row's, and every request's after it
+        stepped = [e for e in mine if e["type"] == "step"]
+        rows = [b for e in stepped for r in e["scheduled"] for b in r["block_table"]]
+        tables = [b for e in stepped for table in e["block_tables"].values() for b in table]
+        assert rows and tables and all(isinstance(b, int) for b in rows + tables)
 
 
 def test_step_runs_exactly_one_iteration_and_explains_it(demo):
@@ -111,10 +112,10 @@ def test_step_runs_exactly_one_iteration_and_explains_it(demo):
         time.sleep(0.3)
         more, _ = control(ws, type="speed", delay_s=0.0)  # a barrier: what came, came
         events += more
-        steps = [(n, e["index"]) for n, e in events if e["type"] == "step"]
+        steps = [(n, e["step"]) for n, e in events if e["type"] == "step"]
         assert sorted(steps) == [("continuous", 1), ("static", 1)]
         for engine in loop.engines.values():
-            assert engine.scheduler.step_count == 1
+            assert engine.step_count == 1
 
 
 def test_pause_holds_and_resume_goes_on(demo):
@@ -144,7 +145,8 @@ def test_a_disconnected_client_is_dropped_and_the_engine_goes_on(demo):
     while hub.clients and time.time() < deadline:
         time.sleep(0.02)
     assert not hub.clients
-    assert all(not bus.listening for bus in hub.buses.values())  # subscriptions forgotten
+    # the browser's subscriptions are forgotten: nobody else on the buses asks for arrivals
+    assert all(not e.bus.wants("arrived") for e in loop.engines.values())
     with client.websocket_connect("/ws") as ws:  # the engine serves the next one as before
         ws.receive_json()
         add(loop, "continuous")
@@ -205,7 +207,10 @@ def test_malformed_controls_get_an_error_and_change_nothing(demo):
         assert reply["type"] == "ack"  # the connection survived all of them
     assert loop.engines == engines and not loop.paused and loop.delay_s == 0.0
     assert hub.feeder.spec is spec
-    assert all(not e.scheduler.requests for e in loop.engines.values())
+    assert loop.call(lambda: [e.live_requests() for e in loop.engines.values()]).result(5) == [
+        [],
+        [],
+    ]
 
 
 def test_settings_rebuild_both_engines_on_the_same_weights(demo):
@@ -270,7 +275,7 @@ def test_replay_mode_sends_the_whole_trace(demo, tmp_path):
         while loop.call(loop.engines["continuous"].has_unfinished).result():
             time.sleep(0.02)
     trace: Trace = read_trace(path)
-    replay_app = create_app(None, {}, mode="replay", replay={"continuous": trace})
+    replay_app = create_app(None, mode="replay", replay={"continuous": trace})
     with TestClient(replay_app) as rc, rc.websocket_connect("/ws") as ws:
         hello = ws.receive_json()
         assert hello["mode"] == "replay" and hello["controls"]["step"] is False

@@ -1,1 +1,0 @@
-"""Subcommands of the ``minicb`` command line, one module each."""
