@@ -3,50 +3,190 @@
 
     install_openai_routes(app, engine_loop, "api", "SmolLM2-135M-Instruct", api_key="...")
 
-A request goes: body read under a size bound -> strict schema -> checks that name the
-field -> (chat) template applied in the engine thread -> the waiting-queue gate ->
-``EngineLoop.submit`` -> its token stream, returned whole or as server-sent events.
-Handlers only await; model work and tokenizer calls run in the engine thread, so a slow
-step never stalls other clients' chunks. The engine is looked up by name on every
-request because the demo may rebuild it with new settings.
+A request goes: body, schema and parameter checks (openai_request) -> (chat) template
+applied in the engine thread -> the waiting-queue gate -> ``EngineLoop.submit`` -> its
+token stream, returned whole or as server-sent events. Handlers only await; model work
+and tokenizer calls run in the engine thread, so a slow step never stalls other clients'
+chunks. The engine is looked up by name on every request because the demo may rebuild it
+with new settings.
+
+Streams get two things right beyond speed. Stop strings: the engine cuts the text where
+one begins, but a stop string can span several tokens and its first half would already
+have been sent; so the last ``len(longest stop) - 1`` characters are held back until the
+next token shows they do not begin one, and the final output (already cut) settles the
+rest. Disconnects: when the client goes away, Starlette closes the SSE generator before
+its end, and its ``finally`` hands the abort to a plain function (awaiting inside a
+cancelled task is not possible), so the engine frees the request's KV blocks at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
-from collections.abc import Awaitable, Callable
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from minicb.request import RequestOutput
-from minicb.telemetry.prometheus import PrometheusMetrics
 from minicb.config import SamplingParams
-from minicb.server.admission import WaitingGate, bearer_check
+from minicb.request import RequestOutput, TokenDelta
 from minicb.server.engine_loop import EngineLoop, RequestStream
-from minicb.server.openai_body import read_request
-from minicb.server.openai_errors import APIError, api_error_handler, error_body
-from minicb.server.openai_info import InfoRoutes
-from minicb.server.openai_params import (
+from minicb.server.openai_request import (
+    APIError,
+    ChatCompletionRequest,
+    CompletionRequest,
+    WaitingGate,
+    api_error_handler,
+    bearer_check,
     chat_messages,
     check_unsupported,
     completion_prompt,
+    error_body,
+    read_request,
     requested_max_tokens,
     sampling_params,
 )
-from minicb.server.openai_responses import Reply
-from minicb.server.openai_schemas import ChatCompletionRequest, CompletionRequest
-from minicb.server.openai_stream import sse_stream
+from minicb.telemetry.prometheus import PrometheusMetrics
 
 log = logging.getLogger(__name__)
 
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+METRICS_READ_TIMEOUT_S = 2.0
+DONE = b"data: [DONE]\n\n"
 
 
+# ---- the answers -----------------------------------------------------------------------
+def usage(out: RequestOutput) -> dict[str, int]:
+    prompt, completion = len(out.prompt_token_ids), len(out.token_ids)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+@dataclass
+class Reply:
+    """One request's answer, whole or in chunks, with one id, creation time and model:
+
+    completion:  {"object": "text_completion", "choices": [{"text", "finish_reason"}]}
+    chat:        {"object": "chat.completion", "choices": [{"message": {role, content}}]}
+    chat chunk:  {"object": "chat.completion.chunk", "choices": [{"delta": {...}}]}
+
+    ``return_token_ids`` (as vLLM has it) adds the generated ids to each choice.
+    """
+
+    chat: bool
+    model: str
+    include_usage: bool = False  # streaming: a last chunk with the usage
+    return_token_ids: bool = False
+    id: str = ""
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def __post_init__(self) -> None:
+        self.id = self.id or ("chatcmpl-" if self.chat else "cmpl-") + uuid.uuid4().hex[:24]
+
+    def _envelope(self, choices: list[dict[str, Any]], chunk: bool) -> dict[str, Any]:
+        kind = "text_completion"
+        if self.chat:
+            kind = "chat.completion.chunk" if chunk else "chat.completion"
+        body = {"id": self.id, "object": kind, "created": self.created, "model": self.model}
+        body["choices"] = choices
+        if chunk and self.include_usage:
+            body["usage"] = None  # only the last chunk carries it, as OpenAI does
+        return body
+
+    def _choice(self, key: str, value: Any, finish: str | None, ids: list[int] | None) -> dict:
+        choice = {"index": 0, key: value, "logprobs": None, "finish_reason": finish}
+        if self.return_token_ids:
+            choice["token_ids"] = list(ids or [])
+        return choice
+
+    def full(self, out: RequestOutput) -> dict[str, Any]:
+        if self.chat:
+            message = {"role": "assistant", "content": out.text}
+            choice = self._choice("message", message, out.finish_reason, out.token_ids)
+        else:
+            choice = self._choice("text", out.text, out.finish_reason, out.token_ids)
+        return {**self._envelope([choice], chunk=False), "usage": usage(out)}
+
+    def role_chunk(self) -> dict[str, Any]:
+        """Chat streams open with the assistant's role and no content yet."""
+        delta = {"role": "assistant", "content": ""}
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+        return self._envelope([choice], chunk=True)
+
+    def chunk(self, text: str, ids: list[int] | None = None, finish: str | None = None) -> dict:
+        if self.chat:
+            delta = {"content": text} if text or finish is None else {}
+            return self._envelope([self._choice("delta", delta, finish, ids)], chunk=True)
+        return self._envelope([self._choice("text", text, finish, ids)], chunk=True)
+
+    def usage_chunk(self, out: RequestOutput) -> dict[str, Any]:
+        return {**self._envelope([], chunk=True), "usage": usage(out)}
+
+
+# ---- server-sent events ----------------------------------------------------------------
+def sse(data: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(data, ensure_ascii=False).encode("utf-8") + b"\n\n"
+
+
+class TextHoldback:
+    """Streams text while keeping back a tail that may still become a stop string."""
+
+    def __init__(self, stops: list[str]) -> None:
+        self.keep = max((len(s) for s in stops), default=1) - 1
+        self.seen = ""  # every character the engine has streamed so far
+        self.sent = 0  # how many of them went to the client
+
+    def push(self, text: str) -> str:
+        self.seen += text
+        upto = len(self.seen) - self.keep
+        if upto <= self.sent:
+            return ""
+        out, self.sent = self.seen[self.sent : upto], upto
+        return out
+
+    def finish(self, final_text: str) -> str:
+        """What is left of the final (stop-cut) text once the sent part is taken off."""
+        sent = self.seen[: self.sent]
+        return final_text[len(sent) :] if final_text.startswith(sent) else ""
+
+
+async def sse_stream(
+    stream: RequestStream, reply: Reply, stops: list[str], on_abandon: Callable[[], None]
+) -> AsyncIterator[bytes]:
+    """A chunk per generated token, the closing chunk (and usage), then ``[DONE]``."""
+    finished = False
+    try:
+        if reply.chat:
+            yield sse(reply.role_chunk())
+        hold = TextHoldback(stops)
+        async for item in stream:
+            if isinstance(item, TokenDelta):
+                yield sse(reply.chunk(hold.push(item.text), [item.token_id]))
+                continue
+            finished = True
+            if item.finish_reason == "error":  # the engine failed a step; tell, then end
+                yield sse(error_body(item.text, type="server_error", code="engine_error"))
+                break
+            yield sse(reply.chunk(hold.finish(item.text), finish=item.finish_reason))
+            if reply.include_usage:
+                yield sse(reply.usage_chunk(item))
+        yield DONE
+    finally:
+        if not finished:
+            on_abandon()
+
+
+# ---- the routes ------------------------------------------------------------------------
 def _guarded(handler: Callable[..., Awaitable[Response]]) -> Callable[..., Awaitable[Response]]:
     """A bug behind a route still answers in the OpenAI shape (500, server_error), logged."""
 
@@ -64,16 +204,15 @@ def _guarded(handler: Callable[..., Awaitable[Response]]) -> Callable[..., Await
     return run
 
 
-def chat_prompt_ids(engine: Any, messages: list[dict[str, str]]) -> list[int]:
-    """The chat template applied by the engine; runs in the engine thread."""
-    try:
-        return engine.apply_chat_template(messages)
-    except ValueError as err:
-        raise APIError(str(err), param="messages") from err
+def _param_of(message: str, chat: bool) -> str:
+    """Which request field an engine refusal is about."""
+    if "max_tokens" in message and "prompt of" not in message:
+        return "max_tokens"
+    return "messages" if chat else "prompt"
 
 
 class OpenAIRoutes:
-    """The two generation routes and what they share (the gate, background aborts)."""
+    """The routes of one engine of an EngineLoop, and what they share."""
 
     def __init__(
         self,
@@ -81,17 +220,17 @@ class OpenAIRoutes:
         engine_name: str,
         model_name: str,
         gate: WaitingGate,
+        prometheus: PrometheusMetrics,
         max_body_bytes: int,
     ) -> None:
         self.loop, self.engine_name, self.model_name = loop, engine_name, model_name
-        self.gate, self.max_body_bytes = gate, max_body_bytes
+        self.gate, self.prometheus, self.max_body_bytes = gate, prometheus, max_body_bytes
         self._tasks: set[asyncio.Task] = set()  # aborts in flight, kept from the GC
 
     @property
     def engine(self) -> Any:
-        return self.loop.engines[self.engine_name]
+        return self.loop.engines[self.engine_name]  # looked up each time: rebuilds replace it
 
-    # ---- checks --------------------------------------------------------------------------
     def check_model(self, model: str) -> None:
         if model != self.model_name:
             raise APIError(
@@ -107,10 +246,9 @@ class OpenAIRoutes:
             raise APIError(
                 f"max_tokens is {max_tokens} but the model's context holds {limit} tokens",
                 param="max_tokens",
-                code="invalid_value",
             )
 
-    # ---- the two generation routes -------------------------------------------------------
+    # ---- generation ----------------------------------------------------------------------
     async def completions(self, request: Request) -> Response:
         req = await read_request(request, CompletionRequest, self.max_body_bytes)
         self.check_model(req.model)
@@ -130,15 +268,20 @@ class OpenAIRoutes:
         if max_tokens is not None:
             self.check_max_tokens(max_tokens)
         sampling_params(req, max_tokens or 1)  # refuse bad settings before any tokenizing
-        ids = await self.loop.acall(
-            lambda: chat_prompt_ids(self.loop.engines[self.engine_name], messages)
-        )
-        if max_tokens is None:  # OpenAI's chat default: as much as the context allows
-            engine = self.engine
-            pool = engine.scheduler.blocks.num_blocks * engine.config.block_size
-            max_tokens = max(1, min(engine.max_model_len, pool) - len(ids))
-        params = sampling_params(req, max_tokens)
+        ids, room = await self.loop.acall(lambda: self._chat_prompt(messages))
+        params = sampling_params(req, max_tokens or room)
         return await self._generate(request, req, ids, params, Reply(True, self.model_name))
+
+    def _chat_prompt(self, messages: list[dict[str, str]]) -> tuple[list[int], int]:
+        """The template applied (engine thread), and OpenAI's chat default for max_tokens:
+        as much as the context and the KV pool leave after the prompt."""
+        engine = self.engine
+        try:
+            ids = engine.apply_chat_template(messages)
+        except ValueError as err:
+            raise APIError(str(err), param="messages") from err
+        kv = engine.kv_snapshot()
+        return ids, max(1, min(engine.max_model_len, kv.num_blocks * kv.block_size) - len(ids))
 
     async def _generate(
         self,
@@ -150,33 +293,32 @@ class OpenAIRoutes:
     ) -> Response:
         reply.return_token_ids = req.return_token_ids
         reply.include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        with self.gate.admit(params):
+        with self.gate.admit() as queued:
             try:
-                stream = await self.loop.submit(self.engine_name, prompt, params, req.priority)
+                stream = await self.loop.submit(
+                    self.engine_name, prompt, params, req.priority, on_queued=queued
+                )
             except ValueError as err:  # the engine's refusal already names the limit
                 raise APIError(str(err), param=_param_of(str(err), reply.chat)) from err
         headers = {"X-Request-Id": reply.id, "X-Minicb-Request-Id": str(stream.request_id)}
         if req.stream:
             rid = stream.request_id
             body = sse_stream(stream, reply, params.stop, lambda: self.abort_soon(rid))
-            return StreamingResponse(
-                body, media_type="text/event-stream", headers={**SSE_HEADERS, **headers}
-            )
+            headers.update(SSE_HEADERS)
+            return StreamingResponse(body, media_type="text/event-stream", headers=headers)
         out = await self._final(request, stream)
         if out.finish_reason == "error":
             raise APIError(out.text, 500, type="server_error", code="engine_error")
         return JSONResponse(reply.full(out), headers=headers)
 
     async def _final(self, request: Request, stream: RequestStream) -> RequestOutput:
-        """The final output; a client that hangs up meanwhile gets its request aborted."""
+        """The final output; a client that hangs up meanwhile gets its request aborted
+        (which ends the stream with finish reason "abort")."""
 
         async def watch() -> None:
             while (await request.receive())["type"] != "http.disconnect":
                 pass
             await self.loop.abort(self.engine_name, stream.request_id)
-            stream.queue.put_nowait(
-                RequestOutput.ended(stream.request_id, "abort")
-            )  # wake the waiter below
 
         watcher = asyncio.ensure_future(watch())
         try:
@@ -199,12 +341,46 @@ class OpenAIRoutes:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    # ---- about the server ----------------------------------------------------------------
+    def model_card(self) -> dict[str, Any]:
+        return {
+            "id": self.model_name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "minicb",
+            "max_model_len": self.engine.max_model_len,
+        }
 
-def _param_of(message: str, chat: bool) -> str:
-    """Which request field an engine refusal is about."""
-    if "max_tokens" in message and "prompt of" not in message:
-        return "max_tokens"
-    return "messages" if chat else "prompt"
+    async def models(self) -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [self.model_card()]})
+
+    async def model(self, model: str) -> JSONResponse:
+        self.check_model(model)
+        return JSONResponse(self.model_card())
+
+    async def health(self) -> JSONResponse:
+        if not self.loop.alive:
+            return JSONResponse({"status": "engine thread stopped"}, status_code=503)
+        return JSONResponse({"status": "ok", "model": self.model_name})
+
+    async def metrics(self) -> Response:
+        # KV usage is otherwise set by steps only, so an idle engine would keep showing its
+        # last busy figure after aborts; read the pool now, in the engine thread.
+        read = self.loop.acall(lambda: self.engine.kv_snapshot())
+        try:
+            kv = await asyncio.wait_for(read, METRICS_READ_TIMEOUT_S)
+            self.prometheus.kv_usage.set(kv.num_used / kv.num_blocks if kv.num_blocks else 0.0)
+        except TimeoutError:
+            pass  # a stuck engine thread must not stall the scrape; serve what is known
+        return Response(self.prometheus.exposition(), media_type=self.prometheus.content_type)
+
+    async def unknown(self, request: Request, path: str) -> JSONResponse:
+        raise APIError(
+            f"no route {request.method} /v1/{path}; see /v1/models, /v1/completions, "
+            "/v1/chat/completions",
+            status=404,
+            code="unknown_url",
+        )
 
 
 def install_openai_routes(
@@ -216,35 +392,28 @@ def install_openai_routes(
     max_waiting: int = 256,
     max_body_bytes: int = 1 << 20,
     api_key: str | None = None,
-    prometheus: PrometheusMetrics | None = None,
-) -> None:
+) -> OpenAIRoutes:
     """Add the OpenAI routes, /health and /metrics for one engine of ``engine_loop``.
 
-    ``api_key`` protects /v1/* only (the visualizer and probes stay open). Without
-    ``prometheus``, one is made and subscribed to the engine's EventBus.
+    ``api_key`` protects /v1/* only (the visualizer and probes stay open). The Prometheus
+    metrics and the waiting-queue gate listen to the engine's bus, which a rebuilt engine
+    keeps, so they go on counting across a demo's rebuilds.
     """
-    engine = engine_loop.engines[engine_name]
-    if prometheus is None:
-        from minicb.telemetry.bus import attach
-
-        prometheus = PrometheusMetrics(model_name)
-        attach(engine).subscribe(prometheus)
-    gate = WaitingGate(engine, max_waiting)
-    hub = getattr(app.state, "hub", None)
-    if hub is not None:  # the demo may replace the engine; keep counting its queue
-        hub.rebuild_hooks.append(lambda engines: gate.attach(engines[engine_name]))
-    routes = OpenAIRoutes(engine_loop, engine_name, model_name, gate, max_body_bytes)
-    info = InfoRoutes(engine_loop, engine_name, model_name, prometheus, routes.check_model)
+    prometheus = PrometheusMetrics(model_name)
+    engine_loop.engines[engine_name].bus.subscribe(prometheus)
+    gate = WaitingGate(engine_loop.engines, engine_name, max_waiting)
+    routes = OpenAIRoutes(engine_loop, engine_name, model_name, gate, prometheus, max_body_bytes)
     app.state.openai = routes
     app.add_exception_handler(APIError, api_error_handler)
     guarded = [Depends(bearer_check(api_key))] if api_key else []
     v1 = APIRouter(prefix="/v1", dependencies=guarded)
     v1.add_api_route("/completions", _guarded(routes.completions), methods=["POST"])
     v1.add_api_route("/chat/completions", _guarded(routes.chat_completions), methods=["POST"])
-    v1.add_api_route("/models", info.models, methods=["GET"])
-    v1.add_api_route("/models/{model:path}", info.model, methods=["GET"])
+    v1.add_api_route("/models", routes.models, methods=["GET"])
+    v1.add_api_route("/models/{model:path}", routes.model, methods=["GET"])
     any_method = ["GET", "POST", "PUT", "PATCH", "DELETE"]
-    v1.add_api_route("/{path:path}", info.unknown, methods=any_method, include_in_schema=False)
+    v1.add_api_route("/{path:path}", routes.unknown, methods=any_method, include_in_schema=False)
     app.include_router(v1)
-    app.add_api_route("/health", info.health, methods=["GET"])
-    app.add_api_route("/metrics", info.metrics, methods=["GET"])
+    app.add_api_route("/health", routes.health, methods=["GET"])
+    app.add_api_route("/metrics", routes.metrics, methods=["GET"])
+    return routes

@@ -16,7 +16,6 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
-from minicb.telemetry.bus import attach
 from minicb.server.engine_loop import EngineLoop
 from minicb.server.openai_api import install_openai_routes
 
@@ -51,13 +50,12 @@ def api_server(engine: Any, model_name: str = "tiny", **options: Any) -> Iterato
     Yields a namespace with ``url``, ``loop``, ``engine``, ``bus`` and ``app``.
     """
     loop = EngineLoop({"api": engine})
-    bus = attach(engine)
     app = FastAPI()
     install_openai_routes(app, loop, "api", model_name, **options)
     loop.start()
     try:
         with live_server(app) as url:
-            yield _Live(url=url, loop=loop, engine=engine, bus=bus, app=app)
+            yield _Live(url=url, loop=loop, engine=engine, bus=engine.bus, app=app)
     finally:
         loop.stop()
 
@@ -67,7 +65,7 @@ class _Live:
         self.__dict__.update(fields)
 
     def used_blocks(self) -> int:
-        return self.loop.call(lambda: self.engine.scheduler.blocks.num_used_blocks).result(5)
+        return self.loop.call(lambda: self.engine.kv_snapshot().num_used).result(5)
 
 
 def metric(text: str, name: str) -> float:

@@ -53,7 +53,7 @@ def test_64_concurrent_streams_complete_and_share_iterations(live):
     live.bus.unsubscribe(steps.append)
     # 12 token chunks plus the closing chunk, for every client.
     assert results == [(13, "length")] * N_CLIENTS
-    decoding = [sum(r.phase == "decode" for r in s.scheduled) for s in steps]
+    decoding = [sum(r.phase == "decode" for r in s.plan.scheduled) for s in steps]
     print(f"most decodes in one step: {max(decoding)} of {N_CLIENTS}; steps: {len(steps)}")
     assert max(decoding) >= N_CLIENTS // 2, f"at most {max(decoding)} decodes shared a step"
     assert live.used_blocks() == 0

@@ -21,7 +21,8 @@ MAX = 16
 def live(default_llm):
     # A second engine on the same weights and settings: the offline LLM stays free for
     # computing the expected answers while the server's engine thread owns its own.
-    engine = LLMEngine(config=default_llm.engine.config, share_weights_with=default_llm.engine)
+    config = default_llm.engine.config
+    engine = LLMEngine(config=config, runner=default_llm.engine.runner.with_config(config))
     with api_server(engine, engine.model_name) as server:
         yield server
 

@@ -1,0 +1,438 @@
+"""What an OpenAI request must pass before it reaches the engine, and how a refusal reads.
+
+- the error shape: every refusal leaves as ``{"error": {"message", "type", "param",
+  "code"}}`` with its HTTP status, so the official clients raise their usual typed
+  exceptions (BadRequestError, AuthenticationError, RateLimitError...) and show the message;
+- the body: read under a size bound (413, checked on Content-Length and again while
+  reading, since chunked uploads have none), then UTF-8, JSON, an object, no lone
+  surrogate (a valid JSON escape no tokenizer can encode), each with its own message;
+- the schemas: strict pydantic models, so a wrong type is an error rather than a guess
+  ("12" is not 12, true is not 1) and an unknown argument (a typo like ``max_token``) is
+  refused by name. Fields that take several shapes (prompt, messages, stop) are typed Any
+  and checked by hand below, which gives one clear message instead of one per union branch.
+  Extensions, as vLLM has them: ``top_k``, ``ignore_eos``, ``priority``, ``return_token_ids``;
+- the parameters: each check names the field to fix; features minicb lacks are refused,
+  never silently ignored;
+- the door: the API key (401) and a bound on the engine's waiting queue (429).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from minicb.config import SamplingParams
+from minicb.telemetry.events import Event
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_STOP_STRINGS = 4  # as OpenAI
+CHAT_ROLES = ("system", "developer", "user", "assistant")
+MESSAGE_KEYS = {"role", "content", "name"}
+RETRY_AFTER_S = 1
+M = TypeVar("M", bound=BaseModel)
+
+
+# ---- the error shape -------------------------------------------------------------------
+class APIError(Exception):
+    """A request the API refuses; carries its HTTP status and the OpenAI error fields."""
+
+    def __init__(
+        self,
+        message: str,
+        status: int = 400,
+        *,
+        param: str | None = None,
+        code: str | None = "invalid_value",
+        type: str = "invalid_request_error",
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message, self.status, self.param = message, status, param
+        self.code, self.type, self.headers = code, type, headers or {}
+
+    def response(self) -> JSONResponse:
+        body = error_body(self.message, self.type, self.param, self.code)
+        return JSONResponse(body, status_code=self.status, headers=self.headers)
+
+
+def error_body(
+    message: str,
+    type: str = "invalid_request_error",
+    param: str | None = None,
+    code: str | None = None,
+) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+async def api_error_handler(request: Request, err: Exception) -> JSONResponse:
+    """FastAPI exception handler for APIError (raised by dependencies as well as routes)."""
+    assert isinstance(err, APIError)
+    return err.response()
+
+
+def _from_validation_error(err: ValidationError) -> APIError:
+    """The first problem pydantic found, as a 400 naming the field."""
+    first = err.errors(include_url=False)[0]
+    param = ".".join(str(p) for p in first["loc"])  # ("messages", 0) -> "messages.0"
+    if first["type"] == "extra_forbidden":
+        message = f"unrecognized request argument: {param}"
+        return APIError(message, param=param, code="unrecognized_argument")
+    if first["type"] == "missing":
+        return APIError(f"{param} is required", param=param, code="missing_required_parameter")
+    shown = repr(first.get("input"))
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    return APIError(f"{param or 'body'}: {first['msg']} (got {shown})", param=param or None)
+
+
+# ---- the schemas -----------------------------------------------------------------------
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+
+
+class StreamOptions(_Strict):
+    include_usage: bool = False
+
+
+class _Common(_Strict):
+    """Fields both endpoints share."""
+
+    model: str = Field(min_length=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: int | None = Field(default=None, ge=-1)  # -1 or 0: off
+    seed: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
+    stop: Any = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    n: int | None = 1
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, Any] | None = None
+    user: str | None = None  # accepted and ignored, as a label for the caller
+    ignore_eos: bool = False  # load generators use it to fix output lengths
+    priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)  # for the priority policy
+    return_token_ids: bool = False  # the generated ids in each choice (no-tokenizer models)
+
+
+class CompletionRequest(_Common):
+    prompt: Any  # str, token ids, or a list holding one of those
+    logprobs: int | None = None
+    echo: bool | None = False
+    best_of: int | None = None
+    suffix: str | None = None
+
+
+class ChatCompletionRequest(_Common):
+    messages: Any  # checked in chat_messages
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
+    response_format: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    store: bool | None = None
+    service_tier: str | None = None
+
+
+# ---- the body --------------------------------------------------------------------------
+async def read_request(request: Request, model: type[M], max_bytes: int) -> M:
+    """The body, parsed and validated into ``model``; APIError saying what is wrong."""
+    body = _decode_json(await _read_body(request, max_bytes))
+    try:
+        return model.model_validate(body)
+    except ValidationError as err:
+        raise _from_validation_error(err) from err
+    except RecursionError as err:
+        raise APIError("request body is nested too deeply", code="invalid_json") from err
+
+
+async def _read_body(request: Request, max_bytes: int) -> bytes:
+    too_large = APIError(
+        f"request body is larger than the limit of {max_bytes} bytes",
+        status=413,
+        code="request_too_large",
+    )
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _decode_json(raw: bytes) -> dict[str, Any]:
+    def bad(message: str, code: str = "invalid_json", param: str | None = None) -> APIError:
+        return APIError(message, param=param, code=code)
+
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        message = f"request body is not valid UTF-8 (byte {err.start})"
+        raise bad(message, "invalid_encoding") from err
+    if not text.strip():
+        raise bad("request body is empty; send a JSON object")
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as err:
+        where = f"at line {err.lineno} column {err.colno}"
+        raise bad(f"request body is not valid JSON: {err.msg} {where}") from err
+    except RecursionError as err:
+        raise bad("request body JSON is nested too deeply") from err
+    except ValueError as err:  # e.g. an integer of thousands of digits
+        raise bad(f"request body is not usable JSON: {err}") from err
+    if not isinstance(body, dict):
+        raise bad(f"request body must be a JSON object, got {type(body).__name__}")
+    try:
+        where = _lone_surrogate(body, "")
+    except RecursionError as err:
+        raise bad("request body is nested too deeply") from err
+    if where:
+        raise bad(
+            f"{where} holds invalid Unicode (a lone surrogate escape)", "invalid_encoding", where
+        )
+    return body
+
+
+def _lone_surrogate(value: Any, path: str) -> str | None:
+    """Path of the first string (key or value) that cannot be encoded as UTF-8."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path or "body"
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            found = _lone_surrogate(key, where) or _lone_surrogate(item, where)
+            if found:
+                return found
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found = _lone_surrogate(item, f"{path}.{i}")
+            if found:
+                return found
+    return None
+
+
+# ---- the parameters --------------------------------------------------------------------
+def completion_prompt(prompt: Any) -> str | list[int]:
+    """A string or a non-empty list of token ids; a list holding exactly one of those too."""
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+        prompt = prompt[0]  # the batch form with a single prompt
+    if isinstance(prompt, str) or (
+        isinstance(prompt, list)
+        and prompt
+        and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
+    ):
+        return prompt
+    if prompt == []:
+        raise APIError("prompt is empty; give a string or at least one token id", param="prompt")
+    if isinstance(prompt, list) and all(isinstance(p, str | list) for p in prompt):
+        raise APIError(
+            f"prompt holds {len(prompt)} prompts; send one prompt per request", param="prompt"
+        )
+    raise APIError(
+        "prompt must be a string or a list of integer token ids",
+        param="prompt",
+        code="invalid_type",
+    )
+
+
+def _content(content: Any, where: str) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise APIError(
+            f"{where} must be a string or a list of text parts", param=where, code="invalid_type"
+        )
+    texts = []
+    for i, part in enumerate(content):  # content parts: only text parts are understood
+        at = f"{where}.{i}"
+        if not (isinstance(part, dict) and part.get("type") == "text"):
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            message = f"{at}: content part of type {kind!r} is not supported; only text parts are"
+            raise APIError(message, param=at)
+        if not isinstance(part.get("text"), str) or set(part) - {"type", "text"}:
+            raise APIError(f"{at}: a text part needs exactly a string 'text'", param=at)
+        texts.append(part["text"])
+    return "".join(texts)
+
+
+def chat_messages(messages: Any) -> list[dict[str, str]]:
+    """Plain {"role", "content"} dicts for the chat template; "developer" reads as "system"."""
+    if not isinstance(messages, list) or not messages:
+        raise APIError("messages must be a non-empty list of messages", param="messages")
+    out = []
+    for i, msg in enumerate(messages):
+        where = f"messages.{i}"
+        if not isinstance(msg, dict):
+            raise APIError(f"{where} must be an object with role and content", param=where)
+        extra = sorted(set(msg) - MESSAGE_KEYS)
+        if extra:
+            raise APIError(f"{where}.{extra[0]} is not supported", param=f"{where}.{extra[0]}")
+        role = msg.get("role")
+        if role not in CHAT_ROLES:
+            raise APIError(
+                f"{where}.role must be one of {', '.join(CHAT_ROLES)}, got {role!r}",
+                param=f"{where}.role",
+            )
+        if msg.get("content") is None:
+            raise APIError(f"{where}.content is required", param=f"{where}.content")
+        role = "system" if role == "developer" else role
+        out.append({"role": role, "content": _content(msg["content"], f"{where}.content")})
+    return out
+
+
+def _refuse(param: str, why: str = "is not supported by minicb") -> None:
+    raise APIError(f"{param} {why}", param=param, code="unsupported_parameter")
+
+
+def check_unsupported(req: CompletionRequest | ChatCompletionRequest) -> None:
+    """Refuse features minicb does not have rather than quietly ignoring them."""
+    if req.n not in (None, 1):
+        _refuse("n", f"must be 1, got {req.n}")
+    if req.logprobs not in (None, False, 0) or getattr(req, "top_logprobs", None):
+        _refuse("logprobs")
+    for name in ("presence_penalty", "frequency_penalty"):
+        if getattr(req, name) not in (None, 0, 0.0):
+            _refuse(name)
+    if req.logit_bias:
+        _refuse("logit_bias")
+    if req.stream_options is not None and not req.stream:
+        _refuse("stream_options", "is only allowed when stream is true")
+    if isinstance(req, CompletionRequest):
+        for name, off in (("echo", (None, False)), ("best_of", (None, 1)), ("suffix", (None, ""))):
+            if getattr(req, name) not in off:
+                _refuse(name)
+    else:
+        if req.tools or req.tool_choice not in (None, "none"):
+            _refuse("tools")
+        if req.response_format and req.response_format.get("type") != "text":
+            _refuse("response_format")
+
+
+def _stop_strings(stop: Any) -> list[str]:
+    stops = [] if stop is None else [stop] if isinstance(stop, str) else stop
+    if (
+        not isinstance(stops, list)
+        or len(stops) > MAX_STOP_STRINGS
+        or not all(isinstance(s, str) and s for s in stops)
+    ):
+        raise APIError(
+            f"stop must be a non-empty string or a list of up to {MAX_STOP_STRINGS} of them",
+            param="stop",
+        )
+    return stops
+
+
+def sampling_params(
+    req: CompletionRequest | ChatCompletionRequest, max_tokens: int
+) -> SamplingParams:
+    try:
+        return SamplingParams(
+            max_tokens=max_tokens,
+            temperature=1.0 if req.temperature is None else req.temperature,
+            top_p=1.0 if req.top_p is None else req.top_p,
+            top_k=max(0, req.top_k or 0),
+            seed=req.seed,
+            stop=_stop_strings(req.stop),
+            ignore_eos=req.ignore_eos,
+        )
+    except ValueError as err:  # SamplingParams' own limits, already named in its message
+        raise APIError(str(err)) from err
+
+
+def requested_max_tokens(req: CompletionRequest | ChatCompletionRequest) -> int | None:
+    """max_completion_tokens (chat's newer name) wins over max_tokens when both are given."""
+    newer = getattr(req, "max_completion_tokens", None)
+    return newer if newer is not None else req.max_tokens
+
+
+# ---- the door --------------------------------------------------------------------------
+class WaitingGate:
+    """A bound on the engine's waiting queue, answered with 429 and ``Retry-After``.
+
+    The scheduler already refuses a request that could never fit; what it cannot refuse
+    is *too many* requests that each fit: they would queue without limit and every one
+    would wait longer. So the gate turns new ones away once ``max_waiting`` are queued,
+    and a load generator sees back-pressure instead of a growing latency.
+
+    The count is read where it lives: the gate listens to the engine's bus and, in the
+    engine thread, reads ``queue_sizes()`` on every arrival, abort and step (the queue
+    also holds requests that did not come through the API, e.g. a demo workload). The
+    engine is looked up by name each time, so a rebuilt engine needs no hook. Handlers on
+    the event loop add the submissions on their way to the engine thread, so a burst of
+    concurrent requests cannot all slip past the bound between two reads. Each such
+    ticket is struck off in the engine thread right after its request is queued, just
+    after the arrival made the count grow, so a request is never counted twice (which
+    would refuse requests below the bound).
+    """
+
+    KINDS = ("arrived", "aborted", "step")
+
+    def __init__(self, engines: dict[str, Any], name: str, max_waiting: int) -> None:
+        if max_waiting < 1:
+            raise ValueError(f"max_waiting must be at least 1, got {max_waiting}")
+        self.engines, self.name, self.max_waiting = engines, name, max_waiting
+        self.waiting = 0  # written in the engine thread, read on the event loop (one int)
+        self.in_transit: set[object] = set()  # tickets of submissions not queued yet
+        self.refused = 0
+        engines[name].bus.subscribe(self, kinds=self.KINDS)
+
+    def __call__(self, event: Event) -> None:
+        self.waiting = self.engines[self.name].queue_sizes()["waiting"]
+
+    @contextmanager
+    def admit(self) -> Iterator[Callable[[], None]]:
+        """Hold a place while a submission travels to the engine thread, or 429 if the
+        queue is full. Yields the function that strikes the place off: hand it to
+        ``EngineLoop.submit(on_queued=...)``."""
+        if self.waiting + len(self.in_transit) >= self.max_waiting:
+            self.refused += 1
+            raise APIError(
+                f"the server's queue is full ({self.max_waiting} requests waiting); "
+                f"retry in {RETRY_AFTER_S} s",
+                status=429,
+                type="rate_limit_error",
+                code="queue_full",
+                headers={"Retry-After": str(RETRY_AFTER_S)},
+            )
+        ticket = object()
+        self.in_transit.add(ticket)
+        try:
+            yield lambda: self.in_transit.discard(ticket)
+        finally:
+            self.in_transit.discard(ticket)  # refused by the engine, or already struck off
+
+
+def bearer_check(api_key: str) -> Callable[[Request], Awaitable[None]]:
+    """A route dependency: 401 unless the request sends ``Authorization: Bearer <api_key>``."""
+    expected = api_key.encode("utf-8")
+
+    async def check(request: Request) -> None:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        given = token.strip().encode("utf-8", "replace")
+        # compare_digest: the time taken does not tell how much of a guess was right
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given, expected):
+            raise APIError(
+                "missing or incorrect API key; send the header Authorization: Bearer <key>",
+                status=401,
+                code="invalid_api_key",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+
+    return check
