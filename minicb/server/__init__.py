@@ -1,1 +1,4 @@
-"""The server: engines in their own thread, FastAPI routes and WebSockets around them."""
+"""The server: the engines in their own thread (engine_loop), the visualizer's app and
+WebSocket (app, controls, workload), the OpenAI-compatible API (openai_api,
+openai_request), and what the ``demo``, ``serve`` and ``replay --serve`` commands start
+(launch)."""

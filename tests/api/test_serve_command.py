@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from minicb.cli import build_parser
-from minicb.commands.serve import build_app
+from minicb.server.launch import build_serve
 from tests.api.live import live_server
 
 
@@ -38,7 +38,7 @@ def test_serve_options_parse_with_the_engine_options():
 def test_bad_limits_are_refused_with_a_clear_error(tiny_llama_dir):
     args = build_parser().parse_args(["serve", "--model", tiny_llama_dir, "--max-waiting", "0"])
     with pytest.raises(ValueError, match="--max-waiting must be at least 1"):
-        build_app(args)
+        build_serve(args)
 
 
 def test_the_built_app_serves_the_visualizer_and_the_api(tiny_llama_dir):
@@ -55,7 +55,7 @@ def test_the_built_app_serves_the_visualizer_and_the_api(tiny_llama_dir):
             "k",
         ]
     )
-    app, loop, engine, name = build_app(args)
+    app, loop, engine, name = build_serve(args)
     assert name == "tiny" and list(loop.engines) == ["api"]
     loop.start()
     try:

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from minicb.commands.demo import trace_paths
+from minicb.server.launch import trace_paths
 from minicb.telemetry.trace import read_trace
 from tests.browser.conftest import js, server, shot, wait_for
 
@@ -27,7 +27,7 @@ def expected_rows(trace):
     rows, last_step = {}, 0
     for e in trace.events:
         if e.kind == "step":
-            last_step = e.index
+            last_step = e.plan.step
         elif e.kind == "arrived":
             rows[e.request_id] = [e.request_id, last_step + 1, None]
         elif e.kind == "finished":
@@ -46,7 +46,7 @@ def test_replay_draws_the_recorded_rows_and_scrubs(tab, recorded):
             drawn = js(page, f"{PANELS}[{i}].model.order.map(r => [r.id, r.startStep, r.endStep])")
             want = expected_rows(traces[name])
             assert len(want) >= 6 and sorted(drawn) == want
-            last = max(e.index for e in traces[name].events if e.kind == "step")
+            last = max(e.plan.step for e in traces[name].events if e.kind == "step")
             wait_for(page, f"Number({PANELS}[{i}].el.dataset.step) === {last}")
         page.wait_for_timeout(500)
         shot(page, "replay-end")
@@ -57,7 +57,7 @@ def test_replay_draws_the_recorded_rows_and_scrubs(tab, recorded):
         page.wait_for_timeout(500)
         steps = js(page, f"{PANELS}.map(p => Number(p.el.dataset.step))")
         for i, name in enumerate(["static", "continuous"]):
-            last = max(e.index for e in traces[name].events if e.kind == "step")
+            last = max(e.plan.step for e in traces[name].events if e.kind == "step")
             assert 0 < steps[i] < last
         # only requests that had arrived by then are drawn
         assert js(

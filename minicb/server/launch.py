@@ -1,0 +1,236 @@
+"""What ``minicb demo``, ``minicb serve`` and ``minicb replay --serve`` start.
+
+- demo: static and continuous batching side by side, live in the browser: two engines on
+  one copy of the weights, fed the same workload by one feeder, stepped in turn by one
+  engine thread (so both advance together); the OpenAI routes aim at the continuous one.
+- serve: one continuous-batching engine behind the OpenAI-compatible API; the same app
+  hosts the visualizer, so ``/`` shows API traffic joining the batch live:
+
+      minicb serve --port 8000
+      curl localhost:8000/v1/completions -H 'content-type: application/json' \\
+           -d '{"model": "SmolLM2-135M-Instruct", "prompt": "Hello", "max_tokens": 8}'
+
+- replay: the visualizer fed from recorded traces, with a scrub slider and no model.
+
+Building the parsers imports nothing heavy: torch, the model and uvicorn are imported
+when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import webbrowser
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from minicb.config import add_engine_options, engine_kwargs
+from minicb.server.workload import LENGTHS, PRESETS
+from minicb.telemetry.trace import add_trace_option, traced
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from minicb.engine import LLMEngine
+    from minicb.server.engine_loop import EngineLoop
+    from minicb.telemetry.trace import Trace
+
+DEFAULT_HOST = "127.0.0.1"  # local only by default: the demo has controls anyone could use
+DEFAULT_PORT = 8000
+# Small enough to read on the projector and to move on two CPU cores.
+DEMO_DEFAULTS = dict(max_num_seqs=8, max_num_batched_tokens=256, num_kv_blocks=128)
+SERVE_ENGINE = "api"  # the one engine's name in serve mode
+
+
+# ---- the command line ------------------------------------------------------------------
+def add_server_options(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("server")
+    g.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
+    g.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    g.add_argument("--open", action="store_true", help="open the page in a browser")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``demo`` and ``serve`` subcommands."""
+    p = subparsers.add_parser(
+        "demo", help="static vs continuous batching, live in the browser (the visualizer)"
+    )
+    add_engine_options(p)  # --batching is ignored: the demo runs both
+    p.set_defaults(**DEMO_DEFAULTS)
+    add_server_options(p)
+    add_trace_option(p)
+    w = p.add_argument_group("workload (the same for both engines)")
+    w.add_argument("--workload", default="poisson", choices=PRESETS, help="arrival pattern")
+    w.add_argument("--rate", type=float, default=0.7, help="poisson arrivals per second")
+    w.add_argument("--lengths", default="mixed", choices=LENGTHS, help="output lengths")
+    w.add_argument("--burst", type=int, default=12, help="requests arriving at the start")
+    w.add_argument("--short", type=int, nargs=2, default=(4, 12), metavar=("MIN", "MAX"))
+    w.add_argument("--long", type=int, nargs=2, default=(24, 48), metavar=("MIN", "MAX"))
+    w.add_argument("--delay", type=float, default=0.0, help="seconds to wait between rounds")
+    w.add_argument("--paused", action="store_true", help="start paused (step it from the page)")
+    p.set_defaults(func=run_demo)
+
+    p = subparsers.add_parser("serve", help="serve the OpenAI-compatible API and the visualizer")
+    add_server_options(p)
+    p.add_argument(
+        "--served-model-name",
+        default=None,
+        help="the name clients pass as 'model' (default: the model's own name)",
+    )
+    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/*")
+    p.add_argument(
+        "--max-waiting",
+        type=int,
+        default=256,
+        help="waiting requests beyond which new ones get 429 (default 256)",
+    )
+    p.add_argument(
+        "--max-body-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB)"
+    )
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    add_engine_options(p)
+    add_trace_option(p)
+    p.set_defaults(func=run_serve)
+
+
+def run_server(app: Any, args: argparse.Namespace, what: str, log_level: str = "warning") -> None:
+    """Serve ``app`` until Ctrl-C, after printing where to look."""
+    import uvicorn
+
+    host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
+    url = f"http://{host}:{args.port}/"
+    print(f"{what}: open {url} in a browser (Ctrl-C to stop)", flush=True)
+    if args.open:
+        webbrowser.open(url)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=log_level)
+
+
+# ---- demo ------------------------------------------------------------------------------
+def build_demo(args: argparse.Namespace) -> tuple[EngineLoop, FastAPI]:
+    """The engine loop (not started) and the app of a demo, from parsed options."""
+    from minicb.config import EngineConfig
+    from minicb.engine import LLMEngine
+    from minicb.server.app import create_app
+    from minicb.server.engine_loop import EngineLoop
+    from minicb.server.openai_api import install_openai_routes
+    from minicb.server.workload import WorkloadFeeder, WorkloadSpec
+
+    kwargs = engine_kwargs(args)
+    kwargs.pop("batching")
+    continuous = LLMEngine(args.model, EngineConfig(batching="continuous", **kwargs))
+    config = EngineConfig(batching="static", **kwargs)
+    static = LLMEngine(config=config, runner=continuous.runner.with_config(config))
+    spec = WorkloadSpec(preset=args.workload, rate=args.rate, lengths=args.lengths)
+    feeder = WorkloadFeeder(spec, short=tuple(args.short), long=tuple(args.long))
+    feeder.burst(args.burst)
+    loop = EngineLoop({"static": static, "continuous": continuous}, feeder=feeder)
+    loop.paused, loop.delay_s = args.paused, args.delay
+    name = continuous.model_name
+    app = create_app(loop, mode="demo", model_name=name, feeder=feeder)
+    install_openai_routes(app, loop, "continuous", name)
+    return loop, app
+
+
+def trace_paths(path: str) -> dict[str, Path]:
+    """One trace per engine: FILE for continuous, FILE's stem + .static.jsonl for static."""
+    main = Path(path)
+    return {"continuous": main, "static": main.with_name(main.stem + ".static" + main.suffix)}
+
+
+def record_demo(engines: dict[str, LLMEngine], path: str) -> Callable[[], None]:
+    """Record each engine's events to its trace until its settings change or the demo ends;
+    returns the function that closes the files. A rebuilt engine numbers its requests from
+    0 again, and a trace must not mix the two: its "reset" event closes the trace."""
+    from minicb.telemetry.events import EVENT_KINDS
+    from minicb.telemetry.trace import TraceWriter, trace_header
+
+    writers: dict[str, TraceWriter] = {}
+
+    def close(name: str) -> None:
+        writer = writers.pop(name, None)
+        if writer is not None:
+            engines[name].bus.unsubscribe(writer)  # the bus that a rebuilt engine keeps
+            writer.close()
+
+    def stop(name: str) -> None:
+        if name in writers:
+            close(name)
+            print(f"minicb demo: settings changed; the {name} trace stops here", file=sys.stderr)
+
+    def close_all() -> None:
+        for name in list(writers):
+            close(name)
+
+    for name, file in trace_paths(path).items():
+        bus = engines[name].bus
+        writers[name] = TraceWriter(file, trace_header(engines[name], command="demo", panel=name))
+        bus.subscribe(writers[name], kinds=EVENT_KINDS - {"reset"})
+        bus.subscribe(lambda _event, name=name: stop(name), kinds=["reset"])
+    return close_all
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    print("minicb demo: loading the model ...", flush=True)
+    loop, app = build_demo(args)
+    close_traces = record_demo(dict(loop.engines), args.trace) if args.trace else None
+    loop.start()
+    try:
+        run_server(app, args, "minicb demo")
+    finally:
+        loop.stop()
+        if close_traces is not None:
+            close_traces()
+    return 0
+
+
+# ---- serve -----------------------------------------------------------------------------
+def build_serve(args: argparse.Namespace) -> tuple[FastAPI, EngineLoop, LLMEngine, str]:
+    """The engine, its thread and the app, with the API routes; nothing started."""
+    from minicb.config import EngineConfig
+    from minicb.engine import LLMEngine
+    from minicb.server.app import create_app
+    from minicb.server.engine_loop import EngineLoop
+    from minicb.server.openai_api import install_openai_routes
+
+    if args.max_waiting < 1:
+        raise ValueError(f"--max-waiting must be at least 1, got {args.max_waiting}")
+    if args.max_body_bytes < 1024:
+        raise ValueError(f"--max-body-bytes must be at least 1024, got {args.max_body_bytes}")
+    engine = LLMEngine(args.model, EngineConfig.from_kwargs(**engine_kwargs(args)))
+    model_name = args.served_model_name or engine.model_name
+    loop = EngineLoop({SERVE_ENGINE: engine})
+    app = create_app(loop, mode="serve", model_name=model_name)
+    install_openai_routes(
+        app,
+        loop,
+        SERVE_ENGINE,
+        model_name,
+        max_waiting=args.max_waiting,
+        max_body_bytes=args.max_body_bytes,
+        api_key=args.api_key,
+    )
+    return app, loop, engine, model_name
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    app, loop, engine, model_name = build_serve(args)
+    logging.basicConfig(level=args.log_level.upper())
+    with traced(engine, args, served_model_name=model_name):
+        loop.start()
+        try:
+            what = f"minicb serve: {model_name} (visualizer at /, API at /v1)"
+            run_server(app, args, what, log_level=args.log_level)
+        finally:
+            loop.stop()
+    return 0
+
+
+# ---- replay ----------------------------------------------------------------------------
+def serve_replay(traces: dict[str, Trace], args: argparse.Namespace) -> int:
+    """The visualizer over recorded traces (panel name -> trace), until Ctrl-C."""
+    from minicb.server.app import create_app
+
+    run_server(create_app(None, mode="replay", replay=traces), args, "minicb replay")
+    return 0
