@@ -80,6 +80,14 @@ class ModelRunner:
         else:
             self.model = self._load_model(self.files)
         self.backend = get_backend(config.attention_backend, self.device)
+        self._allocate_kv()
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(config.seed)
+        self.decode_graphs = maybe_capture(self)  # None on CPU or when turned off
+
+    def _allocate_kv(self) -> None:
+        """The paged KV pool on the device and its swap twin in host memory."""
+        cfg, config = self.model_config, self.config
         self.num_kv_blocks = config.num_kv_blocks or self._auto_num_blocks()
         self.num_swap_blocks = config.num_swap_blocks
         if self.num_swap_blocks is None:
@@ -87,23 +95,17 @@ class ModelRunner:
             self.num_swap_blocks = min(
                 self.num_kv_blocks, SWAP_SPACE_BYTES // self.bytes_per_block()
             )
-        shape = (
-            cfg.num_layers,
-            2,
-            self.num_kv_blocks,
-            config.block_size,
-            cfg.num_kv_heads,
-            cfg.head_dim,
+        # (num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim)
+        block = (config.block_size, cfg.num_kv_heads, cfg.head_dim)
+        self.kv_cache = torch.zeros(
+            (cfg.num_layers, 2, self.num_kv_blocks, *block), dtype=self.dtype, device=self.device
         )
-        self.kv_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
-        swap_shape = (cfg.num_layers, 2, self.num_swap_blocks, *shape[3:])
         self.swap_cache = torch.zeros(
-            swap_shape, dtype=self.dtype, pin_memory=self.device.type == "cuda"
+            (cfg.num_layers, 2, self.num_swap_blocks, *block),
+            dtype=self.dtype,
+            pin_memory=self.device.type == "cuda",
         )
         self.kv_caches = [(self.kv_cache[i, 0], self.kv_cache[i, 1]) for i in range(cfg.num_layers)]
-        self.generator = torch.Generator(device=self.device)
-        self.generator.manual_seed(config.seed)
-        self.decode_graphs = maybe_capture(self)  # None on CPU or when turned off
 
     def _load_model(self, files: ModelFiles) -> LlamaModel:
         cfg = self.model_config

@@ -276,18 +276,24 @@ def step_request_events(
                 text=delta.text,
             )
     if wants("finished"):
-        outputs = {o.request_id: o for o in finished}
-        for d in plan.finished:
-            out = outputs.get(d.request_id)
-            if out is None:  # aborted between steps: already told by its aborted event
-                continue
-            yield RequestFinished(
-                time=end,
-                request_id=d.request_id,
-                step=n,
-                finish_reason=out.finish_reason,
-                reason=d.reason,
-                num_prompt_tokens=len(out.prompt_token_ids),
-                num_output_tokens=len(out.token_ids),
-                num_preemptions=out.metrics.num_preemptions,
-            )
+        yield from _finished_events(plan, finished, end)
+
+
+def _finished_events(
+    plan: StepPlan, finished: list[RequestOutput], end: float
+) -> Iterator[RequestFinished]:
+    outputs = {o.request_id: o for o in finished}
+    for d in plan.finished:
+        out = outputs.get(d.request_id)
+        if out is None:  # aborted between steps: already told by its aborted event
+            continue
+        yield RequestFinished(
+            time=end,
+            request_id=d.request_id,
+            step=plan.step,
+            finish_reason=out.finish_reason,
+            reason=d.reason,
+            num_prompt_tokens=len(out.prompt_token_ids),
+            num_output_tokens=len(out.token_ids),
+            num_preemptions=out.metrics.num_preemptions,
+        )

@@ -273,15 +273,19 @@ class MetricsCollector:
             },
             "batch": self._batch(),
             "kv": self._kv(),
-            "preemptions": {
-                "total": sum(self.steps.preempted.values()),
-                "recompute": self.steps.preempted.get("recompute", 0),
-                "swap": self.steps.preempted.get("swap", 0),
-                "swapped_out": self.steps.swapped_out,
-                "swapped_in": self.steps.swapped_in,
-            },
+            "preemptions": self._preemptions(),
             "fairness": self._fairness(done),
             "goodput": _goodput(done, ttfts, tpots, ttft_slo, tpot_slo, duration),
+        }
+
+    def _preemptions(self) -> dict[str, Any]:
+        s = self.steps
+        return {
+            "total": sum(s.preempted.values()),
+            "recompute": s.preempted.get("recompute", 0),
+            "swap": s.preempted.get("swap", 0),
+            "swapped_out": s.swapped_out,
+            "swapped_in": s.swapped_in,
         }
 
     def _batch(self) -> dict[str, Any]:
