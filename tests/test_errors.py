@@ -5,8 +5,12 @@ import json
 import pytest
 
 from minicb import LLM, EngineConfig, SamplingParams
-from minicb.runner.loader import ModelLoadError, open_model, resolve_model_path
-from minicb.runner.loader import make_tiny_model_dir
+from minicb.runner.loader import (
+    ModelLoadError,
+    make_tiny_model_dir,
+    open_model,
+    resolve_model_path,
+)
 
 
 # ---- loading -----------------------------------------------------------------------------
@@ -97,7 +101,7 @@ def test_bad_request_is_refused_and_others_continue(llm, prompt, params, message
         engine.add_request(prompt, params)
     outs = engine.run_until_done()
     assert [o.request_id for o in outs] == [good] and len(outs[0].token_ids) == 3
-    assert engine.scheduler.blocks.num_used_blocks == 0
+    assert engine.kv_snapshot().num_used == 0
 
 
 @pytest.mark.parametrize(
@@ -130,15 +134,15 @@ def test_generate_leaves_nothing_behind_when_one_prompt_is_bad(llm):
     with pytest.raises(ValueError, match="outside the vocabulary"):
         llm.generate([[5, 6], [7, 8], [1000]], SamplingParams(max_tokens=2))
     assert not llm.engine.has_unfinished()
-    assert llm.engine.scheduler.blocks.num_used_blocks == 0
+    assert llm.engine.kv_snapshot().num_used == 0
 
 
 def test_abort_frees_blocks_at_once(llm):
     engine = llm.engine
     rid = engine.add_request([5] * 40, SamplingParams(max_tokens=20))
     engine.step()
-    assert engine.scheduler.blocks.num_used_blocks > 0
+    assert engine.kv_snapshot().num_used > 0
     assert engine.abort_request(rid)
-    assert engine.scheduler.blocks.num_used_blocks == 0
+    assert engine.kv_snapshot().num_used == 0
     assert not engine.abort_request(rid)
     assert [d.reason for d in engine.step().plan.finished] == ["aborted by the client"]

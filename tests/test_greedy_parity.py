@@ -27,7 +27,7 @@ NEW_TOKENS = 32
 def reference_tokens(default_llm):
     tok = default_llm.tokenizer
     hf = AutoModelForCausalLM.from_pretrained(
-        default_llm.engine.files.path, dtype=torch.float32
+        default_llm.engine.runner.files.path, dtype=torch.float32
     ).eval()
     # No eos, so neither side stops early (min_new_tokens would mask eos instead).
     hf.generation_config.eos_token_id = None

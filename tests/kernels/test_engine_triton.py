@@ -15,12 +15,11 @@ def test_triton_backend_matches_torch_backend(tiny_llama_dir):
     triton_llm = LLM(model=tiny_llama_dir, attention_backend="triton", **options)
     mixed_steps = []
 
-    class Watch:
-        def step_done(self, result):
-            phases = {row.phase for row in result.plan.scheduled}
-            mixed_steps.append(phases >= {"prefill", "decode"})
+    def watch(event):
+        phases = {row.phase for row in event.plan.scheduled}
+        mixed_steps.append(phases >= {"prefill", "decode"})
 
-    triton_llm.engine.add_observer(Watch())
+    triton_llm.engine.bus.subscribe(watch, kinds=["step"])
     expected = [o.token_ids for o in torch_llm.generate(prompts, params)]
     got = [o.token_ids for o in triton_llm.generate(prompts, params)]
     assert got == expected

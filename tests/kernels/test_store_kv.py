@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from minicb.kernels import reference
-from minicb.kernels.store_kv import store_kv
 from minicb.kernels.attention import TritonBackend
+from minicb.kernels.store_kv import store_kv
 
 from . import DEVICE
 

@@ -10,8 +10,7 @@ from transformers import AutoModelForCausalLM
 
 from minicb.config import EngineConfig
 from minicb.kernels import AttentionMetadata
-from minicb.runner.loader import open_model
-from minicb.runner.loader import TINY_ARCHITECTURES, make_tiny_model_dir
+from minicb.runner.loader import TINY_ARCHITECTURES, make_tiny_model_dir, open_model
 from minicb.runner.model_runner import ModelRunner
 
 
@@ -66,9 +65,7 @@ PROMPTS = [
 @pytest.mark.parametrize("chunks", [1, 3])
 def test_tiny_logits_match_transformers(arch, chunks, tmp_path):
     path = make_tiny_model_dir(arch, tmp_path, seed=1)
-    runner = ModelRunner(
-        open_model(str(path)), EngineConfig(dtype="float32", num_kv_blocks=32, block_size=4)
-    )
+    runner = ModelRunner(str(path), EngineConfig(dtype="float32", num_kv_blocks=32, block_size=4))
     ours = minicb_logits(runner, PROMPTS, chunks)
     theirs = hf_logits(path, PROMPTS)
     for a, b in zip(ours, theirs, strict=True):
@@ -78,7 +75,7 @@ def test_tiny_logits_match_transformers(arch, chunks, tmp_path):
 @pytest.mark.slow
 def test_default_model_logits_match_transformers():
     files = open_model(None)
-    runner = ModelRunner(files, EngineConfig(dtype="float32", num_kv_blocks=64))
+    runner = ModelRunner(None, EngineConfig(dtype="float32", num_kv_blocks=64), files=files)
     prompts = [
         files.tokenizer.encode(t) for t in ("The capital of France is", "def fibonacci(n):\n   ")
     ]
