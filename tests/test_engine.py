@@ -1,20 +1,18 @@
-"""The engine's step-level API: requests arrive at any time, stream, and report metrics."""
+"""The engine's step-level API: requests arrive at any time, stream, and report metrics;
+its views (KV snapshot, block tables, queues, live requests, description) agree with its
+step events; abort_all and rebuilt leave nothing behind and keep the bus."""
 
 import pytest
 
-from minicb import LLM, SamplingParams
+from minicb import LLM, EngineConfig, LLMEngine, SamplingParams
+from tests.helpers import add, fake_engine
 
 
 def test_requests_join_a_running_batch_and_stream_tokens(tiny_llama_dir):
     llm = LLM(model=tiny_llama_dir, num_kv_blocks=64)
     engine = llm.engine
     finished = {}
-
-    class Collect:
-        def step_done(self, result):
-            finished.update({o.request_id: o for o in result.finished})
-
-    engine.add_observer(Collect())
+    engine.bus.subscribe(lambda e: finished.update({e.request_id: e}), kinds=["finished"])
     params = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
     first = engine.add_request([5, 6, 7], params)
     engine.step()
@@ -28,7 +26,7 @@ def test_requests_join_a_running_batch_and_stream_tokens(tiny_llama_dir):
     engine.run_until_done()
     assert not engine.has_unfinished()
     assert sorted(finished) == [first, late, late + 1]
-    assert all(len(o.token_ids) == 6 for o in finished.values())
+    assert all(e.num_output_tokens == 6 for e in finished.values())
 
 
 def test_output_metrics_are_filled(tiny_llama_dir):
@@ -50,12 +48,9 @@ def test_generate_keeps_prompt_order_and_accepts_one_prompt(tiny_llama_dir):
 
 
 def test_two_engines_share_one_copy_of_the_weights(tiny_llama_dir):
-    from minicb import EngineConfig, LLMEngine
-
     continuous = LLMEngine(tiny_llama_dir, EngineConfig(num_kv_blocks=32))
-    static = LLMEngine(
-        config=EngineConfig(batching="static", num_kv_blocks=32), share_weights_with=continuous
-    )
+    static_config = EngineConfig(batching="static", num_kv_blocks=32)
+    static = LLMEngine(config=static_config, runner=continuous.runner.with_config(static_config))
     assert static.runner.model is continuous.runner.model
     assert static.runner.kv_cache.data_ptr() != continuous.runner.kv_cache.data_ptr()
     params = SamplingParams(max_tokens=5, temperature=0.0, ignore_eos=True)
@@ -64,4 +59,118 @@ def test_two_engines_share_one_copy_of_the_weights(tiny_llama_dir):
     outs = [engine.run_until_done()[0].token_ids for engine in (continuous, static)]
     assert outs[0] == outs[1]
     with pytest.raises(ValueError, match="cannot share weights held as torch.float32"):
-        LLMEngine(config=EngineConfig(dtype="bfloat16"), share_weights_with=continuous)
+        continuous.runner.with_config(EngineConfig(dtype="bfloat16"))
+
+
+# ---- the views, on the real engine over FakeRunner -------------------------------------------
+def swap_engine():
+    """Three requests that cannot all fit a pool of 6 blocks: preemption by swap."""
+    engine = fake_engine(
+        num_kv_blocks=6,
+        block_size=4,
+        max_num_batched_tokens=16,
+        max_num_seqs=4,
+        preemption_mode="swap",
+        num_swap_blocks=12,
+        step_time=0.1,
+    )
+    for n in (8, 8, 8):
+        add(engine, n, 8)
+    return engine
+
+
+def test_views_agree_with_the_step_events():
+    engine = swap_engine()
+    steps, ended = [], set()
+    engine.bus.subscribe(steps.append, kinds=["step"])
+    engine.bus.subscribe(lambda e: ended.add(e.request_id), kinds=["finished", "aborted"])
+    swapped_views = 0
+    while engine.has_unfinished():
+        engine.step()
+        plan, kv = steps[-1].plan, engine.kv_snapshot()
+        # What the KV map draws from the event is what the engine holds right after the step.
+        assert (plan.block_tables, plan.swap_tables) == (kv.block_tables, kv.swap_tables)
+        assert (plan.kv_used, plan.kv_free, plan.kv_total, plan.kv_swapped) == (
+            kv.num_used,
+            kv.num_free,
+            kv.num_blocks,
+            kv.num_swapped,
+        )
+        for row in plan.scheduled:
+            if row.request_id not in ended:
+                assert row.block_table == kv.block_tables[row.request_id]
+        for rid in kv.block_tables.keys() | kv.swap_tables.keys():
+            assert engine.block_table(rid) == kv.block_tables.get(rid, [])
+        queues = engine.queue_sizes()
+        assert (queues["waiting"], queues["swapped"]) == (plan.num_waiting, plan.num_swapped)
+        assert queues["running"] == len(kv.block_tables)
+        assert engine.step_count == plan.step == engine.describe()["step"]
+        assert {r["request_id"] for r in engine.live_requests()} == {0, 1, 2} - ended
+        swapped_views += bool(kv.swap_tables)
+    assert swapped_views, "the run was meant to swap requests out"
+    assert any(s.plan.swap_in_map for s in steps)
+
+
+def test_describe_and_live_requests():
+    engine = swap_engine()
+    info = engine.describe()
+    assert info == {
+        "batching": "continuous",
+        "config": engine.config.to_dict(),
+        "model": "fake",
+        "runner": engine.runner.describe(),
+        "kv_total": 6,
+        "swap_total": 12,
+        "block_size": 4,
+        "has_tokenizer": False,
+        "max_model_len": 256,
+        "step": 0,
+    }
+    engine.step()
+    first = engine.live_requests()[0]
+    assert first == {
+        "request_id": 0,
+        "arrival": 0.0,
+        "start_step": 1,
+        "prompt": None,
+        "num_prompt_tokens": 8,
+        "max_tokens": 8,
+        "first_token_time": 0.1,
+    }
+
+
+def test_abort_all_frees_every_block():
+    engine = swap_engine()
+    aborted = []
+    engine.bus.subscribe(lambda e: aborted.append(e.request_id), kinds=["aborted"])
+    while not engine.kv_snapshot().swap_tables:
+        engine.step()
+    assert sorted(engine.abort_all()) == [0, 1, 2] == sorted(aborted)
+    kv = engine.kv_snapshot()
+    assert (kv.num_used, kv.num_swapped, kv.block_tables, kv.swap_tables) == (0, 0, {}, {})
+    assert engine.queue_sizes() == {"waiting": 0, "running": 0, "swapped": 0}
+    assert not engine.has_unfinished() and engine.live_requests() == []
+    assert engine.abort_all() == []
+
+
+def test_rebuilt_keeps_the_bus_and_starts_ids_again():
+    engine = fake_engine(block_size=4, step_time=0.5)
+    seen = []
+    engine.bus.subscribe(seen.append)
+    old = [add(engine, 3, 5), add(engine, 9, 5)]
+    engine.step()
+    del seen[:]
+    new = engine.rebuilt(EngineConfig(block_size=8, num_kv_blocks=32, batching="static"))
+    assert new.bus is engine.bus and new.clock is engine.clock
+    assert [e.kind for e in seen] == ["aborted", "aborted", "reset"]
+    assert [e.request_id for e in seen[:2]] == old
+    assert seen[2].info == new.describe() and seen[2].time == engine.clock()
+    assert engine.kv_snapshot().num_used == 0 and not engine.has_unfinished()
+    assert new.kv_snapshot().num_blocks == 32 and new.step_count == 0
+    assert add(new, 3, 2) == 0
+    new.run_until_done()
+    after = seen[3:]
+    assert after[0].kind == "arrived" and after[0].request_id == 0
+    steps = [e.plan for e in after if e.kind == "step"]
+    assert steps[0].step == 1 and {(p.batching, p.block_size) for p in steps} == {("static", 8)}
+    assert [e.kind for e in after if e.kind in ("finished", "aborted")] == ["finished"]
