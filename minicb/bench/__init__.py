@@ -1,11 +1,165 @@
-"""The benchmark suite behind ``minicb bench``: workloads, systems, figures, reports.
+"""The benchmark suite behind ``minicb bench``, and what every one of its runs leaves behind.
 
-- ``workloads`` / ``arrivals``: seeded request sets and arrival times, written down exactly
-  in docs/performance.md;
-- ``driver`` (minicb engines, in real time) and ``hf_systems`` (transformers' padded
-  ``generate`` and its continuous batching) run them, and every run is reduced to minicb's
-  own events and ``MetricsCollector`` figures, so all systems are measured alike;
-- ``theory`` predicts the static-vs-continuous ratio from the lengths and a fitted step-time
-  model, ``roofline`` measures the machine's ceiling, ``sched_cost`` times ``schedule()``;
-- ``suite`` runs it all; ``report_md`` and ``report_html`` show it.
+- ``workloads``: seeded request sets, arrival times and the suite's two sizes;
+- ``systems``: minicb continuous and static, transformers' padded ``generate`` and its
+  continuous batching, each run reduced to minicb's events;
+- ``theory``: static vs continuous predicted from the lengths, the decode roofline of this
+  machine, and the cost of ``schedule()``;
+- ``report``: the goals, markdown tables and a self-contained HTML page;
+- ``suite``: the whole run, in order, and the ``minicb bench`` subcommand.
+
+Here: the ``RunRecord`` of one run (its events measured by minicb's ``MetricsCollector``,
+so one definition of TTFT, TPOT, occupancy and the rest serves every system) and the
+figures taken from records: each figure over the repeats of one system as its median,
+minimum and maximum; ratios between two systems taken repeat by repeat (the systems
+alternate within each repeat, so a pair shares the machine's mood). Pure Python.
 """
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from minicb.telemetry.events import Event, StepEvent
+from minicb.telemetry.metrics import MetricsCollector
+
+
+@dataclass
+class RunRecord:
+    system: str
+    workload: str
+    summary: dict[str, Any]  # MetricsCollector.summary(ttft_slo, tpot_slo)
+    wall_s: float  # from the start of the run to the last request's end
+    steps: list[dict[str, float]] = field(default_factory=list)  # step_row of each iteration
+    error: str | None = None  # set when the system could not run; figures are then empty
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def failed_run(system: str, workload: str, error: str) -> RunRecord:
+    return RunRecord(system, workload, summary={}, wall_s=0.0, error=error)
+
+
+def step_row(e: StepEvent, t0: float) -> dict[str, float]:
+    """One iteration in numbers, for the step-time model, the share of time outside the
+    model and the occupancy-over-time plot."""
+    rows = e.plan.scheduled
+    padding = sum(r.phase == "padding" for r in rows)
+    return {
+        "t": e.wall_start - t0,
+        "dt": e.wall_end - e.wall_start,
+        "rows": len(rows),
+        "useful_rows": len(rows) - padding,
+        "padding_rows": padding,
+        # A row costs by its tokens, whatever its phase: one-token rows (decodes, padding
+        # rows, a last one-token prompt chunk) and the tokens of longer rows.
+        "decode_rows": sum(r.num_tokens == 1 for r in rows),
+        "prefill_tokens": sum(r.num_tokens for r in rows if r.num_tokens > 1),
+        "slots": e.plan.slots_limit,
+        "schedule_s": e.schedule_s,
+        "forward_s": e.forward_s,
+        "sample_s": e.sample_s,
+    }
+
+
+def measure_events(
+    events: Iterable[Event], t0: float, ttft_slo: float | None, tpot_slo: float | None
+) -> tuple[dict[str, Any], list[dict[str, float]]]:
+    """The metrics summary and the step rows of a run's events (rebuilt ones included)."""
+    metrics, steps = MetricsCollector(), []
+    for event in events:
+        metrics(event)
+        if isinstance(event, StepEvent):
+            steps.append(step_row(event, t0))
+    return metrics.summary(ttft_slo, tpot_slo), steps
+
+
+# ---- figures -------------------------------------------------------------------------------
+_LAT = ("ttft", "tpot", "itl", "e2e")
+# figure key -> path into a metrics summary
+FIGURES: dict[str, tuple[str, ...]] = {
+    "output_tok_s": ("throughput", "output_tokens_per_s"),
+    "total_tok_s": ("throughput", "total_tokens_per_s"),
+    "req_s": ("throughput", "requests_per_s"),
+    **{f"{name}_{q}": ("latency", f"{name}_s", q) for name in _LAT for q in ("p50", "p90", "p99")},
+    "slot_occupancy": ("batch", "slot_occupancy"),
+    "padding_waste": ("batch", "padding_waste"),
+    "kv_utilisation": ("kv", "utilisation"),
+    "preemptions": ("preemptions", "total"),
+    "goodput_req_s": ("goodput", "requests_per_s"),
+    "goodput_fraction": ("goodput", "fraction"),
+}
+
+
+def lookup(summary: dict[str, Any], path: tuple[str, ...]) -> float | None:
+    """The number at ``path``, or None where the summary has none (a system that does not
+    expose it, an empty distribution)."""
+    node: Any = summary
+    for key in path:
+        if not isinstance(node, dict) or node.get(key) is None:
+            return None
+        node = node[key]
+    return float(node) if isinstance(node, int | float) else None
+
+
+def spread(values: Iterable[float | None]) -> dict[str, float] | None:
+    """Median, min, max and count of the values present; None when there are none."""
+    v = [x for x in values if x is not None]
+    if not v:
+        return None
+    return {"median": statistics.median(v), "min": min(v), "max": max(v), "n": len(v)}
+
+
+def figures_of(record: RunRecord) -> dict[str, float | None]:
+    """Every figure of one run (empty for a run that failed)."""
+    if record.error:
+        return {}
+    out = {key: lookup(record.summary, path) for key, path in FIGURES.items()}
+    out["wall_s"] = record.wall_s
+    return out
+
+
+def aggregate(records: list[RunRecord]) -> dict[str, dict[str, float] | None]:
+    """Each figure over the repeats: median, min, max."""
+    per_run = [figures_of(r) for r in records if not r.error]
+    return {k: spread(f.get(k) for f in per_run) for k in [*FIGURES, "wall_s"]}
+
+
+def paired_ratio(
+    a: list[RunRecord], b: list[RunRecord], key: str = "output_tok_s"
+) -> dict[str, float] | None:
+    """``a``'s figure over ``b``'s, repeat by repeat (repeat i with repeat i)."""
+    ratios = []
+    for ra, rb in zip(a, b, strict=False):
+        fa, fb = figures_of(ra).get(key), figures_of(rb).get(key)
+        if fa is not None and fb:
+            ratios.append(fa / fb)
+    return spread(ratios)
+
+
+def ratio_table(runs: dict[str, list[RunRecord]], key: str = "output_tok_s") -> dict[str, Any]:
+    """Every ordered pair of systems that both ran: 'x / y' -> paired ratio of ``key``."""
+    names = [n for n, recs in runs.items() if any(not r.error for r in recs)]
+    return {
+        f"{x} / {y}": paired_ratio(runs[x], runs[y], key) for x in names for y in names if x != y
+    }
+
+
+def outside_model_share(steps: list[dict[str, float]]) -> dict[str, float | None]:
+    """Shares of the iterations' wall time spent scheduling, sampling and elsewhere
+    (input preparation, token bookkeeping, events): everything but the model's forward."""
+    total = sum(s["dt"] for s in steps)
+    if total <= 0:
+        return {"outside": None, "schedule": None, "sample": None, "other": None}
+    schedule = sum(s["schedule_s"] for s in steps)
+    forward = sum(s["forward_s"] for s in steps)
+    sample = sum(s["sample_s"] for s in steps)
+    return {
+        "outside": (total - forward) / total,
+        "schedule": schedule / total,
+        "sample": sample / total,
+        "other": (total - forward - schedule - sample) / total,
+    }

@@ -1,29 +1,155 @@
-"""The whole benchmark, in order: hardware, scheduler cost, decode roofline, the offline
-workloads on every system, then latency against request rate.
+"""``minicb bench``: the whole benchmark, in order: hardware, scheduler cost, decode
+roofline, the offline workloads on every system, then latency against request rate.
 
 Every system is warmed up before it is measured. Within each repeat the systems run one
 after another in an order that rotates from repeat to repeat, so a slow spell on the
 machine falls on all of them alike; figures are medians over the repeats, with min and max.
+It prints markdown tables and writes ``bench.json``, ``bench.md`` and a self-contained
+``bench.html`` to ``--out-dir``. docs/performance.md describes every workload and figure.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import platform
 import statistics
+import sys
+import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from minicb.bench import roofline, sched_cost
-from minicb.bench.arrivals import arrival_times, describe_arrivals
-from minicb.bench.figures import aggregate, figures_of, paired_ratio, ratio_table
-from minicb.bench.hf_padded import time_hf_decode
-from minicb.bench.presets import BenchPlan, sweep_workload
-from minicb.bench.records import RunRecord
-from minicb.bench.systems import Systems
-from minicb.bench.theory import fit_step_model, predict
-from minicb.bench.workloads import Workload
+from minicb.bench import (
+    RunRecord,
+    aggregate,
+    figures_of,
+    outside_model_share,
+    paired_ratio,
+    ratio_table,
+    theory,
+)
+from minicb.bench.systems import Systems, build_systems
+from minicb.bench.workloads import (
+    FULL,
+    QUICK,
+    SYSTEMS,
+    BenchPlan,
+    Workload,
+    arrival_times,
+    describe_arrivals,
+    make_workloads,
+    sweep_workload,
+)
+from minicb.config import DTYPES
+from minicb.runner.loader import load_hf_config, resolve_model_path
 from minicb.scheduler.block_manager import blocks_needed
 
 MINICB = ("minicb-continuous", "minicb-static")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("bench", help="benchmark batching modes and transformers")
+    p.add_argument("--quick", action="store_true", help="small workloads, one repeat")
+    p.add_argument("--model", default=None, help="model folder (default: embedded SmolLM2-135M)")
+    p.add_argument("--dtype", default="bfloat16", choices=[d for d in DTYPES if d != "auto"])
+    p.add_argument("--device", default="auto", help="cpu, cuda, or auto")
+    p.add_argument(
+        "--threads", type=int, default=1,
+        help="torch threads, pinned (default 1: on a shared 2-core machine two threads stall)",
+    )  # fmt: skip
+    p.add_argument("--repeats", type=int, default=None, help="measured repeats per system")
+    p.add_argument(
+        "--systems", nargs="+", default=None, metavar="SYSTEM",
+        help="minicb-continuous minicb-static hf-padded hf-continuous (default: all)",
+    )  # fmt: skip
+    p.add_argument("--ttft-slo", type=float, default=None, metavar="S", help="goodput TTFT target")
+    p.add_argument("--tpot-slo", type=float, default=None, metavar="S", help="goodput TPOT target")
+    p.add_argument("--out-dir", default="artifacts/bench", help="where bench.json/.html go")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--trace", metavar="FILE", default=None,
+        help="record each minicb run (first repeat) as FILE-stem.<workload>.<system>.jsonl, "
+        "for `minicb replay` and the visualizer",
+    )  # fmt: skip
+    p.set_defaults(func=run)
+
+
+def make_plan(args: argparse.Namespace) -> BenchPlan:
+    changes: dict[str, Any] = {}
+    if args.repeats is not None:
+        if args.repeats < 1:
+            raise ValueError(f"--repeats must be at least 1, got {args.repeats}")
+        changes["repeats"] = args.repeats
+    if args.systems:
+        unknown = sorted(set(args.systems) - set(SYSTEMS))
+        if unknown:
+            raise ValueError(f"unknown system(s) {unknown}; choose from {', '.join(SYSTEMS)}")
+        changes["systems"] = tuple(s for s in SYSTEMS if s in args.systems)
+    for name in ("ttft_slo", "tpot_slo"):
+        if getattr(args, name) is not None:
+            changes[name] = getattr(args, name)
+    return (QUICK if args.quick else FULL).with_(**changes)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+    from tqdm import tqdm
+
+    from minicb.bench.report import evaluate, render, render_html
+
+    plan, started = make_plan(args), time.time()
+    if args.threads < 1:
+        raise ValueError(f"--threads must be at least 1, got {args.threads}")
+    torch.set_num_threads(args.threads)  # before any model is built
+    vocab = load_hf_config(resolve_model_path(args.model)).vocab_size
+    workloads = make_workloads(plan, vocab)
+    systems = build_systems(args.model, args.dtype, args.device, plan, workloads)
+    total = count_runs(plan, len(workloads))
+    with tqdm(total=total, unit="run", file=sys.stderr, disable=args.no_progress) as bar:
+        suite = Suite(plan, systems, bar, args.trace)
+        results: dict[str, Any] = {"meta": _meta(args, plan, systems, started)}
+        results["hardware"] = suite.hardware()
+        results["scheduler"] = suite.scheduler_cost()
+        results["roofline"] = suite.decode_roofline(results["hardware"])
+        results["hardware"] = results["roofline"].pop("hardware")  # both measurements
+        results["workloads"] = {
+            w.name: suite.workload(w, warm=plan.warmup_each_workload or i == 0)
+            for i, w in enumerate(workloads)
+        }
+        head = results["workloads"][workloads[0].name]["figures"].get("minicb-continuous")
+        capacity = head["req_s"]["median"] if head and head.get("req_s") else None
+        results["rate_sweep"] = suite.rate_sweep(vocab, capacity)
+    results["goals"] = evaluate(results, headline=workloads[0].name, control="fixed")
+    results["meta"]["duration_s"] = time.time() - started
+    markdown = render(results)
+    print(markdown)
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    (out / "bench.md").write_text(markdown, encoding="utf-8")
+    (out / "bench.html").write_text(render_html(results, markdown), encoding="utf-8")
+    print(f"\nwrote {out / 'bench.json'}, {out / 'bench.md'} and {out / 'bench.html'}")
+    return 0
+
+
+def _meta(args: argparse.Namespace, plan: BenchPlan, systems: Systems, started: float) -> dict:
+    from importlib import metadata
+
+    import torch
+
+    runner = systems.continuous.describe()["runner"]
+    return {
+        "command": "minicb bench" + (" --quick" if args.quick else ""),
+        "argv": sys.argv[1:], "quick": plan.quick, "model": systems.continuous.model_name,
+        "dtype": runner["dtype"], "device": runner["device"], "threads": torch.get_num_threads(),
+        "max_num_seqs": plan.max_num_seqs, "repeats": plan.repeats, "ttft_slo": plan.ttft_slo,
+        "tpot_slo": plan.tpot_slo, "num_kv_blocks": systems.num_kv_blocks,
+        "hf_error": systems.hf_error, "plan": asdict(plan), "started": started,
+        "platform": platform.platform(), "cpu_count": os.cpu_count(),
+        "versions": {p: metadata.version(p) for p in ("torch", "transformers")},
+    }  # fmt: skip
 
 
 def count_runs(plan: BenchPlan, num_workloads: int) -> int:
@@ -62,13 +188,14 @@ class Suite:
         after the decode sweep (``before`` is the first measurement): other work on a
         shared machine can only lower a figure, so the higher of the two is the limit."""
         self._tick("hardware: copy bandwidth, matmul FLOP/s")
-        runner = self.systems.continuous.runner
+        dtype = self.systems.continuous.runner.dtype
         nbytes = min(1 << 30, max(256 << 20, 2 * self.model_sizes()["weight_bytes"]))
-        bw = roofline.measure_copy_bandwidth(nbytes)
-        flops = roofline.measure_matmul_flops(runner.dtype, 2048)
+        n = 2048
+        bw = theory.measure_copy_bandwidth(nbytes)
+        flops = theory.measure_matmul_flops(dtype, n)
         hw: dict[str, Any] = {
             "copy_bytes": nbytes,
-            "matmul_n": 2048,
+            "matmul_n": n,
             "copy_bandwidth_samples": [*(before or {}).get("copy_bandwidth_samples", []), bw],
             "matmul_flops_samples": [*(before or {}).get("matmul_flops_samples", []), flops],
         }
@@ -80,14 +207,11 @@ class Suite:
 
     def model_sizes(self) -> dict[str, int]:
         runner = self.systems.continuous.runner
-        elem = runner.kv_cache.element_size()
-        return roofline.model_sizes(runner.model, runner.model_config, elem)
+        return theory.model_sizes(runner.model, runner.model_config, runner.dtype.itemsize)
 
     def scheduler_cost(self) -> list[dict[str, float]]:
         self._tick("scheduler cost")
-        out = [
-            sched_cost.time_schedule(n, self.plan.sched_iterations) for n in self.plan.sched_sizes
-        ]
+        out = [theory.time_schedule(n, self.plan.sched_iterations) for n in self.plan.sched_sizes]
         self.bar.update()
         return out
 
@@ -107,10 +231,10 @@ class Suite:
             for b in batches[k:] + batches[:k]:
                 self._tick(f"decode at batch {b}, round {r + 1}/{p.decode_rounds}")
                 args = (b, p.decode_prompt, p.decode_warm, p.decode_steps)
-                ours[b].append(roofline.time_decode(engine, *args))
+                ours[b].append(theory.time_decode(engine, *args))
                 if hf is not None:  # transformers' padded generate, same prompts and steps
                     try:
-                        theirs[b].append(time_hf_decode(hf, *args)["step_s"])
+                        theirs[b].append(theory.time_hf_decode(hf, *args)["step_s"])
                     except Exception:  # its column stays empty; the workloads say why
                         hf = None
                 self.bar.update()
@@ -126,7 +250,7 @@ class Suite:
                 "forward_s": statistics.median(m["forward_s"] for m in ours[b]),
                 "context": statistics.fmean(m["context"] for m in ours[b]),
             }
-            point = roofline.roofline_point(measured, sizes, cfg, b, hw)
+            point = theory.roofline_point(measured, sizes, cfg, b, hw)
             if theirs[b]:
                 point["hf_step_s"] = statistics.median(theirs[b])
                 point["hf_tok_s"] = b / point["hf_step_s"]
@@ -134,17 +258,14 @@ class Suite:
         return {"sizes": sizes, "prompt_len": p.decode_prompt, "points": points, "hardware": hw}
 
     # ---- the workloads -------------------------------------------------------------------
-    def warm_up(self, workload: Workload) -> None:
-        head = workload.head(min(len(workload.requests), self.plan.max_num_seqs), max_tokens=8)
-        for name in self.plan.systems:
-            self._tick(f"{workload.name}: warm-up {name}")
-            self.systems.run(name, head)
-            self.bar.update()
-
     def workload(self, w: Workload, warm: bool) -> dict[str, Any]:
-        if warm:
-            self.warm_up(w)
         names = list(self.plan.systems)
+        if warm:
+            head = w.head(min(len(w.requests), self.plan.max_num_seqs), max_tokens=8)
+            for name in names:
+                self._tick(f"{w.name}: warm-up {name}")
+                self.systems.run(name, head)
+                self.bar.update()
         runs: dict[str, list[RunRecord]] = {n: [] for n in names}
         for r in range(self.plan.repeats):
             k = r % len(names)
@@ -160,7 +281,7 @@ class Suite:
             "ratios": ratio_table(runs),
             "theory": self.theory(w, runs),
             "outside_model": {
-                n: sched_cost.outside_model_share([s for r in runs[n] for s in r.steps])
+                n: outside_model_share([s for r in runs[n] for s in r.steps])
                 for n in names
                 if n in MINICB
             },
@@ -170,21 +291,18 @@ class Suite:
     def theory(self, w: Workload, runs: dict[str, list[RunRecord]]) -> dict[str, Any] | None:
         if not all(n in runs for n in MINICB):
             return None
-        steps = [s for n in MINICB for r in runs[n] for s in r.steps]
-        model = fit_step_model(steps)
+        model = theory.fit_step_model([s for n in MINICB for r in runs[n] for s in r.steps])
         p = self.plan
-        pred = predict(
+        pred = theory.predict(
             w.prompt_lens, w.output_lens, p.max_num_seqs, p.max_num_batched_tokens, model
         )
         measured = paired_ratio(runs["minicb-continuous"], runs["minicb-static"])
-        walls = {n: statistics.median(r.wall_s for r in runs[n]) for n in MINICB}
-        error = measured["median"] / pred["ratio"] - 1 if measured else None
         return {
             "step_model": model.to_dict(),
             "predicted": pred,
             "measured_ratio": measured,
-            "measured_wall_s": walls,
-            "relative_error": error,
+            "measured_wall_s": {n: statistics.median(r.wall_s for r in runs[n]) for n in MINICB},
+            "relative_error": measured["median"] / pred["ratio"] - 1 if measured else None,
         }
 
     def rate_sweep(self, vocab: int, capacity: float | None) -> list[dict[str, Any]]:

@@ -1,37 +1,299 @@
 """The four systems under test, built once in one process on one copy of the weights.
 
-- ``minicb-continuous`` and ``minicb-static``: two LLMEngines sharing one model (same
-  weights, dtype, device, kernels, KV pool size and limits), so their ratio measures
-  scheduling and nothing else;
-- ``hf-padded`` and ``hf-continuous``: transformers' model loaded from the same folder in
-  the same dtype on the same device, run with the same batch limits.
+- ``minicb-continuous`` and ``minicb-static``: two LLMEngines whose runners share one model
+  (same weights, dtype, device, kernels, KV pool size and limits), so their ratio measures
+  scheduling and nothing else. ``drive`` feeds a workload at its arrival times, in real
+  time;
+- ``hf-padded``: transformers' padded ``generate`` in batches, the classic static
+  baseline: each batch is left-padded to its longest prompt and generates
+  ``max(max_tokens)`` tokens for every row; each request is credited only with the tokens
+  it asked for, and ends when its ``generate`` call returned;
+- ``hf-continuous``: transformers' own continuous batching (the engine behind
+  ``generate_batch``), through its manager's per-request ``add_request``, with EOS off and
+  the same limits as minicb. Its iterations are not visible from outside, so its batch and
+  KV figures stay empty.
 
-Threads are pinned by the caller (``torch.set_num_threads``) before anything is built.
+transformers' runs are rebuilt as minicb events from their timestamps, so every system is
+measured by the same ``measure_events``. Threads are pinned before anything is built.
 """
 
 from __future__ import annotations
 
+import copy
+import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from minicb.bench.driver import run_minicb
-from minicb.bench.hf_continuous import run_hf_continuous
-from minicb.bench.hf_padded import run_hf_padded
-from minicb.bench.presets import BenchPlan
-from minicb.bench.records import RunRecord, failed_run
-from minicb.bench.workloads import Workload
-from minicb.scheduler.block_manager import blocks_needed
-from minicb.config import EngineConfig
+from minicb.bench import RunRecord, failed_run, measure_events
+from minicb.bench.workloads import BenchPlan, RequestSpec, Workload
+from minicb.config import EngineConfig, SamplingParams
 from minicb.engine import LLMEngine
+from minicb.runner.loader import resolve_model_path
+from minicb.scheduler.block_manager import blocks_needed
+from minicb.scheduler.plan import ScheduledRequest, StepPlan
+from minicb.telemetry.events import (
+    Event,
+    RequestAdmitted,
+    RequestArrived,
+    RequestFinished,
+    RequestToken,
+    StepEvent,
+)
+from minicb.telemetry.trace import record_trace
+
+PAD_ID = 0
+NO_EOS = -1  # transformers' continuous batching: no token ends a request
+RUN_DEADLINE_S = 1800.0  # give up on a transformers run that stalls
 
 
-def kv_blocks_for(workloads: list[Workload], slots: int, block_size: int) -> int:
-    """A pool where every slot can hold the longest request of any workload: no preemption
-    is forced by the pool size, so the comparison is about batching alone."""
-    longest = max(max(w.prompt_lens) + max(w.output_lens) for w in workloads)
-    return slots * blocks_needed(longest, block_size) + 1
+# ---- minicb --------------------------------------------------------------------------------
+def sampling_params(workload: Workload) -> list[SamplingParams]:
+    """Exact lengths: ``ignore_eos`` and the workload's ``max_tokens`` for every request."""
+    return [
+        SamplingParams(max_tokens=r.max_tokens, temperature=workload.temperature, ignore_eos=True)
+        for r in workload.requests
+    ]
 
 
+def drive(engine: LLMEngine, workload: Workload) -> tuple[float, float]:
+    """Feed the requests at their arrival times and step until all are done: (start, end).
+
+    Before each step every request whose time has come on the wall clock is added, stamped
+    with its scheduled arrival (a request that arrived while a step ran is charged for the
+    wait); when nothing runs, it sleeps until the next arrival."""
+    reqs, params = workload.requests, sampling_params(workload)
+    order = deque(sorted(range(len(reqs)), key=lambda i: reqs[i].arrival))
+    start = time.time()
+    while order or engine.has_unfinished():
+        now = time.time()
+        while order and start + reqs[order[0]].arrival <= now:
+            i = order.popleft()
+            engine.add_request(reqs[i].prompt, params[i], arrival_time=start + reqs[i].arrival)
+        if engine.has_unfinished():
+            engine.step()
+        elif order:  # idle: wait for the next arrival rather than spin
+            time.sleep(max(0.0, start + reqs[order[0]].arrival - time.time()))
+    return start, time.time()
+
+
+def run_minicb(
+    engine: LLMEngine,
+    workload: Workload,
+    system: str,
+    ttft_slo: float | None = None,
+    tpot_slo: float | None = None,
+    trace_path: str | None = None,
+) -> RunRecord:
+    """One measured run, from the engine's own events; ``trace_path`` also records them."""
+    events: list[Event] = []
+    listener = engine.bus.subscribe(events.append)
+    header = dict(command="bench", system=system, workload=workload.describe())
+    try:
+        with record_trace(engine, trace_path, **header):
+            start, end = drive(engine, workload)
+    finally:
+        engine.bus.unsubscribe(listener)
+    summary, steps = measure_events(events, start, ttft_slo, tpot_slo)
+    return RunRecord(system, workload.name, summary, end - start, steps)
+
+
+# ---- transformers: padded generate ---------------------------------------------------------
+def generation_config(model: Any, max_new_tokens: int, temperature: float) -> Any:
+    """The model's generation config with EOS off and plain temperature sampling or greedy."""
+    gc = copy.deepcopy(model.generation_config)
+    gc.eos_token_id = None  # lengths are forced: nothing may stop a row early
+    gc.max_new_tokens = max_new_tokens
+    gc.min_new_tokens = None
+    gc.pad_token_id = PAD_ID
+    gc.do_sample = temperature > 0
+    gc.temperature = temperature if temperature > 0 else None
+    gc.top_k = 0 if temperature > 0 else None  # no top-k: minicb samples the whole vocab
+    gc.top_p = None
+    return gc
+
+
+def generate_times(
+    model: Any, prompts: list[list[int]], steps: int, temperature: float
+) -> list[float]:
+    """One left-padded batch; returns the end time of each of its ``steps`` token steps."""
+    import torch
+    from transformers import StoppingCriteriaList
+
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), PAD_ID, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):  # left padding: every row's last token is real
+        ids[i, width - len(p) :] = torch.tensor(p)
+        mask[i, width - len(p) :] = 1
+    times: list[float] = []
+
+    def stamp(input_ids: Any, scores: Any, **kwargs: Any) -> Any:  # a criterion, never true
+        times.append(time.time())
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    with torch.inference_mode():
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            generation_config=generation_config(model, steps, temperature),
+            stopping_criteria=StoppingCriteriaList([stamp]),
+        )
+    if out.shape[1] != width + steps:
+        raise RuntimeError(f"generate made {out.shape[1] - width} tokens, not {steps}")
+    return times
+
+
+def _batch_events(
+    ids: list[int], workload: Workload, t0: float, start: float, times: list[float], end: float
+) -> list[Event]:
+    """minicb events for one padded batch that started at ``start`` and returned at ``end``.
+    KV is counted in one-token blocks: each row holds the padded length of its batch."""
+    reqs = [workload.requests[i] for i in ids]
+    width = max(len(r.prompt) for r in reqs)
+    events: list[Event] = []
+    for k, t in enumerate(times):
+        rows = []
+        for i, r in zip(ids, reqs, strict=True):
+            live = min(len(r.prompt) + k + 1, len(r.prompt) + r.max_tokens)
+            held = list(range(width + k + 1))  # the row's padded KV, one block per token
+            pad = width - len(r.prompt)
+            if k == 0:
+                rows.append(ScheduledRequest(i, "prefill", width - pad, 0, live, held, True, True))
+                if pad:
+                    rows.append(ScheduledRequest(i, "padding", pad, 0, 0, [], False, False))
+            else:
+                decode = k < r.max_tokens
+                phase = "decode" if decode else "padding"
+                rows.append(ScheduledRequest(i, phase, 1, width + k - 1, live, held, True, decode))
+        plan = StepPlan(step=k + 1, batching="padded-generate", block_size=1, scheduled=rows,
+                        slots_used=len(ids), slots_limit=len(ids))  # fmt: skip
+        prev = start if k == 0 else times[k - 1]
+        events.append(StepEvent(plan, prev, t, schedule_s=0.0, forward_s=t - prev, sample_s=0.0))
+    for i, r in zip(ids, reqs, strict=True):
+        events += request_events(i, r, t0, start, times[: r.max_tokens], end)
+    return events
+
+
+def request_events(
+    rid: int, spec: RequestSpec, arrival: float, admitted: float, times: list[float], end: float
+) -> list[Event]:
+    """One request's life as minicb events, from times measured outside minicb."""
+    events: list[Event] = [
+        RequestArrived(
+            time=arrival, request_id=rid, prompt=None, num_prompt_tokens=len(spec.prompt),
+            max_tokens=spec.max_tokens, priority=0, params={},
+        ),
+        RequestAdmitted(time=admitted, request_id=rid, step=0, reason="started"),
+    ]  # fmt: skip
+    events += [
+        RequestToken(time=t, request_id=rid, step=0, token_id=0, index=j, text="")
+        for j, t in enumerate(times)
+    ]
+    events.append(
+        RequestFinished(
+            time=end, request_id=rid, step=0, finish_reason="length", reason="returned",
+            num_prompt_tokens=len(spec.prompt), num_output_tokens=len(times), num_preemptions=0,
+        )
+    )  # fmt: skip
+    return events
+
+
+def run_hf_padded(
+    model: Any,
+    workload: Workload,
+    batch_size: int,
+    ttft_slo: float | None = None,
+    tpot_slo: float | None = None,
+) -> RunRecord:
+    """The workload in padded batches of ``batch_size``, in order, all arriving at once."""
+    if not workload.all_at_once:
+        return failed_run("hf-padded", workload.name, "padded generate is run offline only")
+    t0 = time.time()
+    events: list[Event] = []
+    for b in range(0, len(workload.requests), batch_size):
+        ids = list(range(b, min(b + batch_size, len(workload.requests))))
+        reqs = [workload.requests[i] for i in ids]
+        start = time.time()
+        steps = max(r.max_tokens for r in reqs)
+        times = generate_times(model, [r.prompt for r in reqs], steps, workload.temperature)
+        events += _batch_events(ids, workload, t0, start, times, time.time())
+    summary, steps = measure_events(events, t0, ttft_slo, tpot_slo)
+    return RunRecord("hf-padded", workload.name, summary, time.time() - t0, steps)
+
+
+# ---- transformers: its own continuous batching ---------------------------------------------
+def run_hf_continuous(
+    model: Any,
+    workload: Workload,
+    max_num_seqs: int,
+    max_batch_tokens: int,
+    page_size: int,
+    num_blocks: int,
+    ttft_slo: float | None = None,
+    tpot_slo: float | None = None,
+) -> RunRecord:
+    """The workload through transformers' continuous batching manager (set up and warmed up
+    before the clock starts); its ``record_timestamps`` (``time.perf_counter``: one per
+    token, and when each request was created, scheduled and finished) are moved to the wall
+    clock and rebuilt as minicb request events."""
+    system = "hf-continuous"
+    if not workload.all_at_once:
+        error = "transformers' continuous batching is run offline only"
+        return failed_run(system, workload.name, error)
+    from transformers import ContinuousBatchingConfig
+
+    gen = generation_config(model, max(workload.output_lens), workload.temperature)
+    gen.eos_token_id = NO_EOS
+    cb = ContinuousBatchingConfig(
+        page_size=page_size, num_blocks=num_blocks, max_batch_tokens=max_batch_tokens,
+        max_requests_per_batch=max_num_seqs,
+    )  # fmt: skip
+    try:
+        with model.continuous_batching_context_manager(
+            generation_config=gen, continuous_batching_config=cb
+        ) as manager:
+            t0 = time.time()
+            results = _submit_and_collect(manager, workload)
+    except Exception as err:  # report why, and let the rest of the suite go on
+        return failed_run(system, workload.name, f"{type(err).__name__}: {err}")
+    offset = time.time() - time.perf_counter()  # perf_counter stamps -> wall clock
+    events: list[Event] = []
+    end = t0
+    for i, spec in enumerate(workload.requests):
+        r = results[f"r{i}"]
+        if len(r.generated_tokens) != spec.max_tokens:
+            error = f"request {i} got {len(r.generated_tokens)} tokens, asked {spec.max_tokens}"
+            return failed_run(system, workload.name, error)
+        stamps = [t + offset for t in r.timestamps]
+        finished = r.lifespan[1] + offset if r.lifespan[1] > 0 else stamps[-1]
+        admitted = r.lifespan[0] + offset if r.lifespan[0] > 0 else stamps[0]
+        end = max(end, finished)
+        events += request_events(i, spec, r.created_time + offset, admitted, stamps, finished)
+    summary, _ = measure_events(events, t0, ttft_slo, tpot_slo)
+    return RunRecord(system, workload.name, summary, end - t0)
+
+
+def _submit_and_collect(manager: Any, workload: Workload) -> dict[str, Any]:
+    for i, spec in enumerate(workload.requests):
+        manager.add_request(
+            list(spec.prompt), request_id=f"r{i}", max_new_tokens=spec.max_tokens,
+            record_timestamps=True, eos_token_id=NO_EOS,
+        )  # fmt: skip
+    results: dict[str, Any] = {}
+    deadline = time.time() + RUN_DEADLINE_S
+    while len(results) < len(workload.requests):
+        result = manager.get_result(timeout=1.0)
+        if result is not None and result.is_finished():
+            if result.error is not None:
+                raise RuntimeError(f"request {result.request_id} failed: {result.error}")
+            results[result.request_id] = result
+        elif result is None and (not manager.is_running() or time.time() > deadline):
+            raise RuntimeError(f"the manager stopped with {len(results)} results")
+    return results
+
+
+# ---- the four, built once -------------------------------------------------------------------
 @dataclass
 class Systems:
     plan: BenchPlan
@@ -42,40 +304,39 @@ class Systems:
     hf_error: str | None = None
 
     def run(self, name: str, workload: Workload, trace_path: str | None = None) -> RunRecord:
-        p = self.plan
-        slo = (p.ttft_slo, p.tpot_slo)
-        if name == "minicb-continuous":
-            return run_minicb(self.continuous, workload, name, *slo, trace_path=trace_path)
-        if name == "minicb-static":
-            return run_minicb(self.static, workload, name, *slo, trace_path=trace_path)
+        p, slo = self.plan, (self.plan.ttft_slo, self.plan.tpot_slo)
+        if name in ("minicb-continuous", "minicb-static"):
+            engine = self.continuous if name == "minicb-continuous" else self.static
+            return run_minicb(engine, workload, name, *slo, trace_path=trace_path)
+        if name not in ("hf-padded", "hf-continuous"):
+            raise ValueError(f"unknown system {name!r}")
         if self.hf_model is None:
-            return failed_run(
-                name, workload.name, f"transformers model unavailable: {self.hf_error}"
-            )
-        if name == "hf-padded":
-            try:
-                return run_hf_padded(self.hf_model, workload, p.max_num_seqs, *slo)
-            except Exception as err:  # report why, and let the rest of the suite go on
-                return failed_run(name, workload.name, f"{type(err).__name__}: {err}")
+            return failed_run(name, workload.name, f"transformers unavailable: {self.hf_error}")
         if name == "hf-continuous":
             return run_hf_continuous(
-                self.hf_model,
-                workload,
-                max_num_seqs=p.max_num_seqs,
-                max_batch_tokens=p.max_num_batched_tokens,
-                page_size=p.block_size,
-                num_blocks=self.num_kv_blocks,
-                ttft_slo=p.ttft_slo,
-                tpot_slo=p.tpot_slo,
-            )
-        raise ValueError(f"unknown system {name!r}")
-
-    def engine_config(self, **changes: Any) -> EngineConfig:
-        return self.continuous.config.with_(**changes)
+                self.hf_model, workload, p.max_num_seqs, p.max_num_batched_tokens,
+                p.block_size, self.num_kv_blocks, *slo,
+            )  # fmt: skip
+        try:
+            return run_hf_padded(self.hf_model, workload, p.max_num_seqs, *slo)
+        except Exception as err:  # report why, and let the rest of the suite go on
+            return failed_run(name, workload.name, f"{type(err).__name__}: {err}")
 
     def sibling(self, **changes: Any) -> LLMEngine:
         """Another minicb engine on the same weights (for the decode sweep)."""
-        return LLMEngine(config=self.engine_config(**changes), share_weights_with=self.continuous)
+        return _sibling(self.continuous, self.continuous.config.with_(**changes))
+
+
+def _sibling(engine: LLMEngine, config: EngineConfig) -> LLMEngine:
+    """A separate engine (own KV pool, own bus) whose runner shares ``engine``'s weights."""
+    return LLMEngine(config=config, runner=engine.runner.with_config(config))
+
+
+def kv_blocks_for(workloads: list[Workload], slots: int, block_size: int) -> int:
+    """A pool where every slot can hold the longest request of any workload: no preemption
+    is forced by the pool size, so the comparison is about batching alone."""
+    longest = max(max(w.prompt_lens) + max(w.output_lens) for w in workloads)
+    return slots * blocks_needed(longest, block_size) + 1
 
 
 def build_systems(
@@ -83,31 +344,20 @@ def build_systems(
 ) -> Systems:
     blocks = kv_blocks_for(workloads, plan.max_num_seqs, plan.block_size)
     config = EngineConfig(
-        batching="continuous",
-        dtype=dtype,
-        device=device,
-        max_num_seqs=plan.max_num_seqs,
-        max_num_batched_tokens=plan.max_num_batched_tokens,
-        block_size=plan.block_size,
-        num_kv_blocks=blocks,
-        num_swap_blocks=0,  # recompute preemption: no host swap space to allocate
-        seed=plan.seed,
-    )
+        batching="continuous", dtype=dtype, device=device, max_num_seqs=plan.max_num_seqs,
+        max_num_batched_tokens=plan.max_num_batched_tokens, block_size=plan.block_size,
+        num_kv_blocks=blocks, num_swap_blocks=0, seed=plan.seed,  # recompute: no swap space
+    )  # fmt: skip
     continuous = LLMEngine(model, config)
-    static = LLMEngine(config=config.with_(batching="static"), share_weights_with=continuous)
+    static = _sibling(continuous, config.with_(batching="static"))
     systems = Systems(plan, continuous, static, blocks)
     if any(s.startswith("hf-") for s in plan.systems):
-        try:
-            systems.hf_model = load_hf_model(continuous)
+        try:  # transformers' model from the same folder, in the engine's dtype and device
+            from transformers import AutoModelForCausalLM
+
+            runner = continuous.runner
+            hf = AutoModelForCausalLM.from_pretrained(resolve_model_path(model), dtype=runner.dtype)
+            systems.hf_model = hf.to(runner.device).eval()
         except Exception as err:  # the minicb half of the suite still runs
             systems.hf_error = f"{type(err).__name__}: {err}"
     return systems
-
-
-def load_hf_model(engine: LLMEngine) -> Any:
-    """transformers' model from the engine's folder, in the engine's dtype and device."""
-    from transformers import AutoModelForCausalLM
-
-    runner = engine.runner
-    model = AutoModelForCausalLM.from_pretrained(engine.files.path, dtype=runner.dtype)
-    return model.to(runner.device).eval()

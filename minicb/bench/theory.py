@@ -1,29 +1,52 @@
-"""What theory predicts for static against continuous batching, from lengths alone.
+"""What the figures should be: theory for static against continuous batching, the decode
+roofline of this machine, and what ``schedule()`` costs on its own.
 
-The step-time model: an iteration costs ``t = a + c * rows + p * tokens``, where ``rows``
-counts one-token rows (decodes, and the padding rows static batching computes anyway) and
-``tokens`` counts the tokens of longer rows (prompt chunks). ``fit_step_model`` fits
-``a, c, p`` by least squares to the iterations actually measured in the run.
+Static vs continuous, from lengths alone. The step-time model: an iteration costs
+``t = a + c * rows + p * tokens``, where ``rows`` counts one-token rows (decodes, and the
+padding rows static batching computes anyway) and ``tokens`` counts the tokens of longer
+rows (prompt chunks); ``fit_step_model`` fits ``a, c, p`` by least squares to the
+iterations measured in the run. Both schedules are then replayed on paper from the
+workload's lengths (the same rules as minicb's schedulers, with room in the KV pool for
+everyone), summing the modelled step times. The limit case, for the docs: with output
+lengths exponential of mean m, steps that cost the same whatever the batch (``c = p = 0``)
+and many requests, a static batch of B lasts as long as its longest member, E[max] =
+m * H_B (H_B = 1 + 1/2 + ... + 1/B), while continuous batching keeps all B slots busy: the
+ratio tends to H_B.
 
-Both schedules are then replayed on paper from the workload's lengths (``simulate_static``,
-``simulate_continuous``; the same rules as minicb's schedulers, with room in the KV pool for
-everyone), summing the modelled step times: the predicted runtimes, and their ratio.
+The roofline. A decode step of batch B must at least read every weight once and each
+request's KV cache, and do two FLOPs per weight per row plus the attention arithmetic:
 
-The limit case, for the docs: with output lengths exponential of mean m, steps that cost
-the same whatever the batch (``c = p = 0``: memory-bound decode) and many requests, a
-static batch of B lasts as long as its longest member, E[max] = m * H_B (H_B = 1 + 1/2 +
-... + 1/B), while continuous batching keeps all B slots busy and spends m steps per B
-requests on average: the ratio tends to H_B. No torch (numpy for the fit).
+    bytes(B) = weight bytes + sum over rows of KV bytes (context tokens x 2 x layers x
+               kv heads x head dim x element size)
+    flops(B) = 2 x (weights used by matmuls) x B + 4 x layers x heads x head dim x context
+    t_min(B) = max(bytes(B) / copy bandwidth, flops(B) / matmul FLOP/s)
+
+The ceiling is B / t_min(B) tokens per second. Copy bandwidth (read + write bytes of one
+large ``copy_``, as STREAM counts it) and matmul FLOP/s (a square matmul in the engine's
+dtype) are measured with torch, with
+the benchmark's threads, in the same run.
 """
 
 from __future__ import annotations
 
+import statistics
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from minicb.bench.systems import generate_times
+from minicb.config import EngineConfig, SamplingParams
+from minicb.engine import LLMEngine
+from minicb.runner.fake import FakeRunner
+from minicb.scheduler.block_manager import blocks_needed
+from minicb.scheduler.plan import DECODE
 
+
+# ---- static vs continuous ------------------------------------------------------------------
 @dataclass(frozen=True)
 class StepModel:
     a: float  # seconds per iteration
@@ -40,7 +63,7 @@ class StepModel:
 
 
 def fit_step_model(steps: list[dict[str, float]]) -> StepModel:
-    """Least squares of ``dt`` on (1, decode_rows, prefill_tokens) over StepLog rows."""
+    """Least squares of ``dt`` on (1, decode_rows, prefill_tokens) over step rows."""
     if len(steps) < 3:
         raise ValueError(f"need at least 3 steps to fit the step-time model, got {len(steps)}")
     x = np.array([[1.0, s["decode_rows"], s["prefill_tokens"]] for s in steps])
@@ -53,11 +76,10 @@ def fit_step_model(steps: list[dict[str, float]]) -> StepModel:
 
 
 class _Cost:
-    """Accumulates the rows and tokens of one simulated iteration."""
+    """The rows and tokens of one simulated iteration."""
 
     def __init__(self) -> None:
-        self.rows = 0
-        self.tokens = 0
+        self.rows, self.tokens = 0, 0
 
     def add(self, n: int) -> None:
         if n == 1:
@@ -110,9 +132,8 @@ def simulate_continuous(
             room -= _advance(r, room, cost)
         while waiting and len(running) < slots and room:
             i = waiting.popleft()
-            r = [prompts[i], outputs[i]]
-            running.append(r)
-            room -= _advance(r, room, cost)
+            running.append([prompts[i], outputs[i]])
+            room -= _advance(running[-1], room, cost)
         total += model.step_time(cost.rows, cost.tokens)
         running = [r for r in running if r[1] > 0]
     return total
@@ -147,4 +168,175 @@ def predict(
         "continuous_s": continuous,
         "ratio": static / continuous if continuous > 0 else float("nan"),
         "harmonic_B": harmonic(slots),
+    }
+
+
+# ---- the roofline --------------------------------------------------------------------------
+def _best_time(fn: Callable[[], Any], repeats: int) -> float:
+    fn()  # warm-up: first-touch page faults, allocator
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def measure_copy_bandwidth(nbytes: int, repeats: int = 5) -> float:
+    """Bytes per second of ``dst.copy_(src)`` over ``nbytes``, read plus write, best run."""
+    import torch
+
+    src = torch.ones(nbytes // 4, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    return 2 * src.numel() * 4 / _best_time(lambda: dst.copy_(src), repeats)
+
+
+def measure_matmul_flops(dtype: Any, n: int = 2048, repeats: int = 5) -> float:
+    """FLOP/s of an n x n x n matmul in ``dtype``, best run."""
+    import torch
+
+    a = torch.randn(n, n).to(dtype)
+    b = torch.randn(n, n).to(dtype)
+    return 2 * n**3 / _best_time(lambda: a @ b, repeats)
+
+
+def model_sizes(model: Any, cfg: Any, elem: int) -> dict[str, int]:
+    """Bytes of weights a decode step streams, and matmul parameters per token."""
+    params = {id(p): p for p in model.parameters()}.values()  # tied weights once
+    total = sum(p.numel() for p in params)
+    embed = cfg.vocab_size * cfg.hidden_size
+    # An untied embedding table is only gathered (B rows); a tied one is read whole by lm_head.
+    streamed = total if cfg.tie_word_embeddings else total - embed
+    return {
+        "weight_bytes": streamed * elem,
+        "matmul_params": total - (0 if cfg.tie_word_embeddings else embed),
+        "kv_bytes_per_token": 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * elem,
+    }
+
+
+def decode_cost(sizes: dict[str, int], cfg: Any, batch: int, context: float) -> tuple[float, float]:
+    """(bytes, flops) of one decode step of ``batch`` rows with ``context`` tokens each."""
+    nbytes = sizes["weight_bytes"] + batch * context * sizes["kv_bytes_per_token"]
+    attn = 4 * cfg.num_layers * cfg.num_heads * cfg.head_dim * context
+    flops = batch * (2 * sizes["matmul_params"] + attn)
+    return nbytes, flops
+
+
+def ceiling(nbytes: float, flops: float, bandwidth: float, peak: float) -> tuple[float, str]:
+    """Least seconds per step, and which limit sets it."""
+    t_mem, t_flop = nbytes / bandwidth, flops / peak
+    return (t_mem, "memory") if t_mem >= t_flop else (t_flop, "compute")
+
+
+def decode_prompts(batch: int, prompt_len: int) -> list[list[int]]:
+    """The decode probe's prompts, the same for minicb and transformers."""
+    return [[3 + (7 * i + j) % 200 for j in range(prompt_len)] for i in range(batch)]
+
+
+def time_decode(
+    engine: LLMEngine, batch: int, prompt_len: int, warm: int, steps: int
+) -> dict[str, float]:
+    """Median wall and forward time of pure decode steps with ``batch`` requests running."""
+    params = SamplingParams(max_tokens=1 + warm + steps, temperature=0.0, ignore_eos=True)
+    for prompt in decode_prompts(batch, prompt_len):
+        engine.add_request(prompt, params)
+    walls, forwards, contexts = [], [], []
+    done_warm = 0
+    while engine.has_unfinished():
+        event = engine.step().event
+        rows = event.plan.scheduled
+        if len(rows) != batch or any(r.phase != DECODE for r in rows):
+            continue  # prefill steps, or a partly filled batch
+        if done_warm < warm:
+            done_warm += 1
+            continue
+        walls.append(event.wall_end - event.wall_start)
+        forwards.append(event.forward_s)
+        contexts.append(statistics.fmean(r.context_len for r in rows))
+    if not walls:
+        raise RuntimeError(f"no pure decode step of batch {batch} was seen")
+    return {
+        "step_s": statistics.median(walls),
+        "forward_s": statistics.median(forwards),
+        "context": statistics.fmean(contexts),
+    }
+
+
+def time_hf_decode(
+    model: Any, batch: int, prompt_len: int, warm: int, steps: int
+) -> dict[str, float]:
+    """Median seconds per decode step of padded ``generate`` with ``batch`` equal rows."""
+    times = generate_times(model, decode_prompts(batch, prompt_len), 1 + warm + steps, 0.0)
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)][warm:]  # decode steps
+    return {"step_s": statistics.median(gaps)}
+
+
+def roofline_point(
+    measured: dict[str, float], sizes: dict[str, int], cfg: Any, batch: int, hw: dict[str, float]
+) -> dict[str, Any]:
+    """One batch size: measured tokens/s beside the ceiling, and the fraction reached."""
+    nbytes, flops = decode_cost(sizes, cfg, batch, measured["context"])
+    t_min, bound = ceiling(nbytes, flops, hw["copy_bandwidth"], hw["matmul_flops"])
+    tok_s = batch / measured["step_s"]
+    return {
+        "batch": batch,
+        **measured,
+        "tok_s": tok_s,
+        "forward_tok_s": batch / measured["forward_s"],
+        "bytes": nbytes,
+        "flops": flops,
+        "ceiling_tok_s": batch / t_min,
+        "bound": bound,
+        "fraction": tok_s * t_min / batch,
+        "forward_fraction": t_min / measured["forward_s"],
+    }
+
+
+# ---- what the scheduler costs ------------------------------------------------------------
+def time_schedule(
+    num_running: int,
+    iterations: int = 200,
+    batching: str = "continuous",
+    prompt_len: int = 16,
+    block_size: int = 16,
+) -> dict[str, float]:
+    """Seconds per ``schedule()`` with ``num_running`` requests decoding: median, mean, p90.
+
+    The real engine over a FakeRunner (no model, no torch; nobody stops while measured):
+    requests are admitted and prefilled until all are decoding, then each step event's
+    ``schedule_s`` is read. The engine times ``schedule()`` alone, so the rest of its step
+    (the runner, token bookkeeping, stop checks) stays out of the figure."""
+    budget = 512
+    prefill_steps = -(-num_running * prompt_len // budget) + 1
+    max_tokens = iterations + prefill_steps + 8  # nobody finishes while we measure
+    blocks = num_running * blocks_needed(prompt_len + max_tokens, block_size)
+    config = EngineConfig(
+        batching=batching, max_num_seqs=num_running, block_size=block_size, num_kv_blocks=blocks,
+        max_num_batched_tokens=max(budget, num_running), num_swap_blocks=0,
+    )  # fmt: skip
+    runner = FakeRunner(blocks, max_model_len=prompt_len + max_tokens + 1, num_swap_blocks=0)
+    engine = LLMEngine(config=config, runner=runner)
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    for i in range(num_running):
+        engine.add_request([5] * prompt_len, params, arrival_time=float(i))
+    for _ in range(prefill_steps + 2):  # admit and prefill everybody
+        rows = engine.step().plan.scheduled
+        if len(rows) == num_running and all(r.phase == DECODE for r in rows):
+            break
+    times = []
+    for _ in range(iterations):
+        event = engine.step().event
+        if len(event.plan.scheduled) != num_running:
+            raise RuntimeError(
+                f"expected {num_running} running rows, got {len(event.plan.scheduled)}"
+            )
+        times.append(event.schedule_s)
+    times.sort()
+    return {
+        "num_running": num_running,
+        "batching": batching,
+        "iterations": iterations,
+        "median_s": statistics.median(times),
+        "mean_s": statistics.fmean(times),
+        "p90_s": times[int(0.9 * (len(times) - 1))],
     }

@@ -1,4 +1,4 @@
-"""Benchmark workloads: seeded sets of requests whose lengths are exactly what they say.
+"""What the benchmark runs: seeded request sets, their arrival times, and the two sizes.
 
 Every request is given as token ids with a ``max_tokens`` and is run with ``ignore_eos``
 (or the equivalent in transformers), so each one generates exactly ``max_tokens`` tokens
@@ -18,13 +18,26 @@ irrelevant here, only the lengths matter.
 Lengths are drawn from ``random.Random(seed)`` and prompt ids from a second generator
 seeded from the same seed, so the lengths do not depend on the model's vocabulary: the
 same arguments give the same lengths on any model, and the same workload anywhere.
-Pure Python.
+
+Arrivals (``arrival_times``), as in vLLM's ``bench serve``: all at once, or gaps drawn
+from a gamma of shape ``burstiness`` and scale ``1 / (rate * burstiness)``, so their mean
+is ``1 / rate`` whatever the burstiness and their squared coefficient of variation is
+``1 / burstiness``. Burstiness 1 is a Poisson process; below 1 requests come in bursts,
+above 1 more evenly. The first request arrives at time 0.
+
+``QUICK`` and ``FULL`` are the suite's two sizes, chosen for the 2-core CPU machine with
+the default 135M model (a decode step of 16 requests takes 0.1 to 0.2 s): ``--quick``
+takes a minute or two, the full suite 15 to 25 minutes. docs/performance.md writes every
+workload out exactly. Pure Python.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field, replace
+
+SYSTEMS = ("minicb-continuous", "minicb-static", "hf-padded", "hf-continuous")
 
 
 @dataclass(frozen=True)
@@ -87,6 +100,7 @@ class Workload:
         }
 
 
+# ---- the four recipes ------------------------------------------------------------------
 def _rngs(seed: int) -> tuple[random.Random, random.Random]:
     """(lengths, prompt ids): two streams, so that the vocabulary never shifts a length."""
     return random.Random(seed), random.Random(f"minicb-bench-prompt-ids-{seed}")
@@ -107,17 +121,13 @@ def capped_exponential(
     for _ in range(n):
         out = min(cap, max(1, round(rng.expovariate(1.0 / mean_output))))
         reqs.append(RequestSpec(_prompt(ids, prompt_len, vocab), out))
-    return Workload(
-        name="capped-exp",
-        description=(
-            f"{n} requests, prompts of {prompt_len} random tokens, output lengths "
-            f"min({cap}, max(1, round(X))) with X exponential of mean {mean_output} "
-            f"(Anyscale's method), seed {seed}"
-        ),
-        requests=reqs,
-        seed=seed,
-        params=dict(n=n, prompt_len=prompt_len, mean_output=mean_output, cap=cap),
+    description = (
+        f"{n} requests, prompts of {prompt_len} random tokens, output lengths "
+        f"min({cap}, max(1, round(X))) with X exponential of mean {mean_output} "
+        f"(Anyscale's method), seed {seed}"
     )
+    params = dict(n=n, prompt_len=prompt_len, mean_output=mean_output, cap=cap)
+    return Workload("capped-exp", description, reqs, seed=seed, params=params)
 
 
 def uniform_lengths(
@@ -129,16 +139,12 @@ def uniform_lengths(
     for _ in range(n):
         p = rng.randint(*prompt_range)
         reqs.append(RequestSpec(_prompt(ids, p, vocab), rng.randint(*output_range)))
-    return Workload(
-        name="uniform",
-        description=(
-            f"{n} requests, prompt lengths uniform in {list(prompt_range)}, output lengths "
-            f"uniform in {list(output_range)} (Orca's workload, scaled), seed {seed}"
-        ),
-        requests=reqs,
-        seed=seed,
-        params=dict(n=n, prompt_range=list(prompt_range), output_range=list(output_range)),
+    description = (
+        f"{n} requests, prompt lengths uniform in {list(prompt_range)}, output lengths "
+        f"uniform in {list(output_range)} (Orca's workload, scaled), seed {seed}"
     )
+    params = dict(n=n, prompt_range=list(prompt_range), output_range=list(output_range))
+    return Workload("uniform", description, reqs, seed=seed, params=params)
 
 
 def nanovllm_replica(
@@ -148,31 +154,128 @@ def nanovllm_replica(
     rng, ids = _rngs(seed)
     prompts = [_prompt(ids, rng.randint(*length_range), vocab, low=0) for _ in range(n)]
     outs = [rng.randint(*length_range) for _ in range(n)]
-    return Workload(
-        name="nanovllm",
-        description=(
-            f"{n} requests, prompt and output lengths uniform in {list(length_range)}, random "
-            f"ids in [0, {min(10000, vocab - 1)}], temperature {temperature}, ignore_eos "
-            f"(nano-vllm's bench.py: 256 requests, lengths in [100, 1024]), seed {seed}"
-        ),
-        requests=[RequestSpec(p, o) for p, o in zip(prompts, outs, strict=True)],
-        temperature=temperature,
-        seed=seed,
-        params=dict(n=n, length_range=list(length_range)),
+    description = (
+        f"{n} requests, prompt and output lengths uniform in {list(length_range)}, random "
+        f"ids in [0, {min(10000, vocab - 1)}], temperature {temperature}, ignore_eos "
+        f"(nano-vllm's bench.py: 256 requests, lengths in [100, 1024]), seed {seed}"
     )
+    reqs = [RequestSpec(p, o) for p, o in zip(prompts, outs, strict=True)]
+    params = dict(n=n, length_range=list(length_range))
+    return Workload("nanovllm", description, reqs, temperature, seed, params=params)
 
 
 def fixed_lengths(n: int, prompt_len: int, output_len: int, vocab: int, seed: int = 0) -> Workload:
     """Every request alike: continuous batching should win nothing here."""
     _, ids = _rngs(seed)
     reqs = [RequestSpec(_prompt(ids, prompt_len, vocab), output_len) for _ in range(n)]
-    return Workload(
-        name="fixed",
-        description=(
-            f"{n} requests, prompts of {prompt_len} random tokens, exactly {output_len} output "
-            f"tokens each (the control), seed {seed}"
-        ),
-        requests=reqs,
-        seed=seed,
-        params=dict(n=n, prompt_len=prompt_len, output_len=output_len),
+    description = (
+        f"{n} requests, prompts of {prompt_len} random tokens, exactly {output_len} output "
+        f"tokens each (the control), seed {seed}"
     )
+    params = dict(n=n, prompt_len=prompt_len, output_len=output_len)
+    return Workload("fixed", description, reqs, seed=seed, params=params)
+
+
+# ---- arrivals --------------------------------------------------------------------------
+def arrival_times(
+    n: int, rate: float | None = None, burstiness: float = 1.0, seed: int = 0
+) -> list[float]:
+    """``n`` arrival times in seconds from the start; ``rate`` None or inf: all at 0."""
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    if rate is None or math.isinf(rate):
+        return [0.0] * n
+    if rate <= 0:
+        raise ValueError(f"rate must be positive (requests per second), got {rate}")
+    if burstiness <= 0:
+        raise ValueError(f"burstiness must be positive, got {burstiness}")
+    rng = random.Random(seed)
+    scale = 1.0 / (rate * burstiness)
+    times, t = [], 0.0
+    for i in range(n):
+        if i:
+            t += rng.gammavariate(burstiness, scale)
+        times.append(t)
+    return times
+
+
+def describe_arrivals(rate: float | None, burstiness: float = 1.0, seed: int = 0) -> str:
+    if rate is None or math.isinf(rate):
+        return "all at once"
+    if burstiness == 1.0:
+        return f"Poisson at {rate:g} req/s (seed {seed})"
+    return f"gamma at {rate:g} req/s, burstiness {burstiness:g} (seed {seed})"
+
+
+# ---- the suite's two sizes -------------------------------------------------------------
+@dataclass(frozen=True)
+class BenchPlan:
+    quick: bool
+    max_num_seqs: int  # B: slots for minicb, batch size for padded generate, CB's limit
+    repeats: int
+    warmup_each_workload: bool  # else one warm-up per system, before the first workload
+    sweep_requests: int  # requests per point of the latency-vs-rate sweep
+    # Offered load of each sweep point, as a fraction of the request rate minicb continuous
+    # sustained on the headline workload in this run: the sweep spans light load to
+    # overload on any machine and model. Poisson arrivals, plus one bursty gamma point.
+    loads: tuple[float, ...]
+    bursty: tuple[float, float] | None  # (load, burstiness) of the gamma point
+    decode_batches: tuple[int, ...]
+    decode_prompt: int
+    decode_warm: int
+    decode_steps: int
+    decode_rounds: int  # passes over the batch sizes (order rotated); medians over passes
+    sched_sizes: tuple[int, ...] = (16, 64, 256)
+    sched_iterations: int = 200
+    max_num_batched_tokens: int = 512
+    block_size: int = 16
+    ttft_slo: float = 5.0  # seconds
+    tpot_slo: float = 0.25  # seconds
+    seed: int = 0
+    systems: tuple[str, ...] = field(default=SYSTEMS)
+
+    def with_(self, **changes) -> BenchPlan:
+        return replace(self, **changes)
+
+
+FULL = BenchPlan(
+    quick=False, max_num_seqs=16, repeats=3, warmup_each_workload=True, sweep_requests=24,
+    loads=(0.25, 0.5, 0.75, 1.0), bursty=(0.5, 0.5), decode_batches=(1, 4, 8, 16, 32, 64),
+    decode_prompt=32, decode_warm=2, decode_steps=8, decode_rounds=3,
+)  # fmt: skip
+QUICK = BenchPlan(
+    quick=True, max_num_seqs=8, repeats=1, warmup_each_workload=False, sweep_requests=8,
+    loads=(0.5, 1.0), bursty=None, decode_batches=(1, 8, 32), decode_prompt=16,
+    decode_warm=1, decode_steps=3, decode_rounds=1, sched_iterations=50,
+)  # fmt: skip
+
+
+def make_workloads(plan: BenchPlan, vocab: int) -> list[Workload]:
+    """The offline workloads, all requests arriving at once; the first is the headline."""
+    s = plan.seed
+    if plan.quick:
+        return [
+            # 2 x B requests: continuous batching needs a queue to refill its slots from.
+            capped_exponential(16, prompt_len=16, mean_output=8, cap=32, vocab=vocab, seed=s),
+            uniform_lengths(8, (4, 32), (1, 16), vocab=vocab, seed=s),
+            nanovllm_replica(8, (4, 32), vocab=vocab, seed=s),
+            fixed_lengths(8, prompt_len=16, output_len=16, vocab=vocab, seed=s),
+        ]
+    return [
+        # Anyscale: 1000 requests, 512-token prompts, exponential outputs capped at 32 to
+        # 1536; here 64 requests (4 x B, so the tail where slots empty matters little),
+        # prompts / 16, mean 16, cap 64.
+        capped_exponential(64, prompt_len=32, mean_output=16, cap=64, vocab=vocab, seed=s),
+        # Orca: prompts in [32, 512], outputs in [1, 128]; here prompts / 8, outputs / 4.
+        uniform_lengths(32, (4, 64), (1, 32), vocab=vocab, seed=s),
+        # nano-vllm: 256 requests, lengths in [100, 1024]; here 1/8 the requests, lengths / 16.
+        nanovllm_replica(32, (6, 64), vocab=vocab, seed=s),
+        fixed_lengths(32, prompt_len=32, output_len=32, vocab=vocab, seed=s),
+    ]
+
+
+def sweep_workload(plan: BenchPlan, vocab: int) -> Workload:
+    """The headline recipe with fewer requests, for the latency-vs-rate sweep."""
+    if plan.quick:
+        return capped_exponential(plan.sweep_requests, 16, 8, 32, vocab, seed=plan.seed + 1)
+    return capped_exponential(plan.sweep_requests, 32, 16, 64, vocab, seed=plan.seed + 1)

@@ -3,10 +3,13 @@
 import json
 import re
 
+import pytest
 import torch
 
 from minicb.cli import main
 from minicb.telemetry.trace import read_trace
+
+pytestmark = pytest.mark.slow  # a minute or two: every section of the suite runs
 
 SECTIONS = {"meta", "hardware", "scheduler", "roofline", "workloads", "rate_sweep", "goals"}
 

@@ -5,11 +5,17 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from minicb.bench import roofline
-from minicb.bench.figures import aggregate, lookup, paired_ratio, ratio_table, spread
-from minicb.bench.goals import evaluate
-from minicb.bench.records import RunRecord
-from minicb.bench.sched_cost import outside_model_share, time_schedule
+from minicb.bench import (
+    RunRecord,
+    aggregate,
+    lookup,
+    outside_model_share,
+    paired_ratio,
+    ratio_table,
+    spread,
+    theory,
+)
+from minicb.bench.report import evaluate
 
 
 def _run(system, out_tok_s, ttft=None, error=None):
@@ -53,13 +59,13 @@ def test_ratios_pair_repeat_with_repeat():
 def test_decode_cost_and_ceiling_by_hand():
     cfg = SimpleNamespace(num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8)
     sizes = {"weight_bytes": 1000, "matmul_params": 400, "kv_bytes_per_token": 10}
-    nbytes, flops = roofline.decode_cost(sizes, cfg, batch=3, context=5)
+    nbytes, flops = theory.decode_cost(sizes, cfg, batch=3, context=5)
     assert nbytes == 1000 + 3 * 5 * 10
     assert flops == 3 * (2 * 400 + 4 * 2 * 4 * 8 * 5)
-    assert roofline.ceiling(1000, 10, bandwidth=100, peak=1000) == (10.0, "memory")
-    assert roofline.ceiling(10, 1000, bandwidth=100, peak=10) == (100.0, "compute")
+    assert theory.ceiling(1000, 10, bandwidth=100, peak=1000) == (10.0, "memory")
+    assert theory.ceiling(10, 1000, bandwidth=100, peak=10) == (100.0, "compute")
     hw = {"copy_bandwidth": 1150 / 0.5, "matmul_flops": 1e12}  # memory-bound: t_min 0.5 s
-    point = roofline.roofline_point(
+    point = theory.roofline_point(
         {"step_s": 2.0, "forward_s": 1.0, "context": 5}, sizes, cfg, 3, hw
     )
     assert point["ceiling_tok_s"] == pytest.approx(6.0) and point["bound"] == "memory"
@@ -74,11 +80,11 @@ def test_model_sizes_count_tied_weights_once():
     head = torch.nn.Linear(4, 10, bias=False)
     head.weight = emb.weight
     model = torch.nn.ModuleDict({"emb": emb, "head": head, "mlp": torch.nn.Linear(4, 4, False)})
-    sizes = roofline.model_sizes(model, cfg, elem=2)
+    sizes = theory.model_sizes(model, cfg, elem=2)
     assert sizes == {"weight_bytes": (40 + 16) * 2, "matmul_params": 56, "kv_bytes_per_token": 8}
     untied = SimpleNamespace(**{**vars(cfg), "tie_word_embeddings": False})
     head.weight = torch.nn.Parameter(torch.zeros(10, 4))
-    sizes = roofline.model_sizes(model, untied, elem=2)
+    sizes = theory.model_sizes(model, untied, elem=2)
     assert sizes["weight_bytes"] == (40 + 16) * 2  # lm_head and mlp; the table is gathered
     assert sizes["matmul_params"] == 56
 
@@ -96,7 +102,7 @@ def test_share_of_time_outside_the_model():
 
 
 def test_schedule_is_timed_with_everybody_decoding():
-    cost = time_schedule(16, iterations=5)
+    cost = theory.time_schedule(16, iterations=5)
     assert cost["num_running"] == 16 and cost["iterations"] == 5
     assert 0 < cost["median_s"] < 0.1
 

@@ -5,10 +5,8 @@ import pytest
 import torch
 
 from minicb import EngineConfig, LLMEngine
-from minicb.bench.driver import run_minicb
-from minicb.bench.hf_continuous import run_hf_continuous
-from minicb.bench.hf_padded import _batch_events, run_hf_padded
-from minicb.bench.records import measure_events
+from minicb.bench import measure_events
+from minicb.bench.systems import _batch_events, run_hf_continuous, run_hf_padded, run_minicb
 from minicb.bench.workloads import RequestSpec, Workload, capped_exponential
 
 

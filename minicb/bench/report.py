@@ -1,0 +1,369 @@
+"""The report: the goals judged, markdown tables for the terminal and the docs, and a
+self-contained HTML page (plotly charts with plotly.js embedded, so it opens offline, and
+the tables).
+
+Goals are figures to report, not pass/fail tests: a missed goal says by how much. Charts:
+output tokens/s per workload and system; decode tokens/s against batch size with the
+measured hardware ceiling; latency against request rate; slot occupancy over time of the
+headline workload, static beside continuous.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import plotly.graph_objects as go
+
+
+# ---- goals --------------------------------------------------------------------------------
+def _goal(
+    name: str, measured: float | None, target: float, unit: str = "", lower_is_better: bool = False
+) -> dict[str, Any]:
+    goal = {"goal": name, "target": target, "measured": measured, "met": None}
+    if measured is None:
+        return {**goal, "note": "not measured"}
+    met = measured <= target if lower_is_better else measured >= target
+    gap = abs(measured / target - 1) * 100 if target else 0.0
+    note = f"missed by {gap:.0f} % ({measured:.3g}{unit} against {target:.3g}{unit})"
+    return {**goal, "met": met, "note": "met" if met else note}
+
+
+def _ratio(results: dict[str, Any], workload: str, other: str) -> float | None:
+    ratios = results["workloads"].get(workload, {}).get("ratios", {})
+    cell = ratios.get(f"minicb-continuous / {other}")
+    return cell["median"] if cell else None
+
+
+def evaluate(results: dict[str, Any], headline: str, control: str) -> list[dict[str, Any]]:
+    """The six goals: theory, three ratios to transformers, the roofline, schedule()."""
+    theory = results["workloads"].get(headline, {}).get("theory") or {}
+    err = theory.get("relative_error")
+    name = f"{headline}: continuous/static within 15 % of theory"
+    goals = [_goal(name, None if err is None else abs(err), 0.15, lower_is_better=True)]
+    if err is not None:
+        goals[0]["note"] = (
+            f"measured {theory['measured_ratio']['median']:.2f} vs predicted "
+            f"{theory['predicted']['ratio']:.2f}: off by {abs(err) * 100:.0f} %"
+        )
+        if not goals[0]["met"]:
+            goals[0]["note"] += f", {(abs(err) - 0.15) * 100:.0f} points beyond the 15 % allowed"
+    for name, workload, other, target in (
+        (f"{headline}: minicb continuous >= 3x hf-continuous (generate_batch)", headline,
+         "hf-continuous", 3.0),
+        (f"{headline}: minicb continuous >= 2x hf padded generate", headline, "hf-padded", 2.0),
+        (f"{control}: minicb continuous >= hf padded generate", control, "hf-padded", 1.0),
+    ):  # fmt: skip
+        goals.append(_goal(name, _ratio(results, workload, other), target, "x"))
+    at32 = {p["batch"]: p for p in results.get("roofline", {}).get("points", [])}.get(32)
+    s256 = {s["num_running"]: s for s in results.get("scheduler", [])}.get(256)
+    goals.append(_goal("decode at batch 32 >= 60 % of the hardware ceiling",
+                       at32["fraction"] if at32 else None, 0.60))  # fmt: skip
+    goals.append(_goal("schedule() with 256 running < 0.5 ms (median)",
+                       s256["median_s"] * 1000 if s256 else None, 0.5, " ms", True))  # fmt: skip
+    return goals
+
+
+# ---- markdown -----------------------------------------------------------------------------
+Spread = dict[str, float] | None
+
+
+def _num(x: float | None, fmt: str = ".1f", scale: float = 1.0) -> str:
+    return "-" if x is None else format(x * scale, fmt)
+
+
+def _cell(s: Spread, fmt: str = ".1f", scale: float = 1.0) -> str:
+    """median (min-max), or just the median when there was one run."""
+    if not s:
+        return "-"
+    med, lo, hi = (_num(s[k], fmt, scale) for k in ("median", "min", "max"))
+    return med if lo == hi else f"{med} ({lo}-{hi})"
+
+
+def _med(s: Spread) -> float | None:
+    return s["median"] if s else None
+
+
+def _pcts(fig: dict[str, Spread], name: str) -> str:
+    """p50 / p90 / p99 medians, in ms."""
+    return " / ".join(
+        _num(_med(fig.get(f"{name}_{q}")), ".0f", 1000) for q in ("p50", "p90", "p99")
+    )
+
+
+def _table(header: list[str], rows: list[list[str]], text_cols: int = 1) -> list[str]:
+    """A markdown table; the first ``text_cols`` columns align left, numbers right."""
+    align = ["---"] * text_cols + ["---:"] * (len(header) - text_cols)
+    return ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"] + [
+        "| " + " | ".join(r) + " |" for r in rows
+    ]
+
+
+def workload_section(name: str, data: dict[str, Any]) -> list[str]:
+    d = data["definition"]
+    lines = [f"### {name}", "", f"{d['description']}; arrivals {d['arrivals']}.", ""]
+    figs = data["figures"]
+    rows = []
+    for system, f in figs.items():
+        if data["errors"].get(system):
+            rows.append([system, f"did not run: {data['errors'][system]}"] + [""] * 7)
+            continue
+        rows.append(
+            [system, _cell(f["output_tok_s"]), _cell(f["total_tok_s"]), _cell(f["req_s"], ".2f"),
+             _cell(f["slot_occupancy"], ".0f", 100), _cell(f["padding_waste"], ".0f", 100),
+             _cell(f["kv_utilisation"], ".0f", 100), _cell(f["preemptions"], ".0f"),
+             f"{_num(_med(f['goodput_req_s']), '.2f')} "
+             f"({_num(_med(f['goodput_fraction']), '.0f', 100)} %)"]
+        )  # fmt: skip
+    lines += _table(
+        ["system", "output tok/s", "total tok/s", "req/s", "occupancy %", "padding %",
+         "KV util %", "preemptions", "goodput req/s (share)"], rows,
+    )  # fmt: skip
+    lines.append("")
+    rows = [
+        [s, _pcts(f, "ttft"), _pcts(f, "tpot"), _pcts(f, "itl"), _pcts(f, "e2e")]
+        for s, f in figs.items()
+        if not data["errors"].get(s)
+    ]
+    lines += _table(["latency, ms (p50 / p90 / p99)", "TTFT", "TPOT", "ITL", "end-to-end"], rows)
+    lines += ["", _ratios_line(data), *_theory_lines(data), *_outside_lines(data), ""]
+    return lines
+
+
+def _ratios_line(data: dict[str, Any]) -> str:
+    parts = [
+        f"{pair} = {_cell(s, '.2f')}"
+        for pair, s in data["ratios"].items()
+        if pair.startswith("minicb-continuous /")
+    ]
+    return "Output tok/s ratios (paired by repeat): " + ("; ".join(parts) or "-") + "."
+
+
+def _theory_lines(data: dict[str, Any]) -> list[str]:
+    t = data.get("theory")
+    if not t:
+        return []
+    m, pred = t["step_model"], t["predicted"]
+    return [
+        "",
+        f"Step-time model fitted to {m['steps']} minicb steps: t = {m['a_s'] * 1000:.1f} ms + "
+        f"{m['c_s'] * 1000:.2f} ms x rows + {m['p_s'] * 1000:.3f} ms x prompt tokens "
+        f"(R^2 {m['r2']:.2f}). Predicted runtimes: static {pred['static_s']:.1f} s, "
+        f"continuous {pred['continuous_s']:.1f} s (measured medians "
+        f"{t['measured_wall_s']['minicb-static']:.1f} s and "
+        f"{t['measured_wall_s']['minicb-continuous']:.1f} s). Continuous/static: measured "
+        f"{_cell(t['measured_ratio'], '.2f')}, predicted {pred['ratio']:.2f} "
+        f"(H_B = {pred['harmonic_B']:.2f}); error {_num(t['relative_error'], '+.0f', 100)} %.",
+    ]
+
+
+def _outside_lines(data: dict[str, Any]) -> list[str]:
+    parts = []
+    for system, s in data.get("outside_model", {}).items():
+        if s.get("outside") is not None:
+            parts.append(
+                f"{system} {s['outside'] * 100:.1f} % (schedule {s['schedule'] * 100:.2f} %, "
+                f"sample {s['sample'] * 100:.1f} %, other {s['other'] * 100:.1f} %)"
+            )
+    intro = "Share of iteration time outside the model forward: "
+    return ["", intro + "; ".join(parts) + "."] if parts else []
+
+
+def _samples(hw: dict[str, Any], key: str, unit: float, fmt: str) -> str:
+    values = hw.get(f"{key}_samples") or [hw[key]]
+    return "best of " + " and ".join(format(v / unit, fmt) for v in values)
+
+
+def roofline_section(results: dict[str, Any]) -> list[str]:
+    hw, rf = results["hardware"], results["roofline"]
+    lines = [
+        "### Decode against the hardware ceiling",
+        "",
+        f"Copy bandwidth {hw['copy_bandwidth'] / 1e9:.1f} GB/s ({hw['copy_bytes'] >> 20} MiB "
+        f"copy, read + write; {_samples(hw, 'copy_bandwidth', 1e9, '.1f')}), matmul "
+        f"{hw['matmul_flops'] / 1e9:.0f} GFLOP/s ({hw['matmul_n']}^3; "
+        f"{_samples(hw, 'matmul_flops', 1e9, '.0f')}); "
+        f"weights streamed per step {rf['sizes']['weight_bytes'] / 1e6:.0f} MB, KV "
+        f"{rf['sizes']['kv_bytes_per_token'] / 1e3:.1f} kB per token of context.",
+        "",
+    ]
+    rows = [
+        [str(p["batch"]), f"{p['context']:.0f}",
+         _cell({"median": p["step_s"], "min": p.get("step_s_min", p["step_s"]),
+                "max": p.get("step_s_max", p["step_s"])}, ".1f", 1000),
+         f"{p['forward_s'] * 1000:.1f}", f"{p['tok_s']:.1f}", f"{p['ceiling_tok_s']:.0f}",
+         p["bound"], f"{p['fraction'] * 100:.0f}", f"{p['forward_fraction'] * 100:.0f}",
+         _num(p.get("hf_step_s"), ".1f", 1000), _num(p.get("hf_tok_s"))]
+        for p in rf["points"]
+    ]  # fmt: skip
+    return lines + _table(
+        ["batch", "context", "step ms", "forward ms", "tok/s", "ceiling tok/s", "bound",
+         "% of ceiling", "forward only %", "hf step ms", "hf tok/s"], rows,
+    )  # fmt: skip
+
+
+def scheduler_section(results: dict[str, Any]) -> list[str]:
+    rows = [
+        [str(s["num_running"]), f"{s['median_s'] * 1000:.3f}", f"{s['mean_s'] * 1000:.3f}",
+         f"{s['p90_s'] * 1000:.3f}"]
+        for s in results["scheduler"]
+    ]  # fmt: skip
+    return ["### Scheduler cost (continuous, fake runner)", ""] + _table(
+        ["running requests", "median ms", "mean ms", "p90 ms"], rows
+    )
+
+
+def sweep_section(results: dict[str, Any]) -> list[str]:
+    rows = []
+    for pt in results["rate_sweep"]:
+        f = pt["figures"]
+        if pt["error"]:
+            rows.append([f"{pt['load']:g}", pt["arrivals"], pt["system"], pt["error"], "", "", ""])
+            continue
+        rows.append(
+            [f"{pt['load']:g}", pt["arrivals"], pt["system"], _num(f.get("output_tok_s")),
+             f"{_num(f.get('ttft_p50'), '.0f', 1000)} / {_num(f.get('ttft_p99'), '.0f', 1000)}",
+             f"{_num(f.get('e2e_p50'), '.0f', 1000)} / {_num(f.get('e2e_p99'), '.0f', 1000)}",
+             _num(f.get("goodput_fraction"), ".0f", 100)]
+        )  # fmt: skip
+    intro = (
+        "Offered load is a fraction of the request rate minicb continuous sustained on the "
+        "headline workload in this run."
+    )
+    return ["### Latency against request rate", "", intro, ""] + _table(
+        ["load", "arrivals", "system", "output tok/s", "TTFT ms p50 / p99", "e2e ms p50 / p99",
+         "goodput %"], rows, text_cols=3,
+    )  # fmt: skip
+
+
+def goals_section(results: dict[str, Any]) -> list[str]:
+    mark = {True: "met", False: "MISSED", None: "not measured"}
+    rows = [[g["goal"], mark[g["met"]], g["note"]] for g in results["goals"]]
+    return ["### Goals", ""] + _table(["goal", "status", "detail"], rows, text_cols=3)
+
+
+def render(results: dict[str, Any]) -> str:
+    m = results["meta"]
+    lines = [
+        f"## minicb bench{' --quick' if m['quick'] else ''}: {m['model']}, {m['dtype']}, "
+        f"{m['device']}, {m['threads']} torch thread(s), B = {m['max_num_seqs']}, "
+        f"{m['repeats']} repeat(s)",
+        "",
+        f"Goodput targets: TTFT <= {m['ttft_slo']} s and TPOT <= {m['tpot_slo']} s.",
+        "",
+    ]
+    for name, data in results["workloads"].items():
+        lines += workload_section(name, data)
+    for section in (roofline_section, scheduler_section, sweep_section, goals_section):
+        lines += section(results) + [""]
+    return "\n".join(lines)
+
+
+# ---- HTML ---------------------------------------------------------------------------------
+COLORS = {"minicb-continuous": "#1f77b4", "minicb-static": "#ff7f0e", "hf-padded": "#2ca02c",
+          "hf-continuous": "#d62728"}  # fmt: skip
+
+
+def _figure(title: str, **layout: Any) -> go.Figure:
+    return go.Figure(layout=dict(title=title, **layout))
+
+
+def throughput_bars(results: dict[str, Any]) -> go.Figure:
+    fig = _figure("Output tokens/s by workload (median, whiskers min-max)", barmode="group",
+                  yaxis_title="output tokens/s")  # fmt: skip
+    systems = {s for w in results["workloads"].values() for s in w["figures"]}
+    for system in [s for s in COLORS if s in systems]:
+        names, med, lo, hi = [], [], [], []
+        for name, w in results["workloads"].items():
+            cell = (w["figures"].get(system) or {}).get("output_tok_s")
+            if cell:
+                names.append(name)
+                med.append(cell["median"])
+                lo.append(cell["median"] - cell["min"])
+                hi.append(cell["max"] - cell["median"])
+        fig.add_bar(
+            x=names, y=med, name=system, marker_color=COLORS[system],
+            error_y=dict(type="data", symmetric=False, array=hi, arrayminus=lo),
+        )  # fmt: skip
+    return fig
+
+
+def roofline_chart(results: dict[str, Any]) -> go.Figure:
+    pts = results["roofline"]["points"]
+    x = [p["batch"] for p in pts]
+    fig = _figure("Decode throughput against batch size, with the measured roofline",
+                  xaxis=dict(title="batch size (requests decoding)", type="log"),
+                  yaxis=dict(title="tokens/s", type="log"))  # fmt: skip
+    fig.add_scatter(x=x, y=[p["ceiling_tok_s"] for p in pts], name="hardware ceiling",
+                    line=dict(dash="dash", color="black"))  # fmt: skip
+    fig.add_scatter(x=x, y=[p["forward_tok_s"] for p in pts], name="minicb, forward only",
+                    line=dict(dash="dot", color=COLORS["minicb-continuous"]))  # fmt: skip
+    fig.add_scatter(x=x, y=[p["tok_s"] for p in pts], name="minicb, whole step",
+                    line=dict(color=COLORS["minicb-continuous"]))  # fmt: skip
+    if all("hf_tok_s" in p for p in pts):
+        fig.add_scatter(x=x, y=[p["hf_tok_s"] for p in pts], name="transformers generate",
+                        line=dict(color=COLORS["hf-padded"]))  # fmt: skip
+    return fig
+
+
+def latency_chart(results: dict[str, Any]) -> go.Figure:
+    fig = _figure("Latency against request rate (Poisson arrivals)",
+                  xaxis_title="request rate (requests/s)",
+                  yaxis=dict(title="seconds", type="log"))  # fmt: skip
+    for system in COLORS:
+        pts = [
+            p for p in results["rate_sweep"]
+            if p["system"] == system and p["burstiness"] == 1.0 and not p["error"]
+        ]  # fmt: skip
+        if not pts:
+            continue
+        rates = [p["rate"] for p in pts]
+        for key, dash in (("ttft_p50", "solid"), ("ttft_p99", "dot"), ("e2e_p50", "dash")):
+            fig.add_scatter(
+                x=rates, y=[p["figures"].get(key) for p in pts], name=f"{system} {key}",
+                line=dict(color=COLORS[system], dash=dash),
+            )  # fmt: skip
+    return fig
+
+
+def occupancy_chart(results: dict[str, Any], workload: str) -> go.Figure:
+    fig = _figure(f"Slot occupancy over time, {workload} (the repeat of median duration)",
+                  xaxis_title="seconds from the start of the run",
+                  yaxis=dict(title="rows doing work / slots", range=[0, 1.05]))  # fmt: skip
+    runs = results["workloads"].get(workload, {}).get("runs", {})
+    for system in ("minicb-static", "minicb-continuous", "hf-padded"):
+        recs = sorted(
+            (r for r in runs.get(system, []) if not r["error"]), key=lambda r: r["wall_s"]
+        )
+        if not recs:
+            continue
+        steps = recs[(len(recs) - 1) // 2]["steps"]  # the repeat of median length
+        fig.add_scatter(
+            x=[s["t"] for s in steps],
+            y=[s["useful_rows"] / s["slots"] if s["slots"] else None for s in steps],
+            name=system, mode="lines", line=dict(shape="hv", color=COLORS[system]),
+        )  # fmt: skip
+    return fig
+
+
+def render_html(results: dict[str, Any], markdown: str) -> str:
+    headline = next(iter(results["workloads"]), "")
+    figs = [throughput_bars(results)]
+    if results.get("roofline", {}).get("points"):
+        figs.append(roofline_chart(results))
+    if results.get("rate_sweep"):
+        figs.append(latency_chart(results))
+    figs.append(occupancy_chart(results, headline))
+    parts = [
+        # plotly.js goes in once, inline, with the first chart: the file works offline.
+        fig.to_html(full_html=False, include_plotlyjs=(i == 0), default_height=480)
+        for i, fig in enumerate(figs)
+    ]
+    body = "\n".join(f"<section>{p}</section>" for p in parts)
+    return (
+        "<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>minicb bench</title>"
+        "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}"
+        "pre{white-space:pre-wrap;font-size:12px}</style></head><body>"
+        f"<h1>minicb bench</h1>{body}<h2>Tables</h2><pre>{html.escape(markdown)}</pre>"
+        "</body></html>\n"
+    )
