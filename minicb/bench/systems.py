@@ -2,8 +2,8 @@
 
 - ``minicb-continuous`` and ``minicb-static``: two LLMEngines whose runners share one model
   (same weights, dtype, device, kernels, KV pool size and limits), so their ratio measures
-  scheduling and nothing else. ``drive`` feeds a workload at its arrival times, in real
-  time;
+  scheduling and nothing else. ``drive`` feeds a workload at its arrival times on the
+  engine's clock (the wall clock here, a VirtualClock in tests);
 - ``hf-padded``: transformers' padded ``generate`` in batches, the classic static
   baseline: each batch is left-padded to its longest prompt and generates
   ``max(max_tokens)`` tokens for every row; each request is credited only with the tokens
@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,25 +57,28 @@ def sampling_params(workload: Workload) -> list[SamplingParams]:
     ]
 
 
-def drive(engine: LLMEngine, workload: Workload) -> tuple[float, float]:
+def drive(
+    engine: LLMEngine, workload: Workload, sleep: Callable[[float], None] = time.sleep
+) -> tuple[float, float]:
     """Feed the requests at their arrival times and step until all are done: (start, end).
 
-    Before each step every request whose time has come on the wall clock is added, stamped
-    with its scheduled arrival (a request that arrived while a step ran is charged for the
-    wait); when nothing runs, it sleeps until the next arrival."""
-    reqs, params = workload.requests, sampling_params(workload)
+    Before each step every request whose time has come on the engine's clock is added,
+    stamped with its scheduled arrival (a request that arrived while a step ran is charged
+    for the wait); when nothing runs, ``sleep`` waits for the next arrival (give a
+    VirtualClock's ``advance`` with a virtual clock)."""
+    clock, reqs, params = engine.clock, workload.requests, sampling_params(workload)
     order = deque(sorted(range(len(reqs)), key=lambda i: reqs[i].arrival))
-    start = time.time()
+    start = clock()
     while order or engine.has_unfinished():
-        now = time.time()
+        now = clock()
         while order and start + reqs[order[0]].arrival <= now:
             i = order.popleft()
             engine.add_request(reqs[i].prompt, params[i], arrival_time=start + reqs[i].arrival)
         if engine.has_unfinished():
             engine.step()
         elif order:  # idle: wait for the next arrival rather than spin
-            time.sleep(max(0.0, start + reqs[order[0]].arrival - time.time()))
-    return start, time.time()
+            sleep(max(0.0, start + reqs[order[0]].arrival - clock()))
+    return start, clock()
 
 
 def run_minicb(
@@ -84,6 +88,7 @@ def run_minicb(
     ttft_slo: float | None = None,
     tpot_slo: float | None = None,
     trace_path: str | None = None,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> RunRecord:
     """One measured run, from the engine's own events; ``trace_path`` also records them."""
     events: list[Event] = []
@@ -91,7 +96,7 @@ def run_minicb(
     header = dict(command="bench", system=system, workload=workload.describe())
     try:
         with record_trace(engine, trace_path, **header):
-            start, end = drive(engine, workload)
+            start, end = drive(engine, workload, sleep)
     finally:
         engine.bus.unsubscribe(listener)
     summary, steps = measure_events(events, start, ttft_slo, tpot_slo)

@@ -102,9 +102,12 @@ def test_share_of_time_outside_the_model():
 
 
 def test_schedule_is_timed_with_everybody_decoding():
+    # The real engine over a FakeRunner; time_schedule itself checks that all 16 requests
+    # are decoding in every timed step. Figures are wall-clock seconds: only their order
+    # is asserted.
     cost = theory.time_schedule(16, iterations=5)
     assert cost["num_running"] == 16 and cost["iterations"] == 5
-    assert 0 < cost["median_s"] < 0.1
+    assert 0 < cost["median_s"] <= cost["p90_s"]
 
 
 def test_goals_report_met_and_missed_with_the_gap():

@@ -1,10 +1,11 @@
-"""The systems under test, on the tiny model: exact lengths, real arrival times, and
-transformers' runs rebuilt as minicb events and measured like minicb's."""
+"""The systems under test: exact lengths, requests entering at their arrival times (the
+real driver on a virtual clock), and transformers' runs (on the tiny model) rebuilt as
+minicb events and measured like minicb's."""
 
 import pytest
 import torch
 
-from minicb import EngineConfig, LLMEngine
+from minicb import EngineConfig, FakeRunner, LLMEngine, VirtualClock
 from minicb.bench import measure_events
 from minicb.bench.systems import _batch_events, run_hf_continuous, run_hf_padded, run_minicb
 from minicb.bench.workloads import RequestSpec, Workload, capped_exponential
@@ -34,17 +35,29 @@ def test_padded_batch_events_give_the_figures_worked_by_hand():
     assert steps[0]["prefill_tokens"] == 10 and steps[1]["dt"] == pytest.approx(0.5)
 
 
-def test_minicb_driver_adds_requests_at_their_arrival_times(tiny_llama_dir):
-    engine = LLMEngine(tiny_llama_dir, EngineConfig(max_num_seqs=4, num_kv_blocks=64))
-    w = capped_exponential(3, 4, 4, 6, vocab=256, seed=0).with_arrivals([0.0, 0.3, 0.3], "hand")
-    rec = run_minicb(engine, w, "minicb-continuous", ttft_slo=0.25, tpot_slo=1.0)
+def test_minicb_driver_adds_requests_at_their_arrival_times():
+    # Every step takes 0.25 s of virtual time; request 0 (6 tokens) is done at 1.5 s, so the
+    # driver idles until request 1 arrives at 2.0 s; request 2 arrives at 2.125 s, during
+    # request 1's prefill step, and enters at the next step (2.25 s): it is charged 0.125 s
+    # of waiting, nobody is charged for the idle gap.
+    clock = VirtualClock(10.0)
+    runner = FakeRunner(num_kv_blocks=64, clock=clock, step_time=0.25)
+    engine = LLMEngine(config=EngineConfig(max_num_seqs=4, num_kv_blocks=64), runner=runner,
+                       clock=clock)  # fmt: skip
+    w = capped_exponential(3, 4, 4, 6, vocab=256, seed=0).with_arrivals([0.0, 2.0, 2.125], "hand")
+    assert w.output_lens == [6, 6, 2]
+    rec = run_minicb(engine, w, "minicb-continuous", ttft_slo=0.3, tpot_slo=1.0,
+                     sleep=clock.advance)  # fmt: skip
     s = rec.summary
     assert s["requests"]["finished"] == 3
     assert s["requests"]["tokens_generated"] == sum(w.output_lens)
-    assert rec.wall_s >= 0.3  # it waited for the late arrivals rather than end early
-    assert s["latency"]["ttft_s"]["max"] < 0.25  # nobody was charged for the idle wait
-    assert s["goodput"]["requests"] == 3
-    assert rec.steps and all(st["t"] >= 0 for st in rec.steps)
+    assert rec.wall_s == 3.5  # it waited for the late arrivals rather than end early
+    assert [st["t"] for st in rec.steps] == [0.0, 0.25, 0.5, 0.75, 1.0, 1.25,
+                                             2.0, 2.25, 2.5, 2.75, 3.0, 3.25]  # fmt: skip
+    ttft = s["latency"]["ttft_s"]
+    assert (ttft["p50"], ttft["max"]) == (0.25, 0.375)  # request 2: 0.125 s queued + a step
+    assert s["latency"]["e2e_s"]["max"] == 1.5
+    assert s["goodput"]["requests"] == 2  # request 2 misses the 0.3 s TTFT target
     assert not engine.has_unfinished()
 
 
