@@ -185,12 +185,13 @@ class Suite:
     # ---- the machine ---------------------------------------------------------------------
     def hardware(self, before: dict[str, Any] | None = None) -> dict[str, Any]:
         """Copy bandwidth and matmul FLOP/s, best of 5 each. Measured at the start and again
-        after the decode sweep (``before`` is the first measurement): other work on a
-        shared machine can only lower a figure, so the higher of the two is the limit."""
+        after the decode sweep (``before`` is the first measurement, whose matmul size is
+        kept): other work on a shared machine can only lower a figure, so the higher of the
+        two is the limit."""
         self._tick("hardware: copy bandwidth, matmul FLOP/s")
         dtype = self.systems.continuous.runner.dtype
         nbytes = min(1 << 30, max(256 << 20, 2 * self.model_sizes()["weight_bytes"]))
-        n = 2048
+        n = before["matmul_n"] if before else theory.matmul_size(dtype)
         bw = theory.measure_copy_bandwidth(nbytes)
         flops = theory.measure_matmul_flops(dtype, n)
         hw: dict[str, Any] = {

@@ -23,7 +23,7 @@ request's KV cache, and do two FLOPs per weight per row plus the attention arith
 
 The ceiling is B / t_min(B) tokens per second. Copy bandwidth (read + write bytes of one
 large ``copy_``, as STREAM counts it) and matmul FLOP/s (a square matmul in the engine's
-dtype) are measured with torch, with
+dtype, sized so that one product takes about ``PROBE_S``) are measured with torch, with
 the benchmark's threads, in the same run.
 """
 
@@ -44,6 +44,8 @@ from minicb.engine import LLMEngine
 from minicb.runner.fake import FakeRunner
 from minicb.scheduler.block_manager import blocks_needed
 from minicb.scheduler.plan import DECODE
+
+PROBE_S = 0.2  # the matmul probe grows until one product takes this long
 
 
 # ---- static vs continuous ------------------------------------------------------------------
@@ -191,7 +193,24 @@ def measure_copy_bandwidth(nbytes: int, repeats: int = 5) -> float:
     return 2 * src.numel() * 4 / _best_time(lambda: dst.copy_(src), repeats)
 
 
-def measure_matmul_flops(dtype: Any, n: int = 2048, repeats: int = 5) -> float:
+def matmul_size(dtype: Any, cap: int = 2048, target_s: float = PROBE_S) -> int:
+    """The side of the probe's square matmul: doubled from 128 until one product takes
+    ``target_s``, at most ``cap``. A CPU without native bf16 runs a 2048-cubed bf16 matmul
+    for minutes in torch's fallback; this way no probe product takes more than ~8x target."""
+    import torch
+
+    n = 128
+    while n < cap:
+        a = torch.randn(n, n).to(dtype)
+        t = time.perf_counter()
+        a @ a
+        if time.perf_counter() - t >= target_s:
+            break
+        n *= 2
+    return n
+
+
+def measure_matmul_flops(dtype: Any, n: int, repeats: int = 5) -> float:
     """FLOP/s of an n x n x n matmul in ``dtype``, best run."""
     import torch
 

@@ -89,6 +89,14 @@ def test_model_sizes_count_tied_weights_once():
     assert sizes["matmul_params"] == 56
 
 
+def test_matmul_probe_grows_until_a_product_takes_long_enough():
+    # A target of 0 s: the first product (128^3) is already long enough; an unreachable
+    # target: the probe stops at its cap rather than grow without end.
+    assert theory.matmul_size(torch.float32, cap=1024, target_s=0.0) == 128
+    assert theory.matmul_size(torch.float32, cap=256, target_s=float("inf")) == 256
+    assert theory.measure_matmul_flops(torch.float32, 128, repeats=1) > 0
+
+
 def test_share_of_time_outside_the_model():
     steps = [
         {"dt": 1.0, "schedule_s": 0.1, "forward_s": 0.7, "sample_s": 0.1},
