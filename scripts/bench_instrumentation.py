@@ -4,15 +4,17 @@ One engine, one fixed workload (every request generates exactly --max-tokens tok
 again and again under each setting, the settings interleaved and rotated so that drift in
 the machine's load falls on all of them alike; medians of the repeats are compared.
 
-Settings:
-  off       no observer at all: the engine as it runs by default
-  idle-bus  an EventBus attached that nobody listens to (must cost nothing)
-  metrics   the bus feeding a MetricsCollector
+Settings (subscribers of the engine's one bus, added before a run and removed after it):
+  off       nobody subscribed: the engine builds no event at all (as it runs by default)
+  idle-bus  one listener for a kind that never comes (resets): the bus is live, yet the
+            engine builds nothing for it (must cost nothing)
+  metrics   a MetricsCollector
   full      metrics + Prometheus + a JSONL trace writer + an async subscription that is
             never read (its queue full, dropping, the whole time)
 
-Besides end-to-end throughput (noisy on a shared machine), it times the observer
-callbacks themselves, which measures the instrumentation's own share of the run directly.
+Besides end-to-end throughput (noisy on a shared machine), it times the bus's deliveries
+themselves (the engine is given a bus that adds up the seconds its ``emit`` calls take),
+which measures the instrumentation's own share of the run directly.
 
     python scripts/bench_instrumentation.py --dtype bfloat16 --threads 1 --repeats 7
 """
@@ -29,8 +31,9 @@ from typing import Any
 
 import torch
 
-from minicb import LLM, SamplingParams
+from minicb import EngineConfig, LLMEngine, SamplingParams
 from minicb.telemetry.bus import EventBus
+from minicb.telemetry.events import Event
 from minicb.telemetry.metrics import MetricsCollector
 from minicb.telemetry.prometheus import PrometheusMetrics
 from minicb.telemetry.trace import TraceWriter, trace_header
@@ -39,25 +42,17 @@ MODES = ("off", "idle-bus", "metrics", "full")
 WORDS = "the quick brown fox jumps over a lazy dog while seven wizards hex the jovial boxer".split()
 
 
-class Timed:
-    """Forwards engine callbacks to ``inner`` and adds up the seconds they take."""
+class TimedBus(EventBus):
+    """The engine's bus, adding up the seconds its deliveries take (listeners and queues)."""
 
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
+    def __init__(self) -> None:
+        super().__init__()
         self.seconds = 0.0
-        self.steps = 0
 
-    def _call(self, name: str, *args: Any) -> None:
+    def emit(self, event: Event) -> None:
         t0 = time.perf_counter()
-        getattr(self.inner, name)(*args)
+        super().emit(event)
         self.seconds += time.perf_counter() - t0
-
-    def request_arrived(self, req: Any) -> None:
-        self._call("request_arrived", req)
-
-    def step_done(self, result: Any) -> None:
-        self.steps += 1
-        self._call("step_done", result)
 
 
 def prompts(n: int) -> list[str]:
@@ -65,37 +60,45 @@ def prompts(n: int) -> list[str]:
     return [" ".join(WORDS[(i + j) % len(WORDS)] for j in range(8 + 4 * i)) for i in range(n)]
 
 
-def observers(mode: str, engine: Any, folder: Path) -> tuple[list[Any], list[Any]]:
-    """The observers to install for ``mode``, and things to close afterwards."""
+def subscribe(mode: str, engine: LLMEngine, folder: Path) -> list[Any]:
+    """Subscribe what ``mode`` asks for to the engine's bus; returns how to undo each."""
+    bus = engine.bus
     if mode == "off":
-        return [], []
-    bus = EventBus(block_size=engine.config.block_size)
-    closers: list[Any] = []
-    if mode in ("metrics", "full"):
-        bus.subscribe(MetricsCollector())
+        return []
+    if mode == "idle-bus":
+        listener = bus.subscribe(lambda event: None, kinds=["reset"])
+        return [lambda: bus.unsubscribe(listener)]
+    listeners: list[Any] = [MetricsCollector()]
+    undo: list[Any] = []
     if mode == "full":
-        bus.subscribe(PrometheusMetrics(engine.model_name))
         writer = TraceWriter(folder / "bench.jsonl", trace_header(engine))
-        bus.subscribe(writer)
-        closers += [writer, bus.subscribe_async(maxsize=256)]
-    return [bus], closers
+        listeners += [PrometheusMetrics(engine.model_name), writer]
+        undo += [writer.close, bus.subscribe_async(maxsize=256).close]
+    for listener in listeners:
+        bus.subscribe(listener)
+
+    def unsubscribe() -> None:  # first: the trace file must not be written to once closed
+        for listener in listeners:
+            bus.unsubscribe(listener)
+
+    return [unsubscribe, *undo]
 
 
-def run_once(llm: LLM, mode: str, texts: list[str], params: SamplingParams, folder: Path) -> dict:
-    engine = llm.engine
-    installed, closers = observers(mode, engine, folder)
-    timed = [Timed(o) for o in installed]
-    steps_before = engine.scheduler.step_count
-    engine.observers[:] = timed  # the benchmark swaps observers between runs
+def run_once(
+    engine: LLMEngine, mode: str, texts: list[str], params: SamplingParams, folder: Path
+) -> dict:
+    undo = subscribe(mode, engine, folder)
+    steps_before, spent_before = engine.step_count, engine.bus.seconds
     start = time.perf_counter()
-    outs = llm.generate(texts, params)
+    for text in texts:
+        engine.add_request(text, params)
+    outs = engine.run_until_done()
     elapsed = time.perf_counter() - start
-    engine.observers[:] = []
-    for c in closers:
-        c.close()
+    for fn in undo:
+        fn()
     tokens = sum(len(o.token_ids) for o in outs)
-    spent = sum(t.seconds for t in timed)
-    steps = max(1, engine.scheduler.step_count - steps_before)
+    spent = engine.bus.seconds - spent_before
+    steps = max(1, engine.step_count - steps_before)
     return {
         "tok_s": tokens / elapsed,
         "callback_share": spent / elapsed,
@@ -116,18 +119,19 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="also write the raw figures here")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    llm = LLM(model=args.model, dtype=args.dtype, max_num_seqs=args.requests, num_kv_blocks=256)
+    config = EngineConfig(dtype=args.dtype, max_num_seqs=args.requests, num_kv_blocks=256)
+    engine = LLMEngine(args.model, config, bus=TimedBus())
     texts = prompts(args.requests)
     params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0, ignore_eos=True)
     results: dict[str, list[dict]] = {m: [] for m in MODES}
     with tempfile.TemporaryDirectory() as tmp:
-        run_once(llm, "full", texts, params, Path(tmp))  # warm-up, not counted
+        run_once(engine, "full", texts, params, Path(tmp))  # warm-up, not counted
         for r in range(args.repeats):
             for mode in MODES[r % len(MODES) :] + MODES[: r % len(MODES)]:
-                results[mode].append(run_once(llm, mode, texts, params, Path(tmp)))
+                results[mode].append(run_once(engine, mode, texts, params, Path(tmp)))
     base = statistics.median(x["tok_s"] for x in results["off"])
     print(
-        f"model {llm.engine.model_name}, {args.dtype}, {args.threads} torch threads, "
+        f"model {engine.model_name}, {args.dtype}, {args.threads} torch threads, "
         f"{args.requests} requests x {args.max_tokens} tokens, {args.repeats} repeats"
     )
     print(

@@ -45,8 +45,8 @@ def decode_bandwidth(
 ) -> dict:
     """Time the decode kernel on a scattered paged cache; check it against the reference."""
     from minicb.kernels import reference
-    from minicb.kernels.decode_attention import default_num_splits, paged_decode_attention
     from minicb.kernels.attention import AttentionMetadata
+    from minicb.kernels.decode_attention import default_num_splits, paged_decode_attention
 
     dtype, block_size = torch.bfloat16, 16
     per_req = -(-ctx // block_size)
