@@ -68,6 +68,17 @@ class KVSnapshot:
         return self.num_blocks - self.num_free
 
 
+def _check_pool_sizes(config: EngineConfig, runner: Runner) -> None:
+    """A runner given from outside must have the pools the config asks for, if it asks."""
+    for name in ("num_kv_blocks", "num_swap_blocks"):
+        wanted, has = getattr(config, name), getattr(runner, name)
+        if wanted is not None and wanted != has:
+            raise ValueError(
+                f"the config asks for {name}={wanted} but the runner has {has}; build the "
+                f"runner with {name}={wanted} (or leave it unset in the config)"
+            )
+
+
 class LLMEngine:
     def __init__(
         self,
@@ -86,6 +97,7 @@ class LLMEngine:
             from minicb.runner.model_runner import ModelRunner  # torch only when needed
 
             runner = ModelRunner(model, self.config)
+        _check_pool_sizes(self.config, runner)
         self.runner = runner
         self.clock = clock or time.time
         self.bus = bus or EventBus()

@@ -71,5 +71,10 @@ class FakeRunner:
         return {"runner": "fake", "num_kv_blocks": self.num_kv_blocks}
 
     def with_config(self, config: EngineConfig) -> FakeRunner:
+        """The same fake for new settings: pool sizes from ``config`` where it sets them,
+        and the scripted step times that are left."""
         blocks = config.num_kv_blocks or self.num_kv_blocks
-        return replace(self, num_kv_blocks=blocks, num_swap_blocks=None, steps=0)
+        swap = config.num_swap_blocks if config.num_swap_blocks is not None else blocks
+        return replace(
+            self, num_kv_blocks=blocks, num_swap_blocks=swap, step_times=self.steps_left, steps=0
+        )

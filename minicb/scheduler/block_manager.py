@@ -118,7 +118,9 @@ class BlockManager:
         """Bring the request's blocks back, with room for ``num_tokens`` tokens in all:
         (cpu block, device block) pairs to copy, or None, with nothing changed, when the
         device pool is too full."""
-        cpu_blocks = self.swap_tables.get(request_id, [])
+        if request_id not in self.swap_tables:
+            raise ValueError(f"request {request_id} is not swapped out")
+        cpu_blocks = self.swap_tables[request_id]
         need = max(len(cpu_blocks), blocks_needed(num_tokens, self.block_size))
         device_blocks = self.device.take(need)
         if device_blocks is None:

@@ -19,7 +19,7 @@ from typing import Any
 from minicb.config import SamplingParams
 
 PREFILL, DECODE, PADDING = "prefill", "decode", "padding"
-RUNNER_ONLY = {"runner_only": True}  # field metadata: not part of the event
+RUNNER_ONLY = {"runner_only": True}  # field metadata: not part of the event (nor of ==)
 
 
 @dataclass(slots=True)  # one per request per iteration: keep it light
@@ -34,10 +34,10 @@ class ScheduledRequest:
     block_table: list[int]  # the KV blocks it holds this step, in order
     store_kv: bool  # padding rows recompute an old token and must not overwrite it
     samples: bool  # True when this step ends the uncomputed tokens: a new token is drawn
-    token_ids: list[int] = field(default_factory=list, metadata=RUNNER_ONLY)
-    params: SamplingParams | None = field(default=None, metadata=RUNNER_ONLY)
+    token_ids: list[int] = field(default_factory=list, compare=False, metadata=RUNNER_ONLY)
+    params: SamplingParams | None = field(default=None, compare=False, metadata=RUNNER_ONLY)
     # Tokens generated so far: the index of the token drawn next (seeded sampling).
-    num_output_tokens: int = field(default=0, metadata=RUNNER_ONLY)
+    num_output_tokens: int = field(default=0, compare=False, metadata=RUNNER_ONLY)
 
 
 @dataclass
