@@ -10,15 +10,13 @@ the machine has: the fixture writes a kernelspec that names ``sys.executable`` i
 temporary Jupyter data folder and puts it first on JUPYTER_PATH, so a fresh venv in CI
 needs no ``ipykernel install`` step.
 
-The notebooks are stored without outputs, and read an engine through its views and its
-event bus only, never its scheduler or its runner's tensors; fast tests check both.
+The notebooks are stored without outputs; a fast test checks that too.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -81,22 +79,6 @@ def test_notebook_is_stored_clean(path):
             assert cell.execution_count is None, f"{path.name}: cell {i} has an execution count"
     sources = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     assert "minicb" in sources, f"{path.name} does not use minicb"
-
-
-# What a notebook must not write: reaching into an engine's scheduler or its runner's KV
-# tensors, or the observer API the event bus replaced. A notebook that shows the block
-# manager or the model runner on purpose builds its own (notebook 03), and may read that.
-# (``minicb.scheduler.`` module paths are imports, not reach-ins.)
-REACH_INS = re.compile(r"(?<!minicb)\.scheduler\.|\.runner\.kv_cache|add_observer|\battach\(")
-
-
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_reads_the_engine_through_its_facade(path):
-    nb = _read(path)
-    for i, cell in enumerate(nb.cells):
-        if cell.cell_type == "code":
-            found = REACH_INS.findall(cell.source)
-            assert not found, f"{path.name}: cell {i} reaches into the engine: {found}"
 
 
 def test_kernel_runs_this_interpreter(kernel_name, tmp_path):
