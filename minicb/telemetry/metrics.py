@@ -141,7 +141,10 @@ class MetricsCollector:
     """Listens to events; ``summary()`` gives every figure at any moment."""
 
     def __init__(self) -> None:
-        self.requests: dict[int, _Request] = {}
+        # Keyed by (engine generation, request id): ids start again at 0 after a rebuild
+        # (a "reset" event), and a run that crosses one must not mix two requests.
+        self.requests: dict[tuple[int, int], _Request] = {}
+        self.generation = 0
         self.steps = _Steps()
         self.rejected = 0
         self.t_min: float | None = None
@@ -158,7 +161,7 @@ class MetricsCollector:
 
     def _req(self, event: Any) -> _Request:
         self._seen(event.time, event.time)
-        return self.requests.setdefault(event.request_id, _Request())
+        return self.requests.setdefault((self.generation, event.request_id), _Request())
 
     # ---- per-event updates ---------------------------------------------------------------
     def _on_step(self, e: Any) -> None:
@@ -222,6 +225,10 @@ class MetricsCollector:
         r = self._req(e)
         r.aborted = True
         r.stop_waiting(e.time)
+
+    def _on_reset(self, e: Any) -> None:
+        self._seen(e.time, e.time)
+        self.generation += 1
 
     def _on_rejected(self, e: Any) -> None:
         self._seen(e.time, e.time)
@@ -313,7 +320,7 @@ class MetricsCollector:
             "peak_pool_usage": s.kv_usage_peak,
         }
 
-    def _fairness(self, done: dict[int, _Request]) -> dict[str, Any]:
+    def _fairness(self, done: dict[tuple[int, int], _Request]) -> dict[str, Any]:
         normalised = [
             e2e(r.arrival, r.finished) / r.num_output_tokens
             for r in done.values()
@@ -324,14 +331,14 @@ class MetricsCollector:
         return {
             "jain_index": jain_index(normalised) if normalised else None,
             "longest_wait_s": waits[longest] if longest is not None else None,
-            "longest_wait_request": longest,
+            "longest_wait_request": longest[1] if longest is not None else None,
         }
 
 
 def _goodput(
-    done: dict[int, _Request],
-    ttfts: dict[int, float],
-    tpots: dict[int, float],
+    done: dict[tuple[int, int], _Request],
+    ttfts: dict[tuple[int, int], float],
+    tpots: dict[tuple[int, int], float],
     ttft_slo: float | None,
     tpot_slo: float | None,
     duration: float,

@@ -194,3 +194,21 @@ def test_empty_and_partial_runs_do_not_crash():
         [RequestToken(time=1.0, request_id=9, step=1, token_id=1, index=3, text="")]
     )
     assert m["requests"]["arrived"] == 0 and m["latency"]["ttft_s"]["count"] == 0
+
+
+def test_a_rebuild_starts_new_requests_instead_of_mixing_them_with_the_old():
+    engine = fake_engine(step_times=[0.5] * 20, start=1000.0, block_size=4)
+    collector = MetricsCollector()
+    engine.bus.subscribe(collector)
+    add(engine, 4, 2, token=1)
+    engine.run_until_done()
+    engine = engine.rebuilt(engine.config.with_(max_num_seqs=2))
+    rid = add(engine, 4, 3, token=1)
+    assert rid == 0  # the same id as the first engine's request
+    engine.run_until_done()
+    m = collector.summary()
+    assert (m["requests"]["arrived"], m["requests"]["finished"]) == (2, 2)
+    assert m["requests"]["tokens_generated"] == 5
+    # each request's first token came one 0.5 s prefill step after its own arrival
+    assert m["latency"]["ttft_s"]["count"] == 2
+    assert m["latency"]["ttft_s"]["mean"] == approx(0.5)
