@@ -6,16 +6,12 @@ import asyncio
 
 import pytest
 
-from minicb import EngineConfig, FakeRunner, LLMEngine, SamplingParams
+from minicb import SamplingParams
 from minicb.request import RequestOutput
 from minicb.server.engine_loop import EngineLoop
+from tests.server.conftest import fake_engine
 
 PARAMS = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
-
-
-def fake_engine(batching: str = "continuous") -> LLMEngine:
-    runner = FakeRunner(num_kv_blocks=32, token_fn=lambda rid, i: 10 + i)
-    return LLMEngine(config=EngineConfig(batching=batching, num_kv_blocks=32), runner=runner)
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 (one step is exactly one iteration, pause holds), a disconnected or slow browser never
 disturbs the engine, and malformed controls get an error and change nothing."""
 
-import json
 import time
 
 import pytest
@@ -13,6 +12,7 @@ from minicb.server.app import create_app, hub_of
 from minicb.server.engine_loop import EngineLoop
 from minicb.server.workload import WorkloadFeeder, WorkloadSpec
 from minicb.telemetry.trace import Trace
+from tests.server.conftest import control, events_until
 
 PARAMS = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
 
@@ -32,30 +32,6 @@ def demo(tiny_llama_dir):
     with TestClient(app) as client:
         yield client, loop, app
     loop.stop()
-
-
-def control(ws, **msg):
-    """Send a control; return (events received meanwhile, the reply)."""
-    ws.send_text(json.dumps(msg))
-    events = []
-    while True:
-        reply = ws.receive_json()
-        if reply["type"] != "events":
-            return events, reply
-        events += [(reply["engine"], e) for e in reply["events"]]
-
-
-def events_until(ws, done, limit=5000):
-    """Receive events until ``done(engine, event)`` is true; all of them, in order."""
-    seen = []
-    while len(seen) < limit:
-        msg = ws.receive_json()
-        assert msg["type"] == "events", msg
-        for e in msg["events"]:
-            seen.append((msg["engine"], e))
-            if done(msg["engine"], e):
-                return seen
-    raise AssertionError("the expected event never came")
 
 
 def add(loop, engine, prompt=(5, 6, 7), params=PARAMS):

@@ -1,0 +1,112 @@
+"""A rebuild (the demo's settings control) reaches every subscriber through the engine's
+bus: the browser gets a "reset" event in order with the engine's events (the old
+requests' aborts before it, the new engine's ids and steps from the start after it), an
+open token stream ends with "abort", and the waiting-queue gate, the Prometheus metrics
+and new token streams go on working on the new engine."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from minicb.server.app import create_app
+from minicb.server.engine_loop import EngineLoop
+from minicb.server.openai_api import install_openai_routes
+from minicb.server.workload import WorkloadFeeder, WorkloadSpec
+from tests.api.live import metric
+from tests.server.conftest import control, events_until, fake_engine
+
+BODY = {"model": "fake", "prompt": [5, 6, 7], "max_tokens": 4, "ignore_eos": True}
+
+
+@pytest.fixture
+def demo():
+    engines = {"static": fake_engine("static"), "continuous": fake_engine()}
+    loop = EngineLoop(engines, feeder=WorkloadFeeder(WorkloadSpec(preset="off")))
+    app = create_app(loop, mode="demo", model_name="fake", feeder=loop.feeder)
+    routes = install_openai_routes(app, loop, "continuous", "fake", max_waiting=2)
+    loop.start()
+    with TestClient(app) as client:
+        yield client, loop, routes
+    loop.stop()
+
+
+def in_thread(fn):
+    """Run ``fn()`` in a thread; returns a function that joins it and gives its result."""
+    out = {}
+    thread = threading.Thread(target=lambda: out.update(result=fn()), daemon=True)
+    thread.start()
+
+    def join():
+        thread.join(20)
+        assert not thread.is_alive(), "the request never ended"
+        return out["result"]
+
+    return join
+
+
+def sse_chunks(client, body):
+    text = client.post("/v1/completions", json={**body, "stream": True}).text
+    return [json.loads(x[6:]) for x in text.split("\n\n") if x.startswith("data: {")], text
+
+
+def wait_for(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_a_rebuild_resets_in_order_and_every_subscriber_goes_on(demo):
+    client, loop, routes = demo
+    with client.websocket_connect("/ws") as ws:
+        ws.receive_json()
+        control(ws, type="pause")
+        held = in_thread(lambda: sse_chunks(client, {**BODY, "max_tokens": 50}))
+        wait_for(lambda: routes.gate.waiting == 1)
+        before, reply = control(ws, type="settings", max_num_seqs=2, num_kv_blocks=24)
+        assert reply["type"] == "ack", reply
+        assert [e["config"]["max_num_seqs"] for e in reply["engines"]] == [2, 2]
+        chunks, text = held()
+        assert chunks[-1]["choices"][0]["finish_reason"] == "abort"  # the old stream ended
+        assert text.endswith("data: [DONE]\n\n")
+        control(ws, type="resume")
+        after = sse_chunks(client, BODY)[0]  # a new stream on the new engine
+        seen = before + events_until(ws, lambda n, e: e["type"] == "finished")
+
+    mine = [e for n, e in seen if n == "continuous"]
+    kinds = [e["type"] for e in mine]
+    reset = kinds.index("reset")
+    assert kinds.count("reset") == 1 and kinds[:reset] == ["arrived", "aborted"]
+    assert mine[reset]["info"]["config"]["num_kv_blocks"] == 24
+    assert mine[reset]["info"]["step"] == 0 and mine[reset]["info"]["kv_total"] == 24
+    new = mine[reset + 1 :]
+    assert new[0]["type"] == "arrived" and new[0]["request_id"] == 0  # ids start again
+    assert [e["step"] for e in new if e["type"] == "step"][0] == 1  # and step numbers
+    assert "reset" in [e["type"] for n, e in seen if n == "static"]
+    tokens = [c["choices"][0]["text"] for c in after]
+    assert len(tokens) == 5 and after[-1]["choices"][0]["finish_reason"] == "length"
+
+    # the gate counts the new engine's queue: two wait, the third is refused
+    loop.pause()
+    waiting = [in_thread(lambda: client.post("/v1/completions", json=BODY)) for _ in range(2)]
+    wait_for(lambda: routes.gate.waiting == 2)
+    refused = client.post("/v1/completions", json=BODY)
+    assert refused.status_code == 429 and "2 requests waiting" in refused.text
+    loop.resume()
+    assert [w().status_code for w in waiting] == [200, 200]
+    assert routes.gate.waiting == 0 and not routes.gate.in_transit
+
+    # Prometheus heard both engines on the one bus: the abort, then the new requests
+    page = client.get("/metrics").text
+    done = 'minicb:request_success_total{finished_reason="length",model_name="fake"}'
+    aborted = 'minicb:request_success_total{finished_reason="abort",model_name="fake"}'
+    assert metric(page, done) == 3 and metric(page, aborted) == 1
+    assert metric(page, "minicb:generation_tokens_total") == 12
+    assert metric(page, "minicb:num_requests_waiting") == 0
+    assert metric(page, "minicb:num_requests_running") == 0
+    assert metric(page, "minicb:kv_cache_usage_perc") == 0.0
