@@ -99,9 +99,7 @@ function onHello(msg) {
 function onEvents(msg) {
   const p = app.panels.find((q) => q.name === msg.engine);
   if (!p) return;
-  for (const e of msg.events) {
-    if (e.type === "reset") p.model.reset(e.info); else p.model.apply(e);
-  }
+  for (const e of msg.events) p.model.apply(e); // a "reset" among them starts the panel afresh
   p.model.dropped = msg.dropped || 0;
   app.dirty = true;
 }
@@ -136,7 +134,7 @@ function connect() {
 function cursorOf(p) {
   if (!app.replay) return p.model.lastStep;
   const pos = lastBefore(p.model.steps, app.replay.t);
-  return pos < 0 ? 0 : p.model.steps[pos].index;
+  return pos < 0 ? 0 : p.model.steps[pos].step;
 }
 function lastBefore(steps, time) {
   let lo = 0, hi = steps.length - 1, best = -1;

@@ -23,7 +23,7 @@ export class OccupancyChart {
       const x = [], y = [];
       for (let i = 0; i <= end; i += every) {
         const s = steps[i];
-        x.push(scale.mode === "iter" ? s.index : s.wallEnd - scale.t0);
+        x.push(scale.mode === "iter" ? s.step : s.wallEnd - scale.t0);
         y.push(s.slotsLimit ? (100 * s.useful) / s.slotsLimit : 0);
       }
       key += `|${p.name}:${end}:${p.model.version}`;

@@ -20,9 +20,9 @@ export function countersAt(model, cursor) {
   let tokens = 0, from = step.wallEnd, rows = 0, pads = 0;
   for (let i = model.steps.length - 1; i >= 0; i--) {
     const s = model.steps[i];
-    if (s.index > step.index) continue;
+    if (s.step > step.step) continue;
     rows += s.useful + s.padding; pads += s.padding;
-    if (s.wallEnd >= step.wallEnd - RATE_WINDOW_S) { tokens += model.tokensAt.get(s.index) || 0; from = s.wallStart; }
+    if (s.wallEnd >= step.wallEnd - RATE_WINDOW_S) { tokens += model.tokensAt.get(s.step) || 0; from = s.wallStart; }
   }
   const span = step.wallEnd - from;
   out.toks = span > 0 ? tokens / span : 0;
@@ -30,8 +30,8 @@ export function countersAt(model, cursor) {
   out.padding = rows ? pads / rows : 0;
   const ttfts = [];
   for (const r of model.order) {
-    if (r.firstTokenStep != null && r.firstTokenStep <= step.index && r.ttft() != null) ttfts.push(r.ttft());
-    if (r.endStep != null && r.endStep <= step.index) out.done++;
+    if (r.firstTokenStep != null && r.firstTokenStep <= step.step && r.ttft() != null) ttfts.push(r.ttft());
+    if (r.endStep != null && r.endStep <= step.step) out.done++;
   }
   ttfts.sort((a, b) => a - b);
   out.ttft50 = percentile(ttfts, 50);

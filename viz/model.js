@@ -1,9 +1,11 @@
 // PanelModel: one engine's history, rebuilt from its events alone.
 //
 // The same code reads a live WebSocket and a recorded trace, so live and replay draw the
-// same rows. Each StepEvent is self-contained for states (it lists who ran in which phase
-// and who was admitted, preempted, swapped or finished), so cells are filled from it; the
-// request events add what steps lack: prompts, arrival times, text, first-token times.
+// same rows and the same KV map. Each StepEvent is self-contained for states (it lists who
+// ran in which phase and who was admitted, preempted, swapped or finished) and for the KV
+// pool (every request's block ids after the step), so cells and maps are filled from it;
+// the request events add what steps lack: prompts, arrival times, text, first-token times.
+// A "reset" event (the engine was rebuilt with new settings) starts the panel afresh.
 
 export const PHASE = { waiting: 0, prefill: 1, decode: 2, padding: 3, preempted: 4, swapped: 5 };
 export const PHASE_NAMES = ["waiting", "prefill", "decode", "padding", "preempted", "swapped"];
@@ -34,6 +36,8 @@ class Req {
     return s;
   }
 
+  // TTFT as docs/events.md defines it ("Latency: one definition of each figure"):
+  // first token time - arrival time, both on the engine's clock.
   ttft() {
     return this.firstTokenTime != null && this.arrival != null
       ? this.firstTokenTime - this.arrival : null;
@@ -45,17 +49,17 @@ export class PanelModel {
     this.reset(info);
   }
 
-  reset(info) {
+  reset(info) { // info: the engine's description (hello, or a reset event's info)
     this.info = info;
-    this.name = info.name;
+    this.name = info.name ?? this.name;
     this.batching = info.batching;
     this.kvTotal = info.kv_total || 0;
     this.reqs = new Map();
     this.order = []; // requests in arrival order: the rows
-    this.steps = []; // compact step records, steps[i].index == i + 1 when none were missed
+    this.steps = []; // compact step records, steps[i].step == i + 1 when none were missed
     this.live = new Set(); // ids of requests still in the engine
-    this.tokensAt = new Map(); // step index -> tokens generated in it
-    this.version = 0; // bumped on every change: the renderers redraw when it moves
+    this.tokensAt = new Map(); // step number -> tokens generated in it
+    this.version = (this.version ?? 0) + 1; // bumped on every change: renderers redraw
     this.dropped = 0;
     this.t0 = null;
     this.baseStep = info.step || 0; // iterations the engine ran before this page joined
@@ -63,7 +67,7 @@ export class PanelModel {
     this.current = null; // the step being applied: requests first seen in it start there
   }
 
-  get lastStep() { return this.steps.length ? this.steps[this.steps.length - 1].index : this.baseStep; }
+  get lastStep() { return this.steps.length ? this.steps[this.steps.length - 1].step : this.baseStep; }
 
   req(id, create = true) {
     let r = this.reqs.get(id);
@@ -76,20 +80,20 @@ export class PanelModel {
     return r;
   }
 
-  stepPos(index) { // position in this.steps of the last step with .index <= index, or -1
-    const first = this.steps.length ? this.steps[0].index : 1;
-    const guess = index - first;
-    if (this.steps[guess] && this.steps[guess].index === index) return guess;
+  stepPos(k) { // position in this.steps of the last step record with .step <= k, or -1
+    const first = this.steps.length ? this.steps[0].step : 1;
+    const guess = k - first;
+    if (this.steps[guess] && this.steps[guess].step === k) return guess;
     let lo = 0, hi = this.steps.length - 1, best = -1;
     while (lo <= hi) {
       const mid = (lo + hi) >> 1;
-      if (this.steps[mid].index <= index) { best = mid; lo = mid + 1; } else hi = mid - 1;
+      if (this.steps[mid].step <= k) { best = mid; lo = mid + 1; } else hi = mid - 1;
     }
     return best;
   }
 
-  stepAt(index) { // the last step record with .index <= index, or null
-    const p = this.stepPos(index);
+  stepAt(k) { // the last step record with .step <= k, or null
+    const p = this.stepPos(k);
     return p < 0 ? null : this.steps[p];
   }
 
@@ -100,7 +104,7 @@ export class PanelModel {
   }
 
   onStep(e) {
-    const k = e.index;
+    const k = e.step;
     this.current = k;
     if (this.t0 == null) this.t0 = e.wall_start;
     const why = (list, tag) => list.forEach((d) => this.req(d.request_id).reasons.push([k, d.reason, tag]));
@@ -125,14 +129,15 @@ export class PanelModel {
     }
     for (const d of e.finished) this.end(d.request_id, k);
     this.steps.push({
-      index: k, wallStart: e.wall_start, wallEnd: e.wall_end, useful, padding,
-      rows: e.scheduled.map((r) => [r.request_id, r.num_blocks]),
+      step: k, wallStart: e.wall_start, wallEnd: e.wall_end, useful, padding,
       slotsLimit: e.slots_limit, budgetUsed: e.budget_used, budgetLimit: e.budget_limit,
       kvUsed: e.kv_used, kvFree: e.kv_free, kvTotal: e.kv_total, kvSwapped: e.kv_swapped,
       waiting: e.num_waiting, swapped: e.num_swapped, finished: e.finished.length,
       preempted: e.preempted.map((d) => [d.request_id, d.mode]),
       decisions: [...e.admitted, ...e.preempted, ...e.swapped_out, ...e.swapped_in, ...e.finished],
-      notes: e.notes, kv: null,
+      notes: e.notes,
+      // request id (a string) -> its block ids after this step: what the KV map draws
+      blockTables: e.block_tables, swapTables: e.swap_tables,
     });
     this.current = null;
     if (e.kv_total) this.kvTotal = e.kv_total;
@@ -169,8 +174,5 @@ const HANDLERS = {
   aborted: (m, e) => { m.req(e.request_id).finishReason = "abort"; m.end(e.request_id, m.lastStep); },
   preempted: () => {}, admitted: () => {}, swapped_out: () => {}, swapped_in: () => {},
   rejected: () => {},
-  kv_map: (m, e) => { // the real block ids after a step (live only; traces have counts)
-    const s = m.steps[m.steps.length - 1];
-    if (s && s.index === e.step) s.kv = e;
-  },
+  reset: (m, e) => m.reset(e.info), // request ids and step numbers start again
 };

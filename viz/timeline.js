@@ -43,7 +43,7 @@ function firstStepFrom(model, x, scale) {
   let lo = 0, hi = model.steps.length - 1, ans = model.lastStep + 1;
   while (lo <= hi) {
     const mid = (lo + hi) >> 1;
-    if (model.steps[mid].wallEnd - scale.t0 >= x) { ans = model.steps[mid].index; hi = mid - 1; } else lo = mid + 1;
+    if (model.steps[mid].wallEnd - scale.t0 >= x) { ans = model.steps[mid].step; hi = mid - 1; } else lo = mid + 1;
   }
   return ans;
 }

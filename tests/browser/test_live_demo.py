@@ -7,6 +7,7 @@ import pytest
 from tests.browser.conftest import js, server, shot, wait_for
 
 PANELS = "window.minicb.panels"
+PANELS_TEXT = "document.querySelector('#panels').innerText"
 
 
 @pytest.fixture(scope="module")
@@ -131,11 +132,12 @@ def test_the_language_toggle_changes_the_labels(tab, demo_url):
     page.click("#lang")
     assert page.inner_text("#pause") == "暂停"
     assert "连续批处理" in page.inner_text("h1")
-    assert "静态批处理" in page.inner_text("#panels")
+    # panel titles are drawn on the next animation frame: wait for it, then look
+    wait_for(page, f"{PANELS_TEXT}.includes('静态批处理')", 5)
     assert "槽位占用率" in page.inner_text("#panels")
     page.wait_for_timeout(500)
     shot(page, "live-demo-zh")
     page.click("#lang")
     assert page.inner_text("#pause") == "Pause"
-    assert "static batching" in page.inner_text("#panels")
+    wait_for(page, f"{PANELS_TEXT}.includes('static batching')", 5)
     assert not page.errors
