@@ -2,7 +2,6 @@
 per browser: events out, controls in.
 
     app = create_app(engine_loop, mode="demo", model_name="SmolLM2-135M-Instruct")
-    uvicorn.run(app, host="127.0.0.1", port=8000)
 
 The app never touches an engine itself: controls run in the engine thread through the
 EngineLoop (minicb.server.controls), and events come back through one bounded
@@ -15,16 +14,14 @@ make the engine wait:
                            outbox (small asyncio.Queue) ──► writer task ──► socket
 
 A slow tab fills its own outbox, its pumps stop draining, and its subscriptions drop old
-events; the engine and the other tabs go on. A closed tab's subscriptions are closed at
-once, so the buses forget them. Every step event carries the block ids of every request,
-and a rebuilt engine announces itself with a "reset" event on the same bus, so the KV
-map and the rebuilds arrive in order with the events around them.
+events; the engine and the other tabs go on. A closed tab's subscriptions close at once.
+Step events carry every request's block ids, and a rebuilt engine announces itself with
+a "reset" event on the same bus: both arrive in order with the events around them.
 
-Messages out: ``hello`` first, then ``events`` batches ({engine, events, dropped}), the
-replies to controls (``ack`` or ``error``), and in replay mode one ``replay`` message
-with the whole trace. Modes: "demo" (engines, a workload feeder, every control), "serve"
-(one engine behind the API: no feeder, no rebuilds), "replay" (no engine: the browser
-scrubs through recorded traces).
+Messages out: ``hello``, then ``events`` batches ({engine, events, dropped}), replies to
+controls (``ack`` or ``error``), and in replay mode one ``replay`` with the whole trace.
+Modes: "demo" (engines, a workload feeder, every control), "serve" (one engine behind
+the API), "replay" (no engine: the browser scrubs through recorded traces).
 """
 
 from __future__ import annotations
@@ -48,7 +45,6 @@ from minicb.telemetry.events import StepEvent, to_dict
 
 if TYPE_CHECKING:
     from minicb.server.engine_loop import EngineLoop
-    from minicb.server.workload import WorkloadFeeder
     from minicb.telemetry.bus import Subscription
     from minicb.telemetry.trace import Trace
 
@@ -73,24 +69,30 @@ class Client:
 
 class Hub:
     """What every browser of one app shares: the engines (or the traces), and the
-    scheduler's explanations of recent rounds, kept for the single-step control."""
+    scheduler's explanations of recent rounds, kept for the single-step control.
+
+    ``replay`` maps panel names to recorded traces (replay mode, no engine loop);
+    ``queue_size`` bounds each browser's queue per engine.
+    """
 
     def __init__(
         self,
         engine_loop: EngineLoop | None,
         *,
-        mode: str,
+        mode: str = "demo",
         model_name: str = "",
         replay: dict[str, Trace] | None = None,
-        feeder: WorkloadFeeder | None = None,
         queue_size: int = 4096,
     ) -> None:
-        self.loop = engine_loop
-        self.mode = mode
-        self.model_name = model_name
-        self.replay = replay
-        self.feeder = feeder
-        self.queue_size = queue_size
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+        if mode == "replay" and (engine_loop is not None or not replay):
+            raise ValueError("replay mode needs at least one trace and no engine loop")
+        if mode != "replay" and engine_loop is None:
+            raise ValueError(f"{mode} mode needs an engine loop")
+        self.loop, self.mode, self.model_name = engine_loop, mode, model_name
+        self.replay, self.queue_size = replay or {}, queue_size
+        self.feeder = engine_loop.feeder if engine_loop else None  # the demo's workload
         self.clients: set[Client] = set()
         # round number -> {engine name: the plan's decisions in words}
         self._explained: OrderedDict[int, dict[str, list[str]]] = OrderedDict()
@@ -129,7 +131,7 @@ class Hub:
         if loop is not None:
             engines = loop.engine_infos()
         else:
-            engines = [_replay_info(n, t) for n, t in (self.replay or {}).items()]
+            engines = [_replay_info(n, t) for n, t in self.replay.items()]
         return {
             "type": "hello",
             "mode": self.mode,
@@ -196,14 +198,11 @@ async def _write(websocket: WebSocket, outbox: asyncio.Queue) -> None:
 
 
 def replay_message(hub: Hub) -> dict[str, Any]:
-    traces = hub.replay or {}
-    return {
-        "type": "replay",
-        "traces": {
-            name: {"header": t.header, "events": [to_dict(e) for e in t.events]}
-            for name, t in traces.items()
-        },
+    traces = {
+        n: {"header": t.header, "events": [to_dict(e) for e in t.events]}
+        for n, t in hub.replay.items()
     }
+    return {"type": "replay", "traces": traces}
 
 
 async def serve_client(websocket: WebSocket, hub: Hub) -> None:
@@ -245,36 +244,11 @@ def plotly_js_path() -> Path:
 
 
 def create_app(
-    engine_loop: EngineLoop | None,
-    *,
-    mode: str = "demo",
-    model_name: str = "",
-    replay: dict[str, Trace] | None = None,
-    feeder: WorkloadFeeder | None = None,
-    viz_dir: str | Path | None = None,
-    queue_size: int = 4096,
+    engine_loop: EngineLoop | None, *, viz_dir: str | Path | None = None, **options: Any
 ) -> FastAPI:
-    """The FastAPI app serving the visualizer and ``/ws`` for these engines (or a replay).
-
-    ``replay`` maps panel names to recorded traces (replay mode, no engine loop);
-    ``feeder`` is the demo's workload feeder, if any (the loop runs it; the controls
-    configure it); ``queue_size`` bounds each browser's queue per engine. The OpenAI
-    routes are added to the returned app by minicb.server.openai_api.
-    """
-    if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
-    if mode == "replay" and not replay:
-        raise ValueError("replay mode needs at least one trace")
-    if mode != "replay" and engine_loop is None:
-        raise ValueError(f"{mode} mode needs an engine loop")
-    hub = Hub(
-        engine_loop,
-        mode=mode,
-        model_name=model_name,
-        replay=replay,
-        feeder=feeder,
-        queue_size=queue_size,
-    )
+    """The FastAPI app serving the visualizer and ``/ws`` for these engines (or a replay);
+    ``options`` are the Hub's. minicb.server.openai_api adds the OpenAI routes to it."""
+    hub = Hub(engine_loop, **options)
     viz = Path(viz_dir) if viz_dir is not None else VIZ_DIR
     app = FastAPI(title="minicb", docs_url=None, redoc_url=None)
     app.state.hub = hub

@@ -77,58 +77,50 @@ def _only(msg: dict, allowed: set[str]) -> None:
         raise ControlError(f"unknown field(s): {', '.join(unknown)}")
 
 
-def _live(hub: Hub) -> Any:
-    if hub.loop is None:
-        raise ControlError("no engine is running (this is a replay)")
-    return hub.loop
+# ---- the controls (each gets the live loop; replays have none) -------------------------
+async def _paused(loop: EngineLoop, paused: bool) -> dict:
+    await loop.acall(lambda: setattr(loop, "paused", paused))
+    return {"paused": paused}
 
 
-# ---- the controls ----------------------------------------------------------------------
-async def _pause(hub: Hub, msg: dict) -> dict:
+async def _pause(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
     _only(msg, set())
-    loop = _live(hub)
-    await loop.acall(lambda: setattr(loop, "paused", True))
-    return {"paused": True}
+    return await _paused(loop, True)
 
 
-async def _resume(hub: Hub, msg: dict) -> dict:
+async def _resume(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
     _only(msg, set())
-    loop = _live(hub)
-    await loop.acall(lambda: setattr(loop, "paused", False))
-    return {"paused": False}
+    return await _paused(loop, False)
 
 
-async def _step(hub: Hub, msg: dict) -> dict:
+async def _step(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
     """Pause if running, then run exactly one round and report its decisions."""
-    _only(msg, set())
-    loop = _live(hub)
-    await loop.acall(lambda: setattr(loop, "paused", True))
+    await _pause(hub, loop, msg)
     round_no = await asyncio.to_thread(loop.step_once)  # waits for the engine thread
     return {"paused": True, "round": round_no, "explain": hub.explained(round_no)}
 
 
-async def _speed(hub: Hub, msg: dict) -> dict:
+async def _speed(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
     _only(msg, {"delay_s"})
     delay = _num(msg, "delay_s", 0.0, 10.0)
     if delay is None:
         raise ControlError("speed needs delay_s (seconds between rounds)")
-    loop = _live(hub)
     await loop.acall(lambda: setattr(loop, "delay_s", delay))
     return {"delay_s": delay}
 
 
-async def _workload(hub: Hub, msg: dict) -> dict:
+async def _workload(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
     _only(msg, {"preset", "rate", "lengths", "count"})
-    if hub.feeder is None:
+    feeder = hub.feeder
+    if feeder is None:
         raise ControlError("there is no workload feeder in this mode")
     spec = WorkloadSpec(
         preset=_choice(msg, "preset", PRESETS, "burst"),
-        rate=_num(msg, "rate", 0.01, 100.0, hub.feeder.spec.rate),
-        lengths=_choice(msg, "lengths", LENGTHS, hub.feeder.spec.lengths),
-        count=_int(msg, "count", 1, 1000, hub.feeder.spec.count),
+        rate=_num(msg, "rate", 0.01, 100.0, feeder.spec.rate),
+        lengths=_choice(msg, "lengths", LENGTHS, feeder.spec.lengths),
+        count=_int(msg, "count", 1, 1000, feeder.spec.count),
     )
-    feeder = hub.feeder
-    await _live(hub).acall(lambda: feeder.configure(spec))
+    await loop.acall(lambda: feeder.configure(spec))
     return {"workload": feeder.describe()}
 
 
@@ -142,14 +134,13 @@ SETTINGS = {
 }
 
 
-async def _settings(hub: Hub, msg: dict) -> dict:
+async def _settings(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
     _only(msg, set(SETTINGS))
     if hub.mode != "demo":
         raise ControlError("engine settings can be changed in the demo only")
     changes = {k: check(msg) for k, check in SETTINGS.items() if k in msg}
     if not changes:
         raise ControlError(f"settings needs at least one of {', '.join(SETTINGS)}")
-    loop = _live(hub)
     try:
         return {"engines": await loop.acall(lambda: rebuild_engines(loop, changes))}
     except (ValueError, TypeError) as err:  # EngineConfig's own checks
@@ -170,9 +161,8 @@ def rebuild_engines(loop: EngineLoop, changes: dict[str, Any]) -> list[dict[str,
     return loop.engine_infos()
 
 
-async def _prompt(hub: Hub, msg: dict) -> dict:
+async def _prompt(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
     _only(msg, {"text", "target", "max_tokens"})
-    loop = _live(hub)
     text = msg.get("text")
     if not isinstance(text, str) or not text.strip() or len(text) > MAX_PROMPT_CHARS:
         raise ControlError(f"text must be a non-empty string of at most {MAX_PROMPT_CHARS} chars")
@@ -193,7 +183,7 @@ async def _prompt(hub: Hub, msg: dict) -> dict:
     return {"ids": ids}
 
 
-HANDLERS: dict[str, Callable[[Hub, dict], Awaitable[dict]]] = {
+HANDLERS: dict[str, Callable[[Hub, EngineLoop, dict], Awaitable[dict]]] = {
     "pause": _pause,
     "resume": _resume,
     "step": _step,
@@ -221,6 +211,8 @@ async def handle_control(hub: Hub, text: str) -> dict[str, Any]:
         known = ", ".join(HANDLERS)
         return {"type": "error", **reply, "message": f"unknown control {kind!r}; known: {known}"}
     try:
-        return {"type": "ack", **reply, **await handler(hub, msg)}
+        if hub.loop is None:
+            raise ControlError("no engine is running (this is a replay)")
+        return {"type": "ack", **reply, **await handler(hub, hub.loop, msg)}
     except ControlError as err:
         return {"type": "error", **reply, "message": str(err)}

@@ -128,7 +128,7 @@ def build_demo(args: argparse.Namespace) -> tuple[EngineLoop, FastAPI]:
     loop = EngineLoop({"static": static, "continuous": continuous}, feeder=feeder)
     loop.paused, loop.delay_s = args.paused, args.delay
     name = continuous.model_name
-    app = create_app(loop, mode="demo", model_name=name, feeder=feeder)
+    app = create_app(loop, mode="demo", model_name=name)
     install_openai_routes(app, loop, "continuous", name)
     return loop, app
 

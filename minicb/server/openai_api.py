@@ -36,22 +36,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from minicb.config import SamplingParams
 from minicb.request import RequestOutput, TokenDelta
+from minicb.server import openai_request as rq
 from minicb.server.engine_loop import EngineLoop, RequestStream
-from minicb.server.openai_request import (
-    APIError,
-    ChatCompletionRequest,
-    CompletionRequest,
-    WaitingGate,
-    api_error_handler,
-    bearer_check,
-    chat_messages,
-    check_unsupported,
-    completion_prompt,
-    error_body,
-    read_request,
-    requested_max_tokens,
-    sampling_params,
-)
 from minicb.telemetry.prometheus import PrometheusMetrics
 
 log = logging.getLogger(__name__)
@@ -175,7 +161,7 @@ async def sse_stream(
                 continue
             finished = True
             if item.finish_reason == "error":  # the engine failed a step; tell, then end
-                yield sse(error_body(item.text, type="server_error", code="engine_error"))
+                yield sse(rq.error_body(item.text, type="server_error", code="engine_error"))
                 break
             yield sse(reply.chunk(hold.finish(item.text), finish=item.finish_reason))
             if reply.include_usage:
@@ -194,11 +180,11 @@ def _guarded(handler: Callable[..., Awaitable[Response]]) -> Callable[..., Await
     async def run(*args: Any, **kwargs: Any) -> Response:
         try:
             return await handler(*args, **kwargs)
-        except APIError:
+        except rq.APIError:
             raise
         except Exception as err:
             log.exception("unexpected error in %s", handler.__name__)
-            body = error_body(f"internal error: {type(err).__name__}", "server_error")
+            body = rq.error_body(f"internal error: {type(err).__name__}", "server_error")
             return JSONResponse(body, status_code=500)
 
     return run
@@ -219,7 +205,7 @@ class OpenAIRoutes:
         loop: EngineLoop,
         engine_name: str,
         model_name: str,
-        gate: WaitingGate,
+        gate: rq.WaitingGate,
         prometheus: PrometheusMetrics,
         max_body_bytes: int,
     ) -> None:
@@ -233,7 +219,7 @@ class OpenAIRoutes:
 
     def check_model(self, model: str) -> None:
         if model != self.model_name:
-            raise APIError(
+            raise rq.APIError(
                 f"model {model!r} is not served here; this server serves {self.model_name!r} "
                 "(see /v1/models)",
                 param="model",
@@ -243,33 +229,33 @@ class OpenAIRoutes:
     def check_max_tokens(self, max_tokens: int) -> None:
         limit = self.engine.max_model_len
         if max_tokens > limit:
-            raise APIError(
+            raise rq.APIError(
                 f"max_tokens is {max_tokens} but the model's context holds {limit} tokens",
                 param="max_tokens",
             )
 
     # ---- generation ----------------------------------------------------------------------
     async def completions(self, request: Request) -> Response:
-        req = await read_request(request, CompletionRequest, self.max_body_bytes)
+        req = await rq.read_request(request, rq.CompletionRequest, self.max_body_bytes)
         self.check_model(req.model)
-        check_unsupported(req)
-        prompt = completion_prompt(req.prompt)
-        max_tokens = requested_max_tokens(req) or DEFAULT_COMPLETION_MAX_TOKENS
+        rq.check_unsupported(req)
+        prompt = rq.completion_prompt(req.prompt)
+        max_tokens = rq.requested_max_tokens(req) or DEFAULT_COMPLETION_MAX_TOKENS
         self.check_max_tokens(max_tokens)
-        params = sampling_params(req, max_tokens)
+        params = rq.sampling_params(req, max_tokens)
         return await self._generate(request, req, prompt, params, Reply(False, self.model_name))
 
     async def chat_completions(self, request: Request) -> Response:
-        req = await read_request(request, ChatCompletionRequest, self.max_body_bytes)
+        req = await rq.read_request(request, rq.ChatCompletionRequest, self.max_body_bytes)
         self.check_model(req.model)
-        check_unsupported(req)
-        messages = chat_messages(req.messages)
-        max_tokens = requested_max_tokens(req)
+        rq.check_unsupported(req)
+        messages = rq.chat_messages(req.messages)
+        max_tokens = rq.requested_max_tokens(req)
         if max_tokens is not None:
             self.check_max_tokens(max_tokens)
-        sampling_params(req, max_tokens or 1)  # refuse bad settings before any tokenizing
+        rq.sampling_params(req, max_tokens or 1)  # refuse bad settings before any tokenizing
         ids, room = await self.loop.acall(lambda: self._chat_prompt(messages))
-        params = sampling_params(req, max_tokens or room)
+        params = rq.sampling_params(req, max_tokens or room)
         return await self._generate(request, req, ids, params, Reply(True, self.model_name))
 
     def _chat_prompt(self, messages: list[dict[str, str]]) -> tuple[list[int], int]:
@@ -279,14 +265,14 @@ class OpenAIRoutes:
         try:
             ids = engine.apply_chat_template(messages)
         except ValueError as err:
-            raise APIError(str(err), param="messages") from err
+            raise rq.APIError(str(err), param="messages") from err
         kv = engine.kv_snapshot()
         return ids, max(1, min(engine.max_model_len, kv.num_blocks * kv.block_size) - len(ids))
 
     async def _generate(
         self,
         request: Request,
-        req: CompletionRequest | ChatCompletionRequest,
+        req: rq.CompletionRequest | rq.ChatCompletionRequest,
         prompt: str | list[int],
         params: SamplingParams,
         reply: Reply,
@@ -299,7 +285,7 @@ class OpenAIRoutes:
                     self.engine_name, prompt, params, req.priority, on_queued=queued
                 )
             except ValueError as err:  # the engine's refusal already names the limit
-                raise APIError(str(err), param=_param_of(str(err), reply.chat)) from err
+                raise rq.APIError(str(err), param=_param_of(str(err), reply.chat)) from err
         headers = {"X-Request-Id": reply.id, "X-Minicb-Request-Id": str(stream.request_id)}
         if req.stream:
             rid = stream.request_id
@@ -308,7 +294,7 @@ class OpenAIRoutes:
             return StreamingResponse(body, media_type="text/event-stream", headers=headers)
         out = await self._final(request, stream)
         if out.finish_reason == "error":
-            raise APIError(out.text, 500, type="server_error", code="engine_error")
+            raise rq.APIError(out.text, 500, type="server_error", code="engine_error")
         return JSONResponse(reply.full(out), headers=headers)
 
     async def _final(self, request: Request, stream: RequestStream) -> RequestOutput:
@@ -375,7 +361,7 @@ class OpenAIRoutes:
         return Response(self.prometheus.exposition(), media_type=self.prometheus.content_type)
 
     async def unknown(self, request: Request, path: str) -> JSONResponse:
-        raise APIError(
+        raise rq.APIError(
             f"no route {request.method} /v1/{path}; see /v1/models, /v1/completions, "
             "/v1/chat/completions",
             status=404,
@@ -401,11 +387,11 @@ def install_openai_routes(
     """
     prometheus = PrometheusMetrics(model_name)
     engine_loop.engines[engine_name].bus.subscribe(prometheus)
-    gate = WaitingGate(engine_loop.engines, engine_name, max_waiting)
+    gate = rq.WaitingGate(engine_loop.engines, engine_name, max_waiting)
     routes = OpenAIRoutes(engine_loop, engine_name, model_name, gate, prometheus, max_body_bytes)
     app.state.openai = routes
-    app.add_exception_handler(APIError, api_error_handler)
-    guarded = [Depends(bearer_check(api_key))] if api_key else []
+    app.add_exception_handler(rq.APIError, rq.api_error_handler)
+    guarded = [Depends(rq.bearer_check(api_key))] if api_key else []
     v1 = APIRouter(prefix="/v1", dependencies=guarded)
     v1.add_api_route("/completions", _guarded(routes.completions), methods=["POST"])
     v1.add_api_route("/chat/completions", _guarded(routes.chat_completions), methods=["POST"])

@@ -1,18 +1,14 @@
 """What an OpenAI request must pass before it reaches the engine, and how a refusal reads.
 
-- the error shape: every refusal leaves as ``{"error": {"message", "type", "param",
-  "code"}}`` with its HTTP status, so the official clients raise their usual typed
-  exceptions (BadRequestError, AuthenticationError, RateLimitError...) and show the message;
-- the body: read under a size bound (413, checked on Content-Length and again while
-  reading, since chunked uploads have none), then UTF-8, JSON, an object, no lone
-  surrogate (a valid JSON escape no tokenizer can encode), each with its own message;
-- the schemas: strict pydantic models, so a wrong type is an error rather than a guess
-  ("12" is not 12, true is not 1) and an unknown argument (a typo like ``max_token``) is
-  refused by name. Fields that take several shapes (prompt, messages, stop) are typed Any
-  and checked by hand below, which gives one clear message instead of one per union branch.
-  Extensions, as vLLM has them: ``top_k``, ``ignore_eos``, ``priority``, ``return_token_ids``;
-- the parameters: each check names the field to fix; features minicb lacks are refused,
-  never silently ignored;
+- errors: every refusal leaves as ``{"error": {"message", "type", "param", "code"}}``
+  with its status, so the official clients raise their usual typed exceptions;
+- the body: a size bound (413, on Content-Length and again while reading, as chunked
+  uploads have none), then UTF-8, JSON, an object, no lone surrogate escape;
+- the schemas: strict, so "12" is not 12, and an unknown argument (``max_token``) is
+  refused by name. Fields of several shapes (prompt, messages, stop) are typed Any and
+  checked by hand: one clear message instead of one per union branch. Extensions, as in
+  vLLM: ``top_k``, ``ignore_eos``, ``priority``, ``return_token_ids``;
+- the parameters: each check names the field; features minicb lacks are refused;
 - the door: the API key (401) and a bound on the engine's waiting queue (429).
 """
 
@@ -214,17 +210,14 @@ def _lone_surrogate(value: Any, path: str) -> str | None:
             value.encode("utf-8")
         except UnicodeEncodeError:
             return path or "body"
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            where = f"{path}.{key}" if path else str(key)
-            found = _lone_surrogate(key, where) or _lone_surrogate(item, where)
-            if found:
-                return found
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            found = _lone_surrogate(item, f"{path}.{i}")
-            if found:
-                return found
+        return None
+    if not isinstance(value, dict | list):
+        return None
+    for key, item in value.items() if isinstance(value, dict) else enumerate(value):
+        where = f"{path}.{key}" if path else str(key)
+        found = _lone_surrogate(str(key), where) or _lone_surrogate(item, where)
+        if found:
+            return found
     return None
 
 
@@ -366,20 +359,16 @@ def requested_max_tokens(req: CompletionRequest | ChatCompletionRequest) -> int 
 class WaitingGate:
     """A bound on the engine's waiting queue, answered with 429 and ``Retry-After``.
 
-    The scheduler already refuses a request that could never fit; what it cannot refuse
-    is *too many* requests that each fit: they would queue without limit and every one
-    would wait longer. So the gate turns new ones away once ``max_waiting`` are queued,
-    and a load generator sees back-pressure instead of a growing latency.
+    The scheduler refuses a request that could never fit, not *too many* that each fit:
+    they would queue without limit, each waiting longer. The gate turns new ones away
+    once ``max_waiting`` wait, so a load generator sees back-pressure instead.
 
-    The count is read where it lives: the gate listens to the engine's bus and, in the
-    engine thread, reads ``queue_sizes()`` on every arrival, abort and step (the queue
-    also holds requests that did not come through the API, e.g. a demo workload). The
-    engine is looked up by name each time, so a rebuilt engine needs no hook. Handlers on
-    the event loop add the submissions on their way to the engine thread, so a burst of
-    concurrent requests cannot all slip past the bound between two reads. Each such
-    ticket is struck off in the engine thread right after its request is queued, just
-    after the arrival made the count grow, so a request is never counted twice (which
-    would refuse requests below the bound).
+    It listens to the engine's bus and reads ``queue_sizes()`` (looked up by engine name,
+    so a rebuilt engine needs no hook) on every arrival, abort and step, in the engine
+    thread: the queue also holds requests that did not come through the API. Handlers add
+    the submissions still on their way to the engine thread, so a burst cannot slip past
+    the bound between two reads; each ticket is struck off in the engine thread just after
+    its arrival made the count grow, so no request is counted twice (refusing too early).
     """
 
     KINDS = ("arrived", "aborted", "step")

@@ -2,7 +2,8 @@
 bus: the browser gets a "reset" event in order with the engine's events (the old
 requests' aborts before it, the new engine's ids and steps from the start after it), an
 open token stream ends with "abort", and the waiting-queue gate, the Prometheus metrics
-and new token streams go on working on the new engine."""
+and new token streams go on working on the new engine. A demo's trace stops at the
+rebuild, so it never mixes the old engine's requests with the new one's."""
 
 from __future__ import annotations
 
@@ -13,10 +14,14 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
+from minicb import SamplingParams
 from minicb.server.app import create_app
+from minicb.server.controls import rebuild_engines
 from minicb.server.engine_loop import EngineLoop
+from minicb.server.launch import record_demo, trace_paths
 from minicb.server.openai_api import install_openai_routes
 from minicb.server.workload import WorkloadFeeder, WorkloadSpec
+from minicb.telemetry.trace import read_trace
 from tests.api.live import metric
 from tests.server.conftest import control, events_until, fake_engine
 
@@ -27,7 +32,7 @@ BODY = {"model": "fake", "prompt": [5, 6, 7], "max_tokens": 4, "ignore_eos": Tru
 def demo():
     engines = {"static": fake_engine("static"), "continuous": fake_engine()}
     loop = EngineLoop(engines, feeder=WorkloadFeeder(WorkloadSpec(preset="off")))
-    app = create_app(loop, mode="demo", model_name="fake", feeder=loop.feeder)
+    app = create_app(loop, mode="demo", model_name="fake")
     routes = install_openai_routes(app, loop, "continuous", "fake", max_waiting=2)
     loop.start()
     with TestClient(app) as client:
@@ -110,3 +115,23 @@ def test_a_rebuild_resets_in_order_and_every_subscriber_goes_on(demo):
     assert metric(page, "minicb:num_requests_waiting") == 0
     assert metric(page, "minicb:num_requests_running") == 0
     assert metric(page, "minicb:kv_cache_usage_perc") == 0.0
+
+
+def test_a_demo_trace_stops_at_the_rebuild_and_never_mixes_two_engines(tmp_path):
+    loop = EngineLoop({"static": fake_engine("static"), "continuous": fake_engine()})
+    close = record_demo(dict(loop.engines), str(tmp_path / "demo.jsonl"))
+    params = SamplingParams(max_tokens=3, ignore_eos=True)
+    for engine in loop.engines.values():
+        engine.add_request([5, 6], params)
+        engine.step()
+    rebuild_engines(loop, {"max_num_seqs": 2})
+    for engine in loop.engines.values():  # the new engines' events go nowhere near the files
+        engine.add_request([5, 6], params)
+        engine.run_until_done()
+    close()
+    for name, path in trace_paths(str(tmp_path / "demo.jsonl")).items():
+        trace = read_trace(path)
+        assert trace.header["panel"] == name
+        kinds = [e.kind for e in trace.events]
+        assert kinds[0] == "arrived" and kinds[-1] == "aborted" and "reset" not in kinds
+        assert [e.plan.step for e in trace.events if e.kind == "step"] == [1]

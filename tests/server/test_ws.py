@@ -28,7 +28,7 @@ def demo(tiny_llama_dir):
     feeder = WorkloadFeeder(WorkloadSpec(preset="off"))
     loop = EngineLoop({"static": static, "continuous": continuous}, feeder=feeder)
     loop.start()
-    app = create_app(loop, mode="demo", model_name="tiny", feeder=feeder)
+    app = create_app(loop, mode="demo", model_name="tiny")
     with TestClient(app) as client:
         yield client, loop, app
     loop.stop()
