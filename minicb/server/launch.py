@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 import webbrowser
 from collections.abc import Callable
@@ -96,7 +97,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_server(app: Any, args: argparse.Namespace, what: str, log_level: str = "warning") -> None:
-    """Serve ``app`` until Ctrl-C, after printing where to look."""
+    """Serve ``app`` until Ctrl-C or SIGTERM, after printing where to look."""
     import uvicorn
 
     host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
@@ -104,7 +105,15 @@ def run_server(app: Any, args: argparse.Namespace, what: str, log_level: str = "
     print(f"{what}: open {url} in a browser (Ctrl-C to stop)", flush=True)
     if args.open:
         webbrowser.open(url)
+    # uvicorn shuts down gracefully on SIGTERM, then raises it again under the handler it
+    # found; with the default one the process would die there, before the caller's finally
+    # blocks stop the engine thread and close the trace files. So make it a SystemExit.
+    signal.signal(signal.SIGTERM, _exit)
     uvicorn.run(app, host=args.host, port=args.port, log_level=log_level)
+
+
+def _exit(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
 
 
 # ---- demo ------------------------------------------------------------------------------
