@@ -79,6 +79,14 @@ def _check_pool_sizes(config: EngineConfig, runner: Runner) -> None:
             )
 
 
+def _stop_prefix_len(text: str, stops: list[str]) -> int:
+    """Length of the longest end of ``text`` that is the beginning of a stop string."""
+    for n in range(min(len(text), max((len(s) for s in stops), default=1) - 1), 0, -1):
+        if any(s.startswith(text[-n:]) for s in stops):
+            return n
+    return 0
+
+
 class LLMEngine:
     def __init__(
         self,
@@ -109,6 +117,7 @@ class LLMEngine:
         )
         self._ids = itertools.count()
         self._texts: dict[int, str] = {}  # decoded output text so far, per live request
+        self._shown: dict[int, int] = {}  # how much of that text token deltas have carried
 
     @property
     def model_name(self) -> str:
@@ -173,7 +182,7 @@ class LLMEngine:
             if self.bus.wants("rejected"):
                 self.bus.emit(events.rejected(prompt, str(err), self.clock()))
             raise
-        self._texts[req.request_id] = ""
+        self._texts[req.request_id], self._shown[req.request_id] = "", 0
         if self.bus.wants("arrived"):
             self.bus.emit(events.arrived(req))
         return req.request_id
@@ -203,6 +212,7 @@ class LLMEngine:
             return False
         req.metrics.finished_time = self.clock()
         self._texts.pop(request_id, None)
+        self._shown.pop(request_id, None)
         if self.bus.wants("aborted"):
             self.bus.emit(
                 events.RequestAborted(
@@ -312,36 +322,36 @@ class LLMEngine:
         if req.metrics.first_token_time is None:
             req.metrics.first_token_time = now
         status = req.check_stop(self.eos_token_ids, self.max_model_len)
-        delta = self._extend_text(req)
-        cut = (
-            find_stop_string(self._texts[req.request_id], req.params.stop)
-            if req.params.stop
-            else None
-        )
-        if cut is not None:
-            old = len(self._texts[req.request_id]) - len(delta)
-            self._texts[req.request_id] = self._texts[req.request_id][:cut]
-            delta = delta[: max(0, cut - old)]
-            status = RequestStatus.FINISHED_STOPPED
+        rid, stops = req.request_id, req.params.stop
+        text = self._decode(req)
+        cut = find_stop_string(text, stops) if stops else None
+        if cut is not None:  # the text ends where the stop string begins, as OpenAI's does
+            text, status = text[:cut], RequestStatus.FINISHED_STOPPED
+        self._texts[rid] = text
+        # What the token deltas have shown so far, and what they may show now: while the
+        # request goes on, a tail that could still begin a stop string is held back, so
+        # the deltas of a request always add up to its final text.
+        shown = self._shown[rid]
+        end = len(text) if status is not None else len(text) - _stop_prefix_len(text, stops)
+        end = max(end, shown)
+        self._shown[rid] = end
         if status is not None:
             self.scheduler.finish(req, status)
         return TokenDelta(
-            req.request_id, req.output_token_ids[-1], delta, len(req.output_token_ids) - 1
+            rid, req.output_token_ids[-1], text[shown:end], len(req.output_token_ids) - 1
         )
 
-    def _extend_text(self, req: Request) -> str:
-        """Decode the output so far and return what it adds to the text already shown."""
+    def _decode(self, req: Request) -> str:
+        """The output so far as text; while a multi-byte character is incomplete, the text
+        as it was (the tokenizer shows the missing half as U+FFFD)."""
         if self.tokenizer is None:
             return ""
         text = self.tokenizer.decode(req.output_token_ids, skip_special_tokens=True)
-        if text.endswith("\ufffd"):  # half a multi-byte character: wait for the rest
-            return ""
-        old = self._texts[req.request_id]
-        self._texts[req.request_id] = text
-        return text[len(old) :] if text.startswith(old) else text
+        return self._texts[req.request_id] if text.endswith("\ufffd") else text
 
     def _output(self, req: Request) -> RequestOutput:
         text = self._texts.pop(req.request_id, "")
+        self._shown.pop(req.request_id, None)
         return RequestOutput(
             request_id=req.request_id,
             prompt=req.prompt,

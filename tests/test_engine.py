@@ -4,7 +4,7 @@ step events; abort_all and rebuilt leave nothing behind and keep the bus."""
 
 import pytest
 
-from minicb import LLM, EngineConfig, LLMEngine, SamplingParams
+from minicb import LLM, EngineConfig, FakeRunner, LLMEngine, SamplingParams
 from tests.helpers import add, fake_engine
 
 
@@ -174,3 +174,39 @@ def test_rebuilt_keeps_the_bus_and_starts_ids_again():
     steps = [e.plan for e in after if e.kind == "step"]
     assert steps[0].step == 1 and {(p.batching, p.block_size) for p in steps} == {("static", 8)}
     assert [e.kind for e in after if e.kind in ("finished", "aborted")] == ["finished"]
+
+
+class _CharTokenizer:
+    """One token per character."""
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return "".join(map(chr, ids))
+
+
+@pytest.mark.parametrize(
+    "stops, final, reason",
+    [
+        (["END"], "abcab", "stop"),  # the stop string spans three tokens: nothing of it shows
+        (["cax"], "abcabcabca", "length"),  # "ca" was held back until the end proved it harmless
+        ([], "abcabcabca", "length"),
+        (["b"], "a", "stop"),
+    ],
+)
+def test_token_texts_add_up_to_the_final_text(stops, final, reason):
+    """A stop string can span tokens: the engine holds back a tail that could still begin one,
+    so what the token deltas show is always exactly the final text, never more."""
+    letters = "abcabEND" if stops == ["END"] else "abcabcabca"
+    runner = FakeRunner(
+        tokenizer=_CharTokenizer(), token_fn=lambda rid, i: ord(letters[i % len(letters)])
+    )
+    engine = LLMEngine(runner=runner)
+    rid = engine.add_request([5, 5], SamplingParams(max_tokens=10, temperature=0.0, stop=stops))
+    deltas, outputs = [], []
+    while engine.has_unfinished():
+        result = engine.step()
+        deltas += [d.text for d in result.new_tokens if d.request_id == rid]
+        outputs += result.finished
+    assert "".join(deltas) == outputs[0].text == final
+    assert outputs[0].finish_reason == reason
+    if stops == ["cax"]:
+        assert deltas[:5] == ["a", "b", "", "", "cab"]  # "c", then "ca", might begin "cax"
