@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from minicb.config import EngineConfig
+from minicb.config import EngineConfig, SamplingParams
 from minicb.engine import LLMEngine
 from minicb.request import RequestOutput
-from minicb.config import SamplingParams
 
 Prompt = str | list[int]
 
