@@ -10,13 +10,11 @@ and tokenizer calls run in the engine thread, so a slow step never stalls other 
 chunks. The engine is looked up by name on every request because the demo may rebuild it
 with new settings.
 
-Streams get two things right beyond speed. Stop strings: the engine cuts the text where
-one begins, but a stop string can span several tokens and its first half would already
-have been sent; so the last ``len(longest stop) - 1`` characters are held back until the
-next token shows they do not begin one, and the final output (already cut) settles the
-rest. Disconnects: when the client goes away, Starlette closes the SSE generator before
-its end, and its ``finally`` hands the abort to a plain function (awaiting inside a
-cancelled task is not possible), so the engine frees the request's KV blocks at once.
+A stream's chunks add up to the final text, a stop string cut off, because the engine's
+token deltas do (it holds back a tail that could still begin a stop string). When the
+client goes away, Starlette closes the SSE generator before its end, and its ``finally``
+hands the abort to a plain function (awaiting inside a cancelled task is not possible),
+so the engine frees the request's KV blocks at once.
 """
 
 from __future__ import annotations
@@ -49,15 +47,6 @@ DONE = b"data: [DONE]\n\n"
 
 
 # ---- the answers -----------------------------------------------------------------------
-def usage(out: RequestOutput) -> dict[str, int]:
-    prompt, completion = len(out.prompt_token_ids), len(out.token_ids)
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-    }
-
-
 @dataclass
 class Reply:
     """One request's answer, whole or in chunks, with one id, creation time and model:
@@ -79,13 +68,20 @@ class Reply:
     def __post_init__(self) -> None:
         self.id = self.id or ("chatcmpl-" if self.chat else "cmpl-") + uuid.uuid4().hex[:24]
 
-    def _envelope(self, choices: list[dict[str, Any]], chunk: bool) -> dict[str, Any]:
+    def _body(
+        self, choices: list[dict], chunk: bool, out: RequestOutput | None = None
+    ) -> dict[str, Any]:
         kind = "text_completion"
         if self.chat:
             kind = "chat.completion.chunk" if chunk else "chat.completion"
         body = {"id": self.id, "object": kind, "created": self.created, "model": self.model}
         body["choices"] = choices
-        if chunk and self.include_usage:
+        if out is not None:
+            prompt, completion = len(out.prompt_token_ids), len(out.token_ids)
+            body["usage"] = dict(
+                prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
+            )
+        elif chunk and self.include_usage:
             body["usage"] = None  # only the last chunk carries it, as OpenAI does
         return body
 
@@ -96,27 +92,26 @@ class Reply:
         return choice
 
     def full(self, out: RequestOutput) -> dict[str, Any]:
+        key, value = "text", out.text
         if self.chat:
-            message = {"role": "assistant", "content": out.text}
-            choice = self._choice("message", message, out.finish_reason, out.token_ids)
+            key, value = "message", {"role": "assistant", "content": out.text}
+        return self._body([self._choice(key, value, out.finish_reason, out.token_ids)], False, out)
+
+    def chunk(
+        self, text: str | None, ids: list[int] | None = None, finish: str | None = None
+    ) -> dict[str, Any]:
+        """A stream's chunk; ``text`` None: a chat stream's first, with the role only."""
+        if not self.chat:
+            choice = self._choice("text", text, finish, ids)
+        elif text is None:
+            choice = self._choice("delta", {"role": "assistant", "content": ""}, None, ids)
         else:
-            choice = self._choice("text", out.text, out.finish_reason, out.token_ids)
-        return {**self._envelope([choice], chunk=False), "usage": usage(out)}
-
-    def role_chunk(self) -> dict[str, Any]:
-        """Chat streams open with the assistant's role and no content yet."""
-        delta = {"role": "assistant", "content": ""}
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
-        return self._envelope([choice], chunk=True)
-
-    def chunk(self, text: str, ids: list[int] | None = None, finish: str | None = None) -> dict:
-        if self.chat:
             delta = {"content": text} if text or finish is None else {}
-            return self._envelope([self._choice("delta", delta, finish, ids)], chunk=True)
-        return self._envelope([self._choice("text", text, finish, ids)], chunk=True)
+            choice = self._choice("delta", delta, finish, ids)
+        return self._body([choice], chunk=True)
 
     def usage_chunk(self, out: RequestOutput) -> dict[str, Any]:
-        return {**self._envelope([], chunk=True), "usage": usage(out)}
+        return self._body([], chunk=True, out=out)
 
 
 # ---- server-sent events ----------------------------------------------------------------
@@ -124,46 +119,23 @@ def sse(data: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(data, ensure_ascii=False).encode("utf-8") + b"\n\n"
 
 
-class TextHoldback:
-    """Streams text while keeping back a tail that may still become a stop string."""
-
-    def __init__(self, stops: list[str]) -> None:
-        self.keep = max((len(s) for s in stops), default=1) - 1
-        self.seen = ""  # every character the engine has streamed so far
-        self.sent = 0  # how many of them went to the client
-
-    def push(self, text: str) -> str:
-        self.seen += text
-        upto = len(self.seen) - self.keep
-        if upto <= self.sent:
-            return ""
-        out, self.sent = self.seen[self.sent : upto], upto
-        return out
-
-    def finish(self, final_text: str) -> str:
-        """What is left of the final (stop-cut) text once the sent part is taken off."""
-        sent = self.seen[: self.sent]
-        return final_text[len(sent) :] if final_text.startswith(sent) else ""
-
-
 async def sse_stream(
-    stream: RequestStream, reply: Reply, stops: list[str], on_abandon: Callable[[], None]
+    stream: RequestStream, reply: Reply, on_abandon: Callable[[], None]
 ) -> AsyncIterator[bytes]:
     """A chunk per generated token, the closing chunk (and usage), then ``[DONE]``."""
     finished = False
     try:
         if reply.chat:
-            yield sse(reply.role_chunk())
-        hold = TextHoldback(stops)
+            yield sse(reply.chunk(None))
         async for item in stream:
             if isinstance(item, TokenDelta):
-                yield sse(reply.chunk(hold.push(item.text), [item.token_id]))
+                yield sse(reply.chunk(item.text, [item.token_id]))
                 continue
             finished = True
             if item.finish_reason == "error":  # the engine failed a step; tell, then end
                 yield sse(rq.error_body(item.text, type="server_error", code="engine_error"))
                 break
-            yield sse(reply.chunk(hold.finish(item.text), finish=item.finish_reason))
+            yield sse(reply.chunk("", finish=item.finish_reason))
             if reply.include_usage:
                 yield sse(reply.usage_chunk(item))
         yield DONE
@@ -190,28 +162,17 @@ def _guarded(handler: Callable[..., Awaitable[Response]]) -> Callable[..., Await
     return run
 
 
-def _param_of(message: str, chat: bool) -> str:
-    """Which request field an engine refusal is about."""
-    if "max_tokens" in message and "prompt of" not in message:
-        return "max_tokens"
-    return "messages" if chat else "prompt"
-
-
+@dataclass(eq=False)
 class OpenAIRoutes:
     """The routes of one engine of an EngineLoop, and what they share."""
 
-    def __init__(
-        self,
-        loop: EngineLoop,
-        engine_name: str,
-        model_name: str,
-        gate: rq.WaitingGate,
-        prometheus: PrometheusMetrics,
-        max_body_bytes: int,
-    ) -> None:
-        self.loop, self.engine_name, self.model_name = loop, engine_name, model_name
-        self.gate, self.prometheus, self.max_body_bytes = gate, prometheus, max_body_bytes
-        self._tasks: set[asyncio.Task] = set()  # aborts in flight, kept from the GC
+    loop: EngineLoop
+    engine_name: str
+    model_name: str
+    gate: rq.WaitingGate
+    prometheus: PrometheusMetrics
+    max_body_bytes: int
+    _tasks: set[asyncio.Task] = field(default_factory=set)  # aborts in flight, kept from the GC
 
     @property
     def engine(self) -> Any:
@@ -226,37 +187,33 @@ class OpenAIRoutes:
                 code="model_not_found",
             )
 
-    def check_max_tokens(self, max_tokens: int) -> None:
-        limit = self.engine.max_model_len
+    # ---- generation ----------------------------------------------------------------------
+    async def completions(self, request: Request) -> Response:
+        req, params = await self._read(request, rq.CompletionRequest)
+        return await self._generate(request, req, rq.completion_prompt(req.prompt), params)
+
+    async def chat_completions(self, request: Request) -> Response:
+        req, params = await self._read(request, rq.ChatCompletionRequest)
+        messages = rq.chat_messages(req.messages)
+        ids, room = await self.loop.acall(lambda: self._chat_prompt(messages))
+        if rq.requested_max_tokens(req) is None:
+            params.max_tokens = room
+        return await self._generate(request, req, ids, params)
+
+    async def _read(self, request: Request, schema: type[rq.M]) -> tuple[rq.M, SamplingParams]:
+        """The request checked as far as it can be without the tokenizer, and its settings
+        (chat's default max_tokens waits for the prompt's length)."""
+        req = await rq.read_request(request, schema, self.max_body_bytes)
+        self.check_model(req.model)
+        rq.check_unsupported(req)
+        default = DEFAULT_COMPLETION_MAX_TOKENS if schema is rq.CompletionRequest else 1
+        max_tokens, limit = rq.requested_max_tokens(req) or default, self.engine.max_model_len
         if max_tokens > limit:
             raise rq.APIError(
                 f"max_tokens is {max_tokens} but the model's context holds {limit} tokens",
                 param="max_tokens",
             )
-
-    # ---- generation ----------------------------------------------------------------------
-    async def completions(self, request: Request) -> Response:
-        req = await rq.read_request(request, rq.CompletionRequest, self.max_body_bytes)
-        self.check_model(req.model)
-        rq.check_unsupported(req)
-        prompt = rq.completion_prompt(req.prompt)
-        max_tokens = rq.requested_max_tokens(req) or DEFAULT_COMPLETION_MAX_TOKENS
-        self.check_max_tokens(max_tokens)
-        params = rq.sampling_params(req, max_tokens)
-        return await self._generate(request, req, prompt, params, Reply(False, self.model_name))
-
-    async def chat_completions(self, request: Request) -> Response:
-        req = await rq.read_request(request, rq.ChatCompletionRequest, self.max_body_bytes)
-        self.check_model(req.model)
-        rq.check_unsupported(req)
-        messages = rq.chat_messages(req.messages)
-        max_tokens = rq.requested_max_tokens(req)
-        if max_tokens is not None:
-            self.check_max_tokens(max_tokens)
-        rq.sampling_params(req, max_tokens or 1)  # refuse bad settings before any tokenizing
-        ids, room = await self.loop.acall(lambda: self._chat_prompt(messages))
-        params = rq.sampling_params(req, max_tokens or room)
-        return await self._generate(request, req, ids, params, Reply(True, self.model_name))
+        return req, rq.sampling_params(req, max_tokens)
 
     def _chat_prompt(self, messages: list[dict[str, str]]) -> tuple[list[int], int]:
         """The template applied (engine thread), and OpenAI's chat default for max_tokens:
@@ -270,26 +227,24 @@ class OpenAIRoutes:
         return ids, max(1, min(engine.max_model_len, kv.num_blocks * kv.block_size) - len(ids))
 
     async def _generate(
-        self,
-        request: Request,
-        req: rq.CompletionRequest | rq.ChatCompletionRequest,
-        prompt: str | list[int],
-        params: SamplingParams,
-        reply: Reply,
+        self, request: Request, req: rq.Common, prompt: str | list[int], params: SamplingParams
     ) -> Response:
-        reply.return_token_ids = req.return_token_ids
-        reply.include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        chat = isinstance(req, rq.ChatCompletionRequest)
+        usage = bool(req.stream_options and req.stream_options.include_usage)
+        reply = Reply(chat, self.model_name, usage, req.return_token_ids)
         with self.gate.admit() as queued:
             try:
                 stream = await self.loop.submit(
                     self.engine_name, prompt, params, req.priority, on_queued=queued
                 )
             except ValueError as err:  # the engine's refusal already names the limit
-                raise rq.APIError(str(err), param=_param_of(str(err), reply.chat)) from err
+                why = str(err)
+                about_length = "max_tokens" in why and "prompt of" not in why
+                param = "max_tokens" if about_length else "messages" if chat else "prompt"
+                raise rq.APIError(why, param=param) from err
         headers = {"X-Request-Id": reply.id, "X-Minicb-Request-Id": str(stream.request_id)}
         if req.stream:
-            rid = stream.request_id
-            body = sse_stream(stream, reply, params.stop, lambda: self.abort_soon(rid))
+            body = sse_stream(stream, reply, lambda: self.abort_soon(stream.request_id))
             headers.update(SSE_HEADERS)
             return StreamingResponse(body, media_type="text/event-stream", headers=headers)
         out = await self._final(request, stream)

@@ -32,6 +32,19 @@ MAX_STOP_STRINGS = 4  # as OpenAI
 CHAT_ROLES = ("system", "developer", "user", "assistant")
 MESSAGE_KEYS = {"role", "content", "name"}
 RETRY_AFTER_S = 1
+# Features minicb lacks, each with the values that leave it unused (either endpoint's).
+UNUSED: dict[str, tuple[Any, ...]] = {
+    "logprobs": (None, False, 0),
+    "top_logprobs": (None, 0),
+    "presence_penalty": (None, 0),
+    "frequency_penalty": (None, 0),
+    "logit_bias": (None, {}),
+    "echo": (None, False),
+    "best_of": (None, 1),
+    "suffix": (None, ""),
+    "tools": (None, []),
+    "tool_choice": (None, "none"),
+}
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -96,7 +109,7 @@ class StreamOptions(_Strict):
     include_usage: bool = False
 
 
-class _Common(_Strict):
+class Common(_Strict):
     """Fields both endpoints share."""
 
     model: str = Field(min_length=1)
@@ -118,7 +131,7 @@ class _Common(_Strict):
     return_token_ids: bool = False  # the generated ids in each choice (no-tokenizer models)
 
 
-class CompletionRequest(_Common):
+class CompletionRequest(Common):
     prompt: Any  # str, token ids, or a list holding one of those
     logprobs: int | None = None
     echo: bool | None = False
@@ -126,7 +139,7 @@ class CompletionRequest(_Common):
     suffix: str | None = None
 
 
-class ChatCompletionRequest(_Common):
+class ChatCompletionRequest(Common):
     messages: Any  # checked in chat_messages
     max_completion_tokens: int | None = Field(default=None, ge=1)
     logprobs: bool | None = None
@@ -143,9 +156,9 @@ class ChatCompletionRequest(_Common):
 # ---- the body --------------------------------------------------------------------------
 async def read_request(request: Request, model: type[M], max_bytes: int) -> M:
     """The body, parsed and validated into ``model``; APIError saying what is wrong."""
-    body = _decode_json(await _read_body(request, max_bytes))
+    raw = await _read_body(request, max_bytes)
     try:
-        return model.model_validate(body)
+        return model.model_validate(_decode_json(raw))
     except ValidationError as err:
         raise _from_validation_error(err) from err
     except RecursionError as err:
@@ -171,6 +184,8 @@ async def _read_body(request: Request, max_bytes: int) -> bytes:
 
 
 def _decode_json(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object (a RecursionError for one nested too deeply)."""
+
     def bad(message: str, code: str = "invalid_json", param: str | None = None) -> APIError:
         return APIError(message, param=param, code=code)
 
@@ -186,16 +201,11 @@ def _decode_json(raw: bytes) -> dict[str, Any]:
     except json.JSONDecodeError as err:
         where = f"at line {err.lineno} column {err.colno}"
         raise bad(f"request body is not valid JSON: {err.msg} {where}") from err
-    except RecursionError as err:
-        raise bad("request body JSON is nested too deeply") from err
     except ValueError as err:  # e.g. an integer of thousands of digits
         raise bad(f"request body is not usable JSON: {err}") from err
     if not isinstance(body, dict):
         raise bad(f"request body must be a JSON object, got {type(body).__name__}")
-    try:
-        where = _lone_surrogate(body, "")
-    except RecursionError as err:
-        raise bad("request body is nested too deeply") from err
+    where = _lone_surrogate(body, "")
     if where:
         raise bad(
             f"{where} holds invalid Unicode (a lone surrogate escape)", "invalid_encoding", where
@@ -294,28 +304,17 @@ def _refuse(param: str, why: str = "is not supported by minicb") -> None:
     raise APIError(f"{param} {why}", param=param, code="unsupported_parameter")
 
 
-def check_unsupported(req: CompletionRequest | ChatCompletionRequest) -> None:
+def check_unsupported(req: Common) -> None:
     """Refuse features minicb does not have rather than quietly ignoring them."""
     if req.n not in (None, 1):
         _refuse("n", f"must be 1, got {req.n}")
-    if req.logprobs not in (None, False, 0) or getattr(req, "top_logprobs", None):
-        _refuse("logprobs")
-    for name in ("presence_penalty", "frequency_penalty"):
-        if getattr(req, name) not in (None, 0, 0.0):
+    for name, off in UNUSED.items():
+        if getattr(req, name, None) not in off:
             _refuse(name)
-    if req.logit_bias:
-        _refuse("logit_bias")
+    if (getattr(req, "response_format", None) or {"type": "text"}).get("type") != "text":
+        _refuse("response_format")
     if req.stream_options is not None and not req.stream:
         _refuse("stream_options", "is only allowed when stream is true")
-    if isinstance(req, CompletionRequest):
-        for name, off in (("echo", (None, False)), ("best_of", (None, 1)), ("suffix", (None, ""))):
-            if getattr(req, name) not in off:
-                _refuse(name)
-    else:
-        if req.tools or req.tool_choice not in (None, "none"):
-            _refuse("tools")
-        if req.response_format and req.response_format.get("type") != "text":
-            _refuse("response_format")
 
 
 def _stop_strings(stop: Any) -> list[str]:
@@ -332,24 +331,20 @@ def _stop_strings(stop: Any) -> list[str]:
     return stops
 
 
-def sampling_params(
-    req: CompletionRequest | ChatCompletionRequest, max_tokens: int
-) -> SamplingParams:
-    try:
-        return SamplingParams(
-            max_tokens=max_tokens,
-            temperature=1.0 if req.temperature is None else req.temperature,
-            top_p=1.0 if req.top_p is None else req.top_p,
-            top_k=max(0, req.top_k or 0),
-            seed=req.seed,
-            stop=_stop_strings(req.stop),
-            ignore_eos=req.ignore_eos,
-        )
-    except ValueError as err:  # SamplingParams' own limits, already named in its message
-        raise APIError(str(err)) from err
+def sampling_params(req: Common, max_tokens: int) -> SamplingParams:
+    """The engine's settings; the schema already holds each within SamplingParams' limits."""
+    return SamplingParams(
+        max_tokens=max_tokens,
+        temperature=1.0 if req.temperature is None else req.temperature,
+        top_p=1.0 if req.top_p is None else req.top_p,
+        top_k=max(0, req.top_k or 0),
+        seed=req.seed,
+        stop=_stop_strings(req.stop),
+        ignore_eos=req.ignore_eos,
+    )
 
 
-def requested_max_tokens(req: CompletionRequest | ChatCompletionRequest) -> int | None:
+def requested_max_tokens(req: Common) -> int | None:
     """max_completion_tokens (chat's newer name) wins over max_tokens when both are given."""
     newer = getattr(req, "max_completion_tokens", None)
     return newer if newer is not None else req.max_tokens
@@ -374,8 +369,6 @@ class WaitingGate:
     KINDS = ("arrived", "aborted", "step")
 
     def __init__(self, engines: dict[str, Any], name: str, max_waiting: int) -> None:
-        if max_waiting < 1:
-            raise ValueError(f"max_waiting must be at least 1, got {max_waiting}")
         self.engines, self.name, self.max_waiting = engines, name, max_waiting
         self.waiting = 0  # written in the engine thread, read on the event loop (one int)
         self.in_transit: set[object] = set()  # tickets of submissions not queued yet
