@@ -18,6 +18,7 @@ an error and changes nothing: every field is checked before anything is touched.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -37,38 +38,29 @@ class ControlError(ValueError):
 
 
 # ---- field checks ----------------------------------------------------------------------
-def _int(msg: dict, key: str, lo: int, hi: int, default: Any = None) -> Any:
+def _field(msg: dict, key: str, ok: Callable[[Any], bool], what: str, default: Any) -> Any:
+    """``msg[key]`` if ``ok`` says it is ``what``, ``default`` if it is absent."""
     if key not in msg:
         return default
-    value = msg[key]
-    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-        raise ControlError(f"{key} must be an integer from {lo} to {hi}, got {value!r}")
-    return value
-
-
-def _num(msg: dict, key: str, lo: float, hi: float, default: Any = None) -> Any:
-    if key not in msg:
-        return default
-    value = msg[key]
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    if not ok or not lo <= value <= hi:
-        raise ControlError(f"{key} must be a number from {lo} to {hi}, got {value!r}")
-    return float(value)
-
-
-def _choice(msg: dict, key: str, allowed: tuple[str, ...], default: Any = None) -> Any:
-    if key not in msg:
-        return default
-    if msg[key] not in allowed:
-        raise ControlError(f"{key} must be one of {', '.join(allowed)}, got {msg[key]!r}")
+    if not ok(msg[key]):
+        raise ControlError(f"{key} must be {what}, got {msg[key]!r}")
     return msg[key]
 
 
-def _bool(msg: dict, key: str) -> Any:
-    value = msg.get(key)
-    if key in msg and not isinstance(value, bool):
-        raise ControlError(f"{key} must be true or false, got {value!r}")
-    return value
+def _number(
+    msg: dict, key: str, lo: float, hi: float, default: Any = None, kind: type = int
+) -> Any:
+    """An integer from ``lo`` to ``hi``; with ``kind`` float, any number."""
+    what = f"{'an integer' if kind is int else 'a number'} from {lo} to {hi}"
+
+    def ok(v: Any) -> bool:
+        return isinstance(v, int | kind) and not isinstance(v, bool) and lo <= v <= hi
+
+    return _field(msg, key, ok, what, default)
+
+
+def _choice(msg: dict, key: str, allowed: tuple[str, ...], default: Any = None) -> Any:
+    return _field(msg, key, lambda v: v in allowed, f"one of {', '.join(allowed)}", default)
 
 
 def _only(msg: dict, allowed: set[str]) -> None:
@@ -78,19 +70,10 @@ def _only(msg: dict, allowed: set[str]) -> None:
 
 
 # ---- the controls (each gets the live loop; replays have none) -------------------------
-async def _paused(loop: EngineLoop, paused: bool) -> dict:
+async def _pause(hub: Hub, loop: EngineLoop, msg: dict, paused: bool = True) -> dict:
+    _only(msg, set())
     await loop.acall(lambda: setattr(loop, "paused", paused))
     return {"paused": paused}
-
-
-async def _pause(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
-    _only(msg, set())
-    return await _paused(loop, True)
-
-
-async def _resume(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
-    _only(msg, set())
-    return await _paused(loop, False)
 
 
 async def _step(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
@@ -102,7 +85,7 @@ async def _step(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
 
 async def _speed(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
     _only(msg, {"delay_s"})
-    delay = _num(msg, "delay_s", 0.0, 10.0)
+    delay = _number(msg, "delay_s", 0.0, 10.0, kind=float)
     if delay is None:
         raise ControlError("speed needs delay_s (seconds between rounds)")
     await loop.acall(lambda: setattr(loop, "delay_s", delay))
@@ -116,21 +99,23 @@ async def _workload(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
         raise ControlError("there is no workload feeder in this mode")
     spec = WorkloadSpec(
         preset=_choice(msg, "preset", PRESETS, "burst"),
-        rate=_num(msg, "rate", 0.01, 100.0, feeder.spec.rate),
+        rate=_number(msg, "rate", 0.01, 100.0, feeder.spec.rate, kind=float),
         lengths=_choice(msg, "lengths", LENGTHS, feeder.spec.lengths),
-        count=_int(msg, "count", 1, 1000, feeder.spec.count),
+        count=_number(msg, "count", 1, 1000, feeder.spec.count),
     )
     await loop.acall(lambda: feeder.configure(spec))
     return {"workload": feeder.describe()}
 
 
-SETTINGS = {
-    "max_num_seqs": lambda m: _int(m, "max_num_seqs", 1, 1024),
-    "max_num_batched_tokens": lambda m: _int(m, "max_num_batched_tokens", 1, 65536),
-    "num_kv_blocks": lambda m: _int(m, "num_kv_blocks", 1, 1_000_000),
-    "enable_chunked_prefill": lambda m: _bool(m, "enable_chunked_prefill"),
-    "preemption_mode": lambda m: _choice(m, "preemption_mode", PREEMPTION_MODES),
-    "policy": lambda m: _choice(m, "policy", POLICIES),
+SETTINGS: dict[str, Callable[[dict, str], Any]] = {  # each field's check, given its name
+    "max_num_seqs": lambda m, k: _number(m, k, 1, 1024),
+    "max_num_batched_tokens": lambda m, k: _number(m, k, 1, 65536),
+    "num_kv_blocks": lambda m, k: _number(m, k, 1, 1_000_000),
+    "enable_chunked_prefill": lambda m, k: _field(
+        m, k, lambda v: isinstance(v, bool), "true or false", None
+    ),
+    "preemption_mode": lambda m, k: _choice(m, k, PREEMPTION_MODES),
+    "policy": lambda m, k: _choice(m, k, POLICIES),
 }
 
 
@@ -138,7 +123,7 @@ async def _settings(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
     _only(msg, set(SETTINGS))
     if hub.mode != "demo":
         raise ControlError("engine settings can be changed in the demo only")
-    changes = {k: check(msg) for k, check in SETTINGS.items() if k in msg}
+    changes = {k: check(msg, k) for k, check in SETTINGS.items() if k in msg}
     if not changes:
         raise ControlError(f"settings needs at least one of {', '.join(SETTINGS)}")
     try:
@@ -168,7 +153,7 @@ async def _prompt(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
         raise ControlError(f"text must be a non-empty string of at most {MAX_PROMPT_CHARS} chars")
     names = list(loop.engines)
     target = _choice(msg, "target", ("both", *names), "both")
-    max_tokens = _int(msg, "max_tokens", 1, 4096, 32)
+    max_tokens = _number(msg, "max_tokens", 1, 4096, 32)
     chosen = names if target == "both" else [target]
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
 
@@ -185,7 +170,7 @@ async def _prompt(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
 
 HANDLERS: dict[str, Callable[[Hub, EngineLoop, dict], Awaitable[dict]]] = {
     "pause": _pause,
-    "resume": _resume,
+    "resume": functools.partial(_pause, paused=False),
     "step": _step,
     "speed": _speed,
     "workload": _workload,

@@ -15,6 +15,7 @@ for watching.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import queue
 import threading
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 0.05  # how long an idle loop sleeps between looks at its command queue
 Feeder = Callable[[dict[str, LLMEngine]], None]
+STREAM_KINDS = ("token", "aborted")
 
 
 @dataclass
@@ -57,50 +59,14 @@ class RequestStream:
                 return
 
 
-class _Streams:
-    """One engine's open RequestStreams, fed by a listener on its bus.
-
-    A token event becomes a TokenDelta; an aborted event (a client hung up, a rebuild, a
-    failed step) ends the stream with finish reason "abort". A request that finishes ends
-    its stream with the engine's own RequestOutput from the step result, because the
-    finished event does not carry the final text (cut before a stop string).
-    """
-
-    KINDS = ("token", "aborted")
-
-    def __init__(self) -> None:
-        self.open: dict[int, RequestStream] = {}
-
-    def __call__(self, event: Event) -> None:
-        stream = self.open.get(event.request_id)
-        if stream is None:
-            return
-        if event.kind == "token":
-            stream.push(TokenDelta(event.request_id, event.token_id, event.text, event.index))
-        else:
-            del self.open[event.request_id]
-            stream.push(RequestOutput.ended(event.request_id, "abort"))
-
-    def finish(self, outputs: list[RequestOutput]) -> None:
-        for out in outputs:
-            stream = self.open.pop(out.request_id, None)
-            if stream is not None:
-                stream.push(out)
-
-    def fail(self, message: str) -> None:
-        for stream in self.open.values():
-            stream.push(RequestOutput.ended(stream.request_id, "error", message))
-        self.open.clear()
-
-
 class EngineLoop:
     def __init__(self, engines: dict[str, LLMEngine], feeder: Feeder | None = None) -> None:
         """``feeder(engines)``, if given, runs in this thread before every round."""
         self.engines = engines
         self.feeder = feeder
-        self._streams = {name: _Streams() for name in engines}
+        self._open: dict[str, dict[int, RequestStream]] = {name: {} for name in engines}
         for name, engine in engines.items():
-            engine.bus.subscribe(self._streams[name], kinds=_Streams.KINDS)
+            engine.bus.subscribe(functools.partial(self._on_event, name), kinds=STREAM_KINDS)
         self._commands: queue.Queue[Callable[[], None]] = queue.Queue()
         self.paused = False
         self.delay_s = 0.0
@@ -177,7 +143,7 @@ class EngineLoop:
 
         def add() -> RequestStream:
             rid = self.engines[engine].add_request(prompt, params, priority)
-            stream = self._streams[engine].open[rid] = RequestStream(engine, rid, loop)
+            stream = self._open[engine][rid] = RequestStream(engine, rid, loop)
             if on_queued is not None:
                 on_queued()
             return stream
@@ -207,45 +173,59 @@ class EngineLoop:
         while not self._stop.is_set():
             self._run_commands()
             if self.paused and self._single_steps == 0:
-                self._wait_for_command()
+                self._run_commands(IDLE_WAIT_S)
                 continue
             if self.feeder is not None:
                 self.feeder(self.engines)
             busy = [(n, e) for n, e in self.engines.items() if e.has_unfinished()]
             if not busy and self._single_steps == 0:
-                self._wait_for_command()
+                self._run_commands(IDLE_WAIT_S)
                 continue
             for name, engine in busy:
-                try:
-                    result = engine.step()
-                except Exception as err:  # a bug must not take the server down with it
-                    self._fail_engine(name, err)
-                    continue
-                self._streams[name].finish(result.finished)
+                self._step(name, engine)
             self.rounds += 1
             if self._single_steps:
                 self._single_steps -= 1
             if self.delay_s > 0:
-                self._wait_for_command(self.delay_s)
+                self._run_commands(self.delay_s)
 
-    def _fail_engine(self, name: str, err: Exception) -> None:
-        """Log the error, end that engine's streams with reason "error", free all it holds."""
-        self.error = err
-        log.exception("engine %r failed a step; its requests are ended", name, exc_info=err)
-        self._streams[name].fail(f"internal error: {type(err).__name__}: {err}")
-        self.engines[name].abort_all()  # after fail(): these aborts find no stream left
-
-    def _run_commands(self) -> None:
-        while True:
-            try:
-                command = self._commands.get_nowait()
-            except queue.Empty:
-                return
-            command()
-
-    def _wait_for_command(self, timeout: float = IDLE_WAIT_S) -> None:
-        try:
-            command = self._commands.get(timeout=timeout)
-        except queue.Empty:
+    def _on_event(self, name: str, event: Event) -> None:
+        """A token event feeds its request's open stream; an aborted one (a client hung up,
+        a rebuild, a failed step) ends it with finish reason "abort"."""
+        streams = self._open[name]
+        if event.request_id not in streams:
             return
-        command()
+        if event.kind == "token":
+            delta = TokenDelta(event.request_id, event.token_id, event.text, event.index)
+            streams[event.request_id].push(delta)
+        else:
+            streams.pop(event.request_id).push(RequestOutput.ended(event.request_id, "abort"))
+
+    def _step(self, name: str, engine: LLMEngine) -> None:
+        """One iteration; a request it finishes ends its stream with the engine's own
+        RequestOutput. A step that fails ends every stream of the engine with "error"."""
+        streams = self._open[name]
+        try:
+            outputs = engine.step().finished
+        except Exception as err:  # a bug must not take the server down with it
+            self.error = err
+            log.exception("engine %r failed a step; its requests are ended", name, exc_info=err)
+            why = f"internal error: {type(err).__name__}: {err}"
+            for rid, stream in streams.items():
+                stream.push(RequestOutput.ended(rid, "error", why))
+            streams.clear()
+            engine.abort_all()  # after the streams ended: these aborts find none left
+            return
+        for out in outputs:
+            if out.request_id in streams:
+                streams.pop(out.request_id).push(out)
+
+    def _run_commands(self, wait_s: float = 0.0) -> None:
+        """Run every queued command; first wait up to ``wait_s`` for one if none is."""
+        try:
+            command = self._commands.get(timeout=wait_s) if wait_s else self._commands.get_nowait()
+            while True:
+                command()
+                command = self._commands.get_nowait()
+        except queue.Empty:
+            pass

@@ -108,12 +108,18 @@ def run_server(app: Any, args: argparse.Namespace, what: str, log_level: str = "
     # uvicorn shuts down gracefully on SIGTERM, then raises it again under the handler it
     # found; with the default one the process would die there, before the caller's finally
     # blocks stop the engine thread and close the trace files. So make it a SystemExit.
-    signal.signal(signal.SIGTERM, _exit)
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     uvicorn.run(app, host=args.host, port=args.port, log_level=log_level)
 
 
-def _exit(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
+def _app(loop: EngineLoop, mode: str, engine: str, model_name: str, **api: Any) -> FastAPI:
+    """The visualizer's app for ``loop`` with the OpenAI routes aimed at ``engine``."""
+    from minicb.server.app import create_app
+    from minicb.server.openai_api import install_openai_routes
+
+    app = create_app(loop, mode=mode, model_name=model_name)
+    install_openai_routes(app, loop, engine, model_name, **api)
+    return app
 
 
 # ---- demo ------------------------------------------------------------------------------
@@ -121,9 +127,7 @@ def build_demo(args: argparse.Namespace) -> tuple[EngineLoop, FastAPI]:
     """The engine loop (not started) and the app of a demo, from parsed options."""
     from minicb.config import EngineConfig
     from minicb.engine import LLMEngine
-    from minicb.server.app import create_app
     from minicb.server.engine_loop import EngineLoop
-    from minicb.server.openai_api import install_openai_routes
     from minicb.server.workload import WorkloadFeeder, WorkloadSpec
 
     kwargs = engine_kwargs(args)
@@ -136,10 +140,7 @@ def build_demo(args: argparse.Namespace) -> tuple[EngineLoop, FastAPI]:
     feeder.burst(args.burst)
     loop = EngineLoop({"static": static, "continuous": continuous}, feeder=feeder)
     loop.paused, loop.delay_s = args.paused, args.delay
-    name = continuous.model_name
-    app = create_app(loop, mode="demo", model_name=name)
-    install_openai_routes(app, loop, "continuous", name)
-    return loop, app
+    return loop, _app(loop, "demo", "continuous", continuous.model_name)
 
 
 def trace_paths(path: str) -> dict[str, Path]:
@@ -157,15 +158,13 @@ def record_demo(engines: dict[str, LLMEngine], path: str) -> Callable[[], None]:
 
     writers: dict[str, TraceWriter] = {}
 
-    def close(name: str) -> None:
+    def close(name: str, reset: bool = False) -> None:
         writer = writers.pop(name, None)
-        if writer is not None:
-            engines[name].bus.unsubscribe(writer)  # the bus that a rebuilt engine keeps
-            writer.close()
-
-    def stop(name: str) -> None:
-        if name in writers:
-            close(name)
+        if writer is None:
+            return
+        engines[name].bus.unsubscribe(writer)  # the bus that a rebuilt engine keeps
+        writer.close()
+        if reset:
             print(f"minicb demo: settings changed; the {name} trace stops here", file=sys.stderr)
 
     def close_all() -> None:
@@ -176,7 +175,7 @@ def record_demo(engines: dict[str, LLMEngine], path: str) -> Callable[[], None]:
         bus = engines[name].bus
         writers[name] = TraceWriter(file, trace_header(engines[name], command="demo", panel=name))
         bus.subscribe(writers[name], kinds=EVENT_KINDS - {"reset"})
-        bus.subscribe(lambda _event, name=name: stop(name), kinds=["reset"])
+        bus.subscribe(lambda _event, name=name: close(name, reset=True), kinds=["reset"])
     return close_all
 
 
@@ -199,28 +198,19 @@ def build_serve(args: argparse.Namespace) -> tuple[FastAPI, EngineLoop, LLMEngin
     """The engine, its thread and the app, with the API routes; nothing started."""
     from minicb.config import EngineConfig
     from minicb.engine import LLMEngine
-    from minicb.server.app import create_app
     from minicb.server.engine_loop import EngineLoop
-    from minicb.server.openai_api import install_openai_routes
 
     if args.max_waiting < 1:
         raise ValueError(f"--max-waiting must be at least 1, got {args.max_waiting}")
     if args.max_body_bytes < 1024:
         raise ValueError(f"--max-body-bytes must be at least 1024, got {args.max_body_bytes}")
     engine = LLMEngine(args.model, EngineConfig.from_kwargs(**engine_kwargs(args)))
-    model_name = args.served_model_name or engine.model_name
+    name = args.served_model_name or engine.model_name
     loop = EngineLoop({SERVE_ENGINE: engine})
-    app = create_app(loop, mode="serve", model_name=model_name)
-    install_openai_routes(
-        app,
-        loop,
-        SERVE_ENGINE,
-        model_name,
-        max_waiting=args.max_waiting,
-        max_body_bytes=args.max_body_bytes,
-        api_key=args.api_key,
+    api = dict(
+        max_waiting=args.max_waiting, max_body_bytes=args.max_body_bytes, api_key=args.api_key
     )
-    return app, loop, engine, model_name
+    return _app(loop, "serve", SERVE_ENGINE, name, **api), loop, engine, name
 
 
 def run_serve(args: argparse.Namespace) -> int:

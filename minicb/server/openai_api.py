@@ -172,7 +172,6 @@ class OpenAIRoutes:
     gate: rq.WaitingGate
     prometheus: PrometheusMetrics
     max_body_bytes: int
-    _tasks: set[asyncio.Task] = field(default_factory=set)  # aborts in flight, kept from the GC
 
     @property
     def engine(self) -> Any:
@@ -271,16 +270,8 @@ class OpenAIRoutes:
             watcher.cancel()
 
     def abort_soon(self, request_id: int) -> None:
-        """Abort from a plain function (a closing generator cannot await)."""
-        try:
-            task = asyncio.get_running_loop().create_task(
-                self.loop.abort(self.engine_name, request_id)
-            )
-        except RuntimeError:  # no running event loop (shutting down): go straight to the thread
-            self.loop.call(lambda: self.engine.abort_request(request_id))
-            return
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        """Abort from a plain function (a closing generator cannot await): queue it."""
+        self.loop.call(lambda: self.engine.abort_request(request_id))
 
     # ---- about the server ----------------------------------------------------------------
     def model_card(self) -> dict[str, Any]:
