@@ -20,12 +20,11 @@ so the engine frees the request's KV blocks at once.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,7 +132,8 @@ async def sse_stream(
                 continue
             finished = True
             if item.finish_reason == "error":  # the engine failed a step; tell, then end
-                yield sse(rq.error_body(item.text, type="server_error", code="engine_error"))
+                error = rq.APIError(item.text, 500, type="server_error", code="engine_error")
+                yield sse(error.body())
                 break
             yield sse(reply.chunk("", finish=item.finish_reason))
             if reply.include_usage:
@@ -145,23 +145,6 @@ async def sse_stream(
 
 
 # ---- the routes ------------------------------------------------------------------------
-def _guarded(handler: Callable[..., Awaitable[Response]]) -> Callable[..., Awaitable[Response]]:
-    """A bug behind a route still answers in the OpenAI shape (500, server_error), logged."""
-
-    @functools.wraps(handler)
-    async def run(*args: Any, **kwargs: Any) -> Response:
-        try:
-            return await handler(*args, **kwargs)
-        except rq.APIError:
-            raise
-        except Exception as err:
-            log.exception("unexpected error in %s", handler.__name__)
-            body = rq.error_body(f"internal error: {type(err).__name__}", "server_error")
-            return JSONResponse(body, status_code=500)
-
-    return run
-
-
 @dataclass(eq=False)
 class OpenAIRoutes:
     """The routes of one engine of an EngineLoop, and what they share."""
@@ -337,10 +320,11 @@ def install_openai_routes(
     routes = OpenAIRoutes(engine_loop, engine_name, model_name, gate, prometheus, max_body_bytes)
     app.state.openai = routes
     app.add_exception_handler(rq.APIError, rq.api_error_handler)
+    app.add_exception_handler(Exception, rq.internal_error_handler)
     guarded = [Depends(rq.bearer_check(api_key))] if api_key else []
     v1 = APIRouter(prefix="/v1", dependencies=guarded)
-    v1.add_api_route("/completions", _guarded(routes.completions), methods=["POST"])
-    v1.add_api_route("/chat/completions", _guarded(routes.chat_completions), methods=["POST"])
+    v1.add_api_route("/completions", routes.completions, methods=["POST"])
+    v1.add_api_route("/chat/completions", routes.chat_completions, methods=["POST"])
     v1.add_api_route("/models", routes.models, methods=["GET"])
     v1.add_api_route("/models/{model:path}", routes.model, methods=["GET"])
     any_method = ["GET", "POST", "PUT", "PATCH", "DELETE"]

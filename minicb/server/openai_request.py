@@ -18,6 +18,7 @@ import hmac
 import json
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, TypeVar
 
 from fastapi import Request
@@ -49,41 +50,40 @@ M = TypeVar("M", bound=BaseModel)
 
 
 # ---- the error shape -------------------------------------------------------------------
+@dataclass(eq=False)
 class APIError(Exception):
-    """A request the API refuses; carries its HTTP status and the OpenAI error fields."""
+    """A request the API refuses: its HTTP status and the OpenAI error fields."""
 
-    def __init__(
-        self,
-        message: str,
-        status: int = 400,
-        *,
-        param: str | None = None,
-        code: str | None = "invalid_value",
-        type: str = "invalid_request_error",
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.message, self.status, self.param = message, status, param
-        self.code, self.type, self.headers = code, type, headers or {}
+    message: str
+    status: int = 400
+    _: KW_ONLY
+    param: str | None = None
+    code: str | None = "invalid_value"
+    type: str = "invalid_request_error"
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        super().__init__(self.message)
+
+    def body(self) -> dict[str, Any]:
+        fields = ("message", "type", "param", "code")
+        return {"error": {name: getattr(self, name) for name in fields}}
 
     def response(self) -> JSONResponse:
-        body = error_body(self.message, self.type, self.param, self.code)
-        return JSONResponse(body, status_code=self.status, headers=self.headers)
-
-
-def error_body(
-    message: str,
-    type: str = "invalid_request_error",
-    param: str | None = None,
-    code: str | None = None,
-) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
 
 
 async def api_error_handler(request: Request, err: Exception) -> JSONResponse:
     """FastAPI exception handler for APIError (raised by dependencies as well as routes)."""
     assert isinstance(err, APIError)
     return err.response()
+
+
+async def internal_error_handler(request: Request, err: Exception) -> JSONResponse:
+    """A bug behind a route still answers in the OpenAI shape: 500, server_error (Starlette
+    raises the exception again after the answer, so the server logs it)."""
+    message = f"internal error: {type(err).__name__}"
+    return APIError(message, 500, type="server_error", code=None).response()
 
 
 def _from_validation_error(err: ValidationError) -> APIError:
@@ -185,31 +185,27 @@ async def _read_body(request: Request, max_bytes: int) -> bytes:
 
 def _decode_json(raw: bytes) -> dict[str, Any]:
     """The body as a JSON object (a RecursionError for one nested too deeply)."""
-
-    def bad(message: str, code: str = "invalid_json", param: str | None = None) -> APIError:
-        return APIError(message, param=param, code=code)
-
+    if not raw.strip():
+        raise APIError("request body is empty; send a JSON object", code="invalid_json")
     try:
-        text = raw.decode("utf-8")
+        body = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as err:
         message = f"request body is not valid UTF-8 (byte {err.start})"
-        raise bad(message, "invalid_encoding") from err
-    if not text.strip():
-        raise bad("request body is empty; send a JSON object")
-    try:
-        body = json.loads(text)
+        raise APIError(message, code="invalid_encoding") from err
     except json.JSONDecodeError as err:
-        where = f"at line {err.lineno} column {err.colno}"
-        raise bad(f"request body is not valid JSON: {err.msg} {where}") from err
+        message = (
+            f"request body is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}"
+        )
+        raise APIError(message, code="invalid_json") from err
     except ValueError as err:  # e.g. an integer of thousands of digits
-        raise bad(f"request body is not usable JSON: {err}") from err
+        raise APIError(f"request body is not usable JSON: {err}", code="invalid_json") from err
     if not isinstance(body, dict):
-        raise bad(f"request body must be a JSON object, got {type(body).__name__}")
+        message = f"request body must be a JSON object, got {type(body).__name__}"
+        raise APIError(message, code="invalid_json")
     where = _lone_surrogate(body, "")
     if where:
-        raise bad(
-            f"{where} holds invalid Unicode (a lone surrogate escape)", "invalid_encoding", where
-        )
+        message = f"{where} holds invalid Unicode (a lone surrogate escape)"
+        raise APIError(message, param=where, code="invalid_encoding")
     return body
 
 
@@ -236,32 +232,28 @@ def completion_prompt(prompt: Any) -> str | list[int]:
     """A string or a non-empty list of token ids; a list holding exactly one of those too."""
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
         prompt = prompt[0]  # the batch form with a single prompt
-    if isinstance(prompt, str) or (
-        isinstance(prompt, list)
-        and prompt
-        and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
-    ):
-        return prompt
     if prompt == []:
         raise APIError("prompt is empty; give a string or at least one token id", param="prompt")
+    if isinstance(prompt, str) or (
+        isinstance(prompt, list) and all(type(t) is int for t in prompt)
+    ):
+        return prompt  # type() and not isinstance(): true and false are no token ids
     if isinstance(prompt, list) and all(isinstance(p, str | list) for p in prompt):
-        raise APIError(
-            f"prompt holds {len(prompt)} prompts; send one prompt per request", param="prompt"
-        )
-    raise APIError(
-        "prompt must be a string or a list of integer token ids",
-        param="prompt",
-        code="invalid_type",
-    )
+        message = f"prompt holds {len(prompt)} prompts; send one prompt per request"
+        raise APIError(message, param="prompt")
+    message = "prompt must be a string or a list of integer token ids"
+    raise APIError(message, param="prompt", code="invalid_type")
+
+
+def _bad(param: str, why: str, code: str = "invalid_value") -> APIError:
+    return APIError(f"{param} {why}", param=param, code=code)
 
 
 def _content(content: Any, where: str) -> str:
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        raise APIError(
-            f"{where} must be a string or a list of text parts", param=where, code="invalid_type"
-        )
+        raise _bad(where, "must be a string or a list of text parts", "invalid_type")
     texts = []
     for i, part in enumerate(content):  # content parts: only text parts are understood
         at = f"{where}.{i}"
@@ -278,57 +270,45 @@ def _content(content: Any, where: str) -> str:
 def chat_messages(messages: Any) -> list[dict[str, str]]:
     """Plain {"role", "content"} dicts for the chat template; "developer" reads as "system"."""
     if not isinstance(messages, list) or not messages:
-        raise APIError("messages must be a non-empty list of messages", param="messages")
+        raise _bad("messages", "must be a non-empty list of messages")
     out = []
     for i, msg in enumerate(messages):
         where = f"messages.{i}"
         if not isinstance(msg, dict):
-            raise APIError(f"{where} must be an object with role and content", param=where)
+            raise _bad(where, "must be an object with role and content")
         extra = sorted(set(msg) - MESSAGE_KEYS)
         if extra:
-            raise APIError(f"{where}.{extra[0]} is not supported", param=f"{where}.{extra[0]}")
+            raise _bad(f"{where}.{extra[0]}", "is not supported")
         role = msg.get("role")
         if role not in CHAT_ROLES:
-            raise APIError(
-                f"{where}.role must be one of {', '.join(CHAT_ROLES)}, got {role!r}",
-                param=f"{where}.role",
-            )
+            raise _bad(f"{where}.role", f"must be one of {', '.join(CHAT_ROLES)}, got {role!r}")
         if msg.get("content") is None:
-            raise APIError(f"{where}.content is required", param=f"{where}.content")
+            raise _bad(f"{where}.content", "is required")
         role = "system" if role == "developer" else role
         out.append({"role": role, "content": _content(msg["content"], f"{where}.content")})
     return out
 
 
-def _refuse(param: str, why: str = "is not supported by minicb") -> None:
-    raise APIError(f"{param} {why}", param=param, code="unsupported_parameter")
-
-
 def check_unsupported(req: Common) -> None:
     """Refuse features minicb does not have rather than quietly ignoring them."""
+    unsupported = "unsupported_parameter"
     if req.n not in (None, 1):
-        _refuse("n", f"must be 1, got {req.n}")
+        raise _bad("n", f"must be 1, got {req.n}", unsupported)
     for name, off in UNUSED.items():
         if getattr(req, name, None) not in off:
-            _refuse(name)
+            raise _bad(name, "is not supported by minicb", unsupported)
     if (getattr(req, "response_format", None) or {"type": "text"}).get("type") != "text":
-        _refuse("response_format")
+        raise _bad("response_format", "is not supported by minicb", unsupported)
     if req.stream_options is not None and not req.stream:
-        _refuse("stream_options", "is only allowed when stream is true")
+        raise _bad("stream_options", "is only allowed when stream is true", unsupported)
 
 
 def _stop_strings(stop: Any) -> list[str]:
-    stops = [] if stop is None else [stop] if isinstance(stop, str) else stop
-    if (
-        not isinstance(stops, list)
-        or len(stops) > MAX_STOP_STRINGS
-        or not all(isinstance(s, str) and s for s in stops)
-    ):
-        raise APIError(
-            f"stop must be a non-empty string or a list of up to {MAX_STOP_STRINGS} of them",
-            param="stop",
-        )
-    return stops
+    stops = [stop] if isinstance(stop, str) else [] if stop is None else stop
+    if isinstance(stops, list) and len(stops) <= MAX_STOP_STRINGS:
+        if all(isinstance(s, str) and s for s in stops):
+            return stops
+    raise _bad("stop", f"must be a non-empty string or a list of up to {MAX_STOP_STRINGS} of them")
 
 
 def sampling_params(req: Common, max_tokens: int) -> SamplingParams:
@@ -354,16 +334,13 @@ def requested_max_tokens(req: Common) -> int | None:
 class WaitingGate:
     """A bound on the engine's waiting queue, answered with 429 and ``Retry-After``.
 
-    The scheduler refuses a request that could never fit, not *too many* that each fit:
-    they would queue without limit, each waiting longer. The gate turns new ones away
-    once ``max_waiting`` wait, so a load generator sees back-pressure instead.
-
-    It listens to the engine's bus and reads ``queue_sizes()`` (looked up by engine name,
-    so a rebuilt engine needs no hook) on every arrival, abort and step, in the engine
-    thread: the queue also holds requests that did not come through the API. Handlers add
-    the submissions still on their way to the engine thread, so a burst cannot slip past
-    the bound between two reads; each ticket is struck off in the engine thread just after
-    its arrival made the count grow, so no request is counted twice (refusing too early).
+    The scheduler refuses a request that could never fit, not *too many* that each fit
+    (they would queue without limit): the gate gives a load generator back-pressure.
+    It listens to the engine's bus and reads ``queue_sizes()`` on every arrival, abort and
+    step (the engine looked up by name, so a rebuild needs no hook). Handlers add the
+    submissions still on their way to the engine thread, so a burst cannot slip past the
+    bound between two reads; each ticket is struck off in the engine thread just after its
+    arrival made the count grow, so no request is counted twice.
     """
 
     KINDS = ("arrived", "aborted", "step")
@@ -372,7 +349,6 @@ class WaitingGate:
         self.engines, self.name, self.max_waiting = engines, name, max_waiting
         self.waiting = 0  # written in the engine thread, read on the event loop (one int)
         self.in_transit: set[object] = set()  # tickets of submissions not queued yet
-        self.refused = 0
         engines[name].bus.subscribe(self, kinds=self.KINDS)
 
     def __call__(self, event: Event) -> None:
@@ -384,7 +360,6 @@ class WaitingGate:
         queue is full. Yields the function that strikes the place off: hand it to
         ``EngineLoop.submit(on_queued=...)``."""
         if self.waiting + len(self.in_transit) >= self.max_waiting:
-            self.refused += 1
             raise APIError(
                 f"the server's queue is full ({self.max_waiting} requests waiting); "
                 f"retry in {RETRY_AFTER_S} s",
