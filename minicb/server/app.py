@@ -103,12 +103,9 @@ class Hub:
     def join(self) -> tuple[Client, dict[str, Any]]:
         """Subscribe a browser and describe the engines with the requests they hold; run
         in the engine thread, so no event falls between the description and the queue."""
-        assert self.loop is not None
-        engines = self.loop.engines
-        client = self.connect()
-        hello = self.hello()
+        client, hello = self.connect(), self.hello()
         for info in hello["engines"]:
-            info["requests"] = engines[info["name"]].live_requests()
+            info["requests"] = self.loop.engines[info["name"]].live_requests()
         return client, hello
 
     def connect(self) -> Client:
@@ -128,10 +125,7 @@ class Hub:
         model = self.model_name
         if not model and self.replay:
             model = next(iter(self.replay.values())).header.get("model") or ""
-        if loop is not None:
-            engines = loop.engine_infos()
-        else:
-            engines = [_replay_info(n, t) for n, t in self.replay.items()]
+        engines = loop.engine_infos() if loop else [_replay_info(*i) for i in self.replay.items()]
         return {
             "type": "hello",
             "mode": self.mode,
@@ -197,14 +191,6 @@ async def _write(websocket: WebSocket, outbox: asyncio.Queue) -> None:
         await websocket.send_text(json.dumps(await outbox.get()))
 
 
-def replay_message(hub: Hub) -> dict[str, Any]:
-    traces = {
-        n: {"header": t.header, "events": [to_dict(e) for e in t.events]}
-        for n, t in hub.replay.items()
-    }
-    return {"type": "replay", "traces": traces}
-
-
 async def serve_client(websocket: WebSocket, hub: Hub) -> None:
     await websocket.accept()
     client = None
@@ -214,7 +200,11 @@ async def serve_client(websocket: WebSocket, hub: Hub) -> None:
         hello = hub.hello()
     await websocket.send_text(json.dumps(hello))
     if hub.mode == "replay":
-        await websocket.send_text(json.dumps(replay_message(hub)))
+        traces = {
+            n: {"header": t.header, "events": [to_dict(e) for e in t.events]}
+            for n, t in hub.replay.items()
+        }
+        await websocket.send_text(json.dumps({"type": "replay", "traces": traces}))
     outbox: asyncio.Queue = asyncio.Queue(OUTBOX_SIZE)
     tasks = [asyncio.create_task(_write(websocket, outbox))]
     if client is not None:
@@ -236,13 +226,6 @@ async def serve_client(websocket: WebSocket, hub: Hub) -> None:
 
 
 # ---- the app ---------------------------------------------------------------------------
-def plotly_js_path() -> Path:
-    """plotly.min.js as shipped inside the plotly Python package: the viz works offline."""
-    import plotly
-
-    return Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
-
-
 def create_app(
     engine_loop: EngineLoop | None, *, viz_dir: str | Path | None = None, **options: Any
 ) -> FastAPI:
@@ -259,7 +242,11 @@ def create_app(
 
     @app.get("/plotly.min.js", include_in_schema=False)
     def plotly_js() -> FileResponse:
-        return FileResponse(plotly_js_path(), media_type="text/javascript")
+        """plotly.min.js as shipped inside the plotly Python package: the viz works offline."""
+        import plotly
+
+        path = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+        return FileResponse(path, media_type="text/javascript")
 
     @app.get("/viz/info", include_in_schema=False)
     async def info() -> JSONResponse:
@@ -271,8 +258,3 @@ def create_app(
 
     app.mount("/viz", StaticFiles(directory=viz), name="viz")
     return app
-
-
-def hub_of(app: Any) -> Hub:
-    """The Hub behind an app built by create_app (for tests and other route modules)."""
-    return app.state.hub

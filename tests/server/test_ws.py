@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from minicb import EngineConfig, LLMEngine, SamplingParams
-from minicb.server.app import create_app, hub_of
+from minicb.server.app import create_app
 from minicb.server.engine_loop import EngineLoop
 from minicb.server.workload import WorkloadFeeder, WorkloadSpec
 from minicb.telemetry.trace import Trace
@@ -112,7 +112,7 @@ def test_pause_holds_and_resume_goes_on(demo):
 
 def test_a_disconnected_client_is_dropped_and_the_engine_goes_on(demo):
     client, loop, app = demo
-    hub = hub_of(app)
+    hub = app.state.hub
     with client.websocket_connect("/ws") as ws:
         ws.receive_json()
         add(loop, "continuous", params=SamplingParams(max_tokens=40, ignore_eos=True))
@@ -132,7 +132,7 @@ def test_a_disconnected_client_is_dropped_and_the_engine_goes_on(demo):
 
 def test_a_slow_client_loses_old_events_and_never_slows_the_engine(demo):
     _, loop, app = demo
-    hub = hub_of(app)
+    hub = app.state.hub
     hub.queue_size = 8
     client = hub.connect()  # a browser that never reads
     for i in range(6):
@@ -170,7 +170,7 @@ BAD = [
 
 def test_malformed_controls_get_an_error_and_change_nothing(demo):
     client, loop, app = demo
-    hub = hub_of(app)
+    hub = app.state.hub
     engines = dict(loop.engines)
     spec = hub.feeder.spec
     with client.websocket_connect("/ws") as ws:
