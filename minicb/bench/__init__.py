@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from minicb.telemetry.events import Event, StepEvent
@@ -30,17 +30,16 @@ from minicb.telemetry.metrics import MetricsCollector
 class RunRecord:
     system: str
     workload: str
-    summary: dict[str, Any]  # MetricsCollector.summary(ttft_slo, tpot_slo)
-    wall_s: float  # from the start of the run to the last request's end
+    summary: dict[str, Any] = field(default_factory=dict)  # MetricsCollector.summary(...)
+    wall_s: float = 0.0  # from the start of the run to the last request's end
     steps: list[dict[str, float]] = field(default_factory=list)  # step_row of each iteration
     error: str | None = None  # set when the system could not run; figures are then empty
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def failed_run(system: str, workload: str, error: str) -> RunRecord:
-    return RunRecord(system, workload, summary={}, wall_s=0.0, error=error)
+    @property
+    def figures(self) -> dict[str, float | None]:
+        """Every figure of the run (none for a run that failed)."""
+        figures = {k: lookup(self.summary, path) for k, path in FIGURES.items()}
+        return {} if self.error else {**figures, "wall_s": self.wall_s}
 
 
 def step_row(e: StepEvent, t0: float) -> dict[str, float]:
@@ -113,31 +112,17 @@ def spread(values: Iterable[float | None]) -> dict[str, float] | None:
     return {"median": statistics.median(v), "min": min(v), "max": max(v), "n": len(v)}
 
 
-def figures_of(record: RunRecord) -> dict[str, float | None]:
-    """Every figure of one run (empty for a run that failed)."""
-    if record.error:
-        return {}
-    out = {key: lookup(record.summary, path) for key, path in FIGURES.items()}
-    out["wall_s"] = record.wall_s
-    return out
-
-
 def aggregate(records: list[RunRecord]) -> dict[str, dict[str, float] | None]:
     """Each figure over the repeats: median, min, max."""
-    per_run = [figures_of(r) for r in records if not r.error]
-    return {k: spread(f.get(k) for f in per_run) for k in [*FIGURES, "wall_s"]}
+    return {k: spread(r.figures.get(k) for r in records) for k in [*FIGURES, "wall_s"]}
 
 
 def paired_ratio(
     a: list[RunRecord], b: list[RunRecord], key: str = "output_tok_s"
 ) -> dict[str, float] | None:
     """``a``'s figure over ``b``'s, repeat by repeat (repeat i with repeat i)."""
-    ratios = []
-    for ra, rb in zip(a, b, strict=False):
-        fa, fb = figures_of(ra).get(key), figures_of(rb).get(key)
-        if fa is not None and fb:
-            ratios.append(fa / fb)
-    return spread(ratios)
+    pairs = [(ra.figures.get(key), rb.figures.get(key)) for ra, rb in zip(a, b, strict=False)]
+    return spread(fa / fb for fa, fb in pairs if fa is not None and fb)
 
 
 def ratio_table(runs: dict[str, list[RunRecord]], key: str = "output_tok_s") -> dict[str, Any]:
@@ -153,10 +138,10 @@ def outside_model_share(steps: list[dict[str, float]]) -> dict[str, float | None
     (input preparation, token bookkeeping, events): everything but the model's forward."""
     total = sum(s["dt"] for s in steps)
     if total <= 0:
-        return {"outside": None, "schedule": None, "sample": None, "other": None}
-    schedule = sum(s["schedule_s"] for s in steps)
-    forward = sum(s["forward_s"] for s in steps)
-    sample = sum(s["sample_s"] for s in steps)
+        return dict.fromkeys(("outside", "schedule", "sample", "other"))
+    schedule, forward, sample = (
+        sum(s[k] for s in steps) for k in ("schedule_s", "forward_s", "sample_s")
+    )
     return {
         "outside": (total - forward) / total,
         "schedule": schedule / total,

@@ -15,6 +15,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+Spread = dict[str, float] | None
+
 
 # ---- goals --------------------------------------------------------------------------------
 def _goal(
@@ -31,8 +33,7 @@ def _goal(
 
 def _ratio(results: dict[str, Any], workload: str, other: str) -> float | None:
     ratios = results["workloads"].get(workload, {}).get("ratios", {})
-    cell = ratios.get(f"minicb-continuous / {other}")
-    return cell["median"] if cell else None
+    return _med(ratios.get(f"minicb-continuous / {other}"))
 
 
 def evaluate(results: dict[str, Any], headline: str, control: str) -> list[dict[str, Any]]:
@@ -55,19 +56,15 @@ def evaluate(results: dict[str, Any], headline: str, control: str) -> list[dict[
         (f"{control}: minicb continuous >= hf padded generate", control, "hf-padded", 1.0),
     ):  # fmt: skip
         goals.append(_goal(name, _ratio(results, workload, other), target, "x"))
-    at32 = {p["batch"]: p for p in results.get("roofline", {}).get("points", [])}.get(32)
-    s256 = {s["num_running"]: s for s in results.get("scheduler", [])}.get(256)
-    goals.append(_goal("decode at batch 32 >= 60 % of the hardware ceiling",
-                       at32["fraction"] if at32 else None, 0.60))  # fmt: skip
-    goals.append(_goal("schedule() with 256 running < 0.5 ms (median)",
-                       s256["median_s"] * 1000 if s256 else None, 0.5, " ms", True))  # fmt: skip
-    return goals
+    at32 = {p["batch"]: p["fraction"] for p in results.get("roofline", {}).get("points", [])}
+    s256 = {s["num_running"]: s["median_s"] * 1000 for s in results.get("scheduler", [])}
+    return goals + [
+        _goal("decode at batch 32 >= 60 % of the hardware ceiling", at32.get(32), 0.60),
+        _goal("schedule() with 256 running < 0.5 ms (median)", s256.get(256), 0.5, " ms", True),
+    ]
 
 
 # ---- markdown -----------------------------------------------------------------------------
-Spread = dict[str, float] | None
-
-
 def _num(x: float | None, fmt: str = ".1f", scale: float = 1.0) -> str:
     return "-" if x is None else format(x * scale, fmt)
 
@@ -80,54 +77,49 @@ def _cell(s: Spread, fmt: str = ".1f", scale: float = 1.0) -> str:
     return med if lo == hi else f"{med} ({lo}-{hi})"
 
 
-def _med(s: Spread) -> float | None:
-    return s["median"] if s else None
+def _med(s: Spread | float) -> float | None:
+    """A spread's median; a single run's figure as it is."""
+    return s["median"] if isinstance(s, dict) else s
 
 
-def _pcts(fig: dict[str, Spread], name: str) -> str:
-    """p50 / p90 / p99 medians, in ms."""
-    return " / ".join(
-        _num(_med(fig.get(f"{name}_{q}")), ".0f", 1000) for q in ("p50", "p90", "p99")
-    )
+def _pcts(fig: dict[str, Any], name: str, qs: tuple[str, ...] = ("p50", "p90", "p99")) -> str:
+    """Percentiles of one latency, in ms, "p50 / p90 / p99"."""
+    return " / ".join(_num(_med(fig.get(f"{name}_{q}")), ".0f", 1000) for q in qs)
 
 
 def _table(header: list[str], rows: list[list[str]], text_cols: int = 1) -> list[str]:
     """A markdown table; the first ``text_cols`` columns align left, numbers right."""
     align = ["---"] * text_cols + ["---:"] * (len(header) - text_cols)
-    return ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"] + [
-        "| " + " | ".join(r) + " |" for r in rows
-    ]
+    return ["| " + " | ".join(r) + " |" for r in [header, align, *rows]]
+
+
+# column -> (figure, format, scale) of a workload's throughput table
+COLUMNS = {
+    "output tok/s": ("output_tok_s", ".1f", 1), "total tok/s": ("total_tok_s", ".1f", 1),
+    "req/s": ("req_s", ".2f", 1), "occupancy %": ("slot_occupancy", ".0f", 100),
+    "padding %": ("padding_waste", ".0f", 100), "KV util %": ("kv_utilisation", ".0f", 100),
+    "preemptions": ("preemptions", ".0f", 1),
+}  # fmt: skip
 
 
 def workload_section(name: str, data: dict[str, Any]) -> list[str]:
-    d = data["definition"]
-    lines = [f"### {name}", "", f"{d['description']}; arrivals {d['arrivals']}.", ""]
-    figs = data["figures"]
-    rows = []
-    for system, f in figs.items():
-        if data["errors"].get(system):
-            rows.append([system, f"did not run: {data['errors'][system]}"] + [""] * 7)
+    d, errors = data["definition"], data["errors"]
+    rows, latency = [], []
+    for system, f in data["figures"].items():
+        if errors.get(system):
+            rows.append([system, f"did not run: {errors[system]}"] + [""] * len(COLUMNS))
             continue
-        rows.append(
-            [system, _cell(f["output_tok_s"]), _cell(f["total_tok_s"]), _cell(f["req_s"], ".2f"),
-             _cell(f["slot_occupancy"], ".0f", 100), _cell(f["padding_waste"], ".0f", 100),
-             _cell(f["kv_utilisation"], ".0f", 100), _cell(f["preemptions"], ".0f"),
-             f"{_num(_med(f['goodput_req_s']), '.2f')} "
-             f"({_num(_med(f['goodput_fraction']), '.0f', 100)} %)"]
-        )  # fmt: skip
-    lines += _table(
-        ["system", "output tok/s", "total tok/s", "req/s", "occupancy %", "padding %",
-         "KV util %", "preemptions", "goodput req/s (share)"], rows,
-    )  # fmt: skip
-    lines.append("")
-    rows = [
-        [s, _pcts(f, "ttft"), _pcts(f, "tpot"), _pcts(f, "itl"), _pcts(f, "e2e")]
-        for s, f in figs.items()
-        if not data["errors"].get(s)
-    ]
-    lines += _table(["latency, ms (p50 / p90 / p99)", "TTFT", "TPOT", "ITL", "end-to-end"], rows)
-    lines += ["", _ratios_line(data), *_theory_lines(data), *_outside_lines(data), ""]
-    return lines
+        goodput = _num(_med(f["goodput_req_s"]), ".2f")
+        share = _num(_med(f["goodput_fraction"]), ".0f", 100)
+        cells = [_cell(f[key], fmt, scale) for key, fmt, scale in COLUMNS.values()]
+        rows.append([system, *cells, f"{goodput} ({share} %)"])
+        latency.append([system, *(_pcts(f, n) for n in ("ttft", "tpot", "itl", "e2e"))])
+    return [
+        f"### {name}", "", f"{d['description']}; arrivals {d['arrivals']}.", "",
+        *_table(["system", *COLUMNS, "goodput req/s (share)"], rows), "",
+        *_table(["latency, ms (p50 / p90 / p99)", "TTFT", "TPOT", "ITL", "end-to-end"], latency),
+        "", _ratios_line(data), *_theory_lines(data), *_outside_lines(data), "",
+    ]  # fmt: skip
 
 
 def _ratios_line(data: dict[str, Any]) -> str:
@@ -158,56 +150,50 @@ def _theory_lines(data: dict[str, Any]) -> list[str]:
 
 
 def _outside_lines(data: dict[str, Any]) -> list[str]:
-    parts = []
-    for system, s in data.get("outside_model", {}).items():
-        if s.get("outside") is not None:
-            parts.append(
-                f"{system} {s['outside'] * 100:.1f} % (schedule {s['schedule'] * 100:.2f} %, "
-                f"sample {s['sample'] * 100:.1f} %, other {s['other'] * 100:.1f} %)"
-            )
+    parts = [
+        f"{system} {s['outside'] * 100:.1f} % (schedule {s['schedule'] * 100:.2f} %, "
+        f"sample {s['sample'] * 100:.1f} %, other {s['other'] * 100:.1f} %)"
+        for system, s in data.get("outside_model", {}).items()
+        if s.get("outside") is not None
+    ]
     intro = "Share of iteration time outside the model forward: "
     return ["", intro + "; ".join(parts) + "."] if parts else []
 
 
-def _samples(hw: dict[str, Any], key: str, unit: float, fmt: str) -> str:
-    values = hw.get(f"{key}_samples") or [hw[key]]
-    return "best of " + " and ".join(format(v / unit, fmt) for v in values)
-
-
 def roofline_section(results: dict[str, Any]) -> list[str]:
     hw, rf = results["hardware"], results["roofline"]
-    lines = [
-        "### Decode against the hardware ceiling",
-        "",
-        f"Copy bandwidth {hw['copy_bandwidth'] / 1e9:.1f} GB/s ({hw['copy_bytes'] >> 20} MiB "
-        f"copy, read + write; {_samples(hw, 'copy_bandwidth', 1e9, '.1f')}), matmul "
-        f"{hw['matmul_flops'] / 1e9:.0f} GFLOP/s ({hw['matmul_n']}^3; "
-        f"{_samples(hw, 'matmul_flops', 1e9, '.0f')}); "
-        f"weights streamed per step {rf['sizes']['weight_bytes'] / 1e6:.0f} MB, KV "
-        f"{rf['sizes']['kv_bytes_per_token'] / 1e3:.1f} kB per token of context.",
-        "",
-    ]
+    best = {
+        key: "best of " + " and ".join(format(v / 1e9, fmt) for v in hw[f"{key}_samples"])
+        for key, fmt in (("copy_bandwidth", ".1f"), ("matmul_flops", ".0f"))
+    }
     rows = [
         [str(p["batch"]), f"{p['context']:.0f}",
-         _cell({"median": p["step_s"], "min": p.get("step_s_min", p["step_s"]),
-                "max": p.get("step_s_max", p["step_s"])}, ".1f", 1000),
+         _cell({"median": p["step_s"], "min": p["step_s_min"], "max": p["step_s_max"]}, scale=1000),
          f"{p['forward_s'] * 1000:.1f}", f"{p['tok_s']:.1f}", f"{p['ceiling_tok_s']:.0f}",
          p["bound"], f"{p['fraction'] * 100:.0f}", f"{p['forward_fraction'] * 100:.0f}",
          _num(p.get("hf_step_s"), ".1f", 1000), _num(p.get("hf_tok_s"))]
         for p in rf["points"]
     ]  # fmt: skip
-    return lines + _table(
-        ["batch", "context", "step ms", "forward ms", "tok/s", "ceiling tok/s", "bound",
-         "% of ceiling", "forward only %", "hf step ms", "hf tok/s"], rows,
-    )  # fmt: skip
+    return [
+        "### Decode against the hardware ceiling",
+        "",
+        f"Copy bandwidth {hw['copy_bandwidth'] / 1e9:.1f} GB/s ({hw['copy_bytes'] >> 20} MiB "
+        f"copy, read + write; {best['copy_bandwidth']}), matmul "
+        f"{hw['matmul_flops'] / 1e9:.0f} GFLOP/s ({hw['matmul_n']}^3; {best['matmul_flops']}); "
+        f"weights streamed per step {rf['sizes']['weight_bytes'] / 1e6:.0f} MB, KV "
+        f"{rf['sizes']['kv_bytes_per_token'] / 1e3:.1f} kB per token of context.",
+        "",
+        *_table(
+            ["batch", "context", "step ms", "forward ms", "tok/s", "ceiling tok/s", "bound",
+             "% of ceiling", "forward only %", "hf step ms", "hf tok/s"], rows,
+        ),
+    ]  # fmt: skip
 
 
 def scheduler_section(results: dict[str, Any]) -> list[str]:
-    rows = [
-        [str(s["num_running"]), f"{s['median_s'] * 1000:.3f}", f"{s['mean_s'] * 1000:.3f}",
-         f"{s['p90_s'] * 1000:.3f}"]
-        for s in results["scheduler"]
-    ]  # fmt: skip
+    keys = ("median_s", "mean_s", "p90_s")
+    rows = [[str(s["num_running"]), *(_num(s[k], ".3f", 1000) for k in keys)]
+            for s in results["scheduler"]]  # fmt: skip
     return ["### Scheduler cost (continuous, fake runner)", ""] + _table(
         ["running requests", "median ms", "mean ms", "p90 ms"], rows
     )
@@ -216,15 +202,12 @@ def scheduler_section(results: dict[str, Any]) -> list[str]:
 def sweep_section(results: dict[str, Any]) -> list[str]:
     rows = []
     for pt in results["rate_sweep"]:
-        f = pt["figures"]
-        if pt["error"]:
-            rows.append([f"{pt['load']:g}", pt["arrivals"], pt["system"], pt["error"], "", "", ""])
-            continue
+        f, ends = pt["figures"], ("p50", "p99")
         rows.append(
-            [f"{pt['load']:g}", pt["arrivals"], pt["system"], _num(f.get("output_tok_s")),
-             f"{_num(f.get('ttft_p50'), '.0f', 1000)} / {_num(f.get('ttft_p99'), '.0f', 1000)}",
-             f"{_num(f.get('e2e_p50'), '.0f', 1000)} / {_num(f.get('e2e_p99'), '.0f', 1000)}",
-             _num(f.get("goodput_fraction"), ".0f", 100)]
+            [f"{pt['load']:g}", pt["arrivals"], pt["system"]]
+            + ([pt["error"], "", "", ""] if pt["error"] else
+               [_num(f["output_tok_s"]), _pcts(f, "ttft", ends), _pcts(f, "e2e", ends),
+                _num(f["goodput_fraction"], ".0f", 100)])
         )  # fmt: skip
     intro = (
         "Offered load is a fraction of the request rate minicb continuous sustained on the "
@@ -264,13 +247,9 @@ COLORS = {"minicb-continuous": "#1f77b4", "minicb-static": "#ff7f0e", "hf-padded
           "hf-continuous": "#d62728"}  # fmt: skip
 
 
-def _figure(title: str, **layout: Any) -> go.Figure:
-    return go.Figure(layout=dict(title=title, **layout))
-
-
 def throughput_bars(results: dict[str, Any]) -> go.Figure:
-    fig = _figure("Output tokens/s by workload (median, whiskers min-max)", barmode="group",
-                  yaxis_title="output tokens/s")  # fmt: skip
+    fig = go.Figure(layout=dict(title="Output tokens/s by workload (median, whiskers min-max)",
+                                barmode="group", yaxis_title="output tokens/s"))  # fmt: skip
     systems = {s for w in results["workloads"].values() for s in w["figures"]}
     for system in [s for s in COLORS if s in systems]:
         names, med, lo, hi = [], [], [], []
@@ -289,60 +268,60 @@ def throughput_bars(results: dict[str, Any]) -> go.Figure:
 
 
 def roofline_chart(results: dict[str, Any]) -> go.Figure:
-    pts = results["roofline"]["points"]
-    x = [p["batch"] for p in pts]
-    fig = _figure("Decode throughput against batch size, with the measured roofline",
-                  xaxis=dict(title="batch size (requests decoding)", type="log"),
-                  yaxis=dict(title="tokens/s", type="log"))  # fmt: skip
-    fig.add_scatter(x=x, y=[p["ceiling_tok_s"] for p in pts], name="hardware ceiling",
-                    line=dict(dash="dash", color="black"))  # fmt: skip
-    fig.add_scatter(x=x, y=[p["forward_tok_s"] for p in pts], name="minicb, forward only",
-                    line=dict(dash="dot", color=COLORS["minicb-continuous"]))  # fmt: skip
-    fig.add_scatter(x=x, y=[p["tok_s"] for p in pts], name="minicb, whole step",
-                    line=dict(color=COLORS["minicb-continuous"]))  # fmt: skip
-    if all("hf_tok_s" in p for p in pts):
-        fig.add_scatter(x=x, y=[p["hf_tok_s"] for p in pts], name="transformers generate",
-                        line=dict(color=COLORS["hf-padded"]))  # fmt: skip
+    pts, blue = results["roofline"]["points"], COLORS["minicb-continuous"]
+    fig = go.Figure(layout=dict(
+        title="Decode throughput against batch size, with the measured roofline",
+        xaxis=dict(title="batch size (requests decoding)", type="log"),
+        yaxis=dict(title="tokens/s", type="log"),
+    ))  # fmt: skip
+    for key, name, line in (
+        ("ceiling_tok_s", "hardware ceiling", dict(dash="dash", color="black")),
+        ("forward_tok_s", "minicb, forward only", dict(dash="dot", color=blue)),
+        ("tok_s", "minicb, whole step", dict(color=blue)),
+        ("hf_tok_s", "transformers generate", dict(color=COLORS["hf-padded"])),
+    ):
+        if all(key in p for p in pts):
+            fig.add_scatter(x=[p["batch"] for p in pts], y=[p[key] for p in pts], name=name,
+                            line=line)  # fmt: skip
     return fig
 
 
 def latency_chart(results: dict[str, Any]) -> go.Figure:
-    fig = _figure("Latency against request rate (Poisson arrivals)",
-                  xaxis_title="request rate (requests/s)",
-                  yaxis=dict(title="seconds", type="log"))  # fmt: skip
+    fig = go.Figure(layout=dict(title="Latency against request rate (Poisson arrivals)",
+                                xaxis_title="request rate (requests/s)",
+                                yaxis=dict(title="seconds", type="log")))  # fmt: skip
     for system in COLORS:
         pts = [
             p for p in results["rate_sweep"]
             if p["system"] == system and p["burstiness"] == 1.0 and not p["error"]
         ]  # fmt: skip
-        if not pts:
-            continue
-        rates = [p["rate"] for p in pts]
         for key, dash in (("ttft_p50", "solid"), ("ttft_p99", "dot"), ("e2e_p50", "dash")):
-            fig.add_scatter(
-                x=rates, y=[p["figures"].get(key) for p in pts], name=f"{system} {key}",
-                line=dict(color=COLORS[system], dash=dash),
-            )  # fmt: skip
+            if pts:
+                fig.add_scatter(
+                    x=[p["rate"] for p in pts], y=[p["figures"].get(key) for p in pts],
+                    name=f"{system} {key}", line=dict(color=COLORS[system], dash=dash),
+                )  # fmt: skip
     return fig
 
 
 def occupancy_chart(results: dict[str, Any], workload: str) -> go.Figure:
-    fig = _figure(f"Slot occupancy over time, {workload} (the repeat of median duration)",
-                  xaxis_title="seconds from the start of the run",
-                  yaxis=dict(title="rows doing work / slots", range=[0, 1.05]))  # fmt: skip
+    fig = go.Figure(layout=dict(
+        title=f"Slot occupancy over time, {workload} (the repeat of median duration)",
+        xaxis_title="seconds from the start of the run",
+        yaxis=dict(title="rows doing work / slots", range=[0, 1.05]),
+    ))  # fmt: skip
     runs = results["workloads"].get(workload, {}).get("runs", {})
     for system in ("minicb-static", "minicb-continuous", "hf-padded"):
         recs = sorted(
             (r for r in runs.get(system, []) if not r["error"]), key=lambda r: r["wall_s"]
         )
-        if not recs:
-            continue
-        steps = recs[(len(recs) - 1) // 2]["steps"]  # the repeat of median length
-        fig.add_scatter(
-            x=[s["t"] for s in steps],
-            y=[s["useful_rows"] / s["slots"] if s["slots"] else None for s in steps],
-            name=system, mode="lines", line=dict(shape="hv", color=COLORS[system]),
-        )  # fmt: skip
+        if recs:
+            steps = recs[(len(recs) - 1) // 2]["steps"]  # the repeat of median length
+            fig.add_scatter(
+                x=[s["t"] for s in steps],
+                y=[s["useful_rows"] / s["slots"] if s["slots"] else None for s in steps],
+                name=system, mode="lines", line=dict(shape="hv", color=COLORS[system]),
+            )  # fmt: skip
     return fig
 
 

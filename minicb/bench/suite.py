@@ -17,22 +17,22 @@ import platform
 import statistics
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from minicb.bench import (
     RunRecord,
     aggregate,
-    figures_of,
     outside_model_share,
     paired_ratio,
     ratio_table,
     theory,
 )
-from minicb.bench.systems import Systems, build_systems
+from minicb.bench.systems import Systems, build_systems, sibling
 from minicb.bench.workloads import (
     FULL,
+    MINICB,
     QUICK,
     SYSTEMS,
     BenchPlan,
@@ -46,8 +46,6 @@ from minicb.config import DTYPES
 from minicb.runner.loader import load_hf_config, resolve_model_path
 from minicb.scheduler.block_manager import blocks_needed
 
-MINICB = ("minicb-continuous", "minicb-static")
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("bench", help="benchmark batching modes and transformers")
@@ -60,10 +58,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="torch threads, pinned (default 1: on a shared 2-core machine two threads stall)",
     )  # fmt: skip
     p.add_argument("--repeats", type=int, default=None, help="measured repeats per system")
-    p.add_argument(
-        "--systems", nargs="+", default=None, metavar="SYSTEM",
-        help="minicb-continuous minicb-static hf-padded hf-continuous (default: all)",
-    )  # fmt: skip
+    p.add_argument("--systems", nargs="+", choices=SYSTEMS, default=None, metavar="SYSTEM",
+                   help=f"{' '.join(SYSTEMS)} (default: all)")  # fmt: skip
     p.add_argument("--ttft-slo", type=float, default=None, metavar="S", help="goodput TTFT target")
     p.add_argument("--tpot-slo", type=float, default=None, metavar="S", help="goodput TPOT target")
     p.add_argument("--out-dir", default="artifacts/bench", help="where bench.json/.html go")
@@ -77,20 +73,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def make_plan(args: argparse.Namespace) -> BenchPlan:
-    changes: dict[str, Any] = {}
-    if args.repeats is not None:
-        if args.repeats < 1:
-            raise ValueError(f"--repeats must be at least 1, got {args.repeats}")
-        changes["repeats"] = args.repeats
-    if args.systems:
-        unknown = sorted(set(args.systems) - set(SYSTEMS))
-        if unknown:
-            raise ValueError(f"unknown system(s) {unknown}; choose from {', '.join(SYSTEMS)}")
+    for name in ("repeats", "threads"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name} must be at least 1, got {value}")
+    keys = ("repeats", "ttft_slo", "tpot_slo")
+    changes = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
+    if args.systems:  # in the suite's order, whatever the order given
         changes["systems"] = tuple(s for s in SYSTEMS if s in args.systems)
-    for name in ("ttft_slo", "tpot_slo"):
-        if getattr(args, name) is not None:
-            changes[name] = getattr(args, name)
-    return (QUICK if args.quick else FULL).with_(**changes)
+    return replace(QUICK if args.quick else FULL, **changes)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -100,8 +91,6 @@ def run(args: argparse.Namespace) -> int:
     from minicb.bench.report import evaluate, render, render_html
 
     plan, started = make_plan(args), time.time()
-    if args.threads < 1:
-        raise ValueError(f"--threads must be at least 1, got {args.threads}")
     torch.set_num_threads(args.threads)  # before any model is built
     vocab = load_hf_config(resolve_model_path(args.model)).vocab_size
     workloads = make_workloads(plan, vocab)
@@ -110,10 +99,9 @@ def run(args: argparse.Namespace) -> int:
     with tqdm(total=total, unit="run", file=sys.stderr, disable=args.no_progress) as bar:
         suite = Suite(plan, systems, bar, args.trace)
         results: dict[str, Any] = {"meta": _meta(args, plan, systems, started)}
-        results["hardware"] = suite.hardware()
+        hw = results["hardware"] = suite.hardware()
         results["scheduler"] = suite.scheduler_cost()
-        results["roofline"] = suite.decode_roofline(results["hardware"])
-        results["hardware"] = results["roofline"].pop("hardware")  # both measurements
+        results["roofline"] = suite.decode_roofline(hw)  # measures ``hw`` again afterwards
         results["workloads"] = {
             w.name: suite.workload(w, warm=plan.warmup_each_workload or i == 0)
             for i, w in enumerate(workloads)
@@ -166,10 +154,12 @@ def count_runs(plan: BenchPlan, num_workloads: int) -> int:
     )
 
 
+@dataclass
 class Suite:
-    def __init__(self, plan: BenchPlan, systems: Systems, bar: Any, trace: str | None) -> None:
-        self.plan, self.systems, self.bar = plan, systems, bar
-        self.trace_stem = trace
+    plan: BenchPlan
+    systems: Systems
+    bar: Any  # tqdm
+    trace_stem: str | None
 
     def _tick(self, what: str) -> None:
         self.bar.set_postfix_str(what, refresh=True)
@@ -183,27 +173,23 @@ class Suite:
         return str(base.with_name(".".join([base.name, *parts, "jsonl"])))
 
     # ---- the machine ---------------------------------------------------------------------
-    def hardware(self, before: dict[str, Any] | None = None) -> dict[str, Any]:
+    def hardware(self, hw: dict[str, Any] | None = None) -> dict[str, Any]:
         """Copy bandwidth and matmul FLOP/s, best of 5 each. Measured at the start and again
-        after the decode sweep (``before`` is the first measurement, whose matmul size is
-        kept): other work on a shared machine can only lower a figure, so the higher of the
-        two is the limit."""
+        after the decode sweep, into the first measurement ``hw`` (same sizes): other work
+        on a shared machine can only lower a figure, so the higher of the two is the limit."""
         self._tick("hardware: copy bandwidth, matmul FLOP/s")
         dtype = self.systems.continuous.runner.dtype
-        nbytes = min(1 << 30, max(256 << 20, 2 * self.model_sizes()["weight_bytes"]))
-        n = before["matmul_n"] if before else theory.matmul_size(dtype)
-        bw = theory.measure_copy_bandwidth(nbytes)
-        flops = theory.measure_matmul_flops(dtype, n)
-        hw: dict[str, Any] = {
-            "copy_bytes": nbytes,
-            "matmul_n": n,
-            "copy_bandwidth_samples": [*(before or {}).get("copy_bandwidth_samples", []), bw],
-            "matmul_flops_samples": [*(before or {}).get("matmul_flops_samples", []), flops],
-        }
-        hw["copy_bandwidth"] = max(hw["copy_bandwidth_samples"])
-        hw["matmul_flops"] = max(hw["matmul_flops_samples"])
-        if before is None:
+        if hw is None:
+            nbytes = min(1 << 30, max(256 << 20, 2 * self.model_sizes()["weight_bytes"]))
+            hw = {"copy_bytes": nbytes, "matmul_n": theory.matmul_size(dtype),
+                  "copy_bandwidth_samples": [], "matmul_flops_samples": []}  # fmt: skip
             self.bar.update()
+        for key, value in (
+            ("copy_bandwidth", theory.measure_copy_bandwidth(hw["copy_bytes"])),
+            ("matmul_flops", theory.measure_matmul_flops(dtype, hw["matmul_n"])),
+        ):
+            hw[f"{key}_samples"].append(value)
+            hw[key] = max(hw[f"{key}_samples"])
         return hw
 
     def model_sizes(self) -> dict[str, int]:
@@ -216,13 +202,13 @@ class Suite:
         self.bar.update()
         return out
 
-    def decode_roofline(self, hw: dict[str, float]) -> dict[str, Any]:
+    def decode_roofline(self, hw: dict[str, Any]) -> dict[str, Any]:
         """Pure decode steps at each batch size, minicb and padded generate alternating;
         each figure is the median over the rounds of each round's median step."""
         p = self.plan
-        top = max(p.decode_batches)
-        per_req = blocks_needed(p.decode_prompt + p.decode_warm + p.decode_steps + 2, p.block_size)
-        engine = self.systems.sibling(max_num_seqs=top, num_kv_blocks=top * per_req + 1)
+        top, args = max(p.decode_batches), (p.decode_prompt, p.decode_warm, p.decode_steps)
+        per_req = blocks_needed(sum(args) + 2, p.block_size)
+        engine = sibling(self.systems.continuous, max_num_seqs=top, num_kv_blocks=top * per_req + 1)
         hf = self.systems.hf_model if "hf-padded" in p.systems else None
         ours: dict[int, list[dict[str, float]]] = {b: [] for b in p.decode_batches}
         theirs: dict[int, list[float]] = {b: [] for b in p.decode_batches}
@@ -231,38 +217,34 @@ class Suite:
             k = r % len(batches)
             for b in batches[k:] + batches[:k]:
                 self._tick(f"decode at batch {b}, round {r + 1}/{p.decode_rounds}")
-                args = (b, p.decode_prompt, p.decode_warm, p.decode_steps)
-                ours[b].append(theory.time_decode(engine, *args))
+                ours[b].append(theory.time_decode(engine, b, *args))
                 if hf is not None:  # transformers' padded generate, same prompts and steps
                     try:
-                        theirs[b].append(theory.time_hf_decode(hf, *args)["step_s"])
+                        theirs[b].append(theory.time_hf_decode(hf, b, *args))
                     except Exception:  # its column stays empty; the workloads say why
                         hf = None
                 self.bar.update()
-        hw = self.hardware(before=hw)
+        self.hardware(hw)
         sizes, cfg = self.model_sizes(), engine.runner.model_config
         points = []
-        for b in batches:
-            steps = [m["step_s"] for m in ours[b]]
-            measured = {
-                "step_s": statistics.median(steps),
-                "step_s_min": min(steps),
-                "step_s_max": max(steps),
-                "forward_s": statistics.median(m["forward_s"] for m in ours[b]),
-                "context": statistics.fmean(m["context"] for m in ours[b]),
-            }
+        for b, rounds in ours.items():
+            steps = [m["step_s"] for m in rounds]
+            measured = {"step_s": statistics.median(steps), "step_s_min": min(steps),
+                        "step_s_max": max(steps),
+                        "forward_s": statistics.median(m["forward_s"] for m in rounds),
+                        "context": statistics.fmean(m["context"] for m in rounds)}  # fmt: skip
             point = theory.roofline_point(measured, sizes, cfg, b, hw)
             if theirs[b]:
                 point["hf_step_s"] = statistics.median(theirs[b])
                 point["hf_tok_s"] = b / point["hf_step_s"]
             points.append(point)
-        return {"sizes": sizes, "prompt_len": p.decode_prompt, "points": points, "hardware": hw}
+        return {"sizes": sizes, "prompt_len": p.decode_prompt, "points": points}
 
     # ---- the workloads -------------------------------------------------------------------
     def workload(self, w: Workload, warm: bool) -> dict[str, Any]:
         names = list(self.plan.systems)
         if warm:
-            head = w.head(min(len(w.requests), self.plan.max_num_seqs), max_tokens=8)
+            head = w.head(self.plan.max_num_seqs, max_tokens=8)
             for name in names:
                 self._tick(f"{w.name}: warm-up {name}")
                 self.systems.run(name, head)
@@ -278,7 +260,7 @@ class Suite:
         return {
             "definition": w.describe(),
             "figures": {n: aggregate(recs) for n, recs in runs.items()},
-            "errors": {n: recs[0].error for n, recs in runs.items() if recs and recs[0].error},
+            "errors": {n: recs[0].error for n, recs in runs.items() if recs[0].error},
             "ratios": ratio_table(runs),
             "theory": self.theory(w, runs),
             "outside_model": {
@@ -286,7 +268,7 @@ class Suite:
                 for n in names
                 if n in MINICB
             },
-            "runs": {n: [r.to_dict() for r in recs] for n, recs in runs.items()},
+            "runs": {n: [asdict(r) for r in recs] for n, recs in runs.items()},
         }
 
     def theory(self, w: Workload, runs: dict[str, list[RunRecord]]) -> dict[str, Any] | None:
@@ -325,7 +307,7 @@ class Suite:
                 rec = self.systems.run(name, wl, trace)
                 out.append(
                     {"load": load, "rate": rate, "burstiness": burst, "arrivals": wl.arrivals,
-                     "system": name, "figures": figures_of(rec), "error": rec.error}
+                     "system": name, "figures": rec.figures, "error": rec.error}
                 )  # fmt: skip
                 self.bar.update()
         return out

@@ -20,14 +20,15 @@ measured by the same ``measure_events``. Threads are pinned before anything is b
 from __future__ import annotations
 
 import copy
+import functools
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from minicb.bench import RunRecord, failed_run, measure_events
-from minicb.bench.workloads import BenchPlan, RequestSpec, Workload
+from minicb.bench import RunRecord, measure_events
+from minicb.bench.workloads import MINICB, BenchPlan, RequestSpec, Workload
 from minicb.config import EngineConfig, SamplingParams
 from minicb.engine import LLMEngine
 from minicb.runner.loader import resolve_model_path
@@ -46,38 +47,39 @@ from minicb.telemetry.trace import record_trace
 PAD_ID = 0
 NO_EOS = -1  # transformers' continuous batching: no token ends a request
 RUN_DEADLINE_S = 1800.0  # give up on a transformers run that stalls
+SLOs = tuple[float | None, float | None]  # (TTFT, TPOT) goodput targets
+
+
+def _record(
+    system: str, w: Workload, events: list[Event], t0: float, end: float, slo: SLOs
+) -> RunRecord:
+    """The run's record: its events measured from ``t0``, its wall time up to ``end``."""
+    summary, steps = measure_events(events, t0, *slo)
+    return RunRecord(system, w.name, summary, end - t0, steps)
 
 
 # ---- minicb --------------------------------------------------------------------------------
-def sampling_params(workload: Workload) -> list[SamplingParams]:
-    """Exact lengths: ``ignore_eos`` and the workload's ``max_tokens`` for every request."""
-    return [
-        SamplingParams(max_tokens=r.max_tokens, temperature=workload.temperature, ignore_eos=True)
-        for r in workload.requests
-    ]
-
-
 def drive(
     engine: LLMEngine, workload: Workload, sleep: Callable[[float], None] = time.sleep
 ) -> tuple[float, float]:
     """Feed the requests at their arrival times and step until all are done: (start, end).
 
-    Before each step every request whose time has come on the engine's clock is added,
-    stamped with its scheduled arrival (a request that arrived while a step ran is charged
-    for the wait); when nothing runs, ``sleep`` waits for the next arrival (give a
-    VirtualClock's ``advance`` with a virtual clock)."""
-    clock, reqs, params = engine.clock, workload.requests, sampling_params(workload)
-    order = deque(sorted(range(len(reqs)), key=lambda i: reqs[i].arrival))
+    Before each step every request whose time has come on the engine's clock is added with
+    exact lengths (``ignore_eos``), stamped with its scheduled arrival (a request that
+    arrived while a step ran is charged for the wait); when nothing runs, ``sleep`` waits
+    for the next arrival (give a VirtualClock's ``advance`` with a virtual clock)."""
+    clock, temp = engine.clock, workload.temperature
+    order = deque(sorted(workload.requests, key=lambda r: r.arrival))
     start = clock()
     while order or engine.has_unfinished():
-        now = clock()
-        while order and start + reqs[order[0]].arrival <= now:
-            i = order.popleft()
-            engine.add_request(reqs[i].prompt, params[i], arrival_time=start + reqs[i].arrival)
+        while order and start + order[0].arrival <= clock():
+            r = order.popleft()
+            params = SamplingParams(max_tokens=r.max_tokens, temperature=temp, ignore_eos=True)
+            engine.add_request(r.prompt, params, arrival_time=start + r.arrival)
         if engine.has_unfinished():
             engine.step()
         elif order:  # idle: wait for the next arrival rather than spin
-            sleep(max(0.0, start + reqs[order[0]].arrival - clock()))
+            sleep(max(0.0, start + order[0].arrival - clock()))
     return start, clock()
 
 
@@ -85,8 +87,7 @@ def run_minicb(
     engine: LLMEngine,
     workload: Workload,
     system: str,
-    ttft_slo: float | None = None,
-    tpot_slo: float | None = None,
+    slo: SLOs = (None, None),
     trace_path: str | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> RunRecord:
@@ -99,11 +100,27 @@ def run_minicb(
             start, end = drive(engine, workload, sleep)
     finally:
         engine.bus.unsubscribe(listener)
-    summary, steps = measure_events(events, start, ttft_slo, tpot_slo)
-    return RunRecord(system, workload.name, summary, end - start, steps)
+    return _record(system, workload, events, start, end, slo)
 
 
-# ---- transformers: padded generate ---------------------------------------------------------
+# ---- transformers --------------------------------------------------------------------------
+def _offline(run: Callable[..., RunRecord]) -> Callable[..., RunRecord]:
+    """A transformers system (``run_hf_padded`` is "hf-padded"): it refuses a workload whose
+    requests do not all arrive at once, and an error in it becomes the record's ``error``."""
+    system = run.__name__.removeprefix("run_").replace("_", "-")
+
+    @functools.wraps(run)
+    def guarded(model: Any, workload: Workload, *args: Any, **kwargs: Any) -> RunRecord:
+        if not workload.all_at_once:
+            return RunRecord(system, workload.name, error=f"{system} is run offline only")
+        try:
+            return run(model, workload, *args, **kwargs)
+        except Exception as err:  # report why, and let the rest of the suite go on
+            return RunRecord(system, workload.name, error=f"{type(err).__name__}: {err}")
+
+    return guarded
+
+
 def generation_config(model: Any, max_new_tokens: int, temperature: float) -> Any:
     """The model's generation config with EOS off and plain temperature sampling or greedy."""
     gc = copy.deepcopy(model.generation_config)
@@ -157,7 +174,7 @@ def _batch_events(
     reqs = [workload.requests[i] for i in ids]
     width = max(len(r.prompt) for r in reqs)
     events: list[Event] = []
-    for k, t in enumerate(times):
+    for k, (prev, t) in enumerate(zip([start, *times], times, strict=False)):
         rows = []
         for i, r in zip(ids, reqs, strict=True):
             live = min(len(r.prompt) + k + 1, len(r.prompt) + r.max_tokens)
@@ -173,7 +190,6 @@ def _batch_events(
                 rows.append(ScheduledRequest(i, phase, 1, width + k - 1, live, held, True, decode))
         plan = StepPlan(step=k + 1, batching="padded-generate", block_size=1, scheduled=rows,
                         slots_used=len(ids), slots_limit=len(ids))  # fmt: skip
-        prev = start if k == 0 else times[k - 1]
         events.append(StepEvent(plan, prev, t, schedule_s=0.0, forward_s=t - prev, sample_s=0.0))
     for i, r in zip(ids, reqs, strict=True):
         events += request_events(i, r, t0, start, times[: r.max_tokens], end)
@@ -184,99 +200,76 @@ def request_events(
     rid: int, spec: RequestSpec, arrival: float, admitted: float, times: list[float], end: float
 ) -> list[Event]:
     """One request's life as minicb events, from times measured outside minicb."""
-    events: list[Event] = [
+    n = len(spec.prompt)
+    return [
         RequestArrived(
-            time=arrival, request_id=rid, prompt=None, num_prompt_tokens=len(spec.prompt),
+            time=arrival, request_id=rid, prompt=None, num_prompt_tokens=n,
             max_tokens=spec.max_tokens, priority=0, params={},
         ),
         RequestAdmitted(time=admitted, request_id=rid, step=0, reason="started"),
-    ]  # fmt: skip
-    events += [
-        RequestToken(time=t, request_id=rid, step=0, token_id=0, index=j, text="")
-        for j, t in enumerate(times)
-    ]
-    events.append(
+        *(RequestToken(time=t, request_id=rid, step=0, token_id=0, index=j, text="")
+          for j, t in enumerate(times)),
         RequestFinished(
             time=end, request_id=rid, step=0, finish_reason="length", reason="returned",
-            num_prompt_tokens=len(spec.prompt), num_output_tokens=len(times), num_preemptions=0,
-        )
-    )  # fmt: skip
-    return events
+            num_prompt_tokens=n, num_output_tokens=len(times), num_preemptions=0,
+        ),
+    ]  # fmt: skip
 
 
+@_offline
 def run_hf_padded(
     model: Any,
     workload: Workload,
     batch_size: int,
-    ttft_slo: float | None = None,
-    tpot_slo: float | None = None,
+    slo: SLOs = (None, None),
 ) -> RunRecord:
     """The workload in padded batches of ``batch_size``, in order, all arriving at once."""
-    if not workload.all_at_once:
-        return failed_run("hf-padded", workload.name, "padded generate is run offline only")
-    t0 = time.time()
+    t0, n = time.time(), len(workload.requests)
     events: list[Event] = []
-    for b in range(0, len(workload.requests), batch_size):
-        ids = list(range(b, min(b + batch_size, len(workload.requests))))
+    for b in range(0, n, batch_size):
+        ids = list(range(b, min(b + batch_size, n)))
         reqs = [workload.requests[i] for i in ids]
         start = time.time()
         steps = max(r.max_tokens for r in reqs)
         times = generate_times(model, [r.prompt for r in reqs], steps, workload.temperature)
         events += _batch_events(ids, workload, t0, start, times, time.time())
-    summary, steps = measure_events(events, t0, ttft_slo, tpot_slo)
-    return RunRecord("hf-padded", workload.name, summary, time.time() - t0, steps)
+    return _record("hf-padded", workload, events, t0, time.time(), slo)
 
 
-# ---- transformers: its own continuous batching ---------------------------------------------
+@_offline
 def run_hf_continuous(
-    model: Any,
-    workload: Workload,
-    max_num_seqs: int,
-    max_batch_tokens: int,
-    page_size: int,
-    num_blocks: int,
-    ttft_slo: float | None = None,
-    tpot_slo: float | None = None,
+    model: Any, workload: Workload, slo: SLOs = (None, None), **limits: int
 ) -> RunRecord:
     """The workload through transformers' continuous batching manager (set up and warmed up
-    before the clock starts); its ``record_timestamps`` (``time.perf_counter``: one per
-    token, and when each request was created, scheduled and finished) are moved to the wall
-    clock and rebuilt as minicb request events."""
-    system = "hf-continuous"
-    if not workload.all_at_once:
-        error = "transformers' continuous batching is run offline only"
-        return failed_run(system, workload.name, error)
+    before the clock starts) under ``limits`` (``ContinuousBatchingConfig``'s page_size,
+    num_blocks, max_batch_tokens, max_requests_per_batch); its ``record_timestamps``
+    (``time.perf_counter``: one per token, and when each request was created, scheduled and
+    finished) are moved to the wall clock and rebuilt as minicb request events."""
     from transformers import ContinuousBatchingConfig
 
     gen = generation_config(model, max(workload.output_lens), workload.temperature)
     gen.eos_token_id = NO_EOS
-    cb = ContinuousBatchingConfig(
-        page_size=page_size, num_blocks=num_blocks, max_batch_tokens=max_batch_tokens,
-        max_requests_per_batch=max_num_seqs,
-    )  # fmt: skip
-    try:
-        with model.continuous_batching_context_manager(
-            generation_config=gen, continuous_batching_config=cb
-        ) as manager:
-            t0 = time.time()
-            results = _submit_and_collect(manager, workload)
-    except Exception as err:  # report why, and let the rest of the suite go on
-        return failed_run(system, workload.name, f"{type(err).__name__}: {err}")
+    cb = ContinuousBatchingConfig(**limits)
+    with model.continuous_batching_context_manager(
+        generation_config=gen, continuous_batching_config=cb
+    ) as manager:
+        t0 = time.time()
+        results = _submit_and_collect(manager, workload)
     offset = time.time() - time.perf_counter()  # perf_counter stamps -> wall clock
     events: list[Event] = []
     end = t0
     for i, spec in enumerate(workload.requests):
         r = results[f"r{i}"]
         if len(r.generated_tokens) != spec.max_tokens:
-            error = f"request {i} got {len(r.generated_tokens)} tokens, asked {spec.max_tokens}"
-            return failed_run(system, workload.name, error)
+            raise RuntimeError(
+                f"request {i} got {len(r.generated_tokens)} tokens, asked {spec.max_tokens}"
+            )
         stamps = [t + offset for t in r.timestamps]
         finished = r.lifespan[1] + offset if r.lifespan[1] > 0 else stamps[-1]
         admitted = r.lifespan[0] + offset if r.lifespan[0] > 0 else stamps[0]
         end = max(end, finished)
         events += request_events(i, spec, r.created_time + offset, admitted, stamps, finished)
-    summary, _ = measure_events(events, t0, ttft_slo, tpot_slo)
-    return RunRecord(system, workload.name, summary, end - t0)
+    return _record("hf-continuous", workload, events, t0, end, slo)
 
 
 def _submit_and_collect(manager: Any, workload: Workload) -> dict[str, Any]:
@@ -310,30 +303,24 @@ class Systems:
 
     def run(self, name: str, workload: Workload, trace_path: str | None = None) -> RunRecord:
         p, slo = self.plan, (self.plan.ttft_slo, self.plan.tpot_slo)
-        if name in ("minicb-continuous", "minicb-static"):
+        if name in MINICB:
             engine = self.continuous if name == "minicb-continuous" else self.static
-            return run_minicb(engine, workload, name, *slo, trace_path=trace_path)
-        if name not in ("hf-padded", "hf-continuous"):
-            raise ValueError(f"unknown system {name!r}")
+            return run_minicb(engine, workload, name, slo, trace_path)
         if self.hf_model is None:
-            return failed_run(name, workload.name, f"transformers unavailable: {self.hf_error}")
-        if name == "hf-continuous":
-            return run_hf_continuous(
-                self.hf_model, workload, p.max_num_seqs, p.max_num_batched_tokens,
-                p.block_size, self.num_kv_blocks, *slo,
-            )  # fmt: skip
-        try:
-            return run_hf_padded(self.hf_model, workload, p.max_num_seqs, *slo)
-        except Exception as err:  # report why, and let the rest of the suite go on
-            return failed_run(name, workload.name, f"{type(err).__name__}: {err}")
-
-    def sibling(self, **changes: Any) -> LLMEngine:
-        """Another minicb engine on the same weights (for the decode sweep)."""
-        return _sibling(self.continuous, self.continuous.config.with_(**changes))
+            error = f"transformers unavailable: {self.hf_error}"
+            return RunRecord(name, workload.name, error=error)
+        if name == "hf-padded":
+            return run_hf_padded(self.hf_model, workload, p.max_num_seqs, slo)
+        return run_hf_continuous(
+            self.hf_model, workload, slo, page_size=p.block_size, num_blocks=self.num_kv_blocks,
+            max_batch_tokens=p.max_num_batched_tokens, max_requests_per_batch=p.max_num_seqs,
+        )  # fmt: skip
 
 
-def _sibling(engine: LLMEngine, config: EngineConfig) -> LLMEngine:
-    """A separate engine (own KV pool, own bus) whose runner shares ``engine``'s weights."""
+def sibling(engine: LLMEngine, **changes: Any) -> LLMEngine:
+    """A separate engine (own KV pool, own bus) with ``changes`` to the config, whose runner
+    shares ``engine``'s weights."""
+    config = engine.config.with_(**changes)
     return LLMEngine(config=config, runner=engine.runner.with_config(config))
 
 
@@ -354,8 +341,7 @@ def build_systems(
         num_kv_blocks=blocks, num_swap_blocks=0, seed=plan.seed,  # recompute: no swap space
     )  # fmt: skip
     continuous = LLMEngine(model, config)
-    static = _sibling(continuous, config.with_(batching="static"))
-    systems = Systems(plan, continuous, static, blocks)
+    systems = Systems(plan, continuous, sibling(continuous, batching="static"), blocks)
     if any(s.startswith("hf-") for s in plan.systems):
         try:  # transformers' model from the same folder, in the engine's dtype and device
             from transformers import AutoModelForCausalLM

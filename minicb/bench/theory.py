@@ -32,8 +32,9 @@ from __future__ import annotations
 import statistics
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,7 @@ from minicb.engine import LLMEngine
 from minicb.runner.fake import FakeRunner
 from minicb.scheduler.block_manager import blocks_needed
 from minicb.scheduler.plan import DECODE
+from minicb.telemetry.events import StepEvent
 
 PROBE_S = 0.2  # the matmul probe grows until one product takes this long
 
@@ -59,6 +61,10 @@ class StepModel:
 
     def step_time(self, rows: int, tokens: int) -> float:
         return self.a + self.c * rows + self.p * tokens
+
+    def chunks_time(self, chunks: list[int]) -> float:
+        """An iteration whose rows take ``chunks`` tokens each (counted as in ``step_row``)."""
+        return self.step_time(sum(n == 1 for n in chunks), sum(n for n in chunks if n > 1))
 
     def to_dict(self) -> dict[str, float]:
         return {"a_s": self.a, "c_s": self.c, "p_s": self.p, "r2": self.r2, "steps": self.num_steps}
@@ -77,44 +83,23 @@ def fit_step_model(steps: list[dict[str, float]]) -> StepModel:
     return StepModel(float(coef[0]), float(coef[1]), float(coef[2]), r2, len(steps))
 
 
-class _Cost:
-    """The rows and tokens of one simulated iteration."""
-
-    def __init__(self) -> None:
-        self.rows, self.tokens = 0, 0
-
-    def add(self, n: int) -> None:
-        if n == 1:
-            self.rows += 1
-        else:
-            self.tokens += n
-
-
-def _prefill_steps(prompts: list[int], budget: int, model: StepModel) -> float:
-    """Prompts prefilled in order under a token budget, chunked: the seconds it takes."""
-    left, total = list(prompts), 0.0
-    while any(left):
-        cost, room = _Cost(), budget
-        for i, n in enumerate(left):
-            take = min(n, room)
-            if take:
-                cost.add(take)
-                left[i] -= take
-                room -= take
-        total += model.step_time(cost.rows, cost.tokens)
-    return total
-
-
 def simulate_static(
     prompts: list[int], outputs: list[int], batch: int, budget: int, model: StepModel
 ) -> float:
     """Batches of ``batch`` in order: prefill, then max(output) - 1 lockstep decode steps."""
     total = 0.0
     for b in range(0, len(prompts), batch):
-        members = range(b, min(b + batch, len(prompts)))
-        total += _prefill_steps([prompts[i] for i in members], budget, model)
-        decode_steps = max(outputs[i] for i in members) - 1  # the first token ends prefill
-        total += decode_steps * model.step_time(len(members), 0)
+        members = [
+            [p, o] for p, o in zip(prompts[b : b + batch], outputs[b : b + batch], strict=True)
+        ]
+        while any(r[0] for r in members):  # prompts in order under the budget, chunked
+            chunks, room = [], budget
+            for r in members:
+                if r[0] and room:
+                    room -= _advance(r, room, chunks)
+            total += model.chunks_time(chunks)
+        # The first token ended prefill; finished members decode on as padding rows.
+        total += max(r[1] for r in members) * model.step_time(len(members), 0)
     return total
 
 
@@ -122,35 +107,30 @@ def simulate_continuous(
     prompts: list[int], outputs: list[int], slots: int, budget: int, model: StepModel
 ) -> float:
     """Iteration-level scheduling: decodes first, then prompt chunks, then admissions."""
-    waiting = deque(range(len(prompts)))
-    running: list[list[int]] = []  # [prompt tokens left, output tokens left]
+    waiting = deque(zip(prompts, outputs, strict=True))
+    running: list[list[int]] = []
     total = 0.0
     while waiting or running:
-        cost, room = _Cost(), budget
-        order = [r for r in running if r[0] == 0] + [r for r in running if r[0] > 0]
-        for r in order:
-            if not room:
-                break
-            room -= _advance(r, room, cost)
+        chunks, room = [], budget
+        for r in sorted(running, key=lambda r: r[0] > 0):  # decodes first (a stable sort)
+            if room:
+                room -= _advance(r, room, chunks)
         while waiting and len(running) < slots and room:
-            i = waiting.popleft()
-            running.append([prompts[i], outputs[i]])
-            room -= _advance(running[-1], room, cost)
-        total += model.step_time(cost.rows, cost.tokens)
+            running.append(list(waiting.popleft()))
+            room -= _advance(running[-1], room, chunks)
+        total += model.chunks_time(chunks)
         running = [r for r in running if r[1] > 0]
     return total
 
 
-def _advance(r: list[int], room: int, cost: _Cost) -> int:
-    """One iteration of one request: a prompt chunk or a decode. Returns tokens used."""
-    if r[0] == 0:
-        cost.add(1)
-        r[1] -= 1
-        return 1
-    take = min(r[0], room)
-    cost.add(take)
-    r[0] -= take
-    if r[0] == 0:  # the prompt is done: its first token is sampled in this step
+def _advance(r: list[int], room: int, chunks: list[int]) -> int:
+    """One iteration of one request, ``[prompt tokens left, output tokens left]``: a prompt
+    chunk or a decode, appended to ``chunks``. Returns the tokens it takes."""
+    take = min(r[0], room) if r[0] else 1
+    chunks.append(take)
+    if r[0]:
+        r[0] -= take
+    if r[0] == 0:  # a decode, or the prompt's last chunk: a token is sampled in this step
         r[1] -= 1
     return take
 
@@ -252,6 +232,16 @@ def decode_prompts(batch: int, prompt_len: int) -> list[list[int]]:
     return [[3 + (7 * i + j) % 200 for j in range(prompt_len)] for i in range(batch)]
 
 
+def _decode_steps(engine: LLMEngine, batch: int) -> Iterator[StepEvent]:
+    """Step until every request is done, yielding the steps in which ``batch`` rows all
+    decode (prefill steps and partly filled batches are left out)."""
+    while engine.has_unfinished():
+        event = engine.step().event
+        rows = event.plan.scheduled
+        if len(rows) == batch and all(r.phase == DECODE for r in rows):
+            yield event
+
+
 def time_decode(
     engine: LLMEngine, batch: int, prompt_len: int, warm: int, steps: int
 ) -> dict[str, float]:
@@ -259,35 +249,20 @@ def time_decode(
     params = SamplingParams(max_tokens=1 + warm + steps, temperature=0.0, ignore_eos=True)
     for prompt in decode_prompts(batch, prompt_len):
         engine.add_request(prompt, params)
-    walls, forwards, contexts = [], [], []
-    done_warm = 0
-    while engine.has_unfinished():
-        event = engine.step().event
-        rows = event.plan.scheduled
-        if len(rows) != batch or any(r.phase != DECODE for r in rows):
-            continue  # prefill steps, or a partly filled batch
-        if done_warm < warm:
-            done_warm += 1
-            continue
-        walls.append(event.wall_end - event.wall_start)
-        forwards.append(event.forward_s)
-        contexts.append(statistics.fmean(r.context_len for r in rows))
-    if not walls:
+    events = list(_decode_steps(engine, batch))[warm:]
+    if not events:
         raise RuntimeError(f"no pure decode step of batch {batch} was seen")
     return {
-        "step_s": statistics.median(walls),
-        "forward_s": statistics.median(forwards),
-        "context": statistics.fmean(contexts),
+        "step_s": statistics.median(e.wall_end - e.wall_start for e in events),
+        "forward_s": statistics.median(e.forward_s for e in events),
+        "context": statistics.fmean(r.context_len for e in events for r in e.plan.scheduled),
     }
 
 
-def time_hf_decode(
-    model: Any, batch: int, prompt_len: int, warm: int, steps: int
-) -> dict[str, float]:
+def time_hf_decode(model: Any, batch: int, prompt_len: int, warm: int, steps: int) -> float:
     """Median seconds per decode step of padded ``generate`` with ``batch`` equal rows."""
     times = generate_times(model, decode_prompts(batch, prompt_len), 1 + warm + steps, 0.0)
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)][warm:]  # decode steps
-    return {"step_s": statistics.median(gaps)}
+    return statistics.median([b - a for a, b in zip(times, times[1:], strict=False)][warm:])
 
 
 def roofline_point(
@@ -338,19 +313,10 @@ def time_schedule(
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
     for i in range(num_running):
         engine.add_request([5] * prompt_len, params, arrival_time=float(i))
-    for _ in range(prefill_steps + 2):  # admit and prefill everybody
-        rows = engine.step().plan.scheduled
-        if len(rows) == num_running and all(r.phase == DECODE for r in rows):
-            break
-    times = []
-    for _ in range(iterations):
-        event = engine.step().event
-        if len(event.plan.scheduled) != num_running:
-            raise RuntimeError(
-                f"expected {num_running} running rows, got {len(event.plan.scheduled)}"
-            )
-        times.append(event.schedule_s)
-    times.sort()
+    decoding = islice(_decode_steps(engine, num_running), iterations)
+    times = sorted(e.schedule_s for e in decoding)
+    if len(times) < iterations:
+        raise RuntimeError(f"only {len(times)} steps had all {num_running} requests decoding")
     return {
         "num_running": num_running,
         "batching": batching,

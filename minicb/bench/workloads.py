@@ -36,8 +36,10 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field, replace
+from itertools import accumulate
 
 SYSTEMS = ("minicb-continuous", "minicb-static", "hf-padded", "hf-continuous")
+MINICB = SYSTEMS[:2]
 
 
 @dataclass(frozen=True)
@@ -86,13 +88,9 @@ class Workload:
 
     def describe(self) -> dict:
         """JSON-ready facts: the recipe and the drawn lengths."""
+        keys = ("name", "description", "params", "seed", "temperature", "arrivals")
         return {
-            "name": self.name,
-            "description": self.description,
-            "params": self.params,
-            "seed": self.seed,
-            "temperature": self.temperature,
-            "arrivals": self.arrivals,
+            **{k: getattr(self, k) for k in keys},
             "num_requests": len(self.requests),
             "prompt_lens": self.prompt_lens,
             "output_lens": self.output_lens,
@@ -117,10 +115,8 @@ def capped_exponential(
 ) -> Workload:
     """Output length = min(cap, max(1, round(X))), X ~ Exponential(mean ``mean_output``)."""
     rng, ids = _rngs(seed)
-    reqs = []
-    for _ in range(n):
-        out = min(cap, max(1, round(rng.expovariate(1.0 / mean_output))))
-        reqs.append(RequestSpec(_prompt(ids, prompt_len, vocab), out))
+    outs = [min(cap, max(1, round(rng.expovariate(1.0 / mean_output)))) for _ in range(n)]
+    reqs = [RequestSpec(_prompt(ids, prompt_len, vocab), out) for out in outs]
     description = (
         f"{n} requests, prompts of {prompt_len} random tokens, output lengths "
         f"min({cap}, max(1, round(X))) with X exponential of mean {mean_output} "
@@ -135,10 +131,11 @@ def uniform_lengths(
 ) -> Workload:
     """Prompt and output lengths drawn uniformly from inclusive integer ranges (Orca's)."""
     rng, ids = _rngs(seed)
-    reqs = []
-    for _ in range(n):
-        p = rng.randint(*prompt_range)
-        reqs.append(RequestSpec(_prompt(ids, p, vocab), rng.randint(*output_range)))
+    # One generator, drawn prompt length then output length, request after request.
+    reqs = [
+        RequestSpec(_prompt(ids, rng.randint(*prompt_range), vocab), rng.randint(*output_range))
+        for _ in range(n)
+    ]
     description = (
         f"{n} requests, prompt lengths uniform in {list(prompt_range)}, output lengths "
         f"uniform in {list(output_range)} (Orca's workload, scaled), seed {seed}"
@@ -190,13 +187,8 @@ def arrival_times(
     if burstiness <= 0:
         raise ValueError(f"burstiness must be positive, got {burstiness}")
     rng = random.Random(seed)
-    scale = 1.0 / (rate * burstiness)
-    times, t = [], 0.0
-    for i in range(n):
-        if i:
-            t += rng.gammavariate(burstiness, scale)
-        times.append(t)
-    return times
+    gaps = [rng.gammavariate(burstiness, 1.0 / (rate * burstiness)) for _ in range(n - 1)]
+    return list(accumulate(gaps, initial=0.0))[:n]
 
 
 def describe_arrivals(rate: float | None, burstiness: float = 1.0, seed: int = 0) -> str:
@@ -233,9 +225,6 @@ class BenchPlan:
     tpot_slo: float = 0.25  # seconds
     seed: int = 0
     systems: tuple[str, ...] = field(default=SYSTEMS)
-
-    def with_(self, **changes) -> BenchPlan:
-        return replace(self, **changes)
 
 
 FULL = BenchPlan(
@@ -276,6 +265,5 @@ def make_workloads(plan: BenchPlan, vocab: int) -> list[Workload]:
 
 def sweep_workload(plan: BenchPlan, vocab: int) -> Workload:
     """The headline recipe with fewer requests, for the latency-vs-rate sweep."""
-    if plan.quick:
-        return capped_exponential(plan.sweep_requests, 16, 8, 32, vocab, seed=plan.seed + 1)
-    return capped_exponential(plan.sweep_requests, 32, 16, 64, vocab, seed=plan.seed + 1)
+    params = {**make_workloads(plan, vocab)[0].params, "n": plan.sweep_requests}
+    return capped_exponential(**params, vocab=vocab, seed=plan.seed + 1)

@@ -46,8 +46,7 @@ def test_minicb_driver_adds_requests_at_their_arrival_times():
                        clock=clock)  # fmt: skip
     w = capped_exponential(3, 4, 4, 6, vocab=256, seed=0).with_arrivals([0.0, 2.0, 2.125], "hand")
     assert w.output_lens == [6, 6, 2]
-    rec = run_minicb(engine, w, "minicb-continuous", ttft_slo=0.3, tpot_slo=1.0,
-                     sleep=clock.advance)  # fmt: skip
+    rec = run_minicb(engine, w, "minicb-continuous", slo=(0.3, 1.0), sleep=clock.advance)
     s = rec.summary
     assert s["requests"]["finished"] == 3
     assert s["requests"]["tokens_generated"] == sum(w.output_lens)
@@ -68,8 +67,8 @@ def test_transformers_systems_generate_exactly_the_lengths_asked(hf_tiny):
     assert padded.error is None
     assert padded.summary["requests"]["tokens_generated"] == sum(w.output_lens)
     assert padded.summary["batch"]["padding_waste"] > 0
-    cb = run_hf_continuous(hf_tiny, w, max_num_seqs=4, max_batch_tokens=64, page_size=16,
-                           num_blocks=32)  # fmt: skip
+    cb = run_hf_continuous(hf_tiny, w, max_requests_per_batch=4, max_batch_tokens=64,
+                           page_size=16, num_blocks=32)  # fmt: skip
     assert cb.error is None, cb.error
     assert cb.summary["requests"]["finished"] == len(w.requests)
     assert cb.summary["requests"]["tokens_generated"] == sum(w.output_lens)
