@@ -27,11 +27,10 @@ the API), "replay" (no engine: the browser scrubs through recorded traces).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import json
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,7 +59,7 @@ MAX_BATCH = 2048  # events per message, so one message never grows without bound
 class Client:
     """One browser: a bounded event queue on each engine's bus."""
 
-    subs: dict[str, Subscription] = field(default_factory=dict)
+    subs: dict[str, Subscription]
 
     def close(self) -> None:
         for sub in self.subs.values():
@@ -193,11 +192,7 @@ async def _write(websocket: WebSocket, outbox: asyncio.Queue) -> None:
 
 async def serve_client(websocket: WebSocket, hub: Hub) -> None:
     await websocket.accept()
-    client = None
-    if hub.loop is not None:
-        client, hello = await hub.loop.acall(hub.join)
-    else:
-        hello = hub.hello()
+    client, hello = await hub.loop.acall(hub.join) if hub.loop else (None, hub.hello())
     await websocket.send_text(json.dumps(hello))
     if hub.mode == "replay":
         traces = {
@@ -220,25 +215,20 @@ async def serve_client(websocket: WebSocket, hub: Hub) -> None:
             hub.disconnect(client)
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 # ---- the app ---------------------------------------------------------------------------
-def create_app(
-    engine_loop: EngineLoop | None, *, viz_dir: str | Path | None = None, **options: Any
-) -> FastAPI:
+def create_app(engine_loop: EngineLoop | None, **options: Any) -> FastAPI:
     """The FastAPI app serving the visualizer and ``/ws`` for these engines (or a replay);
     ``options`` are the Hub's. minicb.server.openai_api adds the OpenAI routes to it."""
     hub = Hub(engine_loop, **options)
-    viz = Path(viz_dir) if viz_dir is not None else VIZ_DIR
     app = FastAPI(title="minicb", docs_url=None, redoc_url=None)
     app.state.hub = hub
 
     @app.get("/", include_in_schema=False)
     def index() -> FileResponse:
-        return FileResponse(viz / "index.html", headers={"Cache-Control": "no-cache"})
+        return FileResponse(VIZ_DIR / "index.html", headers={"Cache-Control": "no-cache"})
 
     @app.get("/plotly.min.js", include_in_schema=False)
     def plotly_js() -> FileResponse:
@@ -256,5 +246,5 @@ def create_app(
     async def ws(websocket: WebSocket) -> None:
         await serve_client(websocket, hub)
 
-    app.mount("/viz", StaticFiles(directory=viz), name="viz")
+    app.mount("/viz", StaticFiles(directory=VIZ_DIR), name="viz")
     return app

@@ -75,17 +75,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser("serve", help="serve the OpenAI-compatible API and the visualizer")
     add_server_options(p)
+    p.add_argument("--served-model-name", help="the 'model' clients pass (default: its own name)")
+    p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1/*")
     p.add_argument(
-        "--served-model-name",
-        default=None,
-        help="the name clients pass as 'model' (default: the model's own name)",
-    )
-    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/*")
-    p.add_argument(
-        "--max-waiting",
-        type=int,
-        default=256,
-        help="waiting requests beyond which new ones get 429 (default 256)",
+        "--max-waiting", type=int, default=256, help="waiting requests before a 429 (default 256)"
     )
     p.add_argument(
         "--max-body-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB)"
@@ -96,8 +89,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_serve)
 
 
-def run_server(app: Any, args: argparse.Namespace, what: str, log_level: str = "warning") -> None:
-    """Serve ``app`` until Ctrl-C or SIGTERM, after printing where to look."""
+def run_server(
+    app: Any,
+    args: argparse.Namespace,
+    what: str,
+    loop: EngineLoop | None = None,
+    log_level: str = "warning",
+) -> None:
+    """Serve ``app`` (and run ``loop``'s thread) until Ctrl-C or SIGTERM, after printing
+    where to look."""
     import uvicorn
 
     host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
@@ -109,7 +109,13 @@ def run_server(app: Any, args: argparse.Namespace, what: str, log_level: str = "
     # found; with the default one the process would die there, before the caller's finally
     # blocks stop the engine thread and close the trace files. So make it a SystemExit.
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
-    uvicorn.run(app, host=args.host, port=args.port, log_level=log_level)
+    if loop is not None:
+        loop.start()
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level=log_level)
+    finally:
+        if loop is not None:
+            loop.stop()
 
 
 def _app(loop: EngineLoop, mode: str, engine: str, model_name: str, **api: Any) -> FastAPI:
@@ -183,13 +189,11 @@ def run_demo(args: argparse.Namespace) -> int:
     print("minicb demo: loading the model ...", flush=True)
     loop, app = build_demo(args)
     close_traces = record_demo(dict(loop.engines), args.trace) if args.trace else None
-    loop.start()
     try:
-        run_server(app, args, "minicb demo")
+        run_server(app, args, "minicb demo", loop)
     finally:
-        loop.stop()
         if close_traces is not None:
-            close_traces()
+            close_traces()  # after the engine thread stopped: no event comes any more
     return 0
 
 
@@ -217,12 +221,8 @@ def run_serve(args: argparse.Namespace) -> int:
     app, loop, engine, model_name = build_serve(args)
     logging.basicConfig(level=args.log_level.upper())
     with traced(engine, args, served_model_name=model_name):
-        loop.start()
-        try:
-            what = f"minicb serve: {model_name} (visualizer at /, API at /v1)"
-            run_server(app, args, what, log_level=args.log_level)
-        finally:
-            loop.stop()
+        what = f"minicb serve: {model_name} (visualizer at /, API at /v1)"
+        run_server(app, args, what, loop, log_level=args.log_level)
     return 0
 
 
