@@ -46,6 +46,7 @@ from minicb.runner.fake import FakeRunner
 from minicb.scheduler.block_manager import blocks_needed
 from minicb.scheduler.plan import DECODE
 from minicb.telemetry.events import StepEvent
+from minicb.telemetry.metrics import distribution
 
 PROBE_S = 0.2  # the matmul probe grows until one product takes this long
 
@@ -203,12 +204,11 @@ def model_sizes(model: Any, cfg: Any, elem: int) -> dict[str, int]:
     """Bytes of weights a decode step streams, and matmul parameters per token."""
     params = {id(p): p for p in model.parameters()}.values()  # tied weights once
     total = sum(p.numel() for p in params)
-    embed = cfg.vocab_size * cfg.hidden_size
     # An untied embedding table is only gathered (B rows); a tied one is read whole by lm_head.
-    streamed = total if cfg.tie_word_embeddings else total - embed
+    streamed = total - (0 if cfg.tie_word_embeddings else cfg.vocab_size * cfg.hidden_size)
     return {
         "weight_bytes": streamed * elem,
-        "matmul_params": total - (0 if cfg.tie_word_embeddings else embed),
+        "matmul_params": streamed,
         "kv_bytes_per_token": 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * elem,
     }
 
@@ -313,15 +313,9 @@ def time_schedule(
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
     for i in range(num_running):
         engine.add_request([5] * prompt_len, params, arrival_time=float(i))
-    decoding = islice(_decode_steps(engine, num_running), iterations)
-    times = sorted(e.schedule_s for e in decoding)
+    times = [e.schedule_s for e in islice(_decode_steps(engine, num_running), iterations)]
     if len(times) < iterations:
         raise RuntimeError(f"only {len(times)} steps had all {num_running} requests decoding")
-    return {
-        "num_running": num_running,
-        "batching": batching,
-        "iterations": iterations,
-        "median_s": statistics.median(times),
-        "mean_s": statistics.fmean(times),
-        "p90_s": times[int(0.9 * (len(times) - 1))],
-    }
+    d = distribution(times)
+    return {"num_running": num_running, "batching": batching, "iterations": iterations,
+            "median_s": d["p50"], "mean_s": d["mean"], "p90_s": d["p90"]}  # fmt: skip

@@ -6,12 +6,12 @@ and every system does the same work. Prompts are random token ids: the model's o
 irrelevant here, only the lengths matter.
 
 - ``capped_exponential``: fixed prompt length, output lengths drawn from an exponential
-  and capped (Anyscale's method in "How continuous batching enables 23x throughput": 512
-  prompt tokens, exponential output lengths capped at 32 ... 1536, ignore_eos);
+  and capped (Anyscale's method in "How continuous batching enables 23x throughput": 1000
+  requests, 512 prompt tokens, exponential output lengths capped at 32 ... 1536);
 - ``uniform_lengths``: prompt and output lengths uniform in ranges (Orca's synthetic
   workload: prompts in [32, 512], outputs in [1, 128]);
-- ``nanovllm_replica``: nano-vllm's bench.py (random ids in [0, 10000], prompt and output
-  lengths uniform in [100, 1024], temperature 0.6, ignore_eos), scaled down;
+- ``nanovllm_replica``: nano-vllm's bench.py (256 requests, random ids in [0, 10000],
+  prompt and output lengths uniform in [100, 1024], temperature 0.6, ignore_eos);
 - ``fixed_lengths``: every prompt and output the same length, the control where
   continuous batching has nothing to win.
 
@@ -99,78 +99,75 @@ class Workload:
 
 
 # ---- the four recipes ------------------------------------------------------------------
-def _rngs(seed: int) -> tuple[random.Random, random.Random]:
-    """(lengths, prompt ids): two streams, so that the vocabulary never shifts a length."""
-    return random.Random(seed), random.Random(f"minicb-bench-prompt-ids-{seed}")
-
-
-def _prompt(rng: random.Random, length: int, vocab: int, low: int = 3, high: int = 10000) -> list:
-    """``length`` random ids in [low, min(high, vocab - 1)] (ids below 3 are often special)."""
-    top = max(low, min(high, vocab - 1))
-    return [rng.randint(low, top) for _ in range(length)]
+def _workload(
+    name: str, lengths: list[tuple[int, int]], vocab: int, seed: int, description: str,
+    params: dict, temperature: float = 0.0, low: int = 3,
+) -> Workload:  # fmt: skip
+    """Requests of the drawn (prompt, output) ``lengths``. Prompt ids are uniform in
+    [low, min(10000, vocab - 1)] (ids below 3 are often special), from a generator of
+    their own, so that the vocabulary never shifts a length."""
+    ids, top = random.Random(f"minicb-bench-prompt-ids-{seed}"), max(low, min(10000, vocab - 1))
+    reqs = [RequestSpec([ids.randint(low, top) for _ in range(p)], out) for p, out in lengths]
+    return Workload(name, f"{description}, seed {seed}", reqs, temperature, seed, params=params)
 
 
 def capped_exponential(
     n: int, prompt_len: int, mean_output: float, cap: int, vocab: int, seed: int = 0
 ) -> Workload:
     """Output length = min(cap, max(1, round(X))), X ~ Exponential(mean ``mean_output``)."""
-    rng, ids = _rngs(seed)
-    outs = [min(cap, max(1, round(rng.expovariate(1.0 / mean_output)))) for _ in range(n)]
-    reqs = [RequestSpec(_prompt(ids, prompt_len, vocab), out) for out in outs]
+    rng = random.Random(seed)
+    lengths = [
+        (prompt_len, min(cap, max(1, round(rng.expovariate(1.0 / mean_output))))) for _ in range(n)
+    ]
     description = (
         f"{n} requests, prompts of {prompt_len} random tokens, output lengths "
         f"min({cap}, max(1, round(X))) with X exponential of mean {mean_output} "
-        f"(Anyscale's method), seed {seed}"
+        f"(Anyscale's method)"
     )
     params = dict(n=n, prompt_len=prompt_len, mean_output=mean_output, cap=cap)
-    return Workload("capped-exp", description, reqs, seed=seed, params=params)
+    return _workload("capped-exp", lengths, vocab, seed, description, params)
 
 
 def uniform_lengths(
     n: int, prompt_range: tuple[int, int], output_range: tuple[int, int], vocab: int, seed: int = 0
 ) -> Workload:
-    """Prompt and output lengths drawn uniformly from inclusive integer ranges (Orca's)."""
-    rng, ids = _rngs(seed)
-    # One generator, drawn prompt length then output length, request after request.
-    reqs = [
-        RequestSpec(_prompt(ids, rng.randint(*prompt_range), vocab), rng.randint(*output_range))
-        for _ in range(n)
-    ]
+    """Prompt and output lengths drawn uniformly from inclusive integer ranges (Orca's),
+    prompt length then output length, request after request."""
+    rng = random.Random(seed)
+    lengths = [(rng.randint(*prompt_range), rng.randint(*output_range)) for _ in range(n)]
     description = (
         f"{n} requests, prompt lengths uniform in {list(prompt_range)}, output lengths "
-        f"uniform in {list(output_range)} (Orca's workload, scaled), seed {seed}"
+        f"uniform in {list(output_range)} (Orca's workload, scaled)"
     )
     params = dict(n=n, prompt_range=list(prompt_range), output_range=list(output_range))
-    return Workload("uniform", description, reqs, seed=seed, params=params)
+    return _workload("uniform", lengths, vocab, seed, description, params)
 
 
 def nanovllm_replica(
     n: int, length_range: tuple[int, int], vocab: int, seed: int = 0, temperature: float = 0.6
 ) -> Workload:
-    """nano-vllm's bench.py scaled down: ids in [0, 10000], both lengths in one range."""
-    rng, ids = _rngs(seed)
-    prompts = [_prompt(ids, rng.randint(*length_range), vocab, low=0) for _ in range(n)]
-    outs = [rng.randint(*length_range) for _ in range(n)]
+    """nano-vllm's bench.py scaled down: ids in [0, 10000], both lengths in one range, all
+    prompt lengths drawn first."""
+    rng = random.Random(seed)
+    prompts = [rng.randint(*length_range) for _ in range(n)]
+    lengths = [(p, rng.randint(*length_range)) for p in prompts]
     description = (
         f"{n} requests, prompt and output lengths uniform in {list(length_range)}, random "
         f"ids in [0, {min(10000, vocab - 1)}], temperature {temperature}, ignore_eos "
-        f"(nano-vllm's bench.py: 256 requests, lengths in [100, 1024]), seed {seed}"
+        f"(nano-vllm's bench.py: 256 requests, lengths in [100, 1024])"
     )
-    reqs = [RequestSpec(p, o) for p, o in zip(prompts, outs, strict=True)]
     params = dict(n=n, length_range=list(length_range))
-    return Workload("nanovllm", description, reqs, temperature, seed, params=params)
+    return _workload("nanovllm", lengths, vocab, seed, description, params, temperature, low=0)
 
 
 def fixed_lengths(n: int, prompt_len: int, output_len: int, vocab: int, seed: int = 0) -> Workload:
     """Every request alike: continuous batching should win nothing here."""
-    _, ids = _rngs(seed)
-    reqs = [RequestSpec(_prompt(ids, prompt_len, vocab), output_len) for _ in range(n)]
     description = (
         f"{n} requests, prompts of {prompt_len} random tokens, exactly {output_len} output "
-        f"tokens each (the control), seed {seed}"
+        f"tokens each (the control)"
     )
     params = dict(n=n, prompt_len=prompt_len, output_len=output_len)
-    return Workload("fixed", description, reqs, seed=seed, params=params)
+    return _workload("fixed", [(prompt_len, output_len)] * n, vocab, seed, description, params)
 
 
 # ---- arrivals --------------------------------------------------------------------------
@@ -251,13 +248,10 @@ def make_workloads(plan: BenchPlan, vocab: int) -> list[Workload]:
             fixed_lengths(8, prompt_len=16, output_len=16, vocab=vocab, seed=s),
         ]
     return [
-        # Anyscale: 1000 requests, 512-token prompts, exponential outputs capped at 32 to
-        # 1536; here 64 requests (4 x B, so the tail where slots empty matters little),
-        # prompts / 16, mean 16, cap 64.
+        # The sources scaled: 4 x B requests (so the tail where slots empty matters little),
+        # prompts / 16; Orca's prompts / 8, outputs / 4; nano-vllm's requests / 8, lengths / 16.
         capped_exponential(64, prompt_len=32, mean_output=16, cap=64, vocab=vocab, seed=s),
-        # Orca: prompts in [32, 512], outputs in [1, 128]; here prompts / 8, outputs / 4.
         uniform_lengths(32, (4, 64), (1, 32), vocab=vocab, seed=s),
-        # nano-vllm: 256 requests, lengths in [100, 1024]; here 1/8 the requests, lengths / 16.
         nanovllm_replica(32, (6, 64), vocab=vocab, seed=s),
         fixed_lengths(32, prompt_len=32, output_len=32, vocab=vocab, seed=s),
     ]
