@@ -41,7 +41,6 @@ STREAM_KINDS = ("token", "aborted")
 class RequestStream:
     """Tokens of one request, delivered to an asyncio consumer without loss."""
 
-    engine: str
     request_id: int
     loop: asyncio.AbstractEventLoop
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
@@ -143,7 +142,7 @@ class EngineLoop:
 
         def add() -> RequestStream:
             rid = self.engines[engine].add_request(prompt, params, priority)
-            stream = self._open[engine][rid] = RequestStream(engine, rid, loop)
+            stream = self._open[engine][rid] = RequestStream(rid, loop)
             if on_queued is not None:
                 on_queued()
             return stream

@@ -162,12 +162,8 @@ class OpenAIRoutes:
 
     def check_model(self, model: str) -> None:
         if model != self.model_name:
-            raise rq.APIError(
-                f"model {model!r} is not served here; this server serves {self.model_name!r} "
-                "(see /v1/models)",
-                param="model",
-                code="model_not_found",
-            )
+            served = f"this server serves {self.model_name!r} (see /v1/models)"
+            raise rq.invalid("model", f"{model!r} is not served here; {served}", "model_not_found")
 
     # ---- generation ----------------------------------------------------------------------
     async def completions(self, request: Request) -> Response:
@@ -189,12 +185,10 @@ class OpenAIRoutes:
         self.check_model(req.model)
         rq.check_unsupported(req)
         default = DEFAULT_COMPLETION_MAX_TOKENS if schema is rq.CompletionRequest else 1
-        max_tokens, limit = rq.requested_max_tokens(req) or default, self.engine.max_model_len
-        if max_tokens > limit:
-            raise rq.APIError(
-                f"max_tokens is {max_tokens} but the model's context holds {limit} tokens",
-                param="max_tokens",
-            )
+        max_tokens, context = rq.requested_max_tokens(req) or default, self.engine.max_model_len
+        if max_tokens > context:
+            why = f"is {max_tokens} but the model's context holds {context} tokens"
+            raise rq.invalid("max_tokens", why)
         return req, rq.sampling_params(req, max_tokens)
 
     def _chat_prompt(self, messages: list[dict[str, str]]) -> tuple[list[int], int]:
@@ -319,8 +313,8 @@ def install_openai_routes(
     gate = rq.WaitingGate(engine_loop.engines, engine_name, max_waiting)
     routes = OpenAIRoutes(engine_loop, engine_name, model_name, gate, prometheus, max_body_bytes)
     app.state.openai = routes
-    app.add_exception_handler(rq.APIError, rq.api_error_handler)
-    app.add_exception_handler(Exception, rq.internal_error_handler)
+    for error in (rq.APIError, Exception):
+        app.add_exception_handler(error, rq.error_handler)
     guarded = [Depends(rq.bearer_check(api_key))] if api_key else []
     v1 = APIRouter(prefix="/v1", dependencies=guarded)
     v1.add_api_route("/completions", routes.completions, methods=["POST"])

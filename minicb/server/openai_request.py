@@ -73,17 +73,18 @@ class APIError(Exception):
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
 
 
-async def api_error_handler(request: Request, err: Exception) -> JSONResponse:
-    """FastAPI exception handler for APIError (raised by dependencies as well as routes)."""
-    assert isinstance(err, APIError)
+def invalid(param: str, why: str, code: str = "invalid_value") -> APIError:
+    """A 400 about ``param``, its message starting with the field's name."""
+    return APIError(f"{param} {why}", param=param, code=code)
+
+
+async def error_handler(request: Request, err: Exception) -> JSONResponse:
+    """The app's answer to an exception: an APIError's own (raised by a route or a
+    dependency), else a bug's, 500 server_error in the same shape (Starlette raises it
+    again after the answer, so the server logs it)."""
+    if not isinstance(err, APIError):
+        err = APIError(f"internal error: {type(err).__name__}", 500, type="server_error", code=None)
     return err.response()
-
-
-async def internal_error_handler(request: Request, err: Exception) -> JSONResponse:
-    """A bug behind a route still answers in the OpenAI shape: 500, server_error (Starlette
-    raises the exception again after the answer, so the server logs it)."""
-    message = f"internal error: {type(err).__name__}"
-    return APIError(message, 500, type="server_error", code=None).response()
 
 
 def _from_validation_error(err: ValidationError) -> APIError:
@@ -94,7 +95,7 @@ def _from_validation_error(err: ValidationError) -> APIError:
         message = f"unrecognized request argument: {param}"
         return APIError(message, param=param, code="unrecognized_argument")
     if first["type"] == "missing":
-        return APIError(f"{param} is required", param=param, code="missing_required_parameter")
+        return invalid(param, "is required", "missing_required_parameter")
     shown = repr(first.get("input"))
     shown = shown if len(shown) <= 60 else shown[:57] + "..."
     return APIError(f"{param or 'body'}: {first['msg']} (got {shown})", param=param or None)
@@ -245,15 +246,11 @@ def completion_prompt(prompt: Any) -> str | list[int]:
     raise APIError(message, param="prompt", code="invalid_type")
 
 
-def _bad(param: str, why: str, code: str = "invalid_value") -> APIError:
-    return APIError(f"{param} {why}", param=param, code=code)
-
-
 def _content(content: Any, where: str) -> str:
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        raise _bad(where, "must be a string or a list of text parts", "invalid_type")
+        raise invalid(where, "must be a string or a list of text parts", "invalid_type")
     texts = []
     for i, part in enumerate(content):  # content parts: only text parts are understood
         at = f"{where}.{i}"
@@ -270,20 +267,20 @@ def _content(content: Any, where: str) -> str:
 def chat_messages(messages: Any) -> list[dict[str, str]]:
     """Plain {"role", "content"} dicts for the chat template; "developer" reads as "system"."""
     if not isinstance(messages, list) or not messages:
-        raise _bad("messages", "must be a non-empty list of messages")
+        raise invalid("messages", "must be a non-empty list of messages")
     out = []
     for i, msg in enumerate(messages):
         where = f"messages.{i}"
         if not isinstance(msg, dict):
-            raise _bad(where, "must be an object with role and content")
+            raise invalid(where, "must be an object with role and content")
         extra = sorted(set(msg) - MESSAGE_KEYS)
         if extra:
-            raise _bad(f"{where}.{extra[0]}", "is not supported")
+            raise invalid(f"{where}.{extra[0]}", "is not supported")
         role = msg.get("role")
         if role not in CHAT_ROLES:
-            raise _bad(f"{where}.role", f"must be one of {', '.join(CHAT_ROLES)}, got {role!r}")
+            raise invalid(f"{where}.role", f"must be one of {', '.join(CHAT_ROLES)}, got {role!r}")
         if msg.get("content") is None:
-            raise _bad(f"{where}.content", "is required")
+            raise invalid(f"{where}.content", "is required")
         role = "system" if role == "developer" else role
         out.append({"role": role, "content": _content(msg["content"], f"{where}.content")})
     return out
@@ -293,14 +290,14 @@ def check_unsupported(req: Common) -> None:
     """Refuse features minicb does not have rather than quietly ignoring them."""
     unsupported = "unsupported_parameter"
     if req.n not in (None, 1):
-        raise _bad("n", f"must be 1, got {req.n}", unsupported)
+        raise invalid("n", f"must be 1, got {req.n}", unsupported)
     for name, off in UNUSED.items():
         if getattr(req, name, None) not in off:
-            raise _bad(name, "is not supported by minicb", unsupported)
+            raise invalid(name, "is not supported by minicb", unsupported)
     if (getattr(req, "response_format", None) or {"type": "text"}).get("type") != "text":
-        raise _bad("response_format", "is not supported by minicb", unsupported)
+        raise invalid("response_format", "is not supported by minicb", unsupported)
     if req.stream_options is not None and not req.stream:
-        raise _bad("stream_options", "is only allowed when stream is true", unsupported)
+        raise invalid("stream_options", "is only allowed when stream is true", unsupported)
 
 
 def _stop_strings(stop: Any) -> list[str]:
@@ -308,7 +305,9 @@ def _stop_strings(stop: Any) -> list[str]:
     if isinstance(stops, list) and len(stops) <= MAX_STOP_STRINGS:
         if all(isinstance(s, str) and s for s in stops):
             return stops
-    raise _bad("stop", f"must be a non-empty string or a list of up to {MAX_STOP_STRINGS} of them")
+    raise invalid(
+        "stop", f"must be a non-empty string or a list of up to {MAX_STOP_STRINGS} of them"
+    )
 
 
 def sampling_params(req: Common, max_tokens: int) -> SamplingParams:

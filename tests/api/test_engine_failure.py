@@ -1,11 +1,17 @@
 """A failing engine step ends the requests it held with a server_error, streaming or not
-(nothing hangs), and the next requests are served."""
+(nothing hangs), and the next requests are served; a bug behind a route answers 500 in the
+OpenAI error shape."""
 
 from __future__ import annotations
 
 import httpx
 import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
 
+from minicb import EngineConfig, FakeRunner, LLMEngine
+from minicb.server.engine_loop import EngineLoop
+from minicb.server.openai_api import install_openai_routes
 from tests.api.conftest import tiny_engine
 from tests.api.live import api_server
 
@@ -46,3 +52,19 @@ def test_a_failed_step_ends_a_stream_with_an_error_event(live):
     assert "simulated kernel failure" in events[-2] and '"server_error"' in events[-2]
     assert events[-1] == "data: [DONE]"
     assert live.used_blocks() == 0
+
+
+def test_a_bug_behind_a_route_answers_500_in_the_openai_shape(monkeypatch):
+    engine = LLMEngine(config=EngineConfig(num_kv_blocks=16), runner=FakeRunner(num_kv_blocks=16))
+    app = FastAPI()
+    routes = install_openai_routes(app, EngineLoop({"api": engine}), "api", "fake")
+
+    async def bug(*args):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(routes, "_read", bug)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        r = client.post("/v1/completions", json={"model": "fake", "prompt": [5]})
+    assert r.status_code == 500
+    error = {"message": "internal error: RuntimeError", "type": "server_error"}
+    assert r.json() == {"error": {**error, "param": None, "code": None}}
