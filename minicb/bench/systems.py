@@ -20,7 +20,6 @@ measured by the same ``measure_events``. Threads are pinned before anything is b
 from __future__ import annotations
 
 import copy
-import functools
 import time
 from collections import deque
 from collections.abc import Callable
@@ -104,27 +103,13 @@ def run_minicb(
 
 
 # ---- transformers --------------------------------------------------------------------------
-def _offline(run: Callable[..., RunRecord]) -> Callable[..., RunRecord]:
-    """A transformers system (``run_hf_padded`` is "hf-padded"): it refuses a workload whose
-    requests do not all arrive at once, and an error in it becomes the record's ``error``."""
-    system = run.__name__.removeprefix("run_").replace("_", "-")
-
-    @functools.wraps(run)
-    def guarded(model: Any, workload: Workload, *args: Any, **kwargs: Any) -> RunRecord:
-        if not workload.all_at_once:
-            return RunRecord(system, workload.name, error=f"{system} is run offline only")
-        try:
-            return run(model, workload, *args, **kwargs)
-        except Exception as err:  # report why, and let the rest of the suite go on
-            return RunRecord(system, workload.name, error=f"{type(err).__name__}: {err}")
-
-    return guarded
-
-
-def generation_config(model: Any, max_new_tokens: int, temperature: float) -> Any:
-    """The model's generation config with EOS off and plain temperature sampling or greedy."""
+def generation_config(
+    model: Any, max_new_tokens: int, temperature: float, eos: int | None = None
+) -> Any:
+    """The model's generation config with EOS off (``eos``: an id that ends nothing, where
+    None is not taken) and plain temperature sampling or greedy."""
     gc = copy.deepcopy(model.generation_config)
-    gc.eos_token_id = None  # lengths are forced: nothing may stop a row early
+    gc.eos_token_id = eos  # lengths are forced: nothing may stop a row early
     gc.max_new_tokens = max_new_tokens
     gc.min_new_tokens = None
     gc.pad_token_id = PAD_ID
@@ -196,6 +181,11 @@ def _batch_events(
     return events
 
 
+def _offline_only(system: str, workload: Workload) -> None:
+    if not workload.all_at_once:
+        raise ValueError(f"{system} is run offline only (all requests at once)")
+
+
 def request_events(
     rid: int, spec: RequestSpec, arrival: float, admitted: float, times: list[float], end: float
 ) -> list[Event]:
@@ -216,14 +206,11 @@ def request_events(
     ]  # fmt: skip
 
 
-@_offline
 def run_hf_padded(
-    model: Any,
-    workload: Workload,
-    batch_size: int,
-    slo: SLOs = (None, None),
+    model: Any, workload: Workload, batch_size: int, slo: SLOs = (None, None)
 ) -> RunRecord:
     """The workload in padded batches of ``batch_size``, in order, all arriving at once."""
+    _offline_only("hf-padded", workload)
     t0, n = time.time(), len(workload.requests)
     events: list[Event] = []
     for b in range(0, n, batch_size):
@@ -236,7 +223,6 @@ def run_hf_padded(
     return _record("hf-padded", workload, events, t0, time.time(), slo)
 
 
-@_offline
 def run_hf_continuous(
     model: Any, workload: Workload, slo: SLOs = (None, None), **limits: int
 ) -> RunRecord:
@@ -247,8 +233,8 @@ def run_hf_continuous(
     finished) are moved to the wall clock and rebuilt as minicb request events."""
     from transformers import ContinuousBatchingConfig
 
-    gen = generation_config(model, max(workload.output_lens), workload.temperature)
-    gen.eos_token_id = NO_EOS
+    _offline_only("hf-continuous", workload)
+    gen = generation_config(model, max(workload.output_lens), workload.temperature, NO_EOS)
     cb = ContinuousBatchingConfig(**limits)
     with model.continuous_batching_context_manager(
         generation_config=gen, continuous_batching_config=cb
@@ -309,12 +295,16 @@ class Systems:
         if self.hf_model is None:
             error = f"transformers unavailable: {self.hf_error}"
             return RunRecord(name, workload.name, error=error)
-        if name == "hf-padded":
-            return run_hf_padded(self.hf_model, workload, p.max_num_seqs, slo)
-        return run_hf_continuous(
-            self.hf_model, workload, slo, page_size=p.block_size, num_blocks=self.num_kv_blocks,
-            max_batch_tokens=p.max_num_batched_tokens, max_requests_per_batch=p.max_num_seqs,
-        )  # fmt: skip
+        try:
+            if name == "hf-padded":
+                return run_hf_padded(self.hf_model, workload, p.max_num_seqs, slo)
+            return run_hf_continuous(
+                self.hf_model, workload, slo, page_size=p.block_size,
+                num_blocks=self.num_kv_blocks, max_batch_tokens=p.max_num_batched_tokens,
+                max_requests_per_batch=p.max_num_seqs,
+            )  # fmt: skip
+        except Exception as err:  # report why, and let the rest of the suite go on
+            return RunRecord(name, workload.name, error=f"{type(err).__name__}: {err}")
 
 
 def sibling(engine: LLMEngine, **changes: Any) -> LLMEngine:

@@ -73,4 +73,5 @@ def test_transformers_systems_generate_exactly_the_lengths_asked(hf_tiny):
     assert cb.summary["requests"]["finished"] == len(w.requests)
     assert cb.summary["requests"]["tokens_generated"] == sum(w.output_lens)
     late = w.with_arrivals([0.1 * i for i in range(6)], "spread")
-    assert "offline only" in run_hf_padded(hf_tiny, late, 4).error
+    with pytest.raises(ValueError, match="offline only"):
+        run_hf_padded(hf_tiny, late, 4)
