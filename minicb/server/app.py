@@ -121,14 +121,12 @@ class Hub:
         """The first message a browser gets: mode, model, engines and the control state.
         With an engine loop, call it in the engine thread (it reads the engines' views)."""
         loop = self.loop
-        model = self.model_name
-        if not model and self.replay:
-            model = next(iter(self.replay.values())).header.get("model") or ""
+        model = self.model_name or next((t.header.get("model") for t in self.replay.values()), "")
         engines = loop.engine_infos() if loop else [_replay_info(*i) for i in self.replay.items()]
         return {
             "type": "hello",
             "mode": self.mode,
-            "model": model,
+            "model": model or "",
             "engines": engines,
             "paused": bool(loop and loop.paused),
             "delay_s": loop.delay_s if loop else 0.0,
@@ -179,10 +177,8 @@ async def _pump(name: str, sub: Subscription, outbox: asyncio.Queue) -> None:
         events = await sub.drain_async(MAX_BATCH)
         if not events:  # closed
             return
-        batch = [to_dict(e) for e in events]
-        await outbox.put(
-            {"type": "events", "engine": name, "events": batch, "dropped": sub.dropped}
-        )
+        batch = {"type": "events", "engine": name, "events": [to_dict(e) for e in events]}
+        await outbox.put({**batch, "dropped": sub.dropped})
 
 
 async def _write(websocket: WebSocket, outbox: asyncio.Queue) -> None:
