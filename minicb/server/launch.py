@@ -90,14 +90,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_server(
-    app: Any,
-    args: argparse.Namespace,
-    what: str,
-    loop: EngineLoop | None = None,
-    log_level: str = "warning",
+    app: Any, args: argparse.Namespace, what: str, loop: EngineLoop | None = None
 ) -> None:
     """Serve ``app`` (and run ``loop``'s thread) until Ctrl-C or SIGTERM, after printing
-    where to look."""
+    where to look; uvicorn logs at ``--log-level`` where the command has one."""
     import uvicorn
 
     host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
@@ -109,6 +105,7 @@ def run_server(
     # found; with the default one the process would die there, before the caller's finally
     # blocks stop the engine thread and close the trace files. So make it a SystemExit.
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+    log_level = getattr(args, "log_level", "warning")
     if loop is not None:
         loop.start()
     try:
@@ -222,7 +219,7 @@ def run_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper())
     with traced(engine, args, served_model_name=model_name):
         what = f"minicb serve: {model_name} (visualizer at /, API at /v1)"
-        run_server(app, args, what, loop, log_level=args.log_level)
+        run_server(app, args, what, loop)
     return 0
 
 
