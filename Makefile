@@ -23,10 +23,13 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-# Chromium for the browser tests (Debian's package; Playwright's own download is not used).
-# Needs root, as on CI; skipped when it is already there.
+# Chromium for the browser tests (Debian's package; Playwright's own download is not used),
+# and a CJK font, without which the Chinese page renders every character as an empty box.
+# Needs root, as on CI; skipped when both are already there.
+CJK_FONT := /usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc
 browser:
-	@test -x /usr/bin/chromium || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
+	@test -x /usr/bin/chromium -a -f $(CJK_FONT) || (apt-get update && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y chromium fonts-noto-cjk)
 
 # The visualizer: static and continuous batching side by side; prints the address to open.
 demo: setup

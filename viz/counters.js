@@ -11,31 +11,39 @@ function percentile(sorted, p) {
 
 export function countersAt(model, cursor) {
   const step = model.stepAt(cursor);
-  const out = { toks: 0, occupancy: null, padding: null, ttft50: null, ttft99: null, queue: 0, done: 0 };
+  const out = {
+    toks: 0, occupancy: null, padding: null, ttft50: null, ttft99: null,
+    ttft50Pending: false, ttft99Pending: false, queue: 0, done: 0,
+  };
   if (!step) {
     out.queue = model.order.filter((r) => r.endStep == null).length;
     return out;
   }
   // tokens/s over a trailing window of wall time, ending at this step
-  let tokens = 0, from = step.wallEnd, rows = 0, pads = 0;
+  let tokens = 0, from = step.wallEnd, computed = 0, pads = 0;
   for (let i = model.steps.length - 1; i >= 0; i--) {
     const s = model.steps[i];
     if (s.step > step.step) continue;
-    rows += s.useful + s.padding; pads += s.padding;
+    computed += s.tokens; pads += s.paddingTokens;
     if (s.wallEnd >= step.wallEnd - RATE_WINDOW_S) { tokens += model.tokensAt.get(s.step) || 0; from = s.wallStart; }
   }
   const span = step.wallEnd - from;
   out.toks = span > 0 ? tokens / span : 0;
   out.occupancy = step.slotsLimit ? step.useful / step.slotsLimit : null;
-  out.padding = rows ? pads / rows : 0;
+  out.padding = computed ? pads / computed : 0;
   const ttfts = [];
   for (const r of model.order) {
-    if (r.firstTokenStep != null && r.firstTokenStep <= step.step && r.ttft() != null) ttfts.push(r.ttft());
+    const seen = r.ttftAt(step.step, step.wallEnd);
+    if (seen && seen.value != null) ttfts.push(seen);
     if (r.endStep != null && r.endStep <= step.step) out.done++;
   }
-  ttfts.sort((a, b) => a - b);
-  out.ttft50 = percentile(ttfts, 50);
-  out.ttft99 = percentile(ttfts, 99);
+  ttfts.sort((a, b) => a.value - b.value);
+  for (const p of [50, 99]) {
+    const at = percentile(ttfts, p);
+    out[`ttft${p}`] = at ? at.value : null;
+    // a percentile that lands on a request still waiting is itself a lower bound
+    out[`ttft${p}Pending`] = at ? at.pending : false;
+  }
   out.queue = step.waiting + step.swapped;
   return out;
 }
@@ -45,6 +53,8 @@ export function formatCounters(c) {
   const sec = (x) => (x == null ? "–" : x < 1 ? `${Math.round(x * 1000)} ms` : `${x.toFixed(2)} s`);
   return {
     toks: c.toks.toFixed(1), occupancy: pct(c.occupancy), padding: pct(c.padding),
-    ttft50: sec(c.ttft50), ttft99: sec(c.ttft99), queue: String(c.queue), done: String(c.done),
+    ttft50: (c.ttft50Pending ? "≥ " : "") + sec(c.ttft50),
+    ttft99: (c.ttft99Pending ? "≥ " : "") + sec(c.ttft99),
+    queue: String(c.queue), done: String(c.done),
   };
 }

@@ -1,6 +1,6 @@
 // English and 中文: every fixed label of the page, and the scheduler's reasons.
 //
-// The engine writes its reasons in English. Known reason patterns are mapped here to
+// The engine writes its reasons and its rejections in English. Known reason patterns are mapped here to
 // Chinese templates (the numbers carried over); a reason no pattern knows is shown as the
 // engine wrote it, so nothing is ever hidden by a missing translation.
 
@@ -9,6 +9,7 @@ const STRINGS = {
     title: "minicb: continuous batching, live",
     subtitle: "Each row is a request; each column an iteration of its engine.",
     connecting: "connecting…", connected: "live", disconnected: "disconnected: reload to reconnect",
+    askKey: "This minicb server needs a key (ask whoever runs it):", badKey: "wrong key",
     replayMode: "replay", demoMode: "live demo", serveMode: "API server",
     pause: "Pause", resume: "Resume", step: "Step one iteration", speed: "Delay between rounds",
     xaxis: "x axis", iterations: "iterations", walltime: "wall time (s)",
@@ -42,11 +43,13 @@ const STRINGS = {
     dropped: "events dropped (tab too slow)", error: "error",
     round: "round", idle: "idle",
     help: "Static batching waits for the whole batch to finish before admitting anyone; continuous batching admits new requests at every iteration.",
+    definitions: "TTFT percentiles include the requests still waiting for their first token, counted at their wait so far: a lower bound, marked ≥. Padding waste: padding tokens / all tokens computed.",
   },
   zh: {
     title: "minicb：连续批处理实时演示",
     subtitle: "每一行是一个请求；每一列是该引擎的一次迭代。",
     connecting: "连接中…", connected: "实时", disconnected: "已断开：请刷新页面重连",
+    askKey: "此 minicb 服务器需要密钥（请向运行者索取）：", badKey: "密钥错误",
     replayMode: "回放", demoMode: "实时演示", serveMode: "API 服务",
     pause: "暂停", resume: "继续", step: "单步执行一次迭代", speed: "每轮间隔",
     xaxis: "横轴", iterations: "迭代次数", walltime: "墙钟时间（秒）",
@@ -56,7 +59,7 @@ const STRINGS = {
     short: "短", long: "长", mixed: "混合", apply: "应用",
     settings: "引擎设置（会重建两个引擎）",
     max_num_seqs: "最大序列数", max_num_batched_tokens: "token 预算",
-    enable_chunked_prefill: "分块预填充", num_kv_blocks: "KV 池（块）",
+    enable_chunked_prefill: "分段预填充", num_kv_blocks: "KV 池（块）",
     preemption_mode: "抢占方式", policy: "调度策略", rebuild: "重建",
     prompt: "你的提示词", send: "发送", target: "发往", both: "两个引擎",
     continuousOnly: "仅连续批处理", maxTokens: "最大 token 数",
@@ -71,7 +74,7 @@ const STRINGS = {
     kvUsed: "已用", preemptedNow: "被抢占",
     occupancyChart: "槽位占用率随时间变化（有效行 / 最大序列数）",
     legend: "图例",
-    ph_waiting: "等待", ph_prefill: "预填充块", ph_decode: "解码",
+    ph_waiting: "等待", ph_prefill: "预填充段", ph_decode: "解码",
     ph_padding: "填充（静态）", ph_preempted: "被抢占", ph_swapped: "已换出",
     scrub: "拖动浏览记录", play: "播放", stop: "停止",
     req: "请求", state: "状态", text: "已生成文本", ttft: "首 token 延迟", reasons: "原因",
@@ -80,12 +83,15 @@ const STRINGS = {
     dropped: "个事件被丢弃（页面太慢）", error: "错误",
     round: "轮次", idle: "空闲",
     help: "静态批处理要等整批全部完成才接纳新请求；连续批处理在每次迭代都可以接纳新请求。",
+    definitions: "首 token 延迟的百分位数包含仍在等待首个 token 的请求，按它们目前已等待的时间计：这是下界，标为 ≥。填充浪费：填充 token 数 / 计算的全部 token 数。",
   },
 };
 
 // [English pattern, Chinese template]; $1.. are the pattern's groups.
 const REASONS = [
-  [/^admitted: (\d+)-token chunk fits the remaining budget of (\d+)$/, "已接纳：$1 个 token 的分块放得进剩余预算 $2"],
+  [/^admitted: (\d+)-token chunk \(recompute after preemption\) fits the remaining budget of (\d+)$/, "重新接纳（被抢占后重算）：$1 个 token 的预填充段放得进剩余预算 $2"],
+  [/^admitted: (\d+)-token prompt \(recompute after preemption\) fits the remaining budget of (\d+)$/, "重新接纳（被抢占后重算）：$1 个 token 的提示词放得进剩余预算 $2"],
+  [/^admitted: (\d+)-token chunk fits the remaining budget of (\d+)$/, "已接纳：$1 个 token 的预填充段放得进剩余预算 $2"],
   [/^admitted: (\d+)-token prompt fits the remaining budget of (\d+)$/, "已接纳：$1 个 token 的提示词放得进剩余预算 $2"],
   [/^admitted to a new static batch: reserves (\d+) blocks for prompt (\d+) \+ max_tokens (\d+)$/, "进入新的静态批次：为提示词 $2 + 最大输出 $3 预留 $1 个块"],
   [/^finished \((\w+)\); its static batch ended$/, "已完成（$1）；它所在的静态批次结束"],
@@ -94,7 +100,7 @@ const REASONS = [
   [/^preempted by (swap|recompute): (\d+) free blocks, request (\d+) needs (\d+); victim is (.+)$/, (m) => `被抢占（${m[1] === "swap" ? "换出" : "重算"}）：空闲 ${m[2]} 块，请求 ${m[3]} 需要 ${m[4]} 块；被选中的是${victim(m[5])}`],
   [/^swapped out: (\d+) blocks copied to CPU$/, "已换出：$1 个块复制到 CPU"],
   [/^swapped in: needs (\d+) blocks, (\d+) free$/, "已换入：需要 $1 块，空闲 $2 块"],
-  [/^chunked prefill is off: this iteration runs whole prompts only$/, "分块预填充已关闭：本次迭代只运行完整的提示词"],
+  [/^chunked prefill is off: this iteration runs whole prompts only$/, "分段预填充已关闭：本次迭代只运行完整的提示词"],
   [/^no swap-ins or admissions in an iteration that had to preempt$/, "本次迭代发生了抢占，因此不换入也不接纳"],
   [/^(\d+) running request\(s\) sit out this iteration: the token budget of (\d+) is spent$/, "$1 个运行中的请求本次迭代轮空：$2 的 token 预算已用完"],
   [/^request (\d+) stays swapped out: needs (\d+) blocks, (\d+) free$/, "请求 $1 仍在换出状态：需要 $2 块，空闲 $3 块"],
@@ -105,6 +111,14 @@ const REASONS = [
   [/^(\d+) waiting: a static batch admits nobody until all its (\d+) members finish$/, "$1 个在等待：静态批次要等全部 $2 个成员完成才接纳新请求"],
   [/^static batch full at (\d+) requests$/, "静态批次已满（$1 个请求）"],
   [/^static batch closed: request (\d+) would reserve (\d+) blocks, (\d+) free$/, "静态批次关闭：请求 $1 需要预留 $2 块，只有 $3 块空闲"],
+  [/^the prompt is empty; give at least one token$/, "提示词为空；至少需要一个 token"],
+  [/^prompt of (\d+) tokens does not fit the model's context of (\d+) tokens \(it needs room for at least one new token\)$/, "$1 个 token 的提示词放不进模型 $2 个 token 的上下文（还要留出至少一个新 token 的位置）"],
+  [/^request needs up to (\d+) tokens of KV cache \(prompt (\d+) \+ max_tokens (\d+)\) but the whole pool holds (\d+) \((\d+) blocks of (\d+)\)$/, "请求最多需要 $1 个 token 的 KV 缓存（提示词 $2 + 最大输出 $3），而整个池只能容纳 $4 个（$5 个块，每块 $6 个）"],
+  [/^without chunked prefill a request must fit one iteration's token budget: prompt (\d+) \+ max_tokens (\d+) exceeds max_num_batched_tokens=(\d+)$/, "关闭分段预填充时，请求必须放得进一次迭代的 token 预算：提示词 $1 + 最大输出 $2 超过了 max_num_batched_tokens=$3"],
+  [/^this model folder has no tokenizer; give token ids$/, "该模型目录没有分词器；请直接给出 token id"],
+  [/^token id (.+) is outside the vocabulary of (\d+) tokens$/, "token id $1 超出了 $2 个 token 的词表"],
+  [/^messages is empty; give at least one message$/, "messages 为空；至少需要一条消息"],
+  [/^this model has no chat template; give a plain prompt instead$/, "该模型没有对话模板；请改用普通提示词"],
   [/^request (\d+) (.+)$/, (m) => `请求 ${m[1]} ${translateReason(m[2])}`],
 ];
 
@@ -123,7 +137,8 @@ export function t(key) {
   return (STRINGS[lang] && STRINGS[lang][key]) ?? STRINGS.en[key] ?? key;
 }
 
-// A scheduler reason in the current language; unknown patterns stay as the engine wrote them.
+// A scheduler reason or a rejection message in the current language; unknown patterns stay
+// as the engine wrote them.
 export function translateReason(text) {
   if (lang !== "zh") return text;
   const [head, ...rest] = text.split("; swap space is full, so it falls back to recompute");

@@ -42,6 +42,17 @@ class Req {
     return this.firstTokenTime != null && this.arrival != null
       ? this.firstTokenTime - this.arrival : null;
   }
+
+  // TTFT as seen at `step`, ending at engine time `now`: the real one once its first token
+  // came, else the wait so far (a lower bound: leaving waiting requests out would make a
+  // long queue, static batching's, look fast). pending says which; null: not counted
+  // (not arrived yet, or gone without a first token, e.g. aborted).
+  ttftAt(step, now) {
+    if (this.firstTokenStep != null && this.firstTokenStep <= step) return { value: this.ttft(), pending: false };
+    if (this.arrival == null || this.arrival > now) return null;
+    if (this.endStep != null && this.endStep <= step) return null;
+    return { value: now - this.arrival, pending: true };
+  }
 }
 
 export class PanelModel {
@@ -113,14 +124,18 @@ export class PanelModel {
     for (const d of [...e.admitted, ...e.swapped_in]) this.req(d.request_id).state = PHASE.waiting;
     why(e.admitted, "admitted"); why(e.preempted, "preempted"); why(e.swapped_out, "swapped");
     why(e.swapped_in, "swapped_in"); why(e.finished, "finished");
-    let useful = 0, padding = 0;
+    // rows for occupancy; tokens for padding waste (docs/events.md: padding tokens / all
+    // tokens computed, so a prefill chunk weighs its tokens)
+    let useful = 0, padding = 0, tokens = 0, paddingTokens = 0;
     const ran = new Set();
     for (const row of e.scheduled) {
       const r = this.req(row.request_id);
       const code = PHASE[row.phase] ?? PHASE.decode;
       r.cells[k - r.startStep] = code;
       ran.add(row.request_id);
-      if (code === PHASE.padding) padding++; else useful++;
+      const n = row.num_tokens ?? 1;
+      tokens += n;
+      if (code === PHASE.padding) { padding++; paddingTokens += n; } else useful++;
     }
     for (const id of this.live) { // everyone else still here shows what it waits as
       if (ran.has(id)) continue;
@@ -129,7 +144,7 @@ export class PanelModel {
     }
     for (const d of e.finished) this.end(d.request_id, k);
     this.steps.push({
-      step: k, wallStart: e.wall_start, wallEnd: e.wall_end, useful, padding,
+      step: k, wallStart: e.wall_start, wallEnd: e.wall_end, useful, padding, tokens, paddingTokens,
       slotsLimit: e.slots_limit, budgetUsed: e.budget_used, budgetLimit: e.budget_limit,
       kvUsed: e.kv_used, kvFree: e.kv_free, kvTotal: e.kv_total, kvSwapped: e.kv_swapped,
       waiting: e.num_waiting, swapped: e.num_swapped, finished: e.finished.length,

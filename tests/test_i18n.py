@@ -1,0 +1,51 @@
+"""Every string of the page has a Chinese entry, and every string the page asks for exists.
+
+The page's strings live in ``viz/i18n.js`` (``STRINGS.en`` and ``STRINGS.zh``); a key missing
+from ``zh`` silently falls back to English there, so a class in Chinese would see English
+labels. Plain Python reads the JS file: the two tables are flat ``key: "text"`` lists.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+VIZ = Path(__file__).resolve().parent.parent / "viz"
+ENTRY = re.compile(r'(\w+): "((?:[^"\\]|\\.)*)"')
+CJK = re.compile(r"[\u4e00-\u9fff]")
+# Keys whose Chinese text may carry no Chinese character: "token" is the word Chinese
+# texts on LLMs use (docs/zh keep it too).
+LATIN_OK = {"tokens"}
+
+
+def _tables() -> dict[str, dict[str, str]]:
+    source = (VIZ / "i18n.js").read_text(encoding="utf-8")
+    body = source[source.index("const STRINGS = {") : source.index("// [English pattern")]
+    tables = {}
+    for lang in ("en", "zh"):
+        start = body.index(f"  {lang}: {{")
+        end = body.index("\n  },", start)
+        tables[lang] = dict(ENTRY.findall(body[start:end]))
+    return tables
+
+
+def test_every_english_string_has_a_chinese_one():
+    tables = _tables()
+    assert len(tables["en"]) > 50  # the parser really read the table
+    assert sorted(set(tables["en"]) - set(tables["zh"])) == []
+    assert sorted(set(tables["zh"]) - set(tables["en"])) == []
+
+
+def test_chinese_strings_are_chinese():
+    zh = _tables()["zh"]
+    untranslated = [k for k, v in zh.items() if k not in LATIN_OK and not CJK.search(v)]
+    assert untranslated == []
+
+
+def test_every_key_the_page_uses_is_defined():
+    en = _tables()["en"]
+    html = (VIZ / "index.html").read_text(encoding="utf-8")
+    used = set(re.findall(r'data-i18n(?:-ph|-title)?="(\w+)"', html))
+    for js in VIZ.glob("*.js"):
+        used |= set(re.findall(r'\bt\("(\w+)"\)', js.read_text(encoding="utf-8")))
+    assert sorted(used - set(en)) == []
