@@ -1,5 +1,7 @@
 // The page: connects to /ws, feeds each panel's model, and redraws what changed once per
-// animation frame. Live, each panel shows its latest iteration; in replay the slider picks
+// animation frame. A server with a key asks for it ("auth_required"): the page sends the
+// one it keeps for this tab (from a shared link's ?key=, or asked once), and forgets it
+// when refused. Live, each panel shows its latest iteration; in replay the slider picks
 // a moment and every panel shows itself as it was then, on one shared time scale.
 
 import { applyLabels, getLang, setLang, t } from "./i18n.js";
@@ -69,8 +71,8 @@ function legend() {
 
 // ---- messages from the server ------------------------------------------------------------
 function onHello(msg) {
-  app.mode = msg.mode;
-  document.body.className = msg.mode;
+  app.mode = msg.mode; app.role = msg.role;
+  document.body.className = `${msg.mode} ${msg.role || "controller"}`;
   $("mode").textContent = t(`${msg.mode}Mode`);
   $("mode").dataset.i18n = `${msg.mode}Mode`;
   $("model").textContent = msg.model || "";
@@ -116,14 +118,47 @@ function onReplay(msg) {
   app.dirty = true;
 }
 
+// ---- the key ---------------------------------------------------------------------------------
+// Kept in sessionStorage: for this tab only, gone when it closes. A ?key= in the address is
+// moved there and taken out of the address bar (so it is not shared by a screenshot).
+const KEY = "minicb.key";
+const CLOSE_UNAUTHORIZED = 4401;
+function takeKeyFromAddress() {
+  const url = new URL(location.href);
+  const key = url.searchParams.get("key");
+  if (key == null) return;
+  sessionStorage.setItem(KEY, key);
+  url.searchParams.delete("key");
+  history.replaceState(null, "", url);
+}
+function sendKey(ws) {
+  let key = sessionStorage.getItem(KEY);
+  if (key == null) {
+    key = window.prompt(t("askKey"));
+    if (key == null) { ws.close(); return; } // no key given: stay disconnected
+    sessionStorage.setItem(KEY, key);
+  }
+  ws.send(JSON.stringify({ type: "auth", key }));
+}
+function setStatus(key, cls) { $("status").dataset.i18n = key; $("status").className = `badge ${cls}`; applyLabels(); }
+
 function connect() {
   const ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`);
   app.ws = ws;
-  ws.onopen = () => { $("status").dataset.i18n = "connected"; $("status").className = "badge live"; applyLabels(); };
-  ws.onclose = () => { $("status").dataset.i18n = "disconnected"; $("status").className = "badge down"; applyLabels(); };
+  ws.onopen = () => setStatus("connected", "live");
+  ws.onclose = (ev) => {
+    if (ev.code === CLOSE_UNAUTHORIZED) { // a wrong key: forget it, ask again
+      sessionStorage.removeItem(KEY);
+      setStatus("badKey", "down");
+      setTimeout(connect, 200);
+      return;
+    }
+    setStatus("disconnected", "down");
+  };
   ws.onmessage = (ev) => {
     const msg = JSON.parse(ev.data);
-    if (msg.type === "events") onEvents(msg);
+    if (msg.type === "auth_required") sendKey(ws);
+    else if (msg.type === "events") onEvents(msg);
     else if (msg.type === "hello") onHello(msg);
     else if (msg.type === "replay") onReplay(msg);
     else handleReply(msg, app);
@@ -237,5 +272,6 @@ applyLabels();
 legend();
 wireControls(app);
 showMessage("");
+takeKeyFromAddress();
 connect();
 requestAnimationFrame(frame);

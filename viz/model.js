@@ -179,7 +179,9 @@ const HANDLERS = {
   },
   token: (m, e) => {
     const r = m.req(e.request_id);
-    r.pieces.push([e.step, e.text]); r.tokenIds.push(e.token_id);
+    r.pieces.push([e.step, e.text]);
+    if (e.redacted) r.redacted = true; // a text-free view: the server blanked text and id
+    else r.tokenIds.push(e.token_id);
     m.tokensAt.set(e.step, (m.tokensAt.get(e.step) || 0) + 1);
   },
   finished: (m, e) => {

@@ -38,7 +38,8 @@ export function showTooltip(ev, panel, r, cursor) {
   const prompt = r.typed ?? (r.prompt != null ? promptText(r.prompt) : null) ??
     (r.numPrompt != null ? `${r.numPrompt} ${t("tokens")}` : null);
   if (prompt != null) el.append(line(t("promptLabel"), prompt.slice(0, MAX_TEXT)));
-  const text = r.textAt(cursor) || (r.tokenIds.length ? `[${r.tokenIds.slice(0, 64).join(" ")}]` : "");
+  const text = r.textAt(cursor) || (r.tokenIds.length ? `[${r.tokenIds.slice(0, 64).join(" ")}]` : "") ||
+    (r.redacted ? t("hidden") : "");
   el.append(line(t("text"), text.length > MAX_TEXT ? `…${text.slice(-MAX_TEXT)}` : text || "–"));
   const ttft = r.firstTokenStep != null && r.firstTokenStep <= cursor ? r.ttft() : null;
   el.append(line(t("ttft"), ttft == null ? "–" : `${(ttft * 1000).toFixed(0)} ms`));

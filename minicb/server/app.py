@@ -18,6 +18,15 @@ events; the engine and the other tabs go on. A closed tab's subscriptions close 
 Step events carry every request's block ids, and a rebuilt engine announces itself with
 a "reset" event on the same bus: both arrive in order with the events around them.
 
+The door (openai_request.Guard): a foreign page's Origin is refused before the upgrade
+(403); with a key set, a connection shows it as ``?key=`` or in its first message,
+``{"type": "auth", "key": ...}``, after the server's ``{"type": "auth_required"}``, and
+gets the key's role. A viewer's controls are refused. Texts (prompts, output tokens) are
+redacted here, in the fan-out, never in the engine's events: for viewers unless
+``show_text``, and in serve mode for everyone but the controller who typed them on this
+page. Each connection's messages are bounded in size and rate, so a flood costs its own
+connection replies and never reaches the engine thread.
+
 Messages out: ``hello``, then ``events`` batches ({engine, events, dropped}), replies to
 controls (``ack`` or ``error``), and in replay mode one ``replay`` with the whole trace.
 Modes: "demo" (engines, a workload feeder, every control), "serve" (one engine behind
@@ -29,17 +38,19 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fastapi import FastAPI, WebSocket
+from fastapi import Depends, FastAPI, WebSocket
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.websockets import WebSocketDisconnect
 
 from minicb.server.controls import handle_control
+from minicb.server.openai_request import CONTROLLER, VIEWER, APIError, Guard, error_handler
 from minicb.telemetry.events import StepEvent, to_dict
 
 if TYPE_CHECKING:
@@ -53,17 +64,45 @@ MODES = ("demo", "serve", "replay")
 KEEP_EXPLANATIONS = 64  # rounds whose decisions stay available to the single-step reply
 OUTBOX_SIZE = 16  # batches waiting for the socket; beyond this the pumps wait, not the engine
 MAX_BATCH = 2048  # events per message, so one message never grows without bound
+AUTH_TIMEOUT_S = 30.0  # for the first message's key: a person may be typing it
+MAX_MESSAGE_CHARS = 16_384  # the largest control (a prompt of 4,000 chars fits with room)
+CONTROL_RATE, CONTROL_BURST = 20.0, 40  # controls a second per connection, and the burst
+KEEP_TYPED = 4096  # ids of requests typed on the page, remembered to show their own text
+CLOSE_UNAUTHORIZED = 4401  # WebSocket close code: the page asks for a key again
 
 
 @dataclass(eq=False)
 class Client:
-    """One browser: a bounded event queue on each engine's bus."""
+    """One browser: a bounded event queue on each engine's bus, its role, and whether it
+    sees texts (``True``: all, ``False``: none, ``None``: only what this app's controllers
+    typed)."""
 
     subs: dict[str, Subscription]
+    role: str = CONTROLLER
+    sees_text: bool | None = True
 
     def close(self) -> None:
         for sub in self.subs.values():
             sub.close()
+
+
+@dataclass
+class RateLimit:
+    """A token bucket: ``burst`` controls at once, then ``rate`` a second."""
+
+    rate: float = CONTROL_RATE
+    burst: float = CONTROL_BURST
+    tokens: float = CONTROL_BURST
+    last: float = field(default_factory=time.monotonic)
+
+    def allow(self) -> bool:
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
+        self.last = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
 
 
 class Hub:
@@ -71,7 +110,7 @@ class Hub:
     scheduler's explanations of recent rounds, kept for the single-step control.
 
     ``replay`` maps panel names to recorded traces (replay mode, no engine loop);
-    ``queue_size`` bounds each browser's queue per engine.
+    ``queue_size`` bounds each browser's queue per engine; ``guard`` is the door.
     """
 
     def __init__(
@@ -82,6 +121,7 @@ class Hub:
         model_name: str = "",
         replay: dict[str, Trace] | None = None,
         queue_size: int = 4096,
+        guard: Guard | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
@@ -90,7 +130,9 @@ class Hub:
         if mode != "replay" and engine_loop is None:
             raise ValueError(f"{mode} mode needs an engine loop")
         self.loop, self.mode, self.model_name = engine_loop, mode, model_name
-        self.replay, self.queue_size = replay or {}, queue_size
+        self.replay, self.queue_size, self.guard = replay or {}, queue_size, guard or Guard()
+        # engine name -> ids of the requests typed on a page (an ordered set, bounded)
+        self.typed: dict[str, OrderedDict[int, None]] = {}
         self.feeder = engine_loop.feeder if engine_loop else None  # the demo's workload
         self.clients: set[Client] = set()
         # round number -> {engine name: the plan's decisions in words}
@@ -99,17 +141,22 @@ class Hub:
             engine.bus.subscribe(functools.partial(self._record, name), kinds=["step"])
 
     # ---- browsers (engine thread) ----------------------------------------------------------
-    def join(self) -> tuple[Client, dict[str, Any]]:
+    def join(self, role: str = CONTROLLER) -> tuple[Client, dict[str, Any]]:
         """Subscribe a browser and describe the engines with the requests they hold; run
         in the engine thread, so no event falls between the description and the queue."""
-        client, hello = self.connect(), self.hello()
+        client, hello = self.connect(role), self.hello(role)
         for info in hello["engines"]:
-            info["requests"] = self.loop.engines[info["name"]].live_requests()
+            requests = self.loop.engines[info["name"]].live_requests()
+            info["requests"] = [self.shown(client, info["name"], r) for r in requests]
         return client, hello
 
-    def connect(self) -> Client:
+    def connect(self, role: str = CONTROLLER) -> Client:
         engines = self.loop.engines if self.loop else {}
-        client = Client({n: e.bus.subscribe_async(self.queue_size) for n, e in engines.items()})
+        subs = {n: e.bus.subscribe_async(self.queue_size) for n, e in engines.items()}
+        sees = self.guard.show_text or (
+            role == CONTROLLER and (True if self.mode != "serve" else None)
+        )
+        client = Client(subs, role, sees)
         self.clients.add(client)
         return client
 
@@ -117,10 +164,11 @@ class Hub:
         self.clients.discard(client)
         client.close()
 
-    def hello(self) -> dict[str, Any]:
-        """The first message a browser gets: mode, model, engines and the control state.
-        With an engine loop, call it in the engine thread (it reads the engines' views)."""
-        loop = self.loop
+    def hello(self, role: str = CONTROLLER) -> dict[str, Any]:
+        """The first message a browser gets: mode, model, engines, its role and the control
+        state. With an engine loop, call it in the engine thread (it reads the engines'
+        views)."""
+        loop, controls = self.loop, role == CONTROLLER
         model = self.model_name or next((t.header.get("model") for t in self.replay.values()), "")
         engines = loop.engine_infos() if loop else [_replay_info(*i) for i in self.replay.items()]
         return {
@@ -128,15 +176,16 @@ class Hub:
             "mode": self.mode,
             "model": model or "",
             "engines": engines,
+            "role": role,
             "paused": bool(loop and loop.paused),
             "delay_s": loop.delay_s if loop else 0.0,
             "rounds": loop.rounds if loop else 0,
             "workload": self.feeder.describe() if self.feeder else None,
             "controls": {
-                "step": loop is not None,
-                "workload": self.feeder is not None,
-                "settings": self.mode == "demo",
-                "prompt": loop is not None,
+                "step": controls and loop is not None,
+                "workload": controls and self.feeder is not None,
+                "settings": controls and self.mode == "demo",
+                "prompt": controls and loop is not None,
             },
         }
 
@@ -151,6 +200,29 @@ class Hub:
 
     def explained(self, round_no: int) -> dict[str, list[str]]:
         return dict(self._explained.get(round_no, {}))
+
+    # ---- texts -----------------------------------------------------------------------------
+    def note_typed(self, name: str, request_id: int) -> None:
+        """Remember a request typed on a page (engine thread, before it first steps)."""
+        typed = self.typed.setdefault(name, OrderedDict())
+        typed[request_id] = None
+        while len(typed) > KEEP_TYPED:
+            typed.popitem(last=False)
+
+    def shown(self, client: Client, name: str, event: dict[str, Any]) -> dict[str, Any]:
+        """``event`` (a JSON dict) as ``client`` may see it: texts and token ids blanked
+        (and ``redacted`` set) where it may not read them."""
+        if client.sees_text is True or not REDACT.keys() & event.keys():
+            return event
+        rid = event.get("request_id")
+        if client.sees_text is None and rid in self.typed.get(name, ()):
+            return event
+        hidden = {k: REDACT[k] for k in REDACT if event.get(k) is not None}
+        return {**event, **hidden, "redacted": True} if hidden else event
+
+
+# What a text-free view shows instead: a token's id would give its text away.
+REDACT: dict[str, Any] = {"prompt": None, "text": "", "token_id": None}
 
 
 def _replay_info(name: str, trace: Trace) -> dict[str, Any]:
@@ -171,14 +243,18 @@ def _replay_info(name: str, trace: Trace) -> dict[str, Any]:
 
 
 # ---- /ws -------------------------------------------------------------------------------
-async def _pump(name: str, sub: Subscription, outbox: asyncio.Queue) -> None:
-    """Move this engine's events from its subscription to the outbox, in batches."""
+async def _pump(hub: Hub, client: Client, name: str, outbox: asyncio.Queue) -> None:
+    """Move this engine's events from the client's subscription to the outbox, in batches,
+    as the client may see them."""
+    sub = client.subs[name]
     while True:
         events = await sub.drain_async(MAX_BATCH)
         if not events:  # closed
             return
-        batch = {"type": "events", "engine": name, "events": [to_dict(e) for e in events]}
-        await outbox.put({**batch, "dropped": sub.dropped})
+        shown = [hub.shown(client, name, to_dict(e)) for e in events]
+        await outbox.put(
+            {"type": "events", "engine": name, "events": shown, "dropped": sub.dropped}
+        )
 
 
 async def _write(websocket: WebSocket, outbox: asyncio.Queue) -> None:
@@ -186,29 +262,76 @@ async def _write(websocket: WebSocket, outbox: asyncio.Queue) -> None:
         await websocket.send_text(json.dumps(await outbox.get()))
 
 
-async def serve_client(websocket: WebSocket, hub: Hub) -> None:
+async def _admit(websocket: WebSocket, guard: Guard) -> str | None:
+    """The connection's role, accepted, or None once it has been refused (and closed)."""
+    headers = websocket.headers
+    if not guard.origin_ok(headers.get("origin"), headers.get("host")):
+        await websocket.close(code=1008)  # before accept: the upgrade is answered 403
+        return None
+    query_key = websocket.query_params.get("key")
+    if query_key is not None:
+        role = guard.role(query_key)
+        await (websocket.accept() if role else websocket.close(code=1008))
+        return role
     await websocket.accept()
-    client, hello = await hub.loop.acall(hub.join) if hub.loop else (None, hub.hello())
+    if guard.api_key is None:
+        return CONTROLLER
+    # Browsers cannot set headers on a WebSocket: the key comes as the first message.
+    await websocket.send_text(json.dumps({"type": "auth_required"}))
+    try:
+        text = await asyncio.wait_for(websocket.receive_text(), AUTH_TIMEOUT_S)
+        msg = json.loads(text) if len(text) <= MAX_MESSAGE_CHARS else None
+    except (TimeoutError, ValueError):
+        msg = None
+    key = msg.get("key") if isinstance(msg, dict) and msg.get("type") == "auth" else None
+    role = guard.role(key) if isinstance(key, str) else None
+    if role is None:
+        why = 'this server needs a key: send {"type": "auth", "key": KEY} first'
+        await websocket.send_text(json.dumps({"type": "error", "control": "auth", "message": why}))
+        await websocket.close(code=CLOSE_UNAUTHORIZED)
+    return role
+
+
+def _refusal(client: Client, limit: RateLimit, text: str) -> dict[str, Any] | None:
+    """The error for a control refused at the door (before it is even parsed), or None."""
+    why = None
+    if len(text) > MAX_MESSAGE_CHARS:
+        why = f"message of {len(text)} chars is over the limit of {MAX_MESSAGE_CHARS}"
+    elif client.role == VIEWER:
+        why = "this connection is a viewer (read-only); controls need the controller's key"
+    elif not limit.allow():
+        why = f"too many controls: at most {CONTROL_RATE:g} a second (bursts of {CONTROL_BURST})"
+    return {"type": "error", "control": None, "message": why} if why else None
+
+
+async def serve_client(websocket: WebSocket, hub: Hub) -> None:
+    role = await _admit(websocket, hub.guard)
+    if role is None:
+        return
+    if hub.loop:
+        client, hello = await hub.loop.acall(lambda: hub.join(role))
+    else:
+        client, hello = hub.connect(role), hub.hello(role)
     await websocket.send_text(json.dumps(hello))
     if hub.mode == "replay":
         traces = {
-            n: {"header": t.header, "events": [to_dict(e) for e in t.events]}
+            n: {"header": t.header, "events": [hub.shown(client, n, to_dict(e)) for e in t.events]}
             for n, t in hub.replay.items()
         }
         await websocket.send_text(json.dumps({"type": "replay", "traces": traces}))
     outbox: asyncio.Queue = asyncio.Queue(OUTBOX_SIZE)
     tasks = [asyncio.create_task(_write(websocket, outbox))]
-    if client is not None:
-        tasks += [asyncio.create_task(_pump(n, s, outbox)) for n, s in client.subs.items()]
+    tasks += [asyncio.create_task(_pump(hub, client, n, outbox)) for n in client.subs]
+    limit = RateLimit()
     try:
         while True:
-            reply = await handle_control(hub, await websocket.receive_text())
+            text = await websocket.receive_text()
+            reply = _refusal(client, limit, text) or await handle_control(hub, text)
             await outbox.put(reply)
     except (WebSocketDisconnect, RuntimeError):  # closed by the browser, or mid-send
         pass
     finally:
-        if client is not None:
-            hub.disconnect(client)
+        hub.disconnect(client)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -217,10 +340,14 @@ async def serve_client(websocket: WebSocket, hub: Hub) -> None:
 # ---- the app ---------------------------------------------------------------------------
 def create_app(engine_loop: EngineLoop | None, **options: Any) -> FastAPI:
     """The FastAPI app serving the visualizer and ``/ws`` for these engines (or a replay);
-    ``options`` are the Hub's. minicb.server.openai_api adds the OpenAI routes to it."""
+    ``options`` are the Hub's (``guard`` among them). minicb.server.openai_api adds the
+    OpenAI routes to it. The page and its files are open; what they show comes through
+    the guarded ``/ws`` and ``/viz/info``."""
     hub = Hub(engine_loop, **options)
+    reader = [Depends(hub.guard.http_check(CONTROLLER, VIEWER))]
     app = FastAPI(title="minicb", docs_url=None, redoc_url=None)
     app.state.hub = hub
+    app.add_exception_handler(APIError, error_handler)  # a refused /viz/info
 
     @app.get("/", include_in_schema=False)
     def index() -> FileResponse:
@@ -234,7 +361,7 @@ def create_app(engine_loop: EngineLoop | None, **options: Any) -> FastAPI:
         path = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
         return FileResponse(path, media_type="text/javascript")
 
-    @app.get("/viz/info", include_in_schema=False)
+    @app.get("/viz/info", include_in_schema=False, dependencies=reader)
     async def info() -> JSONResponse:
         return JSONResponse(await hub.loop.acall(hub.hello) if hub.loop else hub.hello())
 

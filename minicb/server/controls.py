@@ -3,7 +3,9 @@
 Every control is a JSON object with a ``type``; the reply is one JSON object:
 ``{"type": "ack", "control": ...}`` (plus what the control reports) or
 ``{"type": "error", "control": ..., "message": ...}``. A malformed or unknown control gets
-an error and changes nothing: every field is checked before anything is touched.
+an error and changes nothing: every field is checked before anything is touched, and a
+setting the machine could not hold (a KV pool beyond its free memory, thousands of slots)
+is refused, naming the limit, before any engine is rebuilt.
 
     {"type": "pause"} / {"type": "resume"}
     {"type": "step"}                      exactly one round; replies with its decisions
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +34,9 @@ if TYPE_CHECKING:
     from minicb.server.engine_loop import EngineLoop
 
 MAX_PROMPT_CHARS = 4000
+MAX_SLOTS = 256  # max_num_seqs: more rows than a projector (or two CPU cores) can show
+MAX_KV_BLOCKS = 262_144  # whatever the memory: beyond this the KV map is unreadable
+MEMORY_SHARE = 0.8  # of the free memory a rebuild may ask for its KV pools
 
 
 class ControlError(ValueError):
@@ -108,9 +114,9 @@ async def _workload(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
 
 
 SETTINGS: dict[str, Callable[[dict, str], Any]] = {  # each field's check, given its name
-    "max_num_seqs": lambda m, k: _number(m, k, 1, 1024),
+    "max_num_seqs": lambda m, k: _number(m, k, 1, MAX_SLOTS),
     "max_num_batched_tokens": lambda m, k: _number(m, k, 1, 65536),
-    "num_kv_blocks": lambda m, k: _number(m, k, 1, 1_000_000),
+    "num_kv_blocks": lambda m, k: _number(m, k, 1, MAX_KV_BLOCKS),
     "enable_chunked_prefill": lambda m, k: _field(
         m, k, lambda v: isinstance(v, bool), "true or false", None
     ),
@@ -135,15 +141,52 @@ async def _settings(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
 def rebuild_engines(loop: EngineLoop, changes: dict[str, Any]) -> list[dict[str, Any]]:
     """Rebuild every engine with ``changes`` on its weights, clock and bus (engine thread).
 
-    Every new config is built before any engine is touched, so a setting EngineConfig
-    refuses changes nothing. Then each old engine aborts its requests (their token streams
-    end with "abort", the browsers see them leave) and the new one announces itself with a
-    "reset" event on the same bus, in order with the events around it.
+    Every new config is built, and its KV pools weighed against the free memory, before
+    any engine is touched, so a setting refused changes nothing. Then each old engine
+    aborts its requests (their token streams end with "abort", the browsers see them
+    leave) and the new one announces itself with a "reset" event on the same bus, in order
+    with the events around it.
     """
     configs = {name: engine.config.with_(**changes) for name, engine in loop.engines.items()}
+    check_memory(loop.engines, {name: c.num_kv_blocks for name, c in configs.items()})
     for name, config in configs.items():
         loop.replace_engine(name, loop.engines[name].rebuilt(config))
     return loop.engine_infos()
+
+
+def check_memory(engines: dict[str, Any], blocks: dict[str, int | None]) -> None:
+    """Refuse KV pools of ``blocks`` (engine name -> blocks) that the machine cannot hold.
+
+    A runner that allocates real memory says how much a block takes (``bytes_per_block``;
+    fakes and simulations allocate none). The new pools are built while the old ones are
+    still held, so they must fit in what is free now, with room to spare; a swap twin as
+    large as the pool lives in host memory, which on CPU is the same memory.
+    """
+    needed: dict[str, int] = {}
+    for name, engine in engines.items():
+        per_block = getattr(engine.runner, "bytes_per_block", None)
+        if per_block is None or not blocks[name]:
+            continue
+        device = str(engine.describe()["runner"].get("device", "cpu")).split(":")[0]
+        copies = 2 if device == "cpu" else 1  # the swap twin shares the memory on CPU
+        needed[device] = needed.get(device, 0) + copies * blocks[name] * per_block()
+    for device, wanted in needed.items():
+        free = _free_bytes(device)
+        if wanted > MEMORY_SHARE * free:
+            raise ControlError(
+                f"num_kv_blocks={max(b or 0 for b in blocks.values())} needs "
+                f"{wanted / 2**30:.2f} GiB of {device} memory for the KV pools of "
+                f"{len(engines)} engine(s), over the limit of {MEMORY_SHARE:.0%} of the "
+                f"{free / 2**30:.2f} GiB free; nothing was rebuilt"
+            )
+
+
+def _free_bytes(device: str) -> int:
+    if device == "cuda":
+        import torch  # only a runner on CUDA gets here, and it has imported torch
+
+        return torch.cuda.mem_get_info()[0]
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 async def _prompt(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
@@ -159,7 +202,10 @@ async def _prompt(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
 
     def add() -> dict[str, int]:
         engines = loop.engines
-        return {n: engines[n].add_request(encode_prompt(engines[n], text), params) for n in chosen}
+        ids = {n: engines[n].add_request(encode_prompt(engines[n], text), params) for n in chosen}
+        for name, rid in ids.items():  # before its first step: its tokens show to its typist
+            hub.note_typed(name, rid)
+        return ids
 
     try:
         ids = await loop.acall(add)

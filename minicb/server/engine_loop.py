@@ -33,6 +33,9 @@ from minicb.telemetry.events import Event
 log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 0.05  # how long an idle loop sleeps between looks at its command queue
+# Commands run between two rounds at most: a flood of them (many browsers, many API
+# clients) then slows its senders' replies, never the engines' steps.
+MAX_COMMANDS_PER_ROUND = 64
 Feeder = Callable[[dict[str, LLMEngine]], None]
 STREAM_KINDS = ("token", "aborted")
 
@@ -220,11 +223,13 @@ class EngineLoop:
                 streams.pop(out.request_id).push(out)
 
     def _run_commands(self, wait_s: float = 0.0) -> None:
-        """Run every queued command; first wait up to ``wait_s`` for one if none is."""
+        """Run the queued commands, up to MAX_COMMANDS_PER_ROUND; first wait up to
+        ``wait_s`` for one if none is."""
         try:
             command = self._commands.get(timeout=wait_s) if wait_s else self._commands.get_nowait()
-            while True:
+            for _ in range(MAX_COMMANDS_PER_ROUND - 1):
                 command()
                 command = self._commands.get_nowait()
+            command()
         except queue.Empty:
             pass

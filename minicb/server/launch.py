@@ -12,6 +12,11 @@
 
 - replay: the visualizer fed from recorded traces, with a scrub slider and no model.
 
+Who may connect: with no ``--api-key`` the server listens on loopback only (a
+non-loopback ``--host`` is refused unless ``--insecure-public``); with one, the
+guard (openai_request.Guard) holds /v1, /ws, /metrics and the replay's traces, and
+``--viewer-key`` gives a room read-only access. See docs/serving.md.
+
 Building the parsers imports nothing heavy: torch, the model and uvicorn are imported
 when a command runs.
 """
@@ -28,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from minicb.config import add_engine_options, engine_kwargs
+from minicb.server.openai_request import LOOPBACK, Guard
 from minicb.server.workload import LENGTHS, PRESETS
 from minicb.telemetry.trace import add_trace_option, traced
 
@@ -43,6 +49,7 @@ DEFAULT_PORT = 8000
 # Small enough to read on the projector and to move on two CPU cores.
 DEMO_DEFAULTS = dict(max_num_seqs=8, max_num_batched_tokens=256, num_kv_blocks=128)
 SERVE_ENGINE = "api"  # the one engine's name in serve mode
+WS_MAX_BYTES = 2 << 20  # the largest WebSocket frame uvicorn reads
 
 
 # ---- the command line ------------------------------------------------------------------
@@ -51,6 +58,45 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
     g.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     g.add_argument("--open", action="store_true", help="open the page in a browser")
+    g.add_argument("--api-key", help="the controller's key: /v1 (Bearer), /ws, /metrics")
+    g.add_argument("--viewer-key", help="a read-only key for the page (needs --api-key)")
+    g.add_argument(
+        "--allowed-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="another origin whose pages may open /ws (e.g. https://course.example.org)",
+    )
+    g.add_argument("--show-text", action="store_true", help="viewers see prompts and outputs")
+    g.add_argument("--metrics-public", action="store_true", help="/metrics without a key")
+    g.add_argument(
+        "--insecure-public",
+        action="store_true",
+        help="listen beyond loopback with no key (anyone who can reach the port can drive it)",
+    )
+
+
+def server_guard(args: argparse.Namespace) -> Guard:
+    """The guard the options ask for; ValueError, saying why, for a host it would leave
+    open to the network."""
+    if args.viewer_key and not args.api_key:
+        raise ValueError("--viewer-key needs --api-key (with no key the server has no door)")
+    if args.viewer_key and args.viewer_key == args.api_key:
+        raise ValueError("--viewer-key must differ from --api-key")
+    if not args.api_key and args.host not in LOOPBACK and not args.insecure_public:
+        raise ValueError(
+            f"refusing to listen on {args.host} without --api-key: anyone who can reach the "
+            "port could read every prompt and output and pause, step or rebuild the engine. "
+            "Give --api-key KEY (and --viewer-key for a room), or --insecure-public on a "
+            "network you trust"
+        )
+    return Guard(
+        api_key=args.api_key,
+        viewer_key=args.viewer_key,
+        allowed_origins=tuple(args.allowed_origin),
+        metrics_public=args.metrics_public,
+        show_text=args.show_text,
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -76,7 +122,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("serve", help="serve the OpenAI-compatible API and the visualizer")
     add_server_options(p)
     p.add_argument("--served-model-name", help="the 'model' clients pass (default: its own name)")
-    p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1/*")
     p.add_argument(
         "--max-waiting", type=int, default=256, help="waiting requests before a 429 (default 256)"
     )
@@ -109,19 +154,26 @@ def run_server(
     if loop is not None:
         loop.start()
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level=log_level)
+        # A control is at most 16 KiB (app.MAX_MESSAGE_CHARS, answered with an error); a
+        # frame far beyond that closes its connection without being buffered whole.
+        uvicorn.run(
+            app, host=args.host, port=args.port, log_level=log_level, ws_max_size=WS_MAX_BYTES
+        )
     finally:
         if loop is not None:
             loop.stop()
 
 
-def _app(loop: EngineLoop, mode: str, engine: str, model_name: str, **api: Any) -> FastAPI:
-    """The visualizer's app for ``loop`` with the OpenAI routes aimed at ``engine``."""
+def _app(
+    loop: EngineLoop, mode: str, engine: str, model_name: str, guard: Guard, **api: Any
+) -> FastAPI:
+    """The visualizer's app for ``loop`` with the OpenAI routes aimed at ``engine``, both
+    behind ``guard``."""
     from minicb.server.app import create_app
     from minicb.server.openai_api import install_openai_routes
 
-    app = create_app(loop, mode=mode, model_name=model_name)
-    install_openai_routes(app, loop, engine, model_name, **api)
+    app = create_app(loop, mode=mode, model_name=model_name, guard=guard)
+    install_openai_routes(app, loop, engine, model_name, guard=guard, **api)
     return app
 
 
@@ -133,6 +185,7 @@ def build_demo(args: argparse.Namespace) -> tuple[EngineLoop, FastAPI]:
     from minicb.server.engine_loop import EngineLoop
     from minicb.server.workload import WorkloadFeeder, WorkloadSpec
 
+    guard = server_guard(args)  # before the model loads: a refused host costs no wait
     kwargs = engine_kwargs(args)
     kwargs.pop("batching")
     continuous = LLMEngine(args.model, EngineConfig(batching="continuous", **kwargs))
@@ -143,7 +196,7 @@ def build_demo(args: argparse.Namespace) -> tuple[EngineLoop, FastAPI]:
     feeder.burst(args.burst)
     loop = EngineLoop({"static": static, "continuous": continuous}, feeder=feeder)
     loop.paused, loop.delay_s = args.paused, args.delay
-    return loop, _app(loop, "demo", "continuous", continuous.model_name)
+    return loop, _app(loop, "demo", "continuous", continuous.model_name, guard)
 
 
 def trace_paths(path: str) -> dict[str, Path]:
@@ -201,6 +254,7 @@ def build_serve(args: argparse.Namespace) -> tuple[FastAPI, EngineLoop, LLMEngin
     from minicb.engine import LLMEngine
     from minicb.server.engine_loop import EngineLoop
 
+    guard = server_guard(args)
     if args.max_waiting < 1:
         raise ValueError(f"--max-waiting must be at least 1, got {args.max_waiting}")
     if args.max_body_bytes < 1024:
@@ -208,10 +262,8 @@ def build_serve(args: argparse.Namespace) -> tuple[FastAPI, EngineLoop, LLMEngin
     engine = LLMEngine(args.model, EngineConfig.from_kwargs(**engine_kwargs(args)))
     name = args.served_model_name or engine.model_name
     loop = EngineLoop({SERVE_ENGINE: engine})
-    api = dict(
-        max_waiting=args.max_waiting, max_body_bytes=args.max_body_bytes, api_key=args.api_key
-    )
-    return _app(loop, "serve", SERVE_ENGINE, name, **api), loop, engine, name
+    api = dict(max_waiting=args.max_waiting, max_body_bytes=args.max_body_bytes)
+    return _app(loop, "serve", SERVE_ENGINE, name, guard, **api), loop, engine, name
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -228,5 +280,6 @@ def serve_replay(traces: dict[str, Trace], args: argparse.Namespace) -> int:
     """The visualizer over recorded traces (panel name -> trace), until Ctrl-C."""
     from minicb.server.app import create_app
 
-    run_server(create_app(None, mode="replay", replay=traces), args, "minicb replay")
+    app = create_app(None, mode="replay", replay=traces, guard=server_guard(args))
+    run_server(app, args, "minicb replay")
     return 0

@@ -1,7 +1,7 @@
 """The OpenAI-compatible API: /v1/completions, /v1/chat/completions, /v1/models, plus
 /health and /metrics, added to an app that may also host the visualizer.
 
-    install_openai_routes(app, engine_loop, "api", "SmolLM2-135M-Instruct", api_key="...")
+    install_openai_routes(app, engine_loop, "api", "SmolLM2-135M-Instruct", guard=Guard("KEY"))
 
 A request goes: body, schema and parameter checks (openai_request) -> (chat) template
 applied in the engine thread -> the waiting-queue gate -> ``EngineLoop.submit`` -> its
@@ -300,11 +300,12 @@ def install_openai_routes(
     *,
     max_waiting: int = 256,
     max_body_bytes: int = 1 << 20,
-    api_key: str | None = None,
+    guard: rq.Guard | None = None,
 ) -> OpenAIRoutes:
     """Add the OpenAI routes, /health and /metrics for one engine of ``engine_loop``.
 
-    ``api_key`` protects /v1/* only (the visualizer and probes stay open). The Prometheus
+    ``guard`` (no key: open) holds /v1/* for the controller's key, and /metrics too unless
+    it is public (scrapers often cannot send a key); /health stays open. The Prometheus
     metrics and the waiting-queue gate listen to the engine's bus, which a rebuilt engine
     keeps, so they go on counting across a demo's rebuilds.
     """
@@ -315,8 +316,8 @@ def install_openai_routes(
     app.state.openai = routes
     for error in (rq.APIError, Exception):
         app.add_exception_handler(error, rq.error_handler)
-    guarded = [Depends(rq.bearer_check(api_key))] if api_key else []
-    v1 = APIRouter(prefix="/v1", dependencies=guarded)
+    guard = guard or rq.Guard()
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(guard.http_check(rq.CONTROLLER))])
     v1.add_api_route("/completions", routes.completions, methods=["POST"])
     v1.add_api_route("/chat/completions", routes.chat_completions, methods=["POST"])
     v1.add_api_route("/models", routes.models, methods=["GET"])
@@ -325,5 +326,7 @@ def install_openai_routes(
     v1.add_api_route("/{path:path}", routes.unknown, methods=any_method, include_in_schema=False)
     app.include_router(v1)
     app.add_api_route("/health", routes.health, methods=["GET"])
-    app.add_api_route("/metrics", routes.metrics, methods=["GET"])
+    scrape = [Depends(guard.http_check(rq.CONTROLLER, rq.VIEWER))]
+    scrape = [] if guard.metrics_public else scrape
+    app.add_api_route("/metrics", routes.metrics, methods=["GET"], dependencies=scrape)
     return routes

@@ -9,7 +9,8 @@
   checked by hand: one clear message instead of one per union branch. Extensions, as in
   vLLM: ``top_k``, ``ignore_eos``, ``priority``, ``return_token_ids``;
 - the parameters: each check names the field; features minicb lacks are refused;
-- the door: the API key (401) and a bound on the engine's waiting queue (429).
+- the door: the Guard (keys and roles, 401; the WebSocket's Origin) and a bound on the
+  engine's waiting queue (429).
 """
 
 from __future__ import annotations
@@ -375,20 +376,62 @@ class WaitingGate:
             self.in_transit.discard(ticket)  # refused by the engine, or already struck off
 
 
-def bearer_check(api_key: str) -> Callable[[Request], Awaitable[None]]:
-    """A route dependency: 401 unless the request sends ``Authorization: Bearer <api_key>``."""
-    expected = api_key.encode("utf-8")
+CONTROLLER, VIEWER = "controller", "viewer"
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
-    async def check(request: Request) -> None:
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        given = token.strip().encode("utf-8", "replace")
+
+@dataclass(frozen=True)
+class Guard:
+    """The one door for everything that shows traffic or changes state: /v1, /ws, /metrics
+    (unless ``metrics_public``), /viz/info and the replay's traces.
+
+    With no ``api_key`` there is no door (the server then listens on loopback only, see
+    launch.server_guard) and every connection is a controller. With one, a connection
+    shows a key: ``api_key`` makes it a controller (the API, pause, step, settings,
+    prompts), ``viewer_key`` a read-only viewer of the timeline; anything else is refused.
+    ``show_text`` lets viewers (and, in serve mode, everyone) see prompts and outputs.
+    """
+
+    api_key: str | None = None
+    viewer_key: str | None = None
+    allowed_origins: tuple[str, ...] = ()
+    metrics_public: bool = False
+    show_text: bool = False
+
+    def role(self, key: str | None) -> str | None:
+        """CONTROLLER, VIEWER, or None for a key that opens nothing."""
+        if self.api_key is None:
+            return CONTROLLER
+        given = (key or "").encode("utf-8", "replace")
         # compare_digest: the time taken does not tell how much of a guess was right
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given, expected):
-            raise APIError(
-                "missing or incorrect API key; send the header Authorization: Bearer <key>",
-                status=401,
-                code="invalid_api_key",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
+        for role, secret in ((CONTROLLER, self.api_key), (VIEWER, self.viewer_key)):
+            if secret and hmac.compare_digest(given, secret.encode("utf-8")):
+                return role
+        return None
 
-    return check
+    def origin_ok(self, origin: str | None, host: str | None) -> bool:
+        """Whether a WebSocket from a page at ``origin`` may connect. Browsers send Origin
+        on every WebSocket and apply no same-origin rule to them, so this check is what
+        keeps a page of any other site from reading and driving the server; a client
+        that is no browser sends none."""
+        if origin is None:
+            return True
+        own = {f"http://{host}", f"https://{host}"} if host else set()
+        return origin.rstrip("/") in own | {o.rstrip("/") for o in self.allowed_origins}
+
+    def http_check(self, *roles: str) -> Callable[[Request], Awaitable[None]]:
+        """A route dependency: 401 unless the request's key (``Authorization: Bearer`` or,
+        for a browser's address bar, ``?key=``) has one of ``roles``."""
+
+        async def check(request: Request) -> None:
+            scheme, _, token = request.headers.get("authorization", "").partition(" ")
+            key = token.strip() if scheme.lower() == "bearer" else request.query_params.get("key")
+            if self.role(key) not in roles:
+                raise APIError(
+                    "missing or incorrect API key; send the header Authorization: Bearer <key>",
+                    status=401,
+                    code="invalid_api_key",
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+
+        return check

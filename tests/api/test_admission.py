@@ -1,6 +1,6 @@
 """The door: a full waiting queue gives 429 with Retry-After, a missing or wrong API key
-gives 401 on /v1/* only, and a body over the size bound gives 413, checked both on the
-declared length and while reading a chunked upload."""
+gives 401 on /v1/* and /metrics (not /health), and a body over the size bound gives 413,
+checked both on the declared length and while reading a chunked upload."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import httpx
 import openai
 import pytest
 
+from minicb.server.openai_request import Guard
 from tests.api.conftest import tiny_engine
 from tests.api.live import api_server
 
@@ -21,7 +22,7 @@ BODY = {"model": "tiny", "prompt": [5, 6], "max_tokens": 3}
 
 @pytest.fixture(scope="module")
 def live(tiny_llama_dir):
-    options = dict(max_waiting=2, max_body_bytes=4096, api_key=KEY)
+    options = dict(max_waiting=2, max_body_bytes=4096, guard=Guard(api_key=KEY))
     with api_server(tiny_engine(tiny_llama_dir), "tiny", **options) as server:
         yield server
 
@@ -61,7 +62,7 @@ def test_a_full_queue_answers_429_with_retry_after(live):
     assert after.status_code == 200
 
 
-def test_the_api_key_guards_v1_only(live):
+def test_the_api_key_guards_v1_and_metrics_not_health(live):
     url = live.url + "/v1/completions"
     assert httpx.post(url, json=BODY).status_code == 401
     wrong = httpx.post(url, json=BODY, headers={"Authorization": "Bearer nope"})
@@ -72,7 +73,8 @@ def test_the_api_key_guards_v1_only(live):
     good = openai.OpenAI(base_url=live.url + "/v1", api_key=KEY, max_retries=0)
     assert good.completions.create(**BODY).usage.prompt_tokens == 2
     assert httpx.get(live.url + "/health").status_code == 200
-    assert httpx.get(live.url + "/metrics").status_code == 200
+    assert httpx.get(live.url + "/metrics").status_code == 401  # scrapers: --metrics-public
+    assert httpx.get(live.url + "/metrics", headers=AUTH).status_code == 200
 
 
 def test_a_body_over_the_bound_gets_413(live):

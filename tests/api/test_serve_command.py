@@ -67,6 +67,7 @@ def test_the_built_app_serves_the_visualizer_and_the_api(tiny_llama_dir):
             body = {"model": "tiny", "prompt": [3, 4], "max_tokens": 2, "ignore_eos": True}
             done = httpx.post(url + "/v1/completions", json=body, headers=auth).json()
             assert done["usage"]["total_tokens"] == 4
-            assert "minicb:iterations_total" in httpx.get(url + "/metrics").text
+            metrics = httpx.get(url + "/metrics", headers=auth).text
+            assert "minicb:iterations_total" in metrics
     finally:
         loop.stop()
