@@ -32,6 +32,9 @@ class EngineConfig:
     num_kv_blocks: int | None = None  # None: size the pool from free memory
     num_swap_blocks: int | None = None  # None: as many as num_kv_blocks
     enable_chunked_prefill: bool = True
+    # Share the KV blocks of common prompt prefixes (continuous batching only: the static
+    # baseline stands for a padded generate, which has no prefix cache).
+    enable_prefix_caching: bool = False
     preemption_mode: str = "recompute"
     # Priority aging: a waiting request's effective priority improves by one level
     # every `aging_steps` iterations, so nobody waits forever.
@@ -108,6 +111,12 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--block-size", type=int, default=16)
     g.add_argument("--num-kv-blocks", type=int, default=None)
     g.add_argument("--no-chunked-prefill", action="store_true", help="prefill whole prompts alone")
+    g.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="share the KV blocks of common prompt prefixes (continuous batching)",
+    )
     g.add_argument("--preemption-mode", default="recompute", choices=PREEMPTION_MODES)
     g.add_argument("--attention-backend", default="auto", choices=ATTENTION_BACKENDS)
 
@@ -123,6 +132,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         block_size=args.block_size,
         num_kv_blocks=args.num_kv_blocks,
         enable_chunked_prefill=not args.no_chunked_prefill,
+        enable_prefix_caching=args.enable_prefix_caching,
         preemption_mode=args.preemption_mode,
         attention_backend=args.attention_backend,
     )

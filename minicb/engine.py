@@ -62,6 +62,10 @@ class KVSnapshot:
     num_swapped: int  # swap blocks in use
     block_tables: dict[int, list[int]]  # request id -> device blocks, in order
     swap_tables: dict[int, list[int]]  # request id -> CPU swap blocks
+    # Prefix caching: free blocks still holding a cached prefix (in num_free), and the
+    # blocks several requests hold (each one's reference count is its number of tables).
+    cached_blocks: list[int] = field(default_factory=list)
+    num_shared: int = 0
 
     @property
     def num_used(self) -> int:
@@ -249,6 +253,8 @@ class LLMEngine:
             num_swapped=blocks.num_swapped_blocks,
             block_tables={rid: list(t) for rid, t in blocks.block_tables.items()},
             swap_tables={rid: list(t) for rid, t in blocks.swap_tables.items()},
+            cached_blocks=list(blocks.cache.evictable),
+            num_shared=blocks.num_shared_blocks,
         )
 
     def block_table(self, request_id: int) -> list[int]:

@@ -119,3 +119,72 @@ def test_same_tokens_on_default_model(options, default_llm):
     assert [o.token_ids for o in outs] == expected
     if "preemption_mode" in options:
         assert sum(o.metrics.num_preemptions for o in outs) > 0
+
+
+# ---- prefix caching: the same tokens with caching on as off --------------------------------
+def _shared_prompts() -> list[list[int]]:
+    """Prompts that share prefixes: a common 37-token "system prompt" with varied tails,
+    chat turns that each extend the previous turn, a repeated prompt (wholly cached), and
+    one exactly two blocks long (every block cached, yet a token must be computed)."""
+    system = mixed_prompts(1, vocab=256, seed=11, min_len=37, max_len=37)[0]
+    tails = mixed_prompts(6, vocab=256, seed=12, min_len=1, max_len=12)
+    turns = [system[:5]]
+    for extra in mixed_prompts(4, vocab=256, seed=13, min_len=3, max_len=14):
+        turns.append(turns[-1] + extra)
+    return [system + t for t in tails] + turns + [system + tails[0], system[:32], system[:32]]
+
+
+SHARED = _shared_prompts()
+SHARED_MAX = [3 + (5 * i) % 17 for i in range(len(SHARED))]
+
+
+@pytest.fixture(scope="module")
+def shared_reference(tiny_llama_dir):
+    llm = LLM(model=tiny_llama_dir, max_num_seqs=1, num_kv_blocks=64, block_size=16)
+    return greedy_tokens(llm, SHARED, SHARED_MAX)
+
+
+def _cached_run(llm: LLM) -> tuple[list[list[int]], int]:
+    """Greedy tokens of SHARED, all arriving at once (the requests admitted after the first
+    ones have run find their blocks), and the prompt tokens the cache supplied."""
+    hits = []
+    llm.engine.bus.subscribe(lambda e: hits.append(e.plan.prefix_hit_tokens), kinds=["step"])
+    params = [SamplingParams(max_tokens=m, temperature=0.0, ignore_eos=True) for m in SHARED_MAX]
+    outs = llm.generate(SHARED, params, priorities=[i % 3 for i in range(len(SHARED))])
+    llm.engine.scheduler.blocks.check()
+    assert llm.engine.kv_snapshot().num_used == 0
+    return [o.token_ids for o in outs], sum(hits)
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_same_tokens_with_prefix_caching(name, tiny_llama_dir, shared_reference):
+    options = dict(num_kv_blocks=256, block_size=16, max_num_seqs=4) | CONFIGS[name]
+    llm = LLM(model=tiny_llama_dir, enable_prefix_caching=True, **options)
+    tokens, hit_tokens = _cached_run(llm)
+    assert tokens == shared_reference
+    # Static batching does not share prefixes (see docs/architecture.md); the rest must.
+    assert (hit_tokens > 0) == (CONFIGS[name].get("batching") != "static")
+
+
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+@pytest.mark.parametrize("policy", ["fcfs", "priority"])
+@pytest.mark.parametrize("block_size", [1, 16])
+def test_same_tokens_with_prefix_caching_under_preemption(
+    mode, policy, block_size, tiny_llama_dir, shared_reference
+):
+    num_blocks = 96 // block_size  # 96 tokens for prompts of up to 49 + 19: preemption
+    llm = LLM(
+        model=tiny_llama_dir,
+        num_kv_blocks=num_blocks,
+        block_size=block_size,
+        preemption_mode=mode,
+        policy=policy,
+        max_num_batched_tokens=32,
+        num_swap_blocks=num_blocks,
+        enable_prefix_caching=True,
+    )
+    preemptions = []
+    llm.engine.bus.subscribe(lambda e: preemptions.extend(e.plan.preempted), kinds=["step"])
+    tokens, hit_tokens = _cached_run(llm)
+    assert tokens == shared_reference
+    assert hit_tokens > 0 and preemptions

@@ -53,6 +53,7 @@ class RequestRejected(ValueError):
 
 class SchedulerBase:
     mode = "base"
+    shares_prefixes = False  # whether enable_prefix_caching applies to this batching mode
 
     def __init__(
         self,
@@ -65,7 +66,8 @@ class SchedulerBase:
         self.max_model_len = max_model_len
         num_swap = num_swap_blocks if num_swap_blocks is not None else config.num_swap_blocks
         num_swap = num_kv_blocks if num_swap is None else num_swap
-        self.blocks = BlockManager(num_kv_blocks, config.block_size, num_swap)
+        caching = config.enable_prefix_caching and self.shares_prefixes
+        self.blocks = BlockManager(num_kv_blocks, config.block_size, num_swap, caching)
         self.sort_key = get_policy(config.policy, config.aging_steps)
         self.requests: dict[int, Request] = {}
         self.waiting: list[Request] = []
@@ -134,6 +136,7 @@ class SchedulerBase:
                 continue
             req = self.requests[row.request_id]
             req.num_computed_tokens += row.num_tokens
+            self.blocks.commit(req.request_id, req.num_computed_tokens, req.token_slice)
             if row.samples:
                 req.output_token_ids.append(sampled[row.request_id])
                 req.metrics.num_generated_tokens = len(req.output_token_ids)
@@ -179,10 +182,13 @@ class SchedulerBase:
         plan.kv_free = self.blocks.num_free_blocks
         plan.kv_total = self.blocks.num_blocks
         plan.kv_swapped = self.blocks.num_swapped_blocks
+        plan.kv_cached = self.blocks.num_cached_blocks
+        plan.kv_shared = self.blocks.num_shared_blocks
         plan.num_waiting = len(self.waiting)
         plan.num_swapped = len(self.swapped)
         plan.block_tables = {rid: list(t) for rid, t in self.blocks.block_tables.items()}
         plan.swap_tables = {rid: list(t) for rid, t in self.blocks.swap_tables.items()}
+        plan.cached_blocks = list(self.blocks.cache.evictable)
 
     def _row(self, req: Request, num_tokens: int) -> ScheduledRequest:
         """A prefill chunk or decode of ``num_tokens`` tokens from where the request stands."""

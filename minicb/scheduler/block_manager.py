@@ -9,13 +9,26 @@ blocks when the StepPlan says so.
 Every call that needs blocks either does the whole job or nothing: ``allocate_slots``
 returns the new blocks (often none: a decode usually has room in its last block) or None
 when the pool cannot hold the request's next tokens; ``swap_out`` and ``swap_in`` return
-the block pairs to copy, or None. Today each block has exactly one owner, so a block is
-either free or in one table; sharing blocks (prefix caching) would add reference counts.
+the block pairs to copy, or None.
+
+With prefix caching on, full blocks are shared (see prefix_cache.py): a block's reference
+count is the number of tables holding it. ``lookup`` finds the cached blocks a prompt
+begins with, ``allocate_slots`` takes them into the table (a hit needs no new block), and
+``commit`` keys the blocks a step has filled. A block nobody holds is free: unkeyed in the
+free list, or keyed in the cache's evictable list, reused only when no unkeyed one is left.
+Swapping out copies every block to CPU, shared ones included, and drops one reference from
+each: a running request that shares a block keeps it. Swapped-in copies are keyed again by
+``commit`` unless the original is still cached.
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
+from collections.abc import Callable
+
+from minicb.scheduler.prefix_cache import PrefixCache
+
+TokenSlice = Callable[[int, int], list[int]]  # (start, end) -> token ids, as Request's
 
 
 def blocks_needed(num_tokens: int, block_size: int) -> int:
@@ -48,14 +61,26 @@ class BlockPool:
 
 
 class BlockManager:
-    """Allocates device blocks to requests, and moves them to and from CPU swap blocks."""
+    """Allocates device blocks to requests, shares cached ones, and moves them to and from
+    CPU swap blocks."""
 
-    def __init__(self, num_blocks: int, block_size: int, num_swap_blocks: int = 0) -> None:
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        num_swap_blocks: int = 0,
+        enable_caching: bool = False,
+    ) -> None:
         self.block_size = block_size
-        self.device = BlockPool(num_blocks)
+        self.enable_caching = enable_caching
+        self.device = BlockPool(num_blocks)  # unkeyed free blocks
         self.swap = BlockPool(num_swap_blocks)
+        self.cache = PrefixCache()
+        self.ref_counts = [0] * num_blocks
         self.block_tables: dict[int, list[int]] = {}  # request id -> device blocks
         self.swap_tables: dict[int, list[int]] = {}  # request id -> CPU blocks
+        # request id -> keys of its leading full blocks that commit has seen, in order.
+        self.chains: dict[int, list[int]] = {}
 
     # ---- queries -------------------------------------------------------------------
     @property
@@ -64,15 +89,28 @@ class BlockManager:
 
     @property
     def num_free_blocks(self) -> int:
-        return self.device.num_free
+        """Blocks nobody holds, evictable cached ones included."""
+        return self.device.num_free + len(self.cache.evictable)
 
     @property
     def num_used_blocks(self) -> int:
-        return self.device.num_used
+        return self.num_blocks - self.num_free_blocks
 
     @property
     def num_swapped_blocks(self) -> int:
         return self.swap.num_used
+
+    @property
+    def num_cached_blocks(self) -> int:
+        """Free blocks that still hold a cached prefix (evictable)."""
+        return len(self.cache.evictable)
+
+    @property
+    def num_shared_blocks(self) -> int:
+        """Blocks in more than one table."""
+        if not self.enable_caching:  # nothing is shared: skip the scan
+            return 0
+        return sum(1 for n in self.ref_counts if n > 1)
 
     def block_table(self, request_id: int) -> list[int]:
         return self.block_tables.get(request_id, [])
@@ -82,35 +120,96 @@ class BlockManager:
         held = len(self.block_tables.get(request_id, ()))
         return max(0, blocks_needed(num_tokens, self.block_size) - held)
 
-    # ---- allocate / free -----------------------------------------------------------
-    def allocate_slots(self, request_id: int, num_tokens: int) -> list[int] | None:
-        """Grow the request's table to hold ``num_tokens`` tokens.
+    def lookup(self, token_slice: TokenSlice, num_tokens: int) -> list[tuple[int, int]]:
+        """(block, key) of the cached full blocks that the first ``num_tokens`` tokens
+        begin with; [] with caching off. At most ``(num_tokens - 1) // block_size``
+        blocks: the last token is always computed (its logits give the next token), and
+        so no step ever writes into a shared block."""
+        if not self.enable_caching:
+            return []
+        bs = self.block_size
+        full = (num_tokens - 1) // bs
+        return self.cache.match([tuple(token_slice(i * bs, (i + 1) * bs)) for i in range(full)])
 
-        Returns the blocks added ([] when the last block still has room), or None, with
-        nothing changed, when the pool has too few free blocks.
+    # ---- allocate / free -----------------------------------------------------------
+    def allocate_slots(
+        self, request_id: int, num_tokens: int, cached: list[tuple[int, int]] = ()
+    ) -> list[int] | None:
+        """Grow the request's table to hold ``num_tokens`` tokens, starting with the
+        ``cached`` blocks from ``lookup`` (for a request that holds none yet).
+
+        Returns the blocks added that were not cached ([] when the last block still has
+        room), or None, with nothing changed, when the pool has too few free blocks. A hit
+        on an evictable block costs a free block but no new one.
         """
-        new = self.device.take(self.num_new_blocks(request_id, num_tokens))
-        if new:
-            self.block_tables.setdefault(request_id, []).extend(new)
-        return new
+        new = max(0, self.num_new_blocks(request_id, num_tokens) - len(cached))
+        revived = sum(1 for b, _ in cached if self.ref_counts[b] == 0)
+        if new + revived > self.num_free_blocks:
+            return None
+        for block, _ in cached:  # before taking new ones, so none of them is evicted
+            if self.ref_counts[block] == 0:
+                self.cache.take_back(block)
+            self.ref_counts[block] += 1
+        if cached:
+            self.block_tables[request_id] = [b for b, _ in cached]
+            self.chains[request_id] = [k for _, k in cached]
+        blocks = self._take(new)
+        if blocks:
+            self.block_tables.setdefault(request_id, []).extend(blocks)
+        return blocks
+
+    def commit(self, request_id: int, num_computed: int, token_slice: TokenSlice) -> None:
+        """Key the request's full blocks whose KV is now written (its first
+        ``num_computed`` tokens), so later prompts can find them."""
+        if not self.enable_caching:
+            return
+        bs = self.block_size
+        chain = self.chains.setdefault(request_id, [])
+        table = self.block_tables[request_id]
+        for i in range(len(chain), num_computed // bs):
+            tokens = tuple(token_slice(i * bs, (i + 1) * bs))
+            chain.append(self.cache.register(table[i], chain[-1] if chain else None, tokens))
 
     def free(self, request_id: int) -> int:
         """Release every device and swap block of the request; returns how many."""
         device_blocks = self.block_tables.pop(request_id, [])
         swap_blocks = self.swap_tables.pop(request_id, [])
-        self.device.release(device_blocks)
+        self.chains.pop(request_id, None)
+        self._drop(device_blocks)
         self.swap.release(swap_blocks)
         return len(device_blocks) + len(swap_blocks)
+
+    def _take(self, n: int) -> list[int] | None:
+        """``n`` blocks nobody holds, unkeyed ones first, then the least recently freed
+        cached ones (which lose their keys); or None, with nothing taken."""
+        if n > self.num_free_blocks:
+            return None
+        blocks = self.device.take(min(n, self.device.num_free)) or []
+        blocks += [self.cache.evict() for _ in range(n - len(blocks))]
+        for block in blocks:
+            self.ref_counts[block] = 1
+        return blocks
+
+    def _drop(self, blocks: list[int]) -> None:
+        """One reference less on each block; a block nobody holds becomes free."""
+        # Tail first: a chain's last blocks are evicted before its first ones, which
+        # every other prompt with this prefix needs.
+        for block in reversed(blocks):
+            self.ref_counts[block] -= 1
+            if self.ref_counts[block] == 0 and not self.cache.park(block):
+                self.device.release([block])
 
     # ---- swap ----------------------------------------------------------------------
     def swap_out(self, request_id: int) -> list[tuple[int, int]] | None:
         """Move the request's blocks to CPU: (device block, cpu block) pairs to copy, or
-        None, with nothing changed, when the swap space is too full."""
+        None, with nothing changed, when the swap space is too full. Shared blocks are
+        copied too, and stay on the device for their other holders."""
         cpu_blocks = self.swap.take(len(self.block_table(request_id)))
         if cpu_blocks is None:
             return None
         device_blocks = self.block_tables.pop(request_id, [])
-        self.device.release(device_blocks)
+        self.chains.pop(request_id, None)
+        self._drop(device_blocks)
         self.swap_tables[request_id] = cpu_blocks
         return list(zip(device_blocks, cpu_blocks, strict=True))
 
@@ -122,7 +221,7 @@ class BlockManager:
             raise ValueError(f"request {request_id} is not swapped out")
         cpu_blocks = self.swap_tables[request_id]
         need = max(len(cpu_blocks), blocks_needed(num_tokens, self.block_size))
-        device_blocks = self.device.take(need)
+        device_blocks = self._take(need)
         if device_blocks is None:
             return None
         del self.swap_tables[request_id]
@@ -133,9 +232,20 @@ class BlockManager:
     # ---- invariants ----------------------------------------------------------------
     def check(self) -> None:
         """Raise AssertionError if the accounting is inconsistent."""
-        for pool, tables in ((self.device, self.block_tables), (self.swap, self.swap_tables)):
-            owned = [b for blocks in tables.values() for b in blocks]
-            assert len(owned) == len(set(owned)), "a block is owned twice"
-            assert len(set(pool.free)) == len(pool.free), "a block is free twice"
-            assert len(owned) + pool.num_free == pool.num_blocks, "used + free != total"
-            assert set(owned).isdisjoint(pool.free), "a block is both owned and free"
+        held = Counter(b for blocks in self.block_tables.values() for b in blocks)
+        for blocks in self.block_tables.values():
+            assert len(blocks) == len(set(blocks)), "a table holds a block twice"
+        for block, refs in enumerate(self.ref_counts):
+            assert refs == held[block], f"block {block}: {refs} references, {held[block]} tables"
+        free, evictable = set(self.device.free), set(self.cache.evictable)
+        assert len(free) == self.device.num_free, "a block is free twice"
+        assert free.isdisjoint(held) and evictable.isdisjoint(held), "a held block is free"
+        assert free.isdisjoint(self.cache.info), "a free-list block still has a key"
+        assert evictable <= set(self.cache.info), "an evictable block has no key"
+        assert len(held) + len(free) + len(evictable) == self.num_blocks, "a block leaked"
+        for block, info in self.cache.info.items():
+            assert self.cache.by_key[info.key] == block, "the key index disagrees"
+        owned = [b for blocks in self.swap_tables.values() for b in blocks]
+        assert len(owned) == len(set(owned)), "a swap block is owned twice"
+        assert len(owned) + self.swap.num_free == self.swap.num_blocks, "swap used + free != total"
+        assert set(owned).isdisjoint(self.swap.free), "a swap block is both owned and free"

@@ -26,6 +26,7 @@ from minicb.scheduler.plan import Decision, StepPlan
 
 class ContinuousScheduler(SchedulerBase):
     mode = "continuous"
+    shares_prefixes = True
 
     def _fill(self, plan: StepPlan) -> None:
         budget = self.config.max_num_batched_tokens
@@ -148,7 +149,9 @@ class ContinuousScheduler(SchedulerBase):
             if budget == 0:
                 plan.notes.append(f"{len(self.waiting)} waiting: the token budget is spent")
                 break
-            uncomputed = req.num_uncomputed_tokens
+            hits = self.blocks.lookup(req.token_slice, req.num_tokens)
+            cached = len(hits) * self.config.block_size
+            uncomputed = req.num_tokens - cached
             n = min(uncomputed, budget) if chunked else uncomputed
             if n > budget:
                 plan.notes.append(
@@ -156,21 +159,48 @@ class ContinuousScheduler(SchedulerBase):
                     f"budget of {budget}"
                 )
                 break
-            need = req.num_computed_tokens + n
-            if self.blocks.allocate_slots(req.request_id, need) is None:
+            found = self._found_in_cache(req, hits)  # before the hits change hands
+            if self.blocks.allocate_slots(req.request_id, cached + n, hits) is None:
                 plan.notes.append(
                     f"request {req.request_id} waits: needs "
-                    f"{self.blocks.num_new_blocks(req.request_id, need)} blocks, "
-                    f"{self.blocks.num_free_blocks} free"
+                    f"{self.blocks.num_new_blocks(req.request_id, cached + n) - len(hits)} "
+                    f"new blocks, {self.blocks.num_free_blocks} free"
                 )
                 break
+            req.num_computed_tokens = cached
             self._start_running(req, self.waiting)
             what = f"{n}-token chunk" if n < uncomputed else f"{n}-token prompt"
             if req.output_token_ids:
                 what += " (recompute after preemption)"
-            plan.admitted.append(
-                Decision(req.request_id, f"admitted: {what} fits the remaining budget of {budget}")
-            )
+            why = f"admitted: {what} fits the remaining budget of {budget}{found}"
+            plan.admitted.append(Decision(req.request_id, why, num_cached_tokens=cached))
+            if self.blocks.enable_caching:
+                plan.prefix_query_tokens += req.num_tokens
+                plan.prefix_hit_tokens += cached
             plan.scheduled.append(self._row(req, n))
             budget -= n
         return budget
+
+    def _found_in_cache(self, req: Request, hits: list[tuple[int, int]]) -> str:
+        """The reason's words for a cache hit: "; 32 of 40 prompt tokens found in the
+        cache: 2 blocks shared with request 7" ("" when nothing was found)."""
+        if not hits:
+            return ""
+        blocks = {b for b, _ in hits}
+        what = "prompt tokens" if not req.output_token_ids else "tokens"
+        words = (
+            f"; {len(hits) * self.config.block_size} of {req.num_tokens} {what} found in the cache"
+        )
+        holders = sorted(
+            rid for rid, table in self.blocks.block_tables.items() if blocks.intersection(table)
+        )
+        shared = sum(1 for b in blocks if self.blocks.ref_counts[b] > 0)
+        parts = []
+        if shared:
+            names = ", ".join(map(str, holders))
+            parts.append(
+                f"{shared} blocks shared with request{'s' if len(holders) > 1 else ''} {names}"
+            )
+        if shared < len(hits):
+            parts.append(f"{len(hits) - shared} taken back from the evictable cached blocks")
+        return f"{words}: {', '.join(parts)}"

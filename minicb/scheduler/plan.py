@@ -47,6 +47,8 @@ class Decision:
     request_id: int
     reason: str
     mode: str | None = None  # preemption mode: "recompute" or "swap"
+    # Admissions: tokens found in the prefix cache, which this request does not compute.
+    num_cached_tokens: int = 0
 
 
 DECISION_LISTS = ("admitted", "preempted", "swapped_out", "swapped_in", "finished")
@@ -77,10 +79,16 @@ class StepPlan:
     kv_free: int = 0
     kv_total: int = 0
     kv_swapped: int = 0
+    kv_cached: int = 0  # free blocks still holding a cached prefix (evictable), in kv_free
+    kv_shared: int = 0  # blocks held by more than one request (reference count above 1)
+    # Prefix cache lookups of this iteration's admissions, in tokens: looked up, found.
+    prefix_query_tokens: int = 0
+    prefix_hit_tokens: int = 0
     num_waiting: int = 0
     num_swapped: int = 0
     block_tables: dict[int, list[int]] = field(default_factory=dict)
     swap_tables: dict[int, list[int]] = field(default_factory=dict)
+    cached_blocks: list[int] = field(default_factory=list)  # the evictable cached block ids
 
     @property
     def num_tokens(self) -> int:
@@ -113,6 +121,7 @@ class StepPlan:
         data["swap_in_map"] = [list(p) for p in self.swap_in_map]
         data["block_tables"] = {str(k): list(v) for k, v in self.block_tables.items()}
         data["swap_tables"] = {str(k): list(v) for k, v in self.swap_tables.items()}
+        data["cached_blocks"] = list(self.cached_blocks)
         return data
 
     @classmethod
