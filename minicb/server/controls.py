@@ -229,8 +229,10 @@ async def handle_control(hub: Hub, text: str) -> dict[str, Any]:
     """Check and run one control message; always returns the reply to send."""
     try:
         msg = json.loads(text)
-    except (json.JSONDecodeError, TypeError) as err:
+    except (ValueError, TypeError) as err:  # JSONDecodeError, or a number of 5,000 digits
         return {"type": "error", "control": None, "message": f"malformed JSON: {err}"}
+    except RecursionError:
+        return {"type": "error", "control": None, "message": "malformed JSON: nested too deeply"}
     if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
         return {"type": "error", "control": None, "message": 'a control is an object with "type"'}
     kind = msg["type"]

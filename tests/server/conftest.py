@@ -1,10 +1,20 @@
-"""Fixtures and helpers of the server tests: fake-runner engines and /ws readers."""
+"""Fixtures and helpers of the server tests: fake-runner engines, /ws readers, and a live
+guarded demo with a real WebSocket client."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import SimpleNamespace
 
 from minicb import EngineConfig, FakeRunner, LLMEngine
+from minicb.server.app import create_app
+from minicb.server.engine_loop import EngineLoop
+from minicb.server.openai_api import install_openai_routes
+from minicb.server.openai_request import Guard
+from minicb.server.workload import WorkloadFeeder, WorkloadSpec
+from tests.api.live import live_server
 
 
 def fake_engine(batching: str = "continuous", **config) -> LLMEngine:
@@ -36,3 +46,72 @@ def events_until(ws, done, limit=5000):
             if done(msg["engine"], e):
                 return seen
     raise AssertionError("the expected event never came")
+
+
+class CharTokenizer:
+    """One token per character: enough for prompts given as text."""
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return [ord(c) % 256 for c in text]
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return "".join(map(chr, ids))
+
+
+class HeavyFakeRunner(FakeRunner):
+    """A fake whose KV blocks weigh 1 MiB each, as a real runner's would: the settings'
+    memory check sees a pool's bytes without any being allocated."""
+
+    def bytes_per_block(self) -> int:
+        return 1 << 20
+
+
+@contextmanager
+def guarded_demo(guard: Guard | None = None, mode: str = "demo") -> Iterator[SimpleNamespace]:
+    """A live demo (or, with ``mode="serve"``, one engine named "api") on fake runners,
+    with the OpenAI routes, behind ``guard``, on a real socket (uvicorn on 127.0.0.1).
+
+    Yields ``url`` (http://...), ``ws`` (ws://.../ws), ``loop`` and ``app``.
+    """
+    names = ("static", "continuous") if mode == "demo" else ("api",)
+    engines = {}
+    for name in names:
+        config = EngineConfig(batching=name if name == "static" else "continuous", num_kv_blocks=32)
+        runner = HeavyFakeRunner(
+            num_kv_blocks=32, token_fn=lambda rid, i: 65 + i % 26, tokenizer=CharTokenizer()
+        )
+        engines[name] = LLMEngine(config=config, runner=runner)
+    feeder = WorkloadFeeder(WorkloadSpec(preset="off")) if mode == "demo" else None
+    loop = EngineLoop(engines, feeder=feeder)
+    app = create_app(loop, mode=mode, model_name="fake", guard=guard)
+    install_openai_routes(app, loop, names[-1], "fake", guard=guard)
+    loop.start()
+    try:
+        with live_server(app) as url:
+            ws = "ws" + url.removeprefix("http") + "/ws"
+            yield SimpleNamespace(url=url, ws=ws, loop=loop, app=app)
+    finally:
+        loop.stop()
+
+
+def ws_connect(url: str, origin: str | None = None, **options):
+    """A real WebSocket client (``websockets``), as a non-browser or, with ``origin``, as a
+    page of that origin; no proxy, messages up to 8 MiB."""
+    from websockets.sync.client import connect
+
+    headers = {"Origin": origin} if origin else None
+    return connect(url, additional_headers=headers, proxy=None, max_size=8 << 20, **options)
+
+
+def receive(ws, timeout: float = 10.0) -> dict:
+    return json.loads(ws.recv(timeout=timeout))
+
+
+def replies(ws, count: int, timeout: float = 20.0) -> list[dict]:
+    """The next ``count`` messages that are no event batches (replies to controls)."""
+    out = []
+    while len(out) < count:
+        msg = receive(ws, timeout)
+        if msg["type"] != "events":
+            out.append(msg)
+    return out
