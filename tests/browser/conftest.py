@@ -98,7 +98,7 @@ def server(*args: str):
             if proc.poll() is not None:
                 raise RuntimeError(f"minicb {args[0]} exited with {proc.returncode}")
             try:
-                urllib.request.urlopen(url + "viz/info", timeout=2).read()
+                urllib.request.urlopen(url, timeout=2).read()  # the page: open with a key too
                 break
             except OSError:
                 if time.time() > deadline:
