@@ -5,8 +5,12 @@ The block manager is driven directly where the bookkeeping is the point, and the
 engine over FakeRunner where the scheduler's decisions are.
 """
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from minicb import SamplingParams
 from minicb.scheduler.block_manager import BlockManager
+from minicb.telemetry.metrics import MetricsCollector
+from minicb.telemetry.prometheus import PrometheusMetrics
 from tests.helpers import fake_engine
 
 GREEDY = SamplingParams(max_tokens=3, temperature=0.0)
@@ -201,3 +205,29 @@ def test_static_batching_does_not_share():
     engine.add_request(_tokens(12), GREEDY)
     plan = engine.step().plan
     assert plan.admitted[0].num_cached_tokens == 0 and not plan.cached_blocks
+
+
+# ---- the hit rate, in the metrics and in /metrics ------------------------------------------
+def test_metrics_and_prometheus_report_the_hit_rate_in_tokens():
+    engine = fake_engine(num_kv_blocks=16, block_size=4, enable_prefix_caching=True)
+    collector, prom = MetricsCollector(), PrometheusMetrics()
+    engine.bus.subscribe(collector)
+    engine.bus.subscribe(prom)
+    engine.add_request(_tokens(10), GREEDY)  # 10 looked up, nothing found
+    engine.run_until_done()
+    engine.add_request(_tokens(8) + [1, 2], GREEDY)  # 10 looked up, 8 found
+    engine.run_until_done()
+    cache = collector.summary()["prefix_cache"]
+    assert (cache["query_tokens"], cache["hit_tokens"], cache["hit_rate"]) == (20, 8, 0.4)
+    assert cache["prefill_tokens"] == 10 + 2
+    text = prom.exposition().decode()
+    values = {
+        s.name: s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name.startswith("minicb:prefix_cache") and s.name.endswith("_total")
+    }
+    assert values == {
+        "minicb:prefix_cache_queries_total": 20.0,
+        "minicb:prefix_cache_hits_total": 8.0,
+    }

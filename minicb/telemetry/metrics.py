@@ -18,6 +18,9 @@ events in the same order give exactly the same figures, live or replayed. Defini
   slots held; reservation waste = whole blocks held beyond the last (static batching
   reserves them up front) / slots held. The three add up to 1. Pool usage = used / total
   blocks after each step.
+- prefix cache, in tokens over every admission: queries = tokens looked up, hits = tokens
+  found (not computed); hit rate = hits / queries. Prefill tokens = tokens of prefill rows
+  actually computed (what the cache saves).
 - fairness: Jain's index over normalised latency (end-to-end / output tokens) of finished
   requests (1 = all equal); longest wait = most time a request spent not running
   (queued, preempted or swapped out).
@@ -135,6 +138,9 @@ class _Steps:
     preempted: dict[str, int] = field(default_factory=dict)
     swapped_out: int = 0
     swapped_in: int = 0
+    prefill_tokens: int = 0
+    prefix_query_tokens: int = 0
+    prefix_hit_tokens: int = 0
 
 
 class MetricsCollector:
@@ -180,6 +186,7 @@ class MetricsCollector:
             if row.phase == "padding":
                 s.padding_tokens += row.num_tokens
             else:
+                s.prefill_tokens += row.num_tokens if row.phase == "prefill" else 0
                 s.useful_rows += 1
             full = -(-row.context_len // bs)  # blocks the live tokens need
             s.kv_live += row.context_len
@@ -193,6 +200,8 @@ class MetricsCollector:
             s.preempted[d.mode or "?"] = s.preempted.get(d.mode or "?", 0) + 1
         s.swapped_out += len(plan.swapped_out)
         s.swapped_in += len(plan.swapped_in)
+        s.prefix_query_tokens += plan.prefix_query_tokens
+        s.prefix_hit_tokens += plan.prefix_hit_tokens
 
     def _on_arrived(self, e: Any) -> None:
         r = self._req(e)
@@ -281,6 +290,7 @@ class MetricsCollector:
             "batch": self._batch(),
             "kv": self._kv(),
             "preemptions": self._preemptions(),
+            "prefix_cache": self._prefix_cache(),
             "fairness": self._fairness(done),
             "goodput": _goodput(done, ttfts, tpots, ttft_slo, tpot_slo, duration),
         }
@@ -293,6 +303,15 @@ class MetricsCollector:
             "swap": s.preempted.get("swap", 0),
             "swapped_out": s.swapped_out,
             "swapped_in": s.swapped_in,
+        }
+
+    def _prefix_cache(self) -> dict[str, Any]:
+        s = self.steps
+        return {
+            "query_tokens": s.prefix_query_tokens,
+            "hit_tokens": s.prefix_hit_tokens,
+            "hit_rate": _ratio(s.prefix_hit_tokens, s.prefix_query_tokens),
+            "prefill_tokens": s.prefill_tokens,
         }
 
     def _batch(self) -> dict[str, Any]:

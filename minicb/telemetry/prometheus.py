@@ -75,6 +75,13 @@ class PrometheusMetrics:
             "minicb:prompt_tokens", "Prefill tokens computed, recomputes included."
         )
         self.generation_tokens = counter("minicb:generation_tokens", "Tokens generated.")
+        # As vLLM's: the hit rate is hits / queries, both in tokens, over any window.
+        self.prefix_queries = counter(
+            "minicb:prefix_cache_queries", "Prompt tokens looked up in the prefix cache."
+        )
+        self.prefix_hits = counter(
+            "minicb:prefix_cache_hits", "Prompt tokens found in the prefix cache."
+        )
         self.iterations = counter("minicb:iterations", "Engine iterations.")
         self.success = counter("minicb:request_success", "Finished requests.", ["finished_reason"])
         self.rejected = counter("minicb:request_rejected", "Requests refused at the door.")
@@ -131,6 +138,9 @@ class PrometheusMetrics:
         prefill = sum(r.num_tokens for r in plan.scheduled if r.phase == "prefill")
         if prefill:
             self.prompt_tokens.inc(prefill)
+        if plan.prefix_query_tokens:
+            self.prefix_queries.inc(plan.prefix_query_tokens)
+            self.prefix_hits.inc(plan.prefix_hit_tokens)
 
     # Request counts follow each request's own events, so they are right between steps too
     # (an arrival, an abort) and after the last step; requests that arrived before this
