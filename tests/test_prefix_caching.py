@@ -5,9 +5,10 @@ The block manager is driven directly where the bookkeeping is the point, and the
 engine over FakeRunner where the scheduler's decisions are.
 """
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from minicb import SamplingParams
+from minicb import LLM, SamplingParams
 from minicb.scheduler.block_manager import BlockManager
 from minicb.telemetry.metrics import MetricsCollector
 from minicb.telemetry.prometheus import PrometheusMetrics
@@ -231,3 +232,26 @@ def test_metrics_and_prometheus_report_the_hit_rate_in_tokens():
         "minicb:prefix_cache_queries_total": 20.0,
         "minicb:prefix_cache_hits_total": 8.0,
     }
+
+
+# ---- the attention backends, from a cached prefix ------------------------------------------
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_attention_from_a_cached_prefix_matches_no_cache(backend, tiny_llama_dir):
+    """Whole prompts (no chunking): the only queries that start mid-context are the ones
+    whose prefix came from the cache."""
+    system = list(range(3, 40))  # two full blocks of 16, and a bit
+    prompts = [system + [50 + i] * (i + 1) for i in range(4)]
+    params = SamplingParams(max_tokens=5, temperature=0.0, ignore_eos=True)
+    options = dict(num_kv_blocks=32, block_size=16, max_num_seqs=1)
+    plain = LLM(model=tiny_llama_dir, attention_backend="torch", **options)
+    expected = [o.token_ids for o in plain.generate(prompts, params)]
+    cached = LLM(
+        model=tiny_llama_dir, attention_backend=backend, enable_prefix_caching=True, **options
+    )
+    starts = []
+    cached.engine.bus.subscribe(
+        lambda e: starts.extend(r.start_position for r in e.plan.scheduled if r.phase == "prefill"),
+        kinds=["step"],
+    )
+    assert [o.token_ids for o in cached.generate(prompts, params)] == expected
+    assert starts == [0, 32, 32, 32]
