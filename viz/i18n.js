@@ -33,6 +33,7 @@ const STRINGS = {
     ttft50: "TTFT p50", ttft99: "TTFT p99", queue: "queue", done: "finished",
     kvmap: "KV cache blocks", kvFree: "free", kvSwapped: "swapped to CPU",
     kvUsed: "used", preemptedNow: "preempted",
+    kvBlock: "block", kvShared: "shared", kvCached: "free, still cached (evictable)",
     occupancyChart: "Slot occupancy over time (useful rows / max sequences)",
     legend: "Legend",
     ph_waiting: "waiting", ph_prefill: "prefill chunk", ph_decode: "decode",
@@ -74,6 +75,7 @@ const STRINGS = {
     ttft50: "首 token 延迟 p50", ttft99: "首 token 延迟 p99", queue: "排队", done: "已完成",
     kvmap: "KV 缓存块", kvFree: "空闲", kvSwapped: "已换出到 CPU",
     kvUsed: "已用", preemptedNow: "被抢占",
+    kvBlock: "块", kvShared: "共享", kvCached: "空闲，仍存有缓存前缀（可回收）",
     occupancyChart: "槽位占用率随时间变化（有效行 / 最大序列数）",
     legend: "图例",
     ph_waiting: "等待", ph_prefill: "预填充段", ph_decode: "解码",
@@ -124,6 +126,20 @@ const REASONS = [
   [/^request (\d+) (.+)$/, (m) => `请求 ${m[1]} ${translateReason(m[2])}`],
 ];
 
+// An admission's prefix-cache suffix: "; 32 of 40 prompt tokens found in the cache: 2 blocks
+// shared with request 7, 1 taken back from the evictable cached blocks".
+const CACHE_HIT = /; (\d+) of (\d+) (?:prompt )?tokens found in the cache: (.+)$/;
+
+function cacheWords(m) {
+  const parts = m[3].split(/, (?=\d+ (?:blocks|taken))/).map((p) => {
+    const shared = p.match(/^(\d+) blocks shared with requests? (.+)$/);
+    if (shared) return `与请求 ${shared[2]} 共享 ${shared[1]} 个块`;
+    const back = p.match(/^(\d+) taken back from the evictable cached blocks$/);
+    return back ? `${back[1]} 个取回自可回收的缓存块` : p;
+  });
+  return `；缓存中找到 ${m[2]} 个 token 中的 ${m[1]} 个：${parts.join("，")}`;
+}
+
 function victim(who) {
   if (who === "the latest arrival") return "最晚到达的请求";
   if (who === "the lowest priority") return "优先级最低的请求";
@@ -143,6 +159,8 @@ export function t(key) {
 // as the engine wrote them.
 export function translateReason(text) {
   if (lang !== "zh") return text;
+  const cache = text.match(CACHE_HIT);
+  if (cache) return translateReason(text.slice(0, cache.index)) + cacheWords(cache);
   const [head, ...rest] = text.split("; swap space is full, so it falls back to recompute");
   for (const [pattern, template] of REASONS) {
     const m = head.match(pattern);

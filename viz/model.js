@@ -153,6 +153,7 @@ export class PanelModel {
       notes: e.notes,
       // request id (a string) -> its block ids after this step: what the KV map draws
       blockTables: e.block_tables, swapTables: e.swap_tables,
+      cachedBlocks: e.cached_blocks || [], // evictable blocks still holding a cached prefix
     });
     this.current = null;
     if (e.kv_total) this.kvTotal = e.kv_total;

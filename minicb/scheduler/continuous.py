@@ -164,7 +164,7 @@ class ContinuousScheduler(SchedulerBase):
                 plan.notes.append(
                     f"request {req.request_id} waits: needs "
                     f"{self.blocks.num_new_blocks(req.request_id, cached + n) - len(hits)} "
-                    f"new blocks, {self.blocks.num_free_blocks} free"
+                    f"blocks, {self.blocks.num_free_blocks} free"
                 )
                 break
             req.num_computed_tokens = cached
