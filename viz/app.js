@@ -72,7 +72,8 @@ function legend() {
 // ---- messages from the server ------------------------------------------------------------
 function onHello(msg) {
   app.mode = msg.mode; app.role = msg.role;
-  document.body.className = `${msg.mode} ${msg.role || "controller"}`;
+  document.body.className = msg.mode;
+  document.body.classList.toggle("viewer", msg.role === "viewer"); // read-only: no controls
   $("mode").textContent = t(`${msg.mode}Mode`);
   $("mode").dataset.i18n = `${msg.mode}Mode`;
   $("model").textContent = msg.model || "";

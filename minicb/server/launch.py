@@ -144,6 +144,8 @@ def run_server(
     host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     url = f"http://{host}:{args.port}/"
     print(f"{what}: open {url} in a browser (Ctrl-C to stop)", flush=True)
+    if args.api_key:
+        print("  behind a key: the page asks for it once; a link can carry it as ?key=KEY")
     if args.open:
         webbrowser.open(url)
     # uvicorn shuts down gracefully on SIGTERM, then raises it again under the handler it
