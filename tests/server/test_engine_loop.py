@@ -1,14 +1,16 @@
 """The engine thread: commands run there, streams deliver every token, pause and single
-step hold and advance exactly one round, aborts free blocks, a failing step is contained.
+step hold and advance exactly one round, aborts free blocks, a failing step is contained, a
+flood of commands waits its turn between rounds.
 The engines are real, on a FakeRunner (no model): token i of every request is 10 + i."""
 
 import asyncio
+from collections import Counter
 
 import pytest
 
 from minicb import SamplingParams
 from minicb.request import RequestOutput
-from minicb.server.engine_loop import EngineLoop
+from minicb.server.engine_loop import MAX_COMMANDS_PER_ROUND, EngineLoop
 from tests.server.conftest import fake_engine
 
 PARAMS = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
@@ -121,3 +123,21 @@ def test_single_steps_never_wait_for_a_round_that_already_ran(loop):
     assert not worker.is_alive(), "a single step hung"
     assert rounds == list(range(rounds[0], rounds[0] + 50))
     loop.resume()
+
+
+def test_a_flood_of_commands_waits_its_turn_between_rounds():
+    """1,000 commands queued at once (a flood from many pages) run at most
+    MAX_COMMANDS_PER_ROUND between two rounds: the engine steps through them."""
+    engine = fake_engine()
+    engine.add_request([5, 6, 7], SamplingParams(max_tokens=40, ignore_eos=True))
+    loop = EngineLoop({"continuous": engine})
+    seen = [loop.call(lambda: loop.rounds) for _ in range(1000)]  # queued before it starts
+    loop.start()
+    try:
+        rounds = [future.result(10) for future in seen]
+    finally:
+        loop.stop()
+    per_round = Counter(rounds)
+    assert max(per_round.values()) == MAX_COMMANDS_PER_ROUND
+    assert sorted(per_round) == list(range(len(per_round)))  # a step between every batch
+    assert len(per_round) == -(-1000 // MAX_COMMANDS_PER_ROUND)
