@@ -1,8 +1,8 @@
 """The door of a live server (uvicorn on 127.0.0.1, a real WebSocket client): with a key
 set, /ws without it or with a wrong one is refused; a foreign Origin is refused before the
 upgrade with or without a key; a viewer cannot pause or rebuild; in serve mode an API
-user's prompt and output never reach the stream; without a key, a non-loopback bind
-refuses to start and says why."""
+user's prompt and output never reach the stream, nor a replay's texts a viewer; without a
+key, a non-loopback bind refuses to start and says why."""
 
 from __future__ import annotations
 
@@ -10,12 +10,22 @@ import json
 
 import httpx
 import pytest
+from fastapi.testclient import TestClient
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from minicb import EngineConfig, FakeRunner, LLMEngine, SamplingParams
 from minicb.cli import build_parser, main
+from minicb.server.app import create_app
 from minicb.server.launch import serve_replay, server_guard
 from minicb.server.openai_request import Guard
-from tests.server.conftest import guarded_demo, receive, replies, ws_connect
+from minicb.telemetry.trace import Trace
+from tests.server.conftest import (
+    CharTokenizer,
+    guarded_demo,
+    receive,
+    replies,
+    ws_connect,
+)
 
 KEY, VIEWER_KEY = "sk-teacher", "room-42"
 GUARD = Guard(api_key=KEY, viewer_key=VIEWER_KEY)
@@ -174,3 +184,22 @@ def test_a_public_replay_needs_a_key_too_and_insecure_public_is_the_way_round():
     args.api_key, args.viewer_key = "k", "k"
     with pytest.raises(ValueError, match="--viewer-key must differ"):
         server_guard(args)
+
+
+def test_a_replays_traces_need_a_key_and_a_viewer_gets_them_without_texts():
+    runner = FakeRunner(num_kv_blocks=32, tokenizer=CharTokenizer())
+    engine = LLMEngine(config=EngineConfig(num_kv_blocks=32), runner=runner)
+    seen = []
+    engine.bus.subscribe(seen.append)
+    engine.add_request(SECRET, SamplingParams(max_tokens=2, ignore_eos=True))
+    engine.run_until_done()
+    trace = Trace({"model": "fake", "config": engine.config.to_dict()}, seen)
+    app = create_app(None, mode="replay", replay={"continuous": trace}, guard=GUARD)
+    with TestClient(app) as client:
+        assert client.get("/viz/info").status_code == 401
+        for key, sees in ((KEY, True), (VIEWER_KEY, False)):
+            with client.websocket_connect("/ws?key=" + key) as ws:
+                assert ws.receive_json()["role"] == ("controller" if sees else "viewer")
+                events = ws.receive_json()["traces"]["continuous"]["events"]
+                assert (SECRET in json.dumps(events)) is sees
+                assert len(events) == len(seen)  # the timeline is whole either way
