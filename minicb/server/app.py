@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fastapi import Depends, FastAPI, WebSocket
+from fastapi import Depends, FastAPI, Request, WebSocket
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.websockets import WebSocketDisconnect
@@ -362,8 +362,10 @@ def create_app(engine_loop: EngineLoop | None, **options: Any) -> FastAPI:
         return FileResponse(path, media_type="text/javascript")
 
     @app.get("/viz/info", include_in_schema=False, dependencies=reader)
-    async def info() -> JSONResponse:
-        return JSONResponse(await hub.loop.acall(hub.hello) if hub.loop else hub.hello())
+    async def info(request: Request) -> JSONResponse:
+        role = hub.guard.role(Guard.key_of(request)) or VIEWER  # the dependency let it in
+        hello = functools.partial(hub.hello, role)
+        return JSONResponse(await hub.loop.acall(hello) if hub.loop else hello())
 
     @app.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:

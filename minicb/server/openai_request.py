@@ -419,14 +419,18 @@ class Guard:
         own = {f"http://{host}", f"https://{host}"} if host else set()
         return origin.rstrip("/") in own | {o.rstrip("/") for o in self.allowed_origins}
 
+    @staticmethod
+    def key_of(request: Request) -> str | None:
+        """The key an HTTP request shows: ``Authorization: Bearer`` or, for a browser's
+        address bar, ``?key=``."""
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        return token.strip() if scheme.lower() == "bearer" else request.query_params.get("key")
+
     def http_check(self, *roles: str) -> Callable[[Request], Awaitable[None]]:
-        """A route dependency: 401 unless the request's key (``Authorization: Bearer`` or,
-        for a browser's address bar, ``?key=``) has one of ``roles``."""
+        """A route dependency: 401 unless the request's key has one of ``roles``."""
 
         async def check(request: Request) -> None:
-            scheme, _, token = request.headers.get("authorization", "").partition(" ")
-            key = token.strip() if scheme.lower() == "bearer" else request.query_params.get("key")
-            if self.role(key) not in roles:
+            if self.role(self.key_of(request)) not in roles:
                 raise APIError(
                     "missing or incorrect API key; send the header Authorization: Bearer <key>",
                     status=401,

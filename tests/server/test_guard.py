@@ -158,7 +158,8 @@ def test_metrics_and_info_need_a_key_unless_public():
     with guarded_demo(GUARD) as live:
         assert httpx.get(live.url + "/metrics").status_code == 401
         assert httpx.get(live.url + "/viz/info").status_code == 401
-        assert httpx.get(live.url + "/viz/info?key=" + VIEWER_KEY).status_code == 200
+        info = httpx.get(live.url + "/viz/info?key=" + VIEWER_KEY)
+        assert info.status_code == 200 and info.json()["role"] == "viewer"
         viewer = {"Authorization": f"Bearer {VIEWER_KEY}"}
         assert httpx.get(live.url + "/metrics", headers=viewer).status_code == 200
         assert httpx.post(live.url + "/v1/completions", headers=viewer, json={}).status_code == 401
