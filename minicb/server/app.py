@@ -23,12 +23,13 @@ The door (openai_request.Guard): a foreign page's Origin is refused before the u
 ``{"type": "auth", "key": ...}``, after the server's ``{"type": "auth_required"}``, and
 gets the key's role. A viewer's controls are refused. Texts (prompts, output tokens) are
 redacted here, in the fan-out, never in the engine's events: for viewers unless
-``show_text``, and in serve mode for everyone but the controller who typed them on this
-page. Each connection's messages are bounded in size and rate, so a flood costs its own
-connection replies and never reaches the engine thread.
+``show_text``, and in serve mode for everyone (the API's users' texts), except that
+controllers see the prompts typed on a page. Each connection's messages are bounded in
+size and rate, so a flood is answered with errors at the door, not in the engine thread.
 
-Messages out: ``hello``, then ``events`` batches ({engine, events, dropped}), replies to
-controls (``ack`` or ``error``), and in replay mode one ``replay`` with the whole trace.
+Messages out: (``auth_required``), ``hello`` (with the ``role``), then ``events``
+batches ({engine, events, dropped}), replies to controls (``ack`` or ``error``), and in
+replay mode one ``replay`` with the whole trace.
 Modes: "demo" (engines, a workload feeder, every control), "serve" (one engine behind
 the API), "replay" (no engine: the browser scrubs through recorded traces).
 """
