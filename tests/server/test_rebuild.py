@@ -135,3 +135,21 @@ def test_a_demo_trace_stops_at_the_rebuild_and_never_mixes_two_engines(tmp_path)
         kinds = [e.kind for e in trace.events]
         assert kinds[0] == "arrived" and kinds[-1] == "aborted" and "reset" not in kinds
         assert [e.plan.step for e in trace.events if e.kind == "step"] == [1]
+
+
+def test_a_pool_beyond_free_memory_is_refused_on_the_real_runner(tiny_llama_dir, monkeypatch):
+    """The model runner's own bytes per block, against what the machine says is free (here
+    64 MiB): refused before anything is rebuilt, naming the limit; a pool that fits goes."""
+    from minicb import EngineConfig, LLMEngine
+    from minicb.server import controls
+
+    engine = LLMEngine(tiny_llama_dir, EngineConfig(num_kv_blocks=16))
+    per_block = engine.runner.bytes_per_block()
+    monkeypatch.setattr(controls, "_free_bytes", lambda device: 64 << 20)
+    loop = EngineLoop({"continuous": engine})
+    too_many = (64 << 20) // per_block  # the pool and its swap twin: twice the free memory
+    with pytest.raises(controls.ControlError, match="over the limit of 80% of the 0.06 GiB free"):
+        rebuild_engines(loop, {"num_kv_blocks": too_many})
+    assert loop.engines["continuous"] is engine  # nothing rebuilt
+    infos = rebuild_engines(loop, {"num_kv_blocks": too_many // 4})
+    assert infos[0]["kv_total"] == too_many // 4
