@@ -282,7 +282,9 @@ async def _admit(websocket: WebSocket, guard: Guard) -> str | None:
     try:
         text = await asyncio.wait_for(websocket.receive_text(), AUTH_TIMEOUT_S)
         msg = json.loads(text) if len(text) <= MAX_MESSAGE_CHARS else None
-    except (TimeoutError, ValueError):
+    except WebSocketDisconnect:
+        return None
+    except (TimeoutError, ValueError, RecursionError):  # silence, or no JSON
         msg = None
     key = msg.get("key") if isinstance(msg, dict) and msg.get("type") == "auth" else None
     role = guard.role(key) if isinstance(key, str) else None

@@ -64,6 +64,13 @@ def test_no_key_or_a_wrong_key_is_refused(demo):
         assert receive(ws)["control"] == "auth"
         with pytest.raises(ConnectionClosed):
             ws.recv(timeout=5)
+    for first in ("[" * 8000, "x" * 100_000, '{"type": "auth", "key": 5}'):  # no key at all
+        with ws_connect(demo.ws) as ws:
+            receive(ws)
+            ws.send(first)
+            assert receive(ws)["control"] == "auth"
+            with pytest.raises(ConnectionClosed):
+                ws.recv(timeout=5)
     with pytest.raises(InvalidStatus) as refused:  # a wrong ?key=: no upgrade at all
         ws_connect(demo.ws + "?key=guess")
     assert refused.value.response.status_code == 403
