@@ -1,8 +1,12 @@
-"""Every string of the page has a Chinese entry, and every string the page asks for exists.
+"""The teaching material is in English and Chinese: the page's strings and the notebooks.
 
 The page's strings live in ``viz/i18n.js`` (``STRINGS.en`` and ``STRINGS.zh``); a key missing
 from ``zh`` silently falls back to English there, so a class in Chinese would see English
 labels. Plain Python reads the JS file: the two tables are flat ``key: "text"`` lists.
+
+Each notebook is one notebook for both languages, so the code never drifts between two
+copies: every English markdown cell is followed by its Chinese translation, a markdown cell
+marked ``"lang": "zh"`` in its metadata.
 """
 
 from __future__ import annotations
@@ -10,7 +14,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-VIZ = Path(__file__).resolve().parent.parent / "viz"
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+VIZ = ROOT / "viz"
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 ENTRY = re.compile(r'(\w+): "((?:[^"\\]|\\.)*)"')
 CJK = re.compile(r"[\u4e00-\u9fff]")
 # Keys whose Chinese text may carry no Chinese character: "token" is the word Chinese
@@ -49,3 +57,18 @@ def test_every_key_the_page_uses_is_defined():
     for js in VIZ.glob("*.js"):
         used |= set(re.findall(r'\bt\("(\w+)"\)', js.read_text(encoding="utf-8")))
     assert sorted(used - set(en)) == []
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_notebook_text_cell_is_followed_by_its_chinese(path):
+    nbformat = pytest.importorskip("nbformat")
+    cells = nbformat.read(path, as_version=4).cells
+    missing = []
+    for i, cell in enumerate(cells):
+        if cell.cell_type != "markdown" or cell.metadata.get("lang") == "zh":
+            continue
+        nxt = cells[i + 1] if i + 1 < len(cells) else None
+        ok = nxt is not None and nxt.cell_type == "markdown" and nxt.metadata.get("lang") == "zh"
+        if not (ok and CJK.search(nxt.source)):
+            missing.append(cell.source.splitlines()[0])
+    assert missing == []
