@@ -188,3 +188,35 @@ def test_same_tokens_with_prefix_caching_under_preemption(
     tokens, hit_tokens = _cached_run(llm)
     assert tokens == shared_reference
     assert hit_tokens > 0 and preemptions
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(),
+        dict(max_num_batched_tokens=5),
+        dict(num_kv_blocks=5, preemption_mode="recompute", max_num_batched_tokens=64),
+        dict(num_kv_blocks=5, preemption_mode="swap", max_num_batched_tokens=64, policy="priority"),
+    ],
+    ids=["continuous", "chunk-5", "recompute", "swap-priority"],
+)
+def test_same_tokens_with_prefix_caching_on_default_model(options, default_llm):
+    system = "You are a helpful assistant who answers in one short sentence. Question: "
+    prompts = [system + q for q in ("What is water?", "Why is the sky blue?", "Who was Ada?")]
+    prompts += [prompts[0], system + "What is water? Answer simply."]
+    expected = greedy_tokens(default_llm, prompts, 16)
+    llm = LLM(
+        dtype="float32",
+        block_size=16,
+        enable_prefix_caching=True,
+        max_num_seqs=2,
+        **({"num_kv_blocks": 64} | options),
+    )
+    hits = []
+    llm.engine.bus.subscribe(lambda e: hits.append(e.plan.prefix_hit_tokens), kinds=["step"])
+    outs = llm.generate(prompts, SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True))
+    assert [o.token_ids for o in outs] == expected
+    assert sum(hits) > 0
+    if "preemption_mode" in options:
+        assert sum(o.metrics.num_preemptions for o in outs) > 0
