@@ -133,6 +133,7 @@ class ModelRunner:
             "device": str(self.device),
             "dtype": str(self.dtype).removeprefix("torch."),
             "num_kv_blocks": self.num_kv_blocks,
+            "bytes_per_block": self.bytes_per_block(),
             "torch_threads": torch.get_num_threads(),
         }
         if self.device.type == "cuda":

@@ -157,19 +157,20 @@ def rebuild_engines(loop: EngineLoop, changes: dict[str, Any]) -> list[dict[str,
 def check_memory(engines: dict[str, Any], blocks: dict[str, int | None]) -> None:
     """Refuse KV pools of ``blocks`` (engine name -> blocks) that the machine cannot hold.
 
-    A runner that allocates real memory says how much a block takes (``bytes_per_block``;
-    fakes and simulations allocate none). The new pools are built while the old ones are
-    still held, so they must fit in what is free now, with room to spare; a swap twin as
-    large as the pool lives in host memory, which on CPU is the same memory.
+    A runner that allocates real memory says how much a block takes (``bytes_per_block`` in
+    its description; fakes and simulations allocate none). The new pools are built while
+    the old ones are still held, so they must fit in what is free now, with room to spare;
+    a swap twin as large as the pool lives in host memory, which on CPU is the same memory.
     """
     needed: dict[str, int] = {}
     for name, engine in engines.items():
-        per_block = getattr(engine.runner, "bytes_per_block", None)
+        runner = engine.describe()["runner"]
+        per_block = runner.get("bytes_per_block")
         if per_block is None or not blocks[name]:
             continue
-        device = str(engine.describe()["runner"].get("device", "cpu")).split(":")[0]
+        device = str(runner.get("device", "cpu")).split(":")[0]
         copies = 2 if device == "cpu" else 1  # the swap twin shares the memory on CPU
-        needed[device] = needed.get(device, 0) + copies * blocks[name] * per_block()
+        needed[device] = needed.get(device, 0) + copies * blocks[name] * per_block
     for device, wanted in needed.items():
         free = _free_bytes(device)
         if wanted > MEMORY_SHARE * free:

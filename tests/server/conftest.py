@@ -62,8 +62,8 @@ class HeavyFakeRunner(FakeRunner):
     """A fake whose KV blocks weigh 1 MiB each, as a real runner's would: the settings'
     memory check sees a pool's bytes without any being allocated."""
 
-    def bytes_per_block(self) -> int:
-        return 1 << 20
+    def describe(self) -> dict:
+        return {**super().describe(), "bytes_per_block": 1 << 20}
 
 
 @contextmanager

@@ -144,7 +144,7 @@ def test_a_pool_beyond_free_memory_is_refused_on_the_real_runner(tiny_llama_dir,
     from minicb.server import controls
 
     engine = LLMEngine(tiny_llama_dir, EngineConfig(num_kv_blocks=16))
-    per_block = engine.runner.bytes_per_block()
+    per_block = engine.describe()["runner"]["bytes_per_block"]
     monkeypatch.setattr(controls, "_free_bytes", lambda device: 64 << 20)
     loop = EngineLoop({"continuous": engine})
     too_many = (64 << 20) // per_block  # the pool and its swap twin: twice the free memory
