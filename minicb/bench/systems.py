@@ -314,6 +314,19 @@ def sibling(engine: LLMEngine, **changes: Any) -> LLMEngine:
     return LLMEngine(config=config, runner=engine.runner.with_config(config))
 
 
+def compare_prefix_caching(
+    engine: LLMEngine, workload: Workload, slo: SLOs = (None, None)
+) -> dict[str, RunRecord]:
+    """The workload with prefix caching off, then on, on siblings of ``engine`` (the same
+    weights, a fresh KV pool each): {"off": record, "on": record}, in one run."""
+    return {
+        name: run_minicb(
+            sibling(engine, enable_prefix_caching=on), workload, f"minicb-cache-{name}", slo
+        )
+        for name, on in (("off", False), ("on", True))
+    }
+
+
 def kv_blocks_for(workloads: list[Workload], slots: int, block_size: int) -> int:
     """A pool where every slot can hold the longest request of any workload: no preemption
     is forced by the pool size, so the comparison is about batching alone."""

@@ -15,6 +15,14 @@ irrelevant here, only the lengths matter.
 - ``fixed_lengths``: every prompt and output the same length, the control where
   continuous batching has nothing to win.
 
+Two more, for prefix caching (most of each prompt seen before):
+
+- ``shared_system_prompt``: one system prompt in front of every request, then a question
+  of its own (the common case of a deployed assistant);
+- ``multi_turn_chat``: conversations whose every turn's prompt is the previous turn's
+  prompt, an answer and a new question; turn ``k`` arrives ``k * think_s`` seconds in, so
+  the previous turn has been computed (and cached) when it comes.
+
 Lengths are drawn from ``random.Random(seed)`` and prompt ids from a second generator
 seeded from the same seed, so the lengths do not depend on the model's vocabulary: the
 same arguments give the same lengths on any model, and the same workload anywhere.
@@ -168,6 +176,55 @@ def fixed_lengths(n: int, prompt_len: int, output_len: int, vocab: int, seed: in
     )
     params = dict(n=n, prompt_len=prompt_len, output_len=output_len)
     return _workload("fixed", [(prompt_len, output_len)] * n, vocab, seed, description, params)
+
+
+def shared_system_prompt(
+    n: int, system_len: int, question_range: tuple[int, int], output_len: int, vocab: int,
+    seed: int = 0,
+) -> Workload:  # fmt: skip
+    """Every prompt: the same ``system_len`` tokens, then a question of its own."""
+    rng = random.Random(seed)
+    lengths = [(system_len + rng.randint(*question_range), output_len) for _ in range(n)]
+    w = _workload(
+        "shared-system",
+        lengths,
+        vocab,
+        seed,
+        f"{n} requests, one {system_len}-token system prompt then a question of "
+        f"{list(question_range)} tokens, {output_len} output tokens each",
+        dict(
+            n=n, system_len=system_len, question_range=list(question_range), output_len=output_len
+        ),
+    )
+    system = w.requests[0].prompt[:system_len]
+    reqs = [replace(r, prompt=system + r.prompt[system_len:]) for r in w.requests]
+    return replace(w, requests=reqs)
+
+
+def multi_turn_chat(
+    conversations: int, turns: int, turn_len: int, output_len: int, vocab: int,
+    think_s: float = 1.0, seed: int = 0,
+) -> Workload:  # fmt: skip
+    """Each turn's prompt = the previous turn's prompt + ``turn_len`` new tokens (an answer
+    and a question); turn ``k`` of every conversation arrives at ``k * think_s``."""
+    n = conversations * turns
+    w = _workload(
+        "multi-turn",
+        [(turn_len, output_len)] * n,
+        vocab,
+        seed,
+        f"{conversations} conversations of {turns} turns, each turn {turn_len} tokens "
+        f"longer than the last, {output_len} output tokens, a turn every {think_s:g} s",
+        dict(conversations=conversations, turns=turns, turn_len=turn_len, output_len=output_len),
+    )
+    reqs = []
+    for c in range(conversations):
+        prompt: list[int] = []
+        for k in range(turns):
+            prompt = prompt + w.requests[c * turns + k].prompt
+            reqs.append(RequestSpec(prompt, output_len, arrival=k * think_s))
+    reqs.sort(key=lambda r: r.arrival)
+    return replace(w, requests=reqs, arrivals=f"turn k at k x {think_s:g} s")
 
 
 # ---- arrivals --------------------------------------------------------------------------
