@@ -77,6 +77,7 @@ class BlockManager:
         self.swap = BlockPool(num_swap_blocks)
         self.cache = PrefixCache()
         self.ref_counts = [0] * num_blocks
+        self.num_shared_blocks = 0  # blocks in more than one table, kept as counts change
         self.block_tables: dict[int, list[int]] = {}  # request id -> device blocks
         self.swap_tables: dict[int, list[int]] = {}  # request id -> CPU blocks
         # request id -> keys of its leading full blocks that commit has seen, in order.
@@ -105,13 +106,6 @@ class BlockManager:
         """Free blocks that still hold a cached prefix (evictable)."""
         return len(self.cache.evictable)
 
-    @property
-    def num_shared_blocks(self) -> int:
-        """Blocks in more than one table."""
-        if not self.enable_caching:  # nothing is shared: skip the scan
-            return 0
-        return sum(1 for n in self.ref_counts if n > 1)
-
     def block_table(self, request_id: int) -> list[int]:
         return self.block_tables.get(request_id, [])
 
@@ -129,7 +123,7 @@ class BlockManager:
             return []
         bs = self.block_size
         full = (num_tokens - 1) // bs
-        return self.cache.match([tuple(token_slice(i * bs, (i + 1) * bs)) for i in range(full)])
+        return self.cache.match(tuple(token_slice(i * bs, (i + 1) * bs)) for i in range(full))
 
     # ---- allocate / free -----------------------------------------------------------
     def allocate_slots(
@@ -150,6 +144,7 @@ class BlockManager:
             if self.ref_counts[block] == 0:
                 self.cache.take_back(block)
             self.ref_counts[block] += 1
+            self.num_shared_blocks += self.ref_counts[block] == 2
         if cached:
             self.block_tables[request_id] = [b for b, _ in cached]
             self.chains[request_id] = [k for _, k in cached]
@@ -196,6 +191,7 @@ class BlockManager:
         # every other prompt with this prefix needs.
         for block in reversed(blocks):
             self.ref_counts[block] -= 1
+            self.num_shared_blocks -= self.ref_counts[block] == 1
             if self.ref_counts[block] == 0 and not self.cache.park(block):
                 self.device.release([block])
 
@@ -237,6 +233,8 @@ class BlockManager:
             assert len(blocks) == len(set(blocks)), "a table holds a block twice"
         for block, refs in enumerate(self.ref_counts):
             assert refs == held[block], f"block {block}: {refs} references, {held[block]} tables"
+        shared = sum(1 for n in held.values() if n > 1)
+        assert self.num_shared_blocks == shared, "the shared-block count is off"
         free, evictable = set(self.device.free), set(self.cache.evictable)
         assert len(free) == self.device.num_free, "a block is free twice"
         assert free.isdisjoint(held) and evictable.isdisjoint(held), "a held block is free"

@@ -21,6 +21,7 @@ needs it for something else (``evict``). Pure Python.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -45,8 +46,9 @@ class PrefixCache:
         # Keyed blocks nobody holds, least recently freed first: free, but still cached.
         self.evictable: OrderedDict[int, None] = OrderedDict()
 
-    def match(self, blocks_of_tokens: list[tuple[int, ...]]) -> list[tuple[int, int]]:
-        """(block, key) of the cached blocks that begin this run of full blocks' tokens."""
+    def match(self, blocks_of_tokens: Iterable[tuple[int, ...]]) -> list[tuple[int, int]]:
+        """(block, key) of the cached blocks that begin this run of full blocks' tokens
+        (read lazily: the walk stops at the first miss)."""
         hits = []
         parent = None
         for tokens in blocks_of_tokens:
