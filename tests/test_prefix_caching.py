@@ -5,10 +5,13 @@ The block manager is driven directly where the bookkeeping is the point, and the
 engine over FakeRunner where the scheduler's decisions are.
 """
 
+import argparse
+
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from minicb import LLM, SamplingParams
+from minicb.config import EngineConfig, add_engine_options, engine_kwargs
 from minicb.scheduler.block_manager import BlockManager
 from minicb.telemetry.metrics import MetricsCollector
 from minicb.telemetry.prometheus import PrometheusMetrics
@@ -255,3 +258,13 @@ def test_attention_from_a_cached_prefix_matches_no_cache(backend, tiny_llama_dir
     )
     assert [o.token_ids for o in cached.generate(prompts, params)] == expected
     assert starts == [0, 32, 32, 32]
+
+
+def test_the_option_on_the_command_line():
+    parser = argparse.ArgumentParser()
+    add_engine_options(parser)
+    assert engine_kwargs(parser.parse_args([]))["enable_prefix_caching"] is False
+    on = engine_kwargs(parser.parse_args(["--enable-prefix-caching"]))
+    assert EngineConfig(**on).enable_prefix_caching is True
+    off = parser.parse_args(["--enable-prefix-caching", "--no-enable-prefix-caching"])
+    assert engine_kwargs(off)["enable_prefix_caching"] is False
