@@ -35,7 +35,8 @@ class CachedBlock:
 
 
 def block_key(parent: int | None, tokens: tuple[int, ...]) -> int:
-    # Python's hash of a tuple of ints is the same in every process (no hash seed).
+    # Keys never leave the engine, so only this process's hash matters; a collision costs
+    # a miss (match compares the tokens), never a wrong hit.
     return hash((parent, tokens))
 
 
