@@ -4,6 +4,11 @@ The page's strings live in ``viz/i18n.js`` (``STRINGS.en`` and ``STRINGS.zh``); 
 from ``zh`` silently falls back to English there, so a class in Chinese would see English
 labels. Plain Python reads the JS file: the two tables are flat ``key: "text"`` lists.
 
+The scheduler's reasons and the engine's rejections are shown on the page too, translated by
+the patterns of ``REASONS`` (JS regular expressions of a syntax Python's ``re`` reads alike):
+runs over FakeRunner that provoke every kind of decision check that each reason they give
+has a pattern.
+
 Each notebook is one notebook for both languages, so the code never drifts between two
 copies: every English markdown cell is followed by its Chinese translation, a markdown cell
 marked ``"lang": "zh"`` in its metadata.
@@ -15,6 +20,10 @@ import re
 from pathlib import Path
 
 import pytest
+
+from minicb.config import SamplingParams
+from minicb.scheduler import RequestRejected
+from tests.helpers import add, fake_engine
 
 ROOT = Path(__file__).resolve().parent.parent
 VIZ = ROOT / "viz"
@@ -35,6 +44,58 @@ def _tables() -> dict[str, dict[str, str]]:
         end = body.index("\n  },", start)
         tables[lang] = dict(ENTRY.findall(body[start:end]))
     return tables
+
+
+def _reason_patterns() -> list[re.Pattern]:
+    source = (VIZ / "i18n.js").read_text(encoding="utf-8")
+    body = source[source.index("const REASONS = [") : source.index("\n];")]
+    return [re.compile(p) for p in re.findall(r"^  \[/(.+?)/, ", body, re.M)]
+
+
+def _reasons_of_a_run(**options) -> set[str]:
+    """Every decision reason and note of a run made to preempt, swap, queue and abort."""
+    options = {"num_kv_blocks": 12, "max_num_seqs": 4, "max_num_batched_tokens": 48, **options}
+    engine = fake_engine(**options)
+    ids = [add(engine, 20 + i, 30, priority=i % 3) for i in range(8)]
+    engine.abort_request(ids[-1])
+    seen: set[str] = set()
+    while engine.has_unfinished():
+        plan = engine.step().event.plan
+        seen.update(d.reason for d in plan.admitted + plan.preempted + plan.finished)
+        seen.update(d.reason for d in plan.swapped_out + plan.swapped_in)
+        seen.update(plan.notes)
+    return seen
+
+
+def _rejections() -> set[str]:
+    """Each limit check_request names: empty, context, pool, one iteration's budget; and a
+    token id outside the vocabulary."""
+    engine = fake_engine(
+        num_kv_blocks=4, enable_chunked_prefill=False, max_num_batched_tokens=48
+    )  # a pool of 64 tokens in blocks of 16, a context of 256
+    asks = [([], 4), ([5] * 256, 4), ([5] * 40, 40), ([5] * 30, 20), ([999], 4)]
+    seen = set()
+    for prompt, max_tokens in asks:
+        with pytest.raises(RequestRejected) as err:
+            engine.add_request(prompt, SamplingParams(max_tokens=max_tokens))
+        seen.add(str(err.value))
+    return seen
+
+
+def test_every_reason_and_rejection_has_a_chinese_pattern():
+    patterns = _reason_patterns()
+    seen = _rejections()
+    for options in (
+        {},
+        {"preemption_mode": "swap"},
+        {"policy": "priority"},
+        {"batching": "static"},
+        {"enable_chunked_prefill": False, "max_num_batched_tokens": 64},
+    ):
+        seen |= _reasons_of_a_run(**options)
+    assert len(seen) > 20  # the runs really met many kinds of decision
+    untranslated = sorted(r for r in seen if not any(p.match(r) for p in patterns))
+    assert untranslated == []
 
 
 def test_every_english_string_has_a_chinese_one():

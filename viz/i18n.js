@@ -111,7 +111,7 @@ const REASONS = [
   [/^chunked prefill is off: this iteration runs whole prompts only$/, "分段预填充已关闭：本次迭代只运行完整的提示词"],
   [/^no swap-ins or admissions in an iteration that had to preempt$/, "本次迭代发生了抢占，因此不换入也不接纳"],
   [/^(\d+) running request\(s\) sit out this iteration: the token budget of (\d+) is spent$/, "$1 个运行中的请求本次迭代轮空：$2 的 token 预算已用完"],
-  [/^request (\d+) stays swapped out: needs (\d+) blocks, (\d+) free$/, "请求 $1 仍在换出状态：需要 $2 块，空闲 $3 块"],
+  [/^request (\d+) stays swapped out: needs more than the (\d+) free blocks$/, "请求 $1 仍在换出状态：需要的块多于空闲的 $2 块"],
   [/^(\d+) waiting: all (\d+) slots are taken$/, "$1 个在等待：$2 个槽位全被占用"],
   [/^(\d+) waiting: the token budget is spent$/, "$1 个在等待：token 预算已用完"],
   [/^request (\d+) waits: its (\d+)-token prompt exceeds the remaining budget of (\d+)$/, "请求 $1 等待：它的 $2 个 token 的提示词超过剩余预算 $3"],
