@@ -16,6 +16,7 @@ from minicb.scheduler.block_manager import BlockManager
 from minicb.telemetry.metrics import MetricsCollector
 from minicb.telemetry.prometheus import PrometheusMetrics
 from tests.helpers import fake_engine
+from tests.test_i18n import _reason_patterns, _reasons_of_a_run
 
 GREEDY = SamplingParams(max_tokens=3, temperature=0.0)
 
@@ -268,3 +269,13 @@ def test_the_option_on_the_command_line():
     assert EngineConfig(**on).enable_prefix_caching is True
     off = parser.parse_args(["--enable-prefix-caching", "--no-enable-prefix-caching"])
     assert engine_kwargs(off)["enable_prefix_caching"] is False
+
+
+def test_every_reason_of_a_cached_run_has_a_chinese_pattern():
+    seen = set()
+    no_chunks = {"enable_chunked_prefill": False, "max_num_batched_tokens": 64}
+    for options in ({}, {"preemption_mode": "swap"}, no_chunks):
+        seen |= _reasons_of_a_run(enable_prefix_caching=True, **options)
+    assert any("found in the cache" in r for r in seen)
+    patterns = _reason_patterns()
+    assert sorted(r for r in seen if not any(p.match(r) for p in patterns)) == []

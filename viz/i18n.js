@@ -97,6 +97,8 @@ const STRINGS = {
 
 // [English pattern, Chinese template]; $1.. are the pattern's groups.
 const REASONS = [
+  // An admission that found part of its prompt in the prefix cache: its words, then the cache's.
+  [/^(.+); (\d+) of (\d+) (?:prompt )?tokens found in the cache: (.+)$/, (m) => translateReason(m[1]) + cacheWords(m)],
   [/^admitted: (\d+)-token chunk \(recompute after preemption\) fits the remaining budget of (\d+)$/, "重新接纳（被抢占后重算）：$1 个 token 的预填充段放得进剩余预算 $2"],
   [/^admitted: (\d+)-token prompt \(recompute after preemption\) fits the remaining budget of (\d+)$/, "重新接纳（被抢占后重算）：$1 个 token 的提示词放得进剩余预算 $2"],
   [/^admitted: (\d+)-token chunk fits the remaining budget of (\d+)$/, "已接纳：$1 个 token 的预填充段放得进剩余预算 $2"],
@@ -130,18 +132,16 @@ const REASONS = [
   [/^request (\d+) (.+)$/, (m) => `请求 ${m[1]} ${translateReason(m[2])}`],
 ];
 
-// An admission's prefix-cache suffix: "; 32 of 40 prompt tokens found in the cache: 2 blocks
+// An admission's prefix-cache words: "; 32 of 40 prompt tokens found in the cache: 2 blocks
 // shared with request 7, 1 taken back from the evictable cached blocks".
-const CACHE_HIT = /; (\d+) of (\d+) (?:prompt )?tokens found in the cache: (.+)$/;
-
 function cacheWords(m) {
-  const parts = m[3].split(/, (?=\d+ (?:blocks|taken))/).map((p) => {
+  const parts = m[4].split(/, (?=\d+ (?:blocks|taken))/).map((p) => {
     const shared = p.match(/^(\d+) blocks shared with requests? (.+)$/);
     if (shared) return `与请求 ${shared[2]} 共享 ${shared[1]} 个块`;
     const back = p.match(/^(\d+) taken back from the evictable cached blocks$/);
     return back ? `${back[1]} 个取回自可回收的缓存块` : p;
   });
-  return `；缓存中找到 ${m[2]} 个 token 中的 ${m[1]} 个：${parts.join("，")}`;
+  return `；缓存中找到 ${m[3]} 个 token 中的 ${m[2]} 个：${parts.join("，")}`;
 }
 
 function victim(who) {
@@ -163,8 +163,6 @@ export function t(key) {
 // as the engine wrote them.
 export function translateReason(text) {
   if (lang !== "zh") return text;
-  const cache = text.match(CACHE_HIT);
-  if (cache) return translateReason(text.slice(0, cache.index)) + cacheWords(cache);
   const [head, ...rest] = text.split("; swap space is full, so it falls back to recompute");
   for (const [pattern, template] of REASONS) {
     const m = head.match(pattern);
