@@ -8,7 +8,9 @@ Order of business each iteration, under a token budget and a slot limit:
    lowest-ranked request that has not yet been given its blocks this iteration;
 2. swapped-out requests come back when their blocks fit (never in an iteration that
    preempted: that would thrash);
-3. waiting requests are admitted in policy order while slots, budget and blocks last.
+3. waiting requests are admitted in policy order while slots, budget and blocks last;
+   with prefix caching, the blocks a prompt begins with are looked up first, and only the
+   tokens after them are scheduled and charged to the budget.
 
 With chunked prefill off, an iteration that can admit waiting prompts runs them whole
 and alone ("prefill first", as early vLLM did; Orca's selective batching already mixed
