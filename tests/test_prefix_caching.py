@@ -6,6 +6,7 @@ engine over FakeRunner where the scheduler's decisions are.
 """
 
 import argparse
+import json
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -13,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from minicb import LLM, SamplingParams
 from minicb.config import EngineConfig, add_engine_options, engine_kwargs
 from minicb.scheduler.block_manager import BlockManager
+from minicb.scheduler.plan import StepPlan
 from minicb.telemetry.metrics import MetricsCollector
 from minicb.telemetry.prometheus import PrometheusMetrics
 from tests.helpers import fake_engine
@@ -279,3 +281,14 @@ def test_every_reason_of_a_cached_run_has_a_chinese_pattern():
     assert any("found in the cache" in r for r in seen)
     patterns = _reason_patterns()
     assert sorted(r for r in seen if not any(p.match(r) for p in patterns)) == []
+
+
+def test_a_cached_step_event_round_trips_through_json():
+    engine = fake_engine(num_kv_blocks=16, block_size=4, enable_prefix_caching=True)
+    engine.add_request(_tokens(10), GREEDY)
+    engine.run_until_done()
+    engine.add_request(_tokens(10), GREEDY)
+    plan = engine.step().plan
+    data = json.loads(json.dumps(plan.to_dict()))
+    assert data["cached_blocks"] == [2] and data["admitted"][0]["num_cached_tokens"] == 8
+    assert StepPlan.from_dict(data) == plan
