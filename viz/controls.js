@@ -45,7 +45,7 @@ function renderDecisions(reply, app) {
 export function handleReply(reply, app) {
   if (reply.type === "error") {
     pending.delete(reply.id);
-    showMessage(`${t("error")}: ${reply.message}`, true);
+    showMessage(`${t("error")}: ${translateReason(reply.message)}`, true);
     return;
   }
   const onAck = pending.get(reply.id);
