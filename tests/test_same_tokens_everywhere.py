@@ -7,7 +7,7 @@ Breadth runs on a tiny random Llama (fast, every combination); depth on the defa
 
 import pytest
 
-from minicb import LLM, SamplingParams
+from minicb import LLM, LLMEngine, SamplingParams
 from tests.helpers import greedy_tokens, mixed_prompts
 
 PROMPTS = mixed_prompts(16, vocab=256, seed=3, min_len=1, max_len=40)
@@ -140,7 +140,13 @@ SHARED_MAX = [3 + (5 * i) % 17 for i in range(len(SHARED))]
 
 @pytest.fixture(scope="module")
 def shared_reference(tiny_llama_dir):
-    llm = LLM(model=tiny_llama_dir, max_num_seqs=1, num_kv_blocks=64, block_size=16)
+    llm = LLM(
+        model=tiny_llama_dir,
+        max_num_seqs=1,
+        num_kv_blocks=64,
+        block_size=16,
+        enable_prefix_caching=False,
+    )
     return greedy_tokens(llm, SHARED, SHARED_MAX)
 
 
@@ -205,7 +211,12 @@ def test_same_tokens_with_prefix_caching_on_default_model(options, default_llm):
     system = "You are a helpful assistant who answers in one short sentence. Question: "
     prompts = [system + q for q in ("What is water?", "Why is the sky blue?", "Who was Ada?")]
     prompts += [prompts[0], system + "What is water? Answer simply."]
-    expected = greedy_tokens(default_llm, prompts, 16)
+    config = default_llm.engine.config.with_(enable_prefix_caching=False)
+    plain = LLMEngine(config=config, runner=default_llm.engine.runner.with_config(config))
+    params = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
+    for p in prompts:
+        plain.add_request(p, params)
+    expected = [o.token_ids for o in sorted(plain.run_until_done(), key=lambda o: o.request_id)]
     llm = LLM(
         dtype="float32",
         block_size=16,
