@@ -34,7 +34,7 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     # Share the KV blocks of common prompt prefixes (continuous batching only: the static
     # baseline stands for a padded generate, which has no prefix cache).
-    enable_prefix_caching: bool = False
+    enable_prefix_caching: bool = True
     preemption_mode: str = "recompute"
     # Priority aging: a waiting request's effective priority improves by one level
     # every `aging_steps` iterations, so nobody waits forever.
@@ -114,8 +114,8 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--enable-prefix-caching",
         action=argparse.BooleanOptionalAction,
-        default=False,
-        help="share the KV blocks of common prompt prefixes (continuous batching)",
+        default=True,
+        help="share the KV blocks of common prompt prefixes (continuous batching; on by default)",
     )
     g.add_argument("--preemption-mode", default="recompute", choices=PREEMPTION_MODES)
     g.add_argument("--attention-backend", default="auto", choices=ATTENTION_BACKENDS)

@@ -268,11 +268,10 @@ def test_attention_from_a_cached_prefix_matches_no_cache(backend, tiny_llama_dir
 def test_the_option_on_the_command_line():
     parser = argparse.ArgumentParser()
     add_engine_options(parser)
-    assert engine_kwargs(parser.parse_args([]))["enable_prefix_caching"] is False
-    on = engine_kwargs(parser.parse_args(["--enable-prefix-caching"]))
-    assert EngineConfig(**on).enable_prefix_caching is True
-    off = parser.parse_args(["--enable-prefix-caching", "--no-enable-prefix-caching"])
-    assert engine_kwargs(off)["enable_prefix_caching"] is False
+    assert EngineConfig().enable_prefix_caching is True  # on by default, as in vLLM V1
+    assert engine_kwargs(parser.parse_args([]))["enable_prefix_caching"] is True
+    off = engine_kwargs(parser.parse_args(["--no-enable-prefix-caching"]))
+    assert EngineConfig(**off).enable_prefix_caching is False
 
 
 def test_every_reason_of_a_cached_run_has_a_chinese_pattern():
