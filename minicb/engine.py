@@ -309,6 +309,7 @@ class LLMEngine:
             metrics = self.scheduler.requests[decision.request_id].metrics
             if metrics.first_scheduled_time is None:
                 metrics.first_scheduled_time = now
+                metrics.num_cached_tokens = decision.num_cached_tokens
         new_tokens = [self._new_token(req, now) for req in self.scheduler.update(plan, out.sampled)]
         finished = []
         for req in self.scheduler.retire(plan):

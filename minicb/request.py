@@ -48,6 +48,7 @@ class RequestMetrics:
     num_preemptions: int = 0
     num_prompt_tokens: int = 0
     num_generated_tokens: int = 0
+    num_cached_tokens: int = 0  # prompt tokens found in the prefix cache at first admission
 
     @property
     def ttft(self) -> float | None:

@@ -62,6 +62,7 @@ export function fillSettings(config) {
     if (el && config[key] != null) el.value = config[key];
   }
   $("st-enable_chunked_prefill").checked = !!config.enable_chunked_prefill;
+  $("st-enable_prefix_caching").checked = !!config.enable_prefix_caching;
 }
 
 export function fillWorkload(w) {
@@ -87,6 +88,7 @@ export function wireControls(app) {
   $("settings-form").onsubmit = (ev) => {
     ev.preventDefault();
     const msg = { type: "settings", enable_chunked_prefill: $("st-enable_chunked_prefill").checked,
+      enable_prefix_caching: $("st-enable_prefix_caching").checked,
       preemption_mode: $("st-preemption_mode").value, policy: $("st-policy").value };
     for (const key of ["max_num_seqs", "max_num_batched_tokens", "num_kv_blocks"]) {
       const v = $(`st-${key}`).value;

@@ -12,7 +12,7 @@ is refused, naming the limit, before any engine is rebuilt.
     {"type": "speed", "delay_s": 0.2}     seconds to wait between rounds
     {"type": "workload", "preset": "poisson", "rate": 2, "lengths": "mixed", "count": 16}
     {"type": "settings", "max_num_seqs": 8, "max_num_batched_tokens": 256,
-     "enable_chunked_prefill": true, "num_kv_blocks": 128,
+     "enable_chunked_prefill": true, "enable_prefix_caching": true, "num_kv_blocks": 128,
      "preemption_mode": "swap", "policy": "fcfs"}   rebuilds the engines (demo only)
     {"type": "prompt", "text": "...", "target": "both", "max_tokens": 32}
 """
@@ -117,12 +117,15 @@ SETTINGS: dict[str, Callable[[dict, str], Any]] = {  # each field's check, given
     "max_num_seqs": lambda m, k: _number(m, k, 1, MAX_SLOTS),
     "max_num_batched_tokens": lambda m, k: _number(m, k, 1, 65536),
     "num_kv_blocks": lambda m, k: _number(m, k, 1, MAX_KV_BLOCKS),
-    "enable_chunked_prefill": lambda m, k: _field(
-        m, k, lambda v: isinstance(v, bool), "true or false", None
-    ),
+    "enable_chunked_prefill": lambda m, k: _boolean(m, k),
+    "enable_prefix_caching": lambda m, k: _boolean(m, k),
     "preemption_mode": lambda m, k: _choice(m, k, PREEMPTION_MODES),
     "policy": lambda m, k: _choice(m, k, POLICIES),
 }
+
+
+def _boolean(msg: dict, key: str) -> Any:
+    return _field(msg, key, lambda v: isinstance(v, bool), "true or false", None)
 
 
 async def _settings(hub: Hub, loop: EngineLoop, msg: dict) -> dict:

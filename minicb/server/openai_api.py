@@ -78,7 +78,10 @@ class Reply:
         if out is not None:
             prompt, completion = len(out.prompt_token_ids), len(out.token_ids)
             body["usage"] = dict(
-                prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+                total_tokens=prompt + completion,
+                prompt_tokens_details={"cached_tokens": out.metrics.num_cached_tokens},
             )
         elif chunk and self.include_usage:
             body["usage"] = None  # only the last chunk carries it, as OpenAI does

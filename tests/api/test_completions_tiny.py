@@ -81,3 +81,20 @@ def test_models_health_and_metrics(tiny_api, client):
     assert metric(page.text, "minicb:generation_tokens_total") > 0
     assert metric(page.text, "minicb:kv_cache_usage_perc") == 0.0
     assert metric(page.text, "minicb:num_requests_running") == 0
+
+
+def test_usage_reports_the_prompt_tokens_found_in_the_prefix_cache(client):
+    """Prefix caching is on by default: a second request with the same 40-token prompt finds
+    its first two full 16-token blocks cached (the last token is always computed)."""
+    prompt = list(range(100, 140))
+    cached = []
+    for _ in range(2):
+        out = client.completions.create(
+            model="tiny",
+            prompt=prompt,
+            max_tokens=2,
+            temperature=0,
+            extra_body={"ignore_eos": True},
+        )
+        cached.append(out.usage.prompt_tokens_details.cached_tokens)
+    assert cached == [0, 32]

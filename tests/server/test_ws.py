@@ -161,6 +161,7 @@ BAD = [
     '{"type": "settings", "max_num_seqs": 0}',
     '{"type": "settings", "max_num_seqs": 2, "colour": "red"}',
     '{"type": "settings", "enable_chunked_prefill": "yes"}',
+    '{"type": "settings", "enable_prefix_caching": 1}',
     '{"type": "settings", "policy": "lottery"}',
     '{"type": "prompt", "text": ""}',
     '{"type": "prompt", "text": "hi", "target": "mars"}',
@@ -195,13 +196,16 @@ def test_settings_rebuild_both_engines_on_the_same_weights(demo):
     weights = old["continuous"].runner.model
     with client.websocket_connect("/ws") as ws:
         ws.receive_json()
-        events, reply = control(ws, type="settings", max_num_seqs=2, preemption_mode="swap")
+        events, reply = control(
+            ws, type="settings", max_num_seqs=2, preemption_mode="swap", enable_prefix_caching=False
+        )
         assert reply["type"] == "ack", reply
         assert [e["config"]["max_num_seqs"] for e in reply["engines"]] == [2, 2]
         for name, engine in loop.engines.items():
             assert engine is not old[name] and engine.runner.model is weights
             assert engine.config.batching == old[name].config.batching
             assert engine.config.preemption_mode == "swap"
+            assert engine.config.enable_prefix_caching is False
         add(loop, "continuous")
         resets = [n for n, e in events if e["type"] == "reset"]
         seen = events_until(ws, lambda n, e: e["type"] == "finished")
