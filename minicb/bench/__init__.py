@@ -88,6 +88,8 @@ FIGURES: dict[str, tuple[str, ...]] = {
     "padding_waste": ("batch", "padding_waste"),
     "kv_utilisation": ("kv", "utilisation"),
     "preemptions": ("preemptions", "total"),
+    "prefill_tokens": ("prefix_cache", "prefill_tokens"),  # prompt tokens computed
+    "prefix_hit_rate": ("prefix_cache", "hit_rate"),  # prompt tokens found cached / looked up
     "goodput_req_s": ("goodput", "requests_per_s"),
     "goodput_fraction": ("goodput", "fraction"),
 }

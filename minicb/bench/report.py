@@ -219,6 +219,26 @@ def sweep_section(results: dict[str, Any]) -> list[str]:
     )  # fmt: skip
 
 
+def prefix_caching_section(results: dict[str, Any]) -> list[str]:
+    rows, ratios = [], []
+    for name, data in results.get("prefix_caching", {}).items():
+        for k, f in data["figures"].items():
+            rows.append([name, k, _cell(f["prefill_tokens"], ".0f"),
+                         _cell(f["prefix_hit_rate"], ".0f", 100), _cell(f["ttft_p50"], ".0f", 1000),
+                         _cell(f["output_tok_s"])])  # fmt: skip
+        ratios.append(f"{name} = {_cell(data['on_over_off'], '.2f')}")
+    if not rows:
+        return []
+    intro = (
+        "minicb continuous with prefix caching off and on, in the same run: two siblings "
+        "sharing the weights, a fresh KV pool each run."
+    )
+    return ["### Prefix caching: off against on", "", intro, ""] + _table(
+        ["workload", "caching", "prefill tokens computed", "prefix hit rate %", "TTFT p50 ms",
+         "output tok/s"], rows, text_cols=2,
+    ) + ["", "Output tok/s on / off (paired by repeat): " + "; ".join(ratios) + "."]  # fmt: skip
+
+
 def goals_section(results: dict[str, Any]) -> list[str]:
     mark = {True: "met", False: "MISSED", None: "not measured"}
     rows = [[g["goal"], mark[g["met"]], g["note"]] for g in results["goals"]]
@@ -237,7 +257,8 @@ def render(results: dict[str, Any]) -> str:
     ]
     for name, data in results["workloads"].items():
         lines += workload_section(name, data)
-    for section in (roofline_section, scheduler_section, sweep_section, goals_section):
+    sections = (roofline_section, scheduler_section, sweep_section, prefix_caching_section)
+    for section in (*sections, goals_section):
         lines += section(results) + [""]
     return "\n".join(lines)
 

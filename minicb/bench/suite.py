@@ -1,5 +1,6 @@
 """``minicb bench``: the whole benchmark, in order: hardware, scheduler cost, decode
-roofline, the offline workloads on every system, then latency against request rate.
+roofline, the offline workloads on every system, latency against request rate, then the
+prefix-caching workloads on minicb continuous with caching off and on.
 
 Every system is warmed up before it is measured. Within each repeat the systems run one
 after another in an order that rotates from repeat to repeat, so a slow spell on the
@@ -29,7 +30,13 @@ from minicb.bench import (
     ratio_table,
     theory,
 )
-from minicb.bench.systems import Systems, build_systems, sibling
+from minicb.bench.systems import (
+    Systems,
+    build_systems,
+    compare_prefix_caching,
+    kv_blocks_for,
+    sibling,
+)
 from minicb.bench.workloads import (
     FULL,
     MINICB,
@@ -38,6 +45,7 @@ from minicb.bench.workloads import (
     BenchPlan,
     Workload,
     arrival_times,
+    cache_workloads,
     describe_arrivals,
     make_workloads,
     sweep_workload,
@@ -94,8 +102,9 @@ def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)  # before any model is built
     vocab = load_hf_config(resolve_model_path(args.model)).vocab_size
     workloads = make_workloads(plan, vocab)
+    cached = cache_workloads(plan, vocab) if MINICB[0] in plan.systems else []
     systems = build_systems(args.model, args.dtype, args.device, plan, workloads)
-    total = count_runs(plan, len(workloads))
+    total = count_runs(plan, len(workloads), len(cached))
     with tqdm(total=total, unit="run", file=sys.stderr, disable=args.no_progress) as bar:
         suite = Suite(plan, systems, bar, args.trace)
         results: dict[str, Any] = {"meta": _meta(args, plan, systems, started)}
@@ -109,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
         head = results["workloads"][workloads[0].name]["figures"].get("minicb-continuous")
         capacity = head["req_s"]["median"] if head and head.get("req_s") else None
         results["rate_sweep"] = suite.rate_sweep(vocab, capacity)
+        results["prefix_caching"] = {w.name: suite.prefix_caching(w) for w in cached}
     results["goals"] = evaluate(results, headline=workloads[0].name, control="fixed")
     results["meta"]["duration_s"] = time.time() - started
     markdown = render(results)
@@ -140,8 +150,9 @@ def _meta(args: argparse.Namespace, plan: BenchPlan, systems: Systems, started: 
     }  # fmt: skip
 
 
-def count_runs(plan: BenchPlan, num_workloads: int) -> int:
-    """How many units of work the progress bar will see."""
+def count_runs(plan: BenchPlan, num_workloads: int, num_cached: int = 0) -> int:
+    """How many units of work the progress bar will see (``num_cached``: prefix-caching
+    workloads, one unit per repeat and per warm-up, off and on together)."""
     n_sys = len(plan.systems)
     warmups = n_sys * (num_workloads if plan.warmup_each_workload else 1)
     sweep_points = len(plan.loads) + (1 if plan.bursty else 0)
@@ -151,6 +162,7 @@ def count_runs(plan: BenchPlan, num_workloads: int) -> int:
         + warmups
         + num_workloads * n_sys * plan.repeats
         + sweep_points * len([s for s in plan.systems if s in MINICB])
+        + num_cached * (plan.repeats + plan.warmup_each_workload)
     )
 
 
@@ -311,3 +323,34 @@ class Suite:
                 )  # fmt: skip
                 self.bar.update()
         return out
+
+    # ---- prefix caching ------------------------------------------------------------------
+    def prefix_caching(self, w: Workload) -> dict[str, Any]:
+        """``w`` on minicb continuous with prefix caching off and on: siblings sharing its
+        weights, a fresh pool each run (sized so nothing is preempted), the order rotating
+        from repeat to repeat; the on/off throughput ratio is paired by repeat."""
+        p, engine = self.plan, self.systems.continuous
+        slo = (p.ttft_slo, p.tpot_slo)
+        blocks = kv_blocks_for([w], p.max_num_seqs, p.block_size)
+        if p.warmup_each_workload:
+            self._tick(f"{w.name}: warm-up, caching off and on")
+            compare_prefix_caching(engine, w.head(p.max_num_seqs, 8), num_kv_blocks=blocks)
+            self.bar.update()
+        runs: dict[str, list[RunRecord]] = {"off": [], "on": []}
+        for r in range(p.repeats):
+            self._tick(f"{w.name}: caching off and on, repeat {r + 1}/{p.repeats}")
+            order = ("off", "on") if r % 2 == 0 else ("on", "off")
+            traces = {k: self._trace_path(w.name, f"minicb-cache-{k}") for k in order}
+            pair = compare_prefix_caching(
+                engine, w, slo, order, traces if r == 0 else None, num_kv_blocks=blocks
+            )
+            for k, rec in pair.items():
+                runs[k].append(rec)
+            self.bar.update()
+        return {
+            "definition": w.describe(),
+            "num_kv_blocks": blocks,
+            "figures": {k: aggregate(recs) for k, recs in runs.items()},
+            "on_over_off": paired_ratio(runs["on"], runs["off"]),
+            "runs": {k: [asdict(r) for r in recs] for k, recs in runs.items()},
+        }

@@ -315,15 +315,22 @@ def sibling(engine: LLMEngine, **changes: Any) -> LLMEngine:
 
 
 def compare_prefix_caching(
-    engine: LLMEngine, workload: Workload, slo: SLOs = (None, None)
-) -> dict[str, RunRecord]:
-    """The workload with prefix caching off, then on, on siblings of ``engine`` (the same
-    weights, a fresh KV pool each): {"off": record, "on": record}, in one run."""
+    engine: LLMEngine, workload: Workload, slo: SLOs = (None, None),
+    order: tuple[str, ...] = ("off", "on"), traces: dict[str, str | None] | None = None,
+    **changes: Any,
+) -> dict[str, RunRecord]:  # fmt: skip
+    """The workload with prefix caching off, then on (or in ``order``), on siblings of
+    ``engine`` (the same weights, a fresh KV pool each, ``changes`` to the config):
+    {"off": record, "on": record}, in one run; ``traces``: a trace path for either."""
     return {
         name: run_minicb(
-            sibling(engine, enable_prefix_caching=on), workload, f"minicb-cache-{name}", slo
+            sibling(engine, enable_prefix_caching=name == "on", **changes),
+            workload,
+            f"minicb-cache-{name}",
+            slo,
+            (traces or {}).get(name),
         )
-        for name, on in (("off", False), ("on", True))
+        for name in order
     }
 
 

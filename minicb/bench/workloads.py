@@ -314,6 +314,23 @@ def make_workloads(plan: BenchPlan, vocab: int) -> list[Workload]:
     ]
 
 
+def cache_workloads(plan: BenchPlan, vocab: int) -> list[Workload]:
+    """The two prefix-caching workloads, run with caching off and on. The system prompt is
+    longer than one step's token budget admits at once for a few requests: requests
+    admitted in the same step as the first cannot share its blocks (they are cached only
+    once written), the later ones can."""
+    s = plan.seed
+    if plan.quick:
+        return [
+            shared_system_prompt(8, 128, (4, 16), 8, vocab=vocab, seed=s),
+            multi_turn_chat(2, 3, 32, 8, vocab=vocab, think_s=0.5, seed=s),
+        ]
+    return [
+        shared_system_prompt(16, 192, (8, 32), 16, vocab=vocab, seed=s),
+        multi_turn_chat(4, 4, 48, 16, vocab=vocab, think_s=1.0, seed=s),
+    ]
+
+
 def sweep_workload(plan: BenchPlan, vocab: int) -> Workload:
     """The headline recipe with fewer requests, for the latency-vs-rate sweep."""
     params = {**make_workloads(plan, vocab)[0].params, "n": plan.sweep_requests}

@@ -11,7 +11,8 @@ from minicb.telemetry.trace import read_trace
 
 pytestmark = pytest.mark.slow  # a minute or two: every section of the suite runs
 
-SECTIONS = {"meta", "hardware", "scheduler", "roofline", "workloads", "rate_sweep", "goals"}
+SECTIONS = {"meta", "hardware", "scheduler", "roofline", "workloads", "rate_sweep", "goals",
+            "prefix_caching"}  # fmt: skip
 
 
 def test_bench_quick_runs_end_to_end(tiny_llama_dir, tmp_path, capsys):
@@ -42,6 +43,12 @@ def test_bench_quick_runs_end_to_end(tiny_llama_dir, tmp_path, capsys):
     assert [s["num_running"] for s in results["scheduler"]] == [16, 64, 256]
     assert {p["system"] for p in results["rate_sweep"]} == {"minicb-continuous", "minicb-static"}
     assert len(results["goals"]) == 6
+    assert set(results["prefix_caching"]) == {"shared-system", "multi-turn"}
+    for name, pc in results["prefix_caching"].items():
+        off, on = pc["figures"]["off"], pc["figures"]["on"]
+        assert on["prefill_tokens"]["median"] < off["prefill_tokens"]["median"], name
+        assert on["prefix_hit_rate"]["median"] > 0 and pc["on_over_off"]["median"] > 0
+    assert "### Prefix caching: off against on" in printed
 
     page = (out / "bench.html").read_text()
     # plotly.js is inline (megabytes of it), never fetched: the report works offline.
@@ -50,6 +57,7 @@ def test_bench_quick_runs_end_to_end(tiny_llama_dir, tmp_path, capsys):
     assert (out / "bench.md").read_text().startswith("## minicb bench --quick")
     recorded = sorted(p.name for p in traces.parent.iterdir())
     assert "run.capped-exp.minicb-continuous.jsonl" in recorded
+    assert "run.shared-system.minicb-cache-on.jsonl" in recorded
     assert read_trace(traces.parent / "run.fixed.minicb-static.jsonl").header["system"] == (
         "minicb-static"
     )
