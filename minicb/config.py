@@ -15,6 +15,7 @@ from typing import Any
 
 BATCHING_MODES = ("continuous", "static")
 POLICIES = ("fcfs", "priority")
+STATIC_ORDERS = ("arrival", "length")
 PREEMPTION_MODES = ("recompute", "swap")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -36,6 +37,9 @@ class EngineConfig:
     # baseline stands for a padded generate, which has no prefix cache).
     enable_prefix_caching: bool = True
     preemption_mode: str = "recompute"
+    # How the static baseline picks a new batch from the queue: "arrival" (the policy's
+    # order) or "length" (similar prompt + max_tokens together, so less padding).
+    static_order: str = "arrival"
     # Priority aging: a waiting request's effective priority improves by one level
     # every `aging_steps` iterations, so nobody waits forever.
     aging_steps: int = 16
@@ -53,6 +57,7 @@ class EngineConfig:
         self._check_choice("batching", BATCHING_MODES)
         self._check_choice("policy", POLICIES)
         self._check_choice("preemption_mode", PREEMPTION_MODES)
+        self._check_choice("static_order", STATIC_ORDERS)
         self._check_choice("attention_backend", ATTENTION_BACKENDS)
         self._check_choice("dtype", DTYPES)
         self._check_positive("max_num_seqs")
@@ -118,6 +123,12 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         help="share the KV blocks of common prompt prefixes (continuous batching; on by default)",
     )
     g.add_argument("--preemption-mode", default="recompute", choices=PREEMPTION_MODES)
+    g.add_argument(
+        "--static-order",
+        default="arrival",
+        choices=STATIC_ORDERS,
+        help="static batching: form batches in arrival order or sorted by length",
+    )
     g.add_argument("--attention-backend", default="auto", choices=ATTENTION_BACKENDS)
 
 
@@ -134,6 +145,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         enable_chunked_prefill=not args.no_chunked_prefill,
         enable_prefix_caching=args.enable_prefix_caching,
         preemption_mode=args.preemption_mode,
+        static_order=args.static_order,
         attention_backend=args.attention_backend,
     )
 

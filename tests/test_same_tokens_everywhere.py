@@ -34,6 +34,9 @@ CONFIGS = {
     "block-1": dict(block_size=1, num_kv_blocks=4096),
     "priority": dict(policy="priority", aging_steps=2),
     "static-priority": dict(batching="static", policy="priority"),
+    # Small batches, so sorting by length really regroups the requests.
+    "static-arrival-4": dict(batching="static", max_num_seqs=4),
+    "static-length-4": dict(batching="static", max_num_seqs=4, static_order="length"),
 }
 
 

@@ -37,3 +37,30 @@ def test_static_batch_reserves_blocks_for_the_whole_request():
     assert [d.request_id for d in plan.admitted] == [0]
     assert plan.kv_used == 4
     assert "would reserve 4 blocks, 2 free" in plan.notes[0]
+
+
+def _run_static(order: str, lengths: list[int]) -> tuple[list, dict[int, list[int]]]:
+    engine = fake_engine(batching="static", max_num_seqs=2, static_order=order)
+    for max_tokens in lengths:
+        add(engine, 2, max_tokens)
+    plans, tokens = [], {}
+    while engine.has_unfinished():
+        result = engine.step()
+        plans.append(result.plan)
+        tokens |= {out.request_id: out.token_ids for out in result.finished}
+    return plans, tokens
+
+
+def test_length_order_batches_similar_lengths_and_keeps_the_tokens():
+    lengths = [20, 3, 19, 4]  # arrival order pairs a long with a short request twice
+    by_arrival, arrival_tokens = _run_static("arrival", lengths)
+    by_length, length_tokens = _run_static("length", lengths)
+    batches = [sorted(d.request_id for d in p.admitted) for p in by_length if p.admitted]
+    assert batches == [[1, 3], [0, 2]]  # shortest first, then the two long ones
+
+    def padding(plans):
+        return sum(r.phase == PADDING for p in plans for r in p.scheduled)
+
+    assert padding(by_length) < padding(by_arrival)
+    assert len(by_length) < len(by_arrival)  # fewer iterations for the same work
+    assert length_tokens == arrival_tokens
