@@ -18,7 +18,8 @@ def test_capture_sizes_cover_every_batch_up_to_max_num_seqs():
 
 
 def test_no_graphs_on_cpu(tiny_llama_dir):
-    llm = LLM(model=tiny_llama_dir, num_kv_blocks=16, use_cuda_graphs=True)
+    # The device is named: "auto" picks CUDA where there is one, and graphs would be built.
+    llm = LLM(model=tiny_llama_dir, device="cpu", num_kv_blocks=16, use_cuda_graphs=True)
     assert llm.engine.runner.decode_graphs is None
 
 

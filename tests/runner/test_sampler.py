@@ -1,5 +1,6 @@
 """Sampling: filters, per-request seeds that ignore the batch, stop tokens and strings."""
 
+import pytest
 import torch
 
 from minicb import LLM, SamplingParams
@@ -53,6 +54,7 @@ def test_stop_token_ids_and_max_tokens(tiny_llama_dir):
     assert out.finish_reason == "stop" and out.token_ids == free.token_ids[: first + 1]
 
 
+@pytest.mark.slow  # loads the default model
 def test_stop_string_cuts_the_text(default_llm):
     params = SamplingParams(max_tokens=30, temperature=0.0, ignore_eos=True)
     full = default_llm.generate(["1, 2, 3, 4,"], params)[0]
@@ -64,6 +66,7 @@ def test_stop_string_cuts_the_text(default_llm):
     assert cut.text == full.text[: full.text.index(" 7")]
 
 
+@pytest.mark.slow  # loads the default model
 def test_eos_stops_unless_ignored(default_llm):
     chat = [{"role": "user", "content": "Say hi."}]
     out = default_llm.chat(chat, SamplingParams(max_tokens=64, temperature=0.0))

@@ -28,7 +28,8 @@ PROMPTS = [[3, 4, 5, 6, 7, 8, 9, 10, 11], [12, 13, 14], [15] * 12, [16, 17, 18, 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    """A tiny real model run with a preemption, recorded while metrics are taken live."""
+    """A tiny real model run with a preemption, recorded while metrics are taken live; with
+    the engine's own description, so that the header is checked against the device it ran on."""
     folder = tmp_path_factory.mktemp("tiny")
     llm = LLM(
         model=str(make_tiny_model_dir("llama", folder / "model")),
@@ -48,11 +49,11 @@ def recorded(tmp_path_factory):
         llm.engine.step()
         llm.engine.abort_request(rid)
         llm.engine.step()
-    return path, live, outs
+    return path, live, outs, llm.engine.describe()
 
 
 def test_a_trace_replays_to_exactly_the_live_metrics(recorded):
-    path, live, _ = recorded
+    path, live, _, _ = recorded
     replayed = compute_metrics(read_trace(path).events, ttft_slo=0.5, tpot_slo=0.05)
     assert replayed == live.summary(ttft_slo=0.5, tpot_slo=0.05)  # equal, not approximately
     assert replayed["requests"] == {
@@ -66,12 +67,13 @@ def test_a_trace_replays_to_exactly_the_live_metrics(recorded):
 
 
 def test_the_trace_holds_the_run(recorded):
-    path, _, outs = recorded
+    path, _, outs, described = recorded
     trace = read_trace(path)
     h = trace.header
     assert h["format"] == "minicb-trace" and h["schema_version"] == SCHEMA_VERSION
     assert h["config"]["block_size"] == 4 and h["workload"] == "test"
-    assert h["hardware"]["device"] == "cpu" and h["hardware"]["num_kv_blocks"] == 12
+    assert h["hardware"]["device"] == described["runner"]["device"]
+    assert h["hardware"]["num_kv_blocks"] == 12
     assert h["versions"]["torch"] and h["versions"]["python"]
     for out in outs:
         tokens = [
@@ -81,7 +83,7 @@ def test_the_trace_holds_the_run(recorded):
 
 
 def test_replay_command_prints_metrics_and_writes_perfetto(recorded, tmp_path, capsys):
-    path, live, _ = recorded
+    path, live, _, _ = recorded
     assert main(["replay", str(path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(live.summary()))
     out_json = tmp_path / "run.perfetto.json"
@@ -92,7 +94,7 @@ def test_replay_command_prints_metrics_and_writes_perfetto(recorded, tmp_path, c
 
 
 def test_perfetto_export_has_well_formed_tracks(recorded):
-    path, _, outs = recorded
+    path, _, outs, _ = recorded
     trace = read_trace(path)
     doc = to_chrome_trace(trace.events, trace.header)
     events = doc["traceEvents"]
