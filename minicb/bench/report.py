@@ -265,7 +265,7 @@ def render(results: dict[str, Any]) -> str:
 
 # ---- HTML ---------------------------------------------------------------------------------
 COLORS = {"minicb-continuous": "#1f77b4", "minicb-static": "#ff7f0e", "hf-padded": "#2ca02c",
-          "hf-continuous": "#d62728"}  # fmt: skip
+          "hf-continuous": "#d62728", "minicb-static-sorted": "#9467bd"}  # fmt: skip
 
 
 def throughput_bars(results: dict[str, Any]) -> go.Figure:
@@ -332,7 +332,7 @@ def occupancy_chart(results: dict[str, Any], workload: str) -> go.Figure:
         yaxis=dict(title="rows doing work / slots", range=[0, 1.05]),
     ))  # fmt: skip
     runs = results["workloads"].get(workload, {}).get("runs", {})
-    for system in ("minicb-static", "minicb-continuous", "hf-padded"):
+    for system in ("minicb-static", "minicb-static-sorted", "minicb-continuous", "hf-padded"):
         recs = sorted(
             (r for r in runs.get(system, []) if not r["error"]), key=lambda r: r["wall_s"]
         )

@@ -1,9 +1,11 @@
-"""The four systems under test, built once in one process on one copy of the weights.
+"""The five systems under test, built once in one process on one copy of the weights.
 
-- ``minicb-continuous`` and ``minicb-static``: two LLMEngines whose runners share one model
-  (same weights, dtype, device, kernels, KV pool size and limits), so their ratio measures
-  scheduling and nothing else. ``drive`` feeds a workload at its arrival times on the
-  engine's clock (the wall clock here, a VirtualClock in tests);
+- ``minicb-continuous``, ``minicb-static`` and ``minicb-static-sorted`` (static batches drawn
+  from the queue sorted by prompt + max_tokens: static given its best chance): three
+  LLMEngines whose runners share one model (same weights, dtype, device, kernels, KV pool
+  size and limits), so their ratios measure scheduling and nothing else. ``drive`` feeds a
+  workload at its arrival times on the engine's clock (the wall clock here, a VirtualClock
+  in tests);
 - ``hf-padded``: transformers' padded ``generate`` in batches, the classic static
   baseline: each batch is left-padded to its longest prompt and generates
   ``max(max_tokens)`` tokens for every row; each request is credited only with the tokens
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from minicb.bench import RunRecord, measure_events
-from minicb.bench.workloads import MINICB, BenchPlan, RequestSpec, Workload
+from minicb.bench.workloads import MINICB, MINICB_CONFIGS, BenchPlan, RequestSpec, Workload
 from minicb.config import EngineConfig, SamplingParams
 from minicb.engine import LLMEngine
 from minicb.runner.loader import resolve_model_path
@@ -277,12 +279,12 @@ def _submit_and_collect(manager: Any, workload: Workload) -> dict[str, Any]:
     return results
 
 
-# ---- the four, built once -------------------------------------------------------------------
+# ---- the five, built once -------------------------------------------------------------------
 @dataclass
 class Systems:
     plan: BenchPlan
     continuous: LLMEngine
-    static: LLMEngine
+    siblings: dict[str, LLMEngine]  # the other minicb systems, by name
     num_kv_blocks: int
     hf_model: Any = None
     hf_error: str | None = None
@@ -290,7 +292,7 @@ class Systems:
     def run(self, name: str, workload: Workload, trace_path: str | None = None) -> RunRecord:
         p, slo = self.plan, (self.plan.ttft_slo, self.plan.tpot_slo)
         if name in MINICB:
-            engine = self.continuous if name == "minicb-continuous" else self.static
+            engine = self.siblings.get(name, self.continuous)
             return run_minicb(engine, workload, name, slo, trace_path)
         if self.hf_model is None:
             error = f"transformers unavailable: {self.hf_error}"
@@ -312,6 +314,11 @@ def sibling(engine: LLMEngine, **changes: Any) -> LLMEngine:
     shares ``engine``'s weights."""
     config = engine.config.with_(**changes)
     return LLMEngine(config=config, runner=engine.runner.with_config(config))
+
+
+def minicb_siblings(continuous: LLMEngine) -> dict[str, LLMEngine]:
+    """The other minicb systems, each a sibling of the continuous engine."""
+    return {n: sibling(continuous, **c) for n, c in MINICB_CONFIGS.items() if c}
 
 
 def compare_prefix_caching(
@@ -351,7 +358,7 @@ def build_systems(
         num_kv_blocks=blocks, num_swap_blocks=0, seed=plan.seed,  # recompute: no swap space
     )  # fmt: skip
     continuous = LLMEngine(model, config)
-    systems = Systems(plan, continuous, sibling(continuous, batching="static"), blocks)
+    systems = Systems(plan, continuous, minicb_siblings(continuous), blocks)
     if any(s.startswith("hf-") for s in plan.systems):
         try:  # transformers' model from the same folder, in the engine's dtype and device
             from transformers import AutoModelForCausalLM

@@ -46,8 +46,16 @@ import random
 from dataclasses import dataclass, field, replace
 from itertools import accumulate
 
-SYSTEMS = ("minicb-continuous", "minicb-static", "hf-padded", "hf-continuous")
-MINICB = SYSTEMS[:2]
+SYSTEMS = (
+    "minicb-continuous", "minicb-static", "minicb-static-sorted", "hf-padded", "hf-continuous",
+)  # fmt: skip
+MINICB = SYSTEMS[:3]
+# What each minicb system changes in the continuous engine's config.
+MINICB_CONFIGS = {
+    "minicb-continuous": {},
+    "minicb-static": {"batching": "static"},
+    "minicb-static-sorted": {"batching": "static", "static_order": "length"},
+}
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,9 @@ def test_bench_quick_runs_end_to_end(tiny_llama_dir, tmp_path, capsys):
         assert w["theory"]["predicted"]["ratio"] > 0
     assert [p["batch"] for p in results["roofline"]["points"]] == [1, 8, 32]
     assert [s["num_running"] for s in results["scheduler"]] == [16, 64, 256]
-    assert {p["system"] for p in results["rate_sweep"]} == {"minicb-continuous", "minicb-static"}
+    assert {p["system"] for p in results["rate_sweep"]} == {
+        "minicb-continuous", "minicb-static", "minicb-static-sorted"
+    }  # fmt: skip
     assert len(results["goals"]) == 6
     assert set(results["prefix_caching"]) == {"shared-system", "multi-turn"}
     for name, pc in results["prefix_caching"].items():

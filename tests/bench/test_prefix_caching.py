@@ -21,7 +21,7 @@ def test_suite_runs_prefix_workloads_off_and_on_and_reports_them():
     engine = LLMEngine(config=config, runner=FakeRunner(num_kv_blocks=64, max_model_len=512))
     ticks = []
     bar = SimpleNamespace(set_postfix_str=lambda *a, **k: None, update=lambda: ticks.append(1))
-    suite = Suite(plan, Systems(plan, engine, engine, 64), bar, None)
+    suite = Suite(plan, Systems(plan, engine, {}, 64), bar, None)
     results = {"prefix_caching": {w.name: suite.prefix_caching(w) for w in workloads}}
     assert set(results["prefix_caching"]) == {"shared-system", "multi-turn"}
     assert len(ticks) == 2 * (plan.repeats + 1)  # what count_runs counts for them

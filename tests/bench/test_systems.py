@@ -7,7 +7,13 @@ import torch
 
 from minicb import EngineConfig, FakeRunner, LLMEngine, VirtualClock
 from minicb.bench import measure_events
-from minicb.bench.systems import _batch_events, run_hf_continuous, run_hf_padded, run_minicb
+from minicb.bench.systems import (
+    _batch_events,
+    minicb_siblings,
+    run_hf_continuous,
+    run_hf_padded,
+    run_minicb,
+)
 from minicb.bench.workloads import RequestSpec, Workload, capped_exponential
 
 
@@ -75,3 +81,18 @@ def test_transformers_systems_generate_exactly_the_lengths_asked(hf_tiny):
     late = w.with_arrivals([0.1 * i for i in range(6)], "spread")
     with pytest.raises(ValueError, match="offline only"):
         run_hf_padded(hf_tiny, late, 4)
+
+
+def test_sorted_static_system_is_static_in_length_order_on_the_same_weights():
+    runner = FakeRunner(num_kv_blocks=64)
+    engine = LLMEngine(config=EngineConfig(max_num_seqs=2, num_kv_blocks=64), runner=runner)
+    siblings = minicb_siblings(engine)
+    assert set(siblings) == {"minicb-static", "minicb-static-sorted"}
+    static, ordered = siblings["minicb-static"].config, siblings["minicb-static-sorted"].config
+    assert (static.batching, static.static_order) == ("static", "arrival")
+    assert (ordered.batching, ordered.static_order) == ("static", "length")
+    # Long and short alternate: sorting pairs them by length, so fewer lockstep steps.
+    reqs = [RequestSpec([5, 6], m) for m in (20, 3, 19, 4)]
+    w = Workload("w", "alternating", reqs)
+    steps = {n: len(run_minicb(e, w, n, slo=(None, None)).steps) for n, e in siblings.items()}
+    assert steps["minicb-static-sorted"] < steps["minicb-static"]
