@@ -13,7 +13,8 @@ is refused, naming the limit, before any engine is rebuilt.
     {"type": "workload", "preset": "poisson", "rate": 2, "lengths": "mixed", "count": 16}
     {"type": "settings", "max_num_seqs": 8, "max_num_batched_tokens": 256,
      "enable_chunked_prefill": true, "enable_prefix_caching": true, "num_kv_blocks": 128,
-     "preemption_mode": "swap", "policy": "fcfs"}   rebuilds the engines (demo only)
+     "preemption_mode": "swap", "policy": "fcfs",
+     "static_order": "length"}             rebuilds the engines (demo only)
     {"type": "prompt", "text": "...", "target": "both", "max_tokens": 32}
 """
 
@@ -26,7 +27,7 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from minicb.config import POLICIES, PREEMPTION_MODES, SamplingParams
+from minicb.config import POLICIES, PREEMPTION_MODES, STATIC_ORDERS, SamplingParams
 from minicb.server.workload import LENGTHS, PRESETS, WorkloadSpec, encode_prompt
 
 if TYPE_CHECKING:
@@ -121,6 +122,7 @@ SETTINGS: dict[str, Callable[[dict, str], Any]] = {  # each field's check, given
     "enable_prefix_caching": lambda m, k: _boolean(m, k),
     "preemption_mode": lambda m, k: _choice(m, k, PREEMPTION_MODES),
     "policy": lambda m, k: _choice(m, k, POLICIES),
+    "static_order": lambda m, k: _choice(m, k, STATIC_ORDERS),
 }
 
 
