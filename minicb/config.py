@@ -38,7 +38,7 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     preemption_mode: str = "recompute"
     # How the static baseline picks a new batch from the queue: "arrival" (the policy's
-    # order) or "length" (similar prompt + max_tokens together, so less padding).
+    # order) or "length" (similar max_tokens together, so less padding).
     static_order: str = "arrival"
     # Priority aging: a waiting request's effective priority improves by one level
     # every `aging_steps` iterations, so nobody waits forever.

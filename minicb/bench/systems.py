@@ -1,7 +1,7 @@
 """The five systems under test, built once in one process on one copy of the weights.
 
 - ``minicb-continuous``, ``minicb-static`` and ``minicb-static-sorted`` (static batches drawn
-  from the queue sorted by prompt + max_tokens: static given its best chance): three
+  from the queue sorted by max_tokens: static given its best chance): three
   LLMEngines whose runners share one model (same weights, dtype, device, kernels, KV pool
   size and limits), so their ratios measure scheduling and nothing else. ``drive`` feeds a
   workload at its arrival times on the engine's clock (the wall clock here, a VirtualClock

@@ -8,14 +8,17 @@ decode in lockstep; a member that has stopped keeps its slot as a padding row th
 really computed, as in a padded ``generate``, until the longest member ends. Only then do
 the members leave and their blocks return.
 
-With ``static_order="length"`` a new batch is drawn from the queue sorted by each request's
-length bound, prompt + ``max_tokens``, shortest first (the policy's order breaks ties): the
-static baseline given its best chance, since a batch of similar lengths leaves few padding
-rows. The bound is what a real server knows before generating; with ``ignore_eos`` it is the
-exact length. Shortest first because any order of the sorted list groups lengths equally
-well, and shortest-job-first finishes the most requests soonest (lower mean latency); the
-price is that under a steady stream of short requests a long one can wait indefinitely, which
-is why sorting suits an offline batch, where the whole queue is known, and not a live server.
+With ``static_order="length"`` a new batch is drawn from the queue sorted by ``max_tokens``,
+shortest first (the policy's order breaks ties): the static baseline given its best chance.
+The padding here is all in the lockstep decode (prompts are packed, not padded), so it is
+the spread of output lengths within a batch that costs, and ``max_tokens`` is what a server
+knows of them before generating: with ``ignore_eos`` the exact length, without it a bound.
+(Sorting on prompt + ``max_tokens`` was measured too: where prompt and output lengths are
+independent it groups outputs loosely and gains little; docs/performance.md.) Shortest first
+because any order of the sorted list groups lengths equally well, and shortest-job-first
+finishes the most requests soonest (lower mean latency); the price is that under a steady
+stream of short requests a long one can wait indefinitely, which is why sorting suits an
+offline batch, where the whole queue is known, and not a live server.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ class StaticScheduler(SchedulerBase):
         size = min(self.config.max_num_seqs, self.config.max_num_batched_tokens)
         queue = self.ordered(self.waiting)
         if self.config.static_order == "length":  # a stable sort: ties keep the policy's order
-            queue.sort(key=lambda r: r.max_total_tokens)
+            queue.sort(key=lambda r: r.params.max_tokens)
         for req in queue:
             if len(self.running) >= size:
                 plan.notes.append(f"static batch full at {size} requests")
