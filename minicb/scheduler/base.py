@@ -122,8 +122,7 @@ class SchedulerBase:
         self._fill(plan)
         plan.budget_used = plan.num_tokens
         plan.slots_used = len(self.running)
-        self._record_kv(plan)
-        return plan
+        return plan  # the pool's figures and block maps are recorded by retire(), after the step
 
     def _fill(self, plan: StepPlan) -> None:
         raise NotImplementedError
