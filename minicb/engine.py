@@ -142,15 +142,15 @@ class LLMEngine:
     def model_name(self) -> str:
         return self.runner.model_name
 
-    def rebuilt(self, config: EngineConfig) -> LLMEngine:
-        """A new engine with ``config`` on the same weights, clock and bus.
+    def rebuilt(self, config: EngineConfig, runner: Runner | None = None) -> LLMEngine:
+        """A new engine with ``config`` on the same weights (or on ``runner``: another
+        simulated GPU), clock and bus.
 
         This engine's requests are aborted (subscribers see them leave), then the new one
         announces itself with an ``EngineReset`` event; drop this one afterwards.
         """
-        new = LLMEngine(
-            config=config, runner=self.runner.with_config(config), clock=self.clock, bus=self.bus
-        )
+        runner = runner or self.runner.with_config(config)
+        new = LLMEngine(config=config, runner=runner, clock=self.clock, bus=self.bus)
         self.abort_all()
         if self.bus.wants("reset"):
             self.bus.emit(events.EngineReset(time=self.clock(), info=new.describe()))
@@ -304,11 +304,14 @@ class LLMEngine:
     def describe(self) -> dict[str, Any]:
         """Settings, pool sizes and model, JSON-safe: what a visualizer panel shows."""
         kv = self.kv_snapshot()
+        runner = self.runner.describe()
         return {
             "batching": self.config.batching,
             "config": self.config.to_dict(),
             "model": self.model_name,
-            "runner": self.runner.describe(),
+            "runner": runner,
+            # True on a simulated GPU: every page, trace and report built from this says so.
+            "simulated": bool(runner.get("simulated")),
             "kv_total": kv.num_blocks,
             "swap_total": kv.num_swap_blocks,
             "block_size": kv.block_size,

@@ -16,6 +16,8 @@ is refused, naming the limit, before any engine is rebuilt.
      "preemption_mode": "swap", "policy": "fcfs",
      "static_order": "length"}             rebuilds the engines (demo only)
     {"type": "prompt", "text": "...", "target": "both", "max_tokens": 32}
+    {"type": "simulate", "gpu": "H100-SXM", "model": "llama-3.1-8b"}
+                                          another simulated GPU (a --simulate demo only)
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from minicb.config import POLICIES, PREEMPTION_MODES, STATIC_ORDERS, SamplingParams
+from minicb.runner.catalogue import load_profile, read_catalogue
 from minicb.server.workload import LENGTHS, PRESETS, WorkloadSpec, encode_prompt
 
 if TYPE_CHECKING:
@@ -109,6 +112,7 @@ async def _workload(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
         rate=_number(msg, "rate", 0.01, 100.0, feeder.spec.rate, kind=float),
         lengths=_choice(msg, "lengths", LENGTHS, feeder.spec.lengths),
         count=_number(msg, "count", 1, 1000, feeder.spec.count),
+        max_outstanding=feeder.spec.max_outstanding,  # the demo's scale, kept
     )
     await loop.acall(lambda: feeder.configure(spec))
     return {"workload": feeder.describe()}
@@ -220,6 +224,54 @@ async def _prompt(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
     return {"ids": ids}
 
 
+def simulation_choices(loop: EngineLoop | None) -> dict[str, Any] | None:
+    """The catalogue's GPUs and models and the profile now simulated, for the page's
+    picker; None unless the engines run on a simulated GPU (read in the engine thread)."""
+    infos = loop.engine_infos() if loop else []
+    runner = next((i["runner"] for i in infos if i.get("simulated")), None)
+    if runner is None:
+        return None
+    catalogue = read_catalogue()
+    return {
+        "gpus": list(catalogue["gpus"]),
+        "models": list(catalogue["models"]),
+        "gpu": runner.get("gpu"),
+        "model": runner.get("model"),
+    }
+
+
+async def _simulate(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
+    _only(msg, {"gpu", "model"})
+    catalogue = read_catalogue()  # names from the catalogue only: no paths from a browser
+    gpu = _choice(msg, "gpu", tuple(catalogue["gpus"]))
+    model = _choice(msg, "model", tuple(catalogue["models"]))
+    if gpu is None or model is None:
+        raise ControlError("simulate needs a gpu and a model from the catalogue")
+    if hub.mode != "demo" or not all(e.describe()["simulated"] for e in loop.engines.values()):
+        raise ControlError("this demo runs a real model; start one with --simulate GPU:MODEL")
+    try:
+        return {"engines": await loop.acall(lambda: resimulate(loop, f"{gpu}:{model}"))}
+    except ValueError as err:  # e.g. weights larger than the GPU's memory
+        raise ControlError(str(err)) from err
+
+
+def resimulate(loop: EngineLoop, profile_name: str) -> list[dict[str, Any]]:
+    """Rebuild every engine on a simulated GPU of ``profile_name``, its KV pool sized for
+    that GPU unless the settings fix it, with the same clock and bus (engine thread). Every
+    runner is built before any engine is touched, so a profile refused changes nothing."""
+    from minicb.runner.simulated import SimulatedRunner
+
+    profile = load_profile(profile_name)
+    runners = {
+        name: SimulatedRunner(profile, engine.config, clock=engine.clock)
+        for name, engine in loop.engines.items()
+    }
+    for name, runner in runners.items():
+        engine = loop.engines[name]
+        loop.replace_engine(name, engine.rebuilt(engine.config, runner=runner))
+    return loop.engine_infos()
+
+
 HANDLERS: dict[str, Callable[[Hub, EngineLoop, dict], Awaitable[dict]]] = {
     "pause": _pause,
     "resume": functools.partial(_pause, paused=False),
@@ -228,6 +280,7 @@ HANDLERS: dict[str, Callable[[Hub, EngineLoop, dict], Awaitable[dict]]] = {
     "workload": _workload,
     "settings": _settings,
     "prompt": _prompt,
+    "simulate": _simulate,
 }
 
 
