@@ -77,7 +77,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="record each minicb run (first repeat) as FILE-stem.<workload>.<system>.jsonl, "
         "for `minicb replay` and the visualizer",
     )  # fmt: skip
+    p.add_argument(
+        "--simulate", metavar="GPU:MODEL", default=None,
+        help="run the papers' reproductions on the simulated runner instead (no model, no "
+        "GPU; docs/reproductions.md); GPU:MODEL (e.g. H100:llama-3.1-8b) is the profile of "
+        "the at-scale static/continuous comparison",
+    )  # fmt: skip
+    p.add_argument("--reproduce", nargs="+", default=None, metavar="NAME",
+                   help="with --simulate: anyscale vllm sarathi scale (default: all)")  # fmt: skip
     p.set_defaults(func=run)
+
+
+def run_simulated_bench(args: argparse.Namespace) -> int:
+    """``--simulate``: the reproductions, printed as markdown and written as
+    reproductions.json/.md/.html to ``--out-dir``."""
+    from minicb.bench.reproduction_report import render, render_html
+    from minicb.bench.reproductions import REPRODUCTIONS, run_all
+
+    size = 0.25 if args.quick else 1.0
+    results = run_all(args.reproduce or list(REPRODUCTIONS), args.simulate, size)
+    markdown = render(results)
+    print(markdown)
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "reproductions.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    (out / "reproductions.md").write_text(markdown, encoding="utf-8")
+    (out / "reproductions.html").write_text(render_html(results, markdown), encoding="utf-8")
+    print(f"\nwrote {out / 'reproductions.json'}, .md and .html (SIMULATED)")
+    return 0
 
 
 def make_plan(args: argparse.Namespace) -> BenchPlan:
@@ -93,6 +120,8 @@ def make_plan(args: argparse.Namespace) -> BenchPlan:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.simulate:
+        return run_simulated_bench(args)
     import torch
     from tqdm import tqdm
 
