@@ -25,6 +25,7 @@ from typing import Any
 from minicb.bench import (
     RunRecord,
     aggregate,
+    calibration,
     outside_model_share,
     paired_ratio,
     ratio_table,
@@ -51,6 +52,7 @@ from minicb.bench.workloads import (
     sweep_workload,
 )
 from minicb.config import DTYPES
+from minicb.runner.catalogue import model_shape
 from minicb.runner.loader import load_hf_config, resolve_model_path
 from minicb.scheduler.block_manager import blocks_needed
 
@@ -148,9 +150,14 @@ def run(args: argparse.Namespace) -> int:
         capacity = head["req_s"]["median"] if head and head.get("req_s") else None
         results["rate_sweep"] = suite.rate_sweep(vocab, capacity)
         results["prefix_caching"] = {w.name: suite.prefix_caching(w) for w in cached}
+    engine = systems.continuous  # the simulated runner's cpu profile against these runs
+    shape = model_shape(str(resolve_model_path(args.model)))
+    results["calibration"] = calibration.calibrate(
+        results, workloads, engine.config, shape, engine.runner.dtype.itemsize
+    )
     results["goals"] = evaluate(results, headline=workloads[0].name, control="fixed")
     results["meta"]["duration_s"] = time.time() - started
-    markdown = render(results)
+    markdown = render(results) + calibration.render(results["calibration"])
     print(markdown)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
