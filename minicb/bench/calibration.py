@@ -3,7 +3,8 @@
 The ``cpu`` profile is the step-time model (minicb/runner/step_time.py) of this machine:
 the copy bandwidth and matmul FLOP/s the bench measured (``hardware``), efficiency 1
 (they are rates reached, not datasheet peaks), and a fixed step overhead read off one
-other measurement of the same run, the batch-1 decode probe of the roofline: its median
+other measurement of the same run, a batch-1 decode probe taken just before each workload
+(``calibration_probe``; the roofline's batch-1 point where there is none): its median
 step time less the profile's memory/compute time for that step. Nothing is fitted to the
 workloads it is then judged on:
 
@@ -83,49 +84,53 @@ def calibrate(
     results: dict[str, Any], workloads: list[Workload], config: EngineConfig, shape: ModelShape,
     elem_bytes: int,
 ) -> dict[str, Any] | None:  # fmt: skip
-    """The ``cpu`` profile and its errors on every workload (None without the probe)."""
+    """The ``cpu`` profile and its errors on every workload that ran both systems and has
+    a batch-1 probe (its own, else the roofline's); None when none has."""
     points = {p["batch"]: p for p in results.get("roofline", {}).get("points", [])}
-    if 1 not in points:
-        return None
-    profile = cpu_profile(results["hardware"], shape, elem_bytes, points[1])
     out: dict[str, Any] = {}
     for w in workloads:
         res = results["workloads"][w.name]
-        if not all(n in res["runs"] for n in PAIR):
+        probe = res.get("calibration_probe") or points.get(1)
+        if probe is None or not all(n in res["runs"] for n in PAIR):
             continue
+        profile = cpu_profile(results["hardware"], shape, elem_bytes, probe)
         steps = [s for n in PAIR for r in res["runs"][n] for s in r["steps"]]
         measured = (res["ratios"].get(f"{PAIR[0]} / {PAIR[1]}") or {}).get("median")
         predicted = simulated_ratio(profile, config, w)
         out[w.name] = {
+            "step_overhead_s": profile.efficiency.step_overhead_s,
             "step_error": step_errors(profile, steps),
             "measured_ratio": measured,
             "predicted_ratio": predicted,
             "ratio_error": predicted / measured - 1 if measured and predicted else None,
         }
-    return {"profile": {"bandwidth": profile.gpu.bandwidth, "flops": profile.gpu.flops,
-                        "step_overhead_s": profile.efficiency.step_overhead_s},
+    if not out:
+        return None
+    hw = results["hardware"]
+    return {"profile": {"bandwidth": hw["copy_bandwidth"], "flops": hw["matmul_flops"]},
             "targets": {"step": STEP_TARGET, "ratio": RATIO_TARGET}, "workloads": out}  # fmt: skip
 
 
 def render(cal: dict[str, Any] | None) -> str:
     """The calibration as a markdown section."""
     if not cal:
-        return "\n## Calibration of the simulated runner\n\nNot run (no batch-1 decode probe).\n"
+        head = "\n## Calibration of the simulated runner\n\n"
+        return head + "Not run (it needs minicb continuous and static).\n"
     p = cal["profile"]
     lines = [
         "", "## Calibration of the simulated runner (`cpu` profile)", "",
-        f"Profile: {p['bandwidth'] / 1e9:.1f} GB/s, {p['flops'] / 1e9:.0f} GFLOP/s, step "
-        f"overhead {p['step_overhead_s'] * 1000:.1f} ms (batch-1 decode probe less its "
-        "roofline). Targets: per-step median error within 25 %, continuous/static within 10 %.",
-        "", "| workload | steps | median error | median abs error | p90 abs | measured ratio "
-        "| predicted ratio | ratio error |", "|---|---|---|---|---|---|---|---|",
+        f"Profile: {p['bandwidth'] / 1e9:.1f} GB/s, {p['flops'] / 1e9:.0f} GFLOP/s, and a step "
+        "overhead per workload (a batch-1 decode probe just before it, less its roofline). "
+        "Targets: per-step median error within 25 %, continuous/static within 10 %.",
+        "", "| workload | overhead | steps | median error | median abs error | p90 abs "
+        "| measured ratio | predicted ratio | ratio error |", "|---" * 9 + "|",
     ]  # fmt: skip
     for name, c in cal["workloads"].items():
         e = c["step_error"]
         lines.append(
-            f"| {name} | {e['n']} | {_pct(e['median'])} | {_pct(e['median_abs'])} | "
-            f"{_pct(e['p90_abs'])} | {_num(c['measured_ratio'])} | {_num(c['predicted_ratio'])} "
-            f"| {_pct(c['ratio_error'])} |"
+            f"| {name} | {c['step_overhead_s'] * 1000:.0f} ms | {e['n']} | {_pct(e['median'])} | "
+            f"{_pct(e['median_abs'])} | {_pct(e['p90_abs'])} | {_num(c['measured_ratio'])} | "
+            f"{_num(c['predicted_ratio'])} | {_pct(c['ratio_error'])} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -297,6 +297,7 @@ class Suite:
                 self._tick(f"{w.name}: warm-up {name}")
                 self.systems.run(name, head)
                 self.bar.update()
+        probe = self.calibration_probe(w.name) if set(calibration.PAIR) <= set(names) else None
         runs: dict[str, list[RunRecord]] = {n: [] for n in names}
         for r in range(self.plan.repeats):
             k = r % len(names)
@@ -317,7 +318,19 @@ class Suite:
                 if n in MINICB
             },
             "runs": {n: [asdict(r) for r in recs] for n, recs in runs.items()},
+            "calibration_probe": probe,
         }
+
+    def calibration_probe(self, what: str) -> dict[str, Any]:
+        """Pure batch-1 decode steps, just before a workload: the simulated runner's cpu
+        profile reads its step overhead off them (calibration.py), so a change in the shared
+        machine's load since the roofline sweep does not pass for a model error."""
+        self._tick(f"{what}: batch-1 decode probe for the calibration")
+        p = self.plan
+        per_req = blocks_needed(p.decode_prompt + p.decode_warm + p.decode_steps + 2, p.block_size)
+        engine = sibling(self.systems.continuous, max_num_seqs=1, num_kv_blocks=per_req + 1)
+        args = (p.decode_prompt, p.decode_warm, p.decode_steps)
+        return {"batch": 1, **theory.time_decode(engine, 1, *args)}
 
     def theory(self, w: Workload, runs: dict[str, list[RunRecord]]) -> dict[str, Any] | None:
         pair = MINICB[:2]  # the model predicts continuous against unsorted static
