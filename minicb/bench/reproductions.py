@@ -30,6 +30,7 @@ from minicb.bench.simulate import (
 )
 from minicb.config import EngineConfig
 from minicb.runner.catalogue import load_profile
+from minicb.runner.step_time import StepTimeModel
 
 PAPER_ENGINE = dict(enable_prefix_caching=False, max_num_seqs=256)  # none had a prefix cache
 
@@ -99,18 +100,19 @@ def sharegpt_like(n: int, seed: int, context: int = 2048) -> list[SimRequest]:
     ]
 
 
-def _normalized_latency(profile, config, reqs, rate: float, seed: int) -> float:
+def _normalized_latency(
+    profile: StepTimeModel, config: EngineConfig, reqs: list[SimRequest], rate: float, seed: int
+) -> float:
+    """Mean normalized latency with the requests arriving as a Poisson process of ``rate``."""
     times = poisson_arrivals(len(reqs), rate, seed)
-    timed = with_arrivals(reqs, times)
-    s = run_simulated(profile, config, timed)["summary"]
-    return s["latency"]["e2e_s"]["mean"] / (s["requests"]["tokens_generated"] / len(reqs))
+    return run_simulated(profile, config, with_arrivals(reqs, times))["normalized_latency_s"]
 
 
 def sustained_rate(
     latency_at: Callable[[float], float], lo: float, hi: float, rounds: int
 ) -> float:
     """The highest rate in [lo, hi] whose latency stays within the target (bisection on a
-    log scale; latency grows with the rate)."""
+    log scale; latency grows with the rate); ``lo`` itself is taken as sustained."""
     for _ in range(rounds):
         mid = (lo * hi) ** 0.5
         lo, hi = (mid, hi) if latency_at(mid) <= NORMALIZED_LATENCY_TARGET_S else (lo, mid)

@@ -74,31 +74,37 @@ def run_simulated(
     *,
     keep_steps: bool = False,
 ) -> dict[str, Any]:
-    """The requests through the engine on ``profile``: the metrics summary, the runner's
-    description and (``keep_steps``) each step as ``step_row`` gives it."""
+    """The requests through the engine on ``profile``: the metrics summary, the mean
+    normalized latency (each request's end-to-end seconds over its output tokens, as the
+    vLLM paper defines it), the runner's description and (``keep_steps``) each step as
+    ``step_row`` gives it."""
     clock = VirtualClock()
     runner = SimulatedRunner(profile, config, clock=clock)
     engine = LLMEngine(config=config, runner=runner, clock=clock)
-    metrics, steps = MetricsCollector(), []
+    metrics, steps, finished = MetricsCollector(), [], []
     engine.bus.subscribe(metrics)
+    engine.bus.subscribe(finished.append, kinds=["finished"])
     if keep_steps:
         engine.bus.subscribe(lambda e: steps.append(step_row(e, 0.0)), kinds=["step"])
     order = deque(sorted(requests, key=lambda r: r.arrival))
-    index = 0
+    arrivals: dict[int, float] = {}
     while order or engine.has_unfinished():
         while order and order[0].arrival <= clock():
-            _add(engine, runner, order.popleft(), index)
-            index += 1
+            r = order.popleft()
+            arrivals[_add(engine, runner, r, len(arrivals))] = r.arrival
         if engine.has_unfinished():
             engine.step()
         elif order:  # idle until the next arrival
             clock.advance(order[0].arrival - clock())
+    normalized = [(e.time - arrivals[e.request_id]) / e.num_output_tokens for e in finished]
     return {"simulated": True, "runner": runner.describe(), "summary": metrics.summary(),
+            "normalized_latency_s": sum(normalized) / len(normalized) if normalized else None,
             "steps": steps}  # fmt: skip
 
 
-def _add(engine: LLMEngine, runner: SimulatedRunner, r: SimRequest, index: int) -> None:
-    """Queue one request; one that stops before max_tokens stops as at EOS (forced)."""
+def _add(engine: LLMEngine, runner: SimulatedRunner, r: SimRequest, index: int) -> int:
+    """Queue one request and return its id; one that stops before max_tokens stops as at
+    EOS (forced)."""
     early = r.output_len < r.max_tokens
     params = SamplingParams(max_tokens=r.max_tokens, temperature=0.0, ignore_eos=not early)
     prompt = prompt_ids(index, r.prompt_len, runner.vocab_size)
@@ -107,3 +113,4 @@ def _add(engine: LLMEngine, runner: SimulatedRunner, r: SimRequest, index: int) 
     )
     if early:
         runner.output_lengths[rid] = r.output_len
+    return rid

@@ -85,3 +85,10 @@ def test_the_command_line_writes_the_report(tmp_path):
     assert main([*args, "--out-dir", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "reproductions.json").read_text())
     assert data["scale"]["simulated"] and (tmp_path / "reproductions.html").is_file()
+
+
+def test_normalized_latency_is_end_to_end_over_output_tokens():
+    profile = load_profile("H100:llama-3.1-8b")
+    config = EngineConfig(enable_prefix_caching=False)
+    result = run_simulated(profile, config, [SimRequest(100, 8, 8)])
+    assert result["normalized_latency_s"] == pytest.approx(result["summary"]["duration_s"] / 8)
