@@ -53,3 +53,16 @@ def test_a_step_advances_the_clock_by_the_predicted_time():
 def test_bad_utilisation_is_refused():
     with pytest.raises(ValueError, match="gpu_memory_utilization"):
         SimulatedRunner("H100:llama-3.1-8b", clock=VirtualClock(), gpu_memory_utilization=1.5)
+
+
+def test_the_simulator_never_loads_torch():
+    """A laptop without torch's weight can run it: a small reproduction in a fresh
+    interpreter leaves torch unimported."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from minicb.bench.reproductions import scale; scale(0.02); "
+        "assert 'torch' not in sys.modules, 'torch was imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
