@@ -83,7 +83,7 @@ class SimulatedRunner(FakeRunner):
             "simulated": True,
             **self.profile.describe(),
             "device": f"simulated {self.profile.gpu.name}",
-            "dtype": "float32" if self.profile.elem_bytes == 4 else "bfloat16",
+            "dtype": "bfloat16" if self.config.dtype == "auto" else self.config.dtype,
             "num_kv_blocks": self.num_kv_blocks,
             "bytes_per_block": self.profile.block_bytes(self.config.block_size),
             "gpu_memory_utilization": self.gpu_memory_utilization,

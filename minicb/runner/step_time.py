@@ -136,16 +136,18 @@ class StepTimeModel:
     # ---- time ------------------------------------------------------------------------------
     def terms(self, rows: Iterable[tuple[int, int, bool]]) -> dict[str, float]:
         """Each term of the step time for rows of (num_tokens, context_len, samples)."""
+        return self.totals_terms(*step_totals(rows))
+
+    def totals_terms(
+        self, tokens: int, sampling: int, context: int, pairs: int
+    ) -> dict[str, float]:
+        """Each term of the step time of a step of ``tokens`` tokens, ``sampling`` rows that
+        sample, ``context`` context tokens over its rows and ``pairs`` attended pairs."""
         m, e, tp = self.model, self.efficiency, self.tp
-        tokens = sampling = pairs = context = 0
-        for n, c, samples in rows:
-            tokens, sampling, context = tokens + n, sampling + samples, context + c
-            pairs += attended_pairs(n, c)
         if tokens == 0:
             return dict.fromkeys(("memory_s", "compute_s", "comm_s", "overhead_s", "step_s"), 0.0)
-        nbytes = m.streamed_params * self.elem_bytes + context * m.kv_bytes_per_token(
-            self.elem_bytes
-        )
+        kv_bytes = context * m.kv_bytes_per_token(self.elem_bytes)
+        nbytes = m.streamed_params * self.elem_bytes + kv_bytes
         flops = (
             2 * m.num_layers * m.layer_params * tokens
             + 2 * m.vocab_size * m.hidden_size * sampling
@@ -168,7 +170,7 @@ class StepTimeModel:
         }
 
     def plan_terms(self, plan: StepPlan) -> dict[str, float]:
-        return self.terms(_rows(plan.scheduled))
+        return self.terms(plan_rows(plan.scheduled))
 
     def __call__(self, plan: StepPlan) -> float:
         """Seconds the plan's step takes (FakeRunner's ``step_time_fn``)."""
@@ -184,5 +186,16 @@ class StepTimeModel:
         }
 
 
-def _rows(scheduled: list[ScheduledRequest]) -> Iterable[tuple[int, int, bool]]:
+def plan_rows(scheduled: list[ScheduledRequest]) -> Iterable[tuple[int, int, bool]]:
+    """A plan's rows as the step-time model reads them: (num_tokens, context_len, samples)."""
     return ((r.num_tokens, r.context_len, r.samples) for r in scheduled)
+
+
+def step_totals(rows: Iterable[tuple[int, int, bool]]) -> tuple[int, int, int, int]:
+    """(tokens, sampling rows, context tokens, attended pairs) of rows of (num_tokens,
+    context_len, samples): all the step-time model needs to know of a step."""
+    tokens = sampling = context = pairs = 0
+    for n, c, samples in rows:
+        tokens, sampling, context = tokens + n, sampling + samples, context + c
+        pairs += attended_pairs(n, c)
+    return tokens, sampling, context, pairs
