@@ -79,6 +79,7 @@ export function fillSimulation(sim) {
   for (const [id, names, current] of [["sim-gpu", sim.gpus, sim.gpu], ["sim-model", sim.models, sim.model]]) {
     $(id).replaceChildren(...names.map((name) => new Option(name, name, false, name === current)));
   }
+  $("sim-speed").value = sim.speed ?? 1;
 }
 
 export function wireControls(app) {
@@ -111,6 +112,7 @@ export function wireControls(app) {
     control({ type: "simulate", gpu: $("sim-gpu").value, model: $("sim-model").value },
       () => showMessage(`${t("simSwitched")}: ${$("sim-gpu").value} · ${$("sim-model").value}`));
   };
+  $("sim-speed").onchange = () => control({ type: "pace", speed: Number($("sim-speed").value) });
   $("prompt-form").onsubmit = (ev) => {
     ev.preventDefault();
     const text = $("prompt-text").value;

@@ -18,6 +18,7 @@ is refused, naming the limit, before any engine is rebuilt.
     {"type": "prompt", "text": "...", "target": "both", "max_tokens": 32}
     {"type": "simulate", "gpu": "H100-SXM", "model": "llama-3.1-8b"}
                                           another simulated GPU (a --simulate demo only)
+    {"type": "pace", "speed": 0.5}        simulated seconds per wall second (the same)
 """
 
 from __future__ import annotations
@@ -237,6 +238,7 @@ def simulation_choices(loop: EngineLoop | None) -> dict[str, Any] | None:
         "models": list(catalogue["models"]),
         "gpu": runner.get("gpu"),
         "model": runner.get("model"),
+        "speed": loop.pacer.speed if loop.pacer else None,
     }
 
 
@@ -253,6 +255,17 @@ async def _simulate(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
         return {"engines": await loop.acall(lambda: resimulate(loop, f"{gpu}:{model}"))}
     except ValueError as err:  # e.g. weights larger than the GPU's memory
         raise ControlError(str(err)) from err
+
+
+async def _pace(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
+    _only(msg, {"speed"})
+    speed = _number(msg, "speed", 0.01, 1000.0, kind=float)
+    if speed is None:
+        raise ControlError("pace needs speed (simulated seconds per wall second)")
+    if loop.pacer is None:
+        raise ControlError("nothing is paced here: only a --simulate demo has a speed factor")
+    await loop.acall(lambda: setattr(loop.pacer, "speed", float(speed)))
+    return {"speed": speed}
 
 
 def resimulate(loop: EngineLoop, profile_name: str) -> list[dict[str, Any]]:
@@ -281,6 +294,7 @@ HANDLERS: dict[str, Callable[[Hub, EngineLoop, dict], Awaitable[dict]]] = {
     "settings": _settings,
     "prompt": _prompt,
     "simulate": _simulate,
+    "pace": _pace,
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -188,6 +189,22 @@ def test_the_picker_rebuilds_both_engines_on_another_gpu():
             _, reply = control(ws, type="simulate", gpu="L4", model="llama-3.1-70b")
             assert reply["type"] == "error" and "leave no room" in reply["message"]
             assert loop.engines["static"].describe()["runner"]["gpu"] == "A100-80GB"
+            _, reply = control(ws, type="pace", speed=0.5)
+            assert reply["type"] == "error" and "--simulate demo" in reply["message"]
+    finally:
+        loop.stop()
+
+
+def test_the_speed_factor_changes_from_the_page():
+    loop, app = launch.build_demo(demo_args("--simulate", PROFILE, "--paused"))
+    loop.start()
+    try:
+        with TestClient(app) as client, client.websocket_connect("/ws") as ws:
+            assert ws.receive_json()["simulation"]["speed"] == 1.0
+            _, reply = control(ws, type="pace", speed=0.25)
+            assert reply["type"] == "ack" and loop.pacer.speed == 0.25
+            _, reply = control(ws, type="pace", speed=0)
+            assert reply["type"] == "error" and "speed must be" in reply["message"]
     finally:
         loop.stop()
 
@@ -207,15 +224,21 @@ def test_the_picker_is_refused_on_a_real_model():
 
 
 # ---- "simulated" in traces and reports -------------------------------------------------
-def test_traces_and_the_replay_report_say_simulated(tmp_path, capsys):
+def _simulated_trace(tmp_path: Path) -> Path:
+    """The trace of a short run on a simulated H100, as ``minicb demo --trace`` writes it."""
     engine = _simulated_loop().engines["continuous"]
-    assert trace_header(virtual_engine())["simulated"] is False
     path = tmp_path / "sim.jsonl"
     writer = TraceWriter(path, trace_header(engine, command="demo", panel="continuous"))
     engine.bus.subscribe(writer)
     engine.add_request([5] * 8, SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True))
     engine.run_until_done()
     writer.close()
+    return path
+
+
+def test_traces_and_the_replay_report_say_simulated(tmp_path, capsys):
+    assert trace_header(virtual_engine())["simulated"] is False
+    path = _simulated_trace(tmp_path)
     trace = read_trace(path)
     assert trace.header["simulated"] and trace.header["hardware"]["profile"]
     info = _replay_info("continuous", trace)
@@ -223,3 +246,11 @@ def test_traces_and_the_replay_report_say_simulated(tmp_path, capsys):
     assert cli.main(["replay", str(path)]) == 0
     assert "SIMULATED (H100-SXM:llama-3.1-8b)" in capsys.readouterr().out
     assert json.loads(path.read_text().splitlines()[0])["simulated"] is True
+
+
+def test_a_replayed_simulated_trace_is_described_as_simulated(tmp_path):
+    app = create_app(
+        None, mode="replay", replay={"continuous": read_trace(_simulated_trace(tmp_path))}
+    )
+    [info] = app.state.hub.hello()["engines"]
+    assert info["simulated"] and info["runner"]["profile"] == "H100-SXM:llama-3.1-8b"
