@@ -13,9 +13,11 @@ slow round is no burst of catching up), and
 - the workload feeder reads the target (``now``) as its clock, so arrivals come at
   ``rate`` per simulated second.
 
-If Python cannot keep up (hundreds of rows, two CPU cores), the engines fall behind the
-target and simulated time runs slower than ``speed`` x wall time; every time the page
-shows is still the simulated one. Engines on the wall clock are never held.
+If Python cannot keep up (hundreds of rows, two CPU cores), the target waits for the
+slowest busy engine (it runs at most one tick ahead of it), so simulated time runs slower
+than ``speed`` x wall time for everyone alike: the feeder does not flood engines that lag,
+and static and continuous batching stay side by side in simulated time. Every time the
+page shows is the simulated one. Engines on the wall clock are never held.
 """
 
 from __future__ import annotations
@@ -47,17 +49,20 @@ class Pacer:
         return self.target or 0.0
 
     def advance(self, engines: dict[str, LLMEngine]) -> None:
-        """Move the target on by this round's wall time; bring idle engines up to it."""
-        clocks = [e.clock for e in engines.values() if isinstance(e.clock, VirtualClock)]
+        """Move the target on by this round's wall time, at most one tick past the slowest
+        busy engine; bring idle engines up to it."""
+        paced = {n: e for n, e in engines.items() if isinstance(e.clock, VirtualClock)}
         now = self.wall()
         if self.target is None:
-            self.target = max((c.now for c in clocks), default=0.0)
-        self.target += min(now - self._last, MAX_TICK_S) * self.speed
+            self.target = max((e.clock.now for e in paced.values()), default=0.0)
+        step = min(now - self._last, MAX_TICK_S) * self.speed
         self._last = now
-        for engine in engines.values():
-            clock = engine.clock
-            if isinstance(clock, VirtualClock) and not engine.has_unfinished():
-                clock.advance(max(0.0, self.target - clock.now))
+        busy = [e.clock.now for e in paced.values() if e.has_unfinished()]
+        ceiling = min(busy) + MAX_TICK_S * self.speed if busy else float("inf")
+        self.target = max(self.target, min(self.target + step, ceiling))  # never backwards
+        for engine in paced.values():
+            if not engine.has_unfinished():
+                engine.clock.advance(max(0.0, self.target - engine.clock.now))
 
     def due(self, busy: list[tuple[str, LLMEngine]]) -> list[tuple[str, LLMEngine]]:
         """The busy engines that may step now: those behind the target, or on wall time."""

@@ -122,6 +122,20 @@ def test_an_idle_engine_keeps_time_and_a_pause_is_no_burst():
     assert pacer.now() == pytest.approx(0.2 + MAX_TICK_S)
 
 
+def test_the_target_waits_for_an_engine_that_lags():
+    wall = Wall()
+    pacer = Pacer(speed=1.0, wall=wall)
+    lagging = busy(virtual_engine())
+    for _ in range(40):  # ten wall seconds in which the engine never steps
+        wall.now += MAX_TICK_S
+        pacer.advance({"lagging": lagging})
+    assert pacer.now() == pytest.approx(MAX_TICK_S)  # one tick ahead of it, no more
+    lagging.step()
+    wall.now += MAX_TICK_S
+    pacer.advance({"lagging": lagging})
+    assert pacer.now() == pytest.approx(0.01 + MAX_TICK_S)
+
+
 def test_engines_on_the_wall_clock_are_never_held():
     pacer = Pacer(speed=1.0, wall=Wall())
     real = busy(LLMEngine(config=EngineConfig(), runner=FakeRunner()))
