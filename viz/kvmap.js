@@ -2,7 +2,9 @@
 // it, free blocks pale, and the CPU swap space as a strip below. With prefix caching, a
 // block several requests share (reference count above 1) carries a dark frame and its
 // count, and a free block that still holds a cached prefix (evictable) is drawn hatched;
-// hovering a block says who holds it.
+// a block a request holds but has not written yet (a KV reservation, or static batching's
+// prompt + max_tokens up front) is drawn in a pale shade of its owner's colour; hovering a
+// block says who holds it.
 //
 // Every step event carries every request's block ids after the step, live and in a trace
 // alike, so the map shows where blocks really are (fragmentation included), and a replayed
@@ -16,36 +18,44 @@ const CACHED = "#d6e4f0"; // free, but still holding a cached prefix
 const SHARED_FRAME = "#111827";
 const RECENT_STEPS = 3; // a preemption stays flagged this many iterations
 
-export function ownerColor(id) {
-  return `hsl(${(id * 137.508) % 360}, 62%, ${48 + (id % 3) * 8}%)`;
+const RESERVED_LIGHTNESS = 86; // a held block not written yet: its owner's hue, pale
+const lightness = (id, reserved) => (reserved ? RESERVED_LIGHTNESS : 48 + (id % 3) * 8);
+
+export function ownerColor(id, reserved = false) {
+  return `hsl(${(id * 137.508) % 360}, 62%, ${lightness(id, reserved)}%)`;
 }
 
 // ownerColor as [r, g, b], for the pixel path (cached: a few hundred owners at a time).
 const RGB = new Map();
-function ownerRgb(id) {
-  let rgb = RGB.get(id);
+function ownerRgb(id, reserved) {
+  const key = 2 * id + (reserved ? 1 : 0);
+  let rgb = RGB.get(key);
   if (!rgb) {
-    const h = (id * 137.508) % 360, s = 0.62, l = (48 + (id % 3) * 8) / 100;
+    const h = (id * 137.508) % 360, s = 0.62, l = lightness(id, reserved) / 100;
     const f = (n) => { const k = (n + h / 30) % 12; return Math.round(255 * (l - s * Math.min(l, 1 - l) * Math.max(-1, Math.min(k - 3, 9 - k, 1)))); };
     rgb = [f(0), f(8), f(4)];
     if (RGB.size > 4096) RGB.clear();
-    RGB.set(id, rgb);
+    RGB.set(key, rgb);
   }
   return rgb;
 }
 
-// After `step`: each device block's first holder (-1: free) and number of holders (a block
-// shared by a prefix has several), the evictable cached blocks, and the owner of each
-// swapped block. Typed arrays: a simulated GPU's pool has tens of thousands of blocks.
+// After `step`: each device block's first holder (-1: free), number of holders (a block
+// shared by a prefix has several) and whether it is held but not written yet (reserved),
+// the evictable cached blocks, and the owner of each swapped block. Typed arrays: a
+// simulated GPU's pool has tens of thousands of blocks.
 function layout(total, step) {
   const owner = new Int32Array(total).fill(-1), count = new Uint16Array(total);
-  const swapped = [];
+  const reserved = new Uint8Array(total), swapped = [];
   for (const [rid, blocks] of Object.entries(step.blockTables || {})) { // null: dropped (live)
-    const id = Number(rid);
-    for (const b of blocks) { if (count[b]++ === 0) owner[b] = id; }
+    const id = Number(rid), written = step.written?.[rid] ?? blocks.length;
+    blocks.forEach((b, i) => {
+      if (count[b]++ === 0) owner[b] = id;
+      if (i >= written) reserved[b] = 1; // never a shared block: those are full prefixes
+    });
   }
   for (const [rid, blocks] of Object.entries(step.swapTables || {})) for (const _ of blocks) swapped.push(Number(rid));
-  return { owner, count, cached: new Set(step.cachedBlocks || []), swapped };
+  return { owner, count, reserved, cached: new Set(step.cachedBlocks || []), swapped };
 }
 
 // Who holds block b after `step` (for the hover text only).
@@ -61,8 +71,8 @@ function hatch(ctx, x, y, s) {
   ctx.restore();
 }
 
-function drawBlock(ctx, x, y, s, owner, count, cached) {
-  ctx.fillStyle = count ? ownerColor(owner) : cached ? CACHED : FREE;
+function drawBlock(ctx, x, y, s, owner, count, reserved, cached) {
+  ctx.fillStyle = count ? ownerColor(owner, reserved) : cached ? CACHED : FREE;
   ctx.fillRect(x, y, s, s);
   if (cached && s > 4) hatch(ctx, x, y, s);
   if (count > 1) {
@@ -89,7 +99,7 @@ function paintPixels(ctx, grid, total, gridH) {
   const free = packed(FREE_RGB), cachedColor = packed(CACHED_RGB), shared = packed(SHARED_RGB);
   for (let b = 0; b < total; b++) {
     const n = grid.count[b];
-    color[b] = n > 1 ? shared : n ? packed(ownerRgb(grid.owner[b])) : free;
+    color[b] = n > 1 ? shared : n ? packed(ownerRgb(grid.owner[b], grid.reserved[b])) : free;
   }
   for (const b of grid.cached) if (b < total && !grid.count[b]) color[b] = cachedColor;
   const img = ctx.createImageData(W, H), px = new Uint32Array(img.data.buffer), cell = grid.size * dpr;
@@ -107,9 +117,9 @@ function paintPixels(ctx, grid, total, gridH) {
 }
 
 // What a block is, in words, for the hover text.
-function describeBlock(b, holders, cached) {
+function describeBlock(b, holders, reserved, cached) {
   if (holders.length > 1) return `${t("kvBlock")} ${b}: ${t("kvShared")} ×${holders.length} (#${holders.join(", #")})`;
-  if (holders.length === 1) return `${t("kvBlock")} ${b}: #${holders[0]}`;
+  if (holders.length === 1) return `${t("kvBlock")} ${b}: #${holders[0]}` + (reserved ? ` (${t("kvReserved")})` : "");
   return `${t("kvBlock")} ${b}: ${cached ? t("kvCached") : t("kvFree")}`;
 }
 
@@ -122,7 +132,7 @@ function hover(canvas) {
     if (!g) return;
     const b = Math.floor(ev.offsetY / g.size) * g.cols + Math.floor(ev.offsetX / g.size);
     const inGrid = ev.offsetX < g.cols * g.size && b >= 0 && b < g.count.length;
-    canvas.title = inGrid ? describeBlock(b, g.step ? holdersOf(g.step, b) : [], g.cached.has(b)) : "";
+    canvas.title = inGrid ? describeBlock(b, g.step ? holdersOf(g.step, b) : [], g.reserved[b], g.cached.has(b)) : "";
   });
 }
 
@@ -141,18 +151,17 @@ function paint(canvas, model, cursor) {
   const step = model.stepAt(cursor);
   const total = (step && step.kvTotal) || model.kvTotal;
   if (!total) return null;
-  const { owner, count, cached, swapped } = step
-    ? layout(total, step) : { owner: new Int32Array(total).fill(-1), count: new Uint16Array(total), cached: new Set(), swapped: [] };
+  const { owner, count, reserved, cached, swapped } = step ? layout(total, step) : layout(total, { blockTables: {}, swapTables: {} });
   const swapH = swapped.length ? 18 : 0;
   const gridH = h - swapH;
   const cols = Math.max(1, Math.ceil(Math.sqrt((total * w) / gridH)));
   const size = Math.min(w / cols, gridH / Math.ceil(total / cols));
-  const grid = { cols, size, owner, count, cached, step };
+  const grid = { cols, size, owner, count, reserved, cached, step };
   if (size < PIXEL_PATH) paintPixels(ctx, grid, total, gridH);
   else {
     const pad = size > 5 ? 1 : 0;
     for (let b = 0; b < total; b++) {
-      drawBlock(ctx, (b % cols) * size, Math.floor(b / cols) * size, size - pad, owner[b], count[b], cached.has(b));
+      drawBlock(ctx, (b % cols) * size, Math.floor(b / cols) * size, size - pad, owner[b], count[b], reserved[b], cached.has(b));
     }
   }
   canvas.kvGrid = grid;

@@ -90,6 +90,7 @@ export class PanelModel {
     this.steps = []; // compact step records, steps[i].step == i + 1 when none were missed
     this.live = new Set(); // ids of requests still in the engine
     this.tokensAt = new Map(); // step number -> tokens generated in it
+    this.written = new Map(); // request id (a string) -> KV blocks it has written
     this.version = (this.version ?? 0) + 1; // bumped on every change: renderers redraw
     this.dropped = 0;
     this.t0 = null;
@@ -148,7 +149,11 @@ export class PanelModel {
     // tokens computed, so a prefill chunk weighs its tokens)
     let useful = 0, padding = 0, tokens = 0, paddingTokens = 0;
     const ran = new Set();
+    // blocks holding each request's KV after this step (beyond them: held, not written);
+    // a request admitted without running yet has written none
+    for (const d of e.admitted) this.written.set(String(d.request_id), 0);
     for (const row of e.scheduled) {
+      this.written.set(String(row.request_id), Math.ceil(row.context_len / (e.block_size || 16)));
       const r = this.req(row.request_id);
       const code = PHASE[row.phase] ?? PHASE.decode;
       r.setCell(k, code);
@@ -174,17 +179,19 @@ export class PanelModel {
       // request id (a string) -> its block ids after this step: what the KV map draws
       blockTables: e.block_tables, swapTables: e.swap_tables,
       cachedBlocks: e.cached_blocks || [], // evictable blocks still holding a cached prefix
+      written: Object.fromEntries(this.written),
     });
     this.current = null;
     if (e.kv_total) this.kvTotal = e.kv_total;
     const old = this.steps[this.steps.length - 1 - this.mapsKept];
-    if (old) old.blockTables = old.swapTables = old.cachedBlocks = null;
+    if (old) old.blockTables = old.swapTables = old.cachedBlocks = old.written = null;
   }
 
   end(id, step) {
     const r = this.req(id);
     if (r.endStep == null) r.endStep = Math.max(step, r.startStep);
     this.live.delete(id);
+    this.written.delete(String(id));
   }
 }
 
