@@ -50,8 +50,9 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.websockets import WebSocketDisconnect
 
-from minicb.server.controls import handle_control, simulation_choices
+from minicb.server.controls import handle_control
 from minicb.server.openai_request import CONTROLLER, VIEWER, APIError, Guard, error_handler
+from minicb.server.simulation import simulation_choices
 from minicb.telemetry.events import StepEvent, to_dict
 
 if TYPE_CHECKING:

@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from minicb.config import POLICIES, PREEMPTION_MODES, STATIC_ORDERS, SamplingParams
-from minicb.runner.catalogue import load_profile, read_catalogue
+from minicb.runner.catalogue import read_catalogue
 from minicb.server.workload import LENGTHS, PRESETS, WorkloadSpec, encode_prompt
 
 if TYPE_CHECKING:
@@ -225,23 +225,6 @@ async def _prompt(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
     return {"ids": ids}
 
 
-def simulation_choices(loop: EngineLoop | None) -> dict[str, Any] | None:
-    """The catalogue's GPUs and models and the profile now simulated, for the page's
-    picker; None unless the engines run on a simulated GPU (read in the engine thread)."""
-    infos = loop.engine_infos() if loop else []
-    runner = next((i["runner"] for i in infos if i.get("simulated")), None)
-    if runner is None:
-        return None
-    catalogue = read_catalogue()
-    return {
-        "gpus": list(catalogue["gpus"]),
-        "models": list(catalogue["models"]),
-        "gpu": runner.get("gpu"),
-        "model": runner.get("model"),
-        "speed": loop.pacer.speed if loop.pacer else None,
-    }
-
-
 async def _simulate(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
     _only(msg, {"gpu", "model"})
     catalogue = read_catalogue()  # names from the catalogue only: no paths from a browser
@@ -252,6 +235,8 @@ async def _simulate(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
     if hub.mode != "demo" or not all(e.describe()["simulated"] for e in loop.engines.values()):
         raise ControlError("this demo runs a real model; start one with --simulate GPU:MODEL")
     try:
+        from minicb.server.simulation import resimulate
+
         return {"engines": await loop.acall(lambda: resimulate(loop, f"{gpu}:{model}"))}
     except ValueError as err:  # e.g. weights larger than the GPU's memory
         raise ControlError(str(err)) from err
@@ -266,23 +251,6 @@ async def _pace(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
         raise ControlError("nothing is paced here: only a --simulate demo has a speed factor")
     await loop.acall(lambda: setattr(loop.pacer, "speed", float(speed)))
     return {"speed": speed}
-
-
-def resimulate(loop: EngineLoop, profile_name: str) -> list[dict[str, Any]]:
-    """Rebuild every engine on a simulated GPU of ``profile_name``, its KV pool sized for
-    that GPU unless the settings fix it, with the same clock and bus (engine thread). Every
-    runner is built before any engine is touched, so a profile refused changes nothing."""
-    from minicb.runner.simulated import SimulatedRunner
-
-    profile = load_profile(profile_name)
-    runners = {
-        name: SimulatedRunner(profile, engine.config, clock=engine.clock)
-        for name, engine in loop.engines.items()
-    }
-    for name, runner in runners.items():
-        engine = loop.engines[name]
-        loop.replace_engine(name, engine.rebuilt(engine.config, runner=runner))
-    return loop.engine_infos()
 
 
 HANDLERS: dict[str, Callable[[Hub, EngineLoop, dict], Awaitable[dict]]] = {

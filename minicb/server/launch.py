@@ -53,12 +53,6 @@ DEFAULT_PORT = 8000
 # Small enough to read on the projector and to move on two CPU cores.
 DEMO_DEFAULTS = dict(max_num_seqs=8, max_num_batched_tokens=256, num_kv_blocks=128)
 DEMO_WORKLOAD = dict(rate=0.7, burst=12, short=(4, 12), long=(24, 48), max_outstanding=48)
-# A simulated GPU: a serving engine's scale (vLLM's 256 slots; the pool sized from the
-# GPU's memory), and a workload that keeps 256 rows busy on an H100 with an 8B model.
-SIMULATED_DEFAULTS = dict(max_num_seqs=256, max_num_batched_tokens=2048, num_kv_blocks=None)
-SIMULATED_WORKLOAD = dict(
-    rate=60.0, burst=256, short=(16, 128), long=(256, 768), max_outstanding=2048
-)
 SERVE_ENGINE = "api"  # the one engine's name in serve mode
 WS_MAX_BYTES = 2 << 20  # the largest WebSocket frame uvicorn reads
 
@@ -207,6 +201,8 @@ def _app(
 def resolve_demo_defaults(args: argparse.Namespace) -> None:
     """Fill the engine and workload options left unset with the demo's defaults: small for
     the real model on a CPU, a serving engine's scale for a simulated GPU."""
+    from minicb.server.simulation import SIMULATED_DEFAULTS, SIMULATED_WORKLOAD
+
     simulated = getattr(args, "simulate", None)
     engine = SIMULATED_DEFAULTS if simulated else DEMO_DEFAULTS
     workload = SIMULATED_WORKLOAD if simulated else DEMO_WORKLOAD
@@ -224,24 +220,13 @@ def demo_engines(args: argparse.Namespace) -> dict[str, LLMEngine]:
     kwargs = engine_kwargs(args)
     kwargs.pop("batching")
     configs = {b: EngineConfig(batching=b, **kwargs) for b in ("static", "continuous")}
-    if not args.simulate:
-        continuous = LLMEngine(args.model, configs["continuous"])
-        runner = continuous.runner.with_config(configs["static"])
-        return {
-            "static": LLMEngine(config=configs["static"], runner=runner),
-            "continuous": continuous,
-        }
-    from minicb.runner import VirtualClock
-    from minicb.runner.catalogue import load_profile
-    from minicb.runner.simulated import SimulatedRunner
+    if args.simulate:
+        from minicb.server.simulation import simulated_engines
 
-    profile = load_profile(args.simulate)
-    engines = {}
-    for name, config in configs.items():
-        clock = VirtualClock()
-        runner = SimulatedRunner(profile, config, clock=clock)
-        engines[name] = LLMEngine(config=config, runner=runner, clock=clock)
-    return engines
+        return simulated_engines(args.simulate, configs)
+    continuous = LLMEngine(args.model, configs["continuous"])
+    runner = continuous.runner.with_config(configs["static"])
+    return {"static": LLMEngine(config=configs["static"], runner=runner), "continuous": continuous}
 
 
 def build_demo(args: argparse.Namespace) -> tuple[EngineLoop, FastAPI]:

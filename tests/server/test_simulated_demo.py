@@ -19,11 +19,11 @@ from minicb.config import EngineConfig, SamplingParams
 from minicb.engine import LLMEngine
 from minicb.runner import VirtualClock
 from minicb.runner.fake import FakeRunner
-from minicb.runner.simulated import SimulatedRunner
 from minicb.server import launch
 from minicb.server.app import _replay_info, create_app
 from minicb.server.engine_loop import EngineLoop
 from minicb.server.pacing import MAX_TICK_S, Pacer
+from minicb.server.simulation import SIMULATED_WORKLOAD, simulated_engines
 from minicb.server.workload import WorkloadFeeder, WorkloadSpec
 from minicb.telemetry.trace import TraceWriter, read_trace, trace_header
 from tests.server.conftest import control
@@ -69,7 +69,7 @@ def test_simulated_demo_runs_both_engines_on_the_gpu_at_a_serving_scale():
         assert engine.kv_snapshot().num_blocks == engine.runner.num_kv_blocks > 10_000
     assert static.clock is not continuous.clock  # two GPUs side by side, two timelines
     assert loop.pacer.speed == 4.0
-    assert loop.feeder.spec.max_outstanding == launch.SIMULATED_WORKLOAD["max_outstanding"]
+    assert loop.feeder.spec.max_outstanding == SIMULATED_WORKLOAD["max_outstanding"]
     hello = app.state.hub.hello()  # the engine thread is not started: read them here
     assert hello["simulation"]["gpu"] == "H100-SXM" and "A100-80GB" in hello["simulation"]["gpus"]
 
@@ -175,12 +175,8 @@ def _wait(cond, timeout_s: float = 20.0) -> None:
 
 # ---- the picker's control --------------------------------------------------------------
 def _simulated_loop() -> EngineLoop:
-    engines = {}
-    for batching in ("static", "continuous"):
-        clock = VirtualClock()
-        config = EngineConfig(batching=batching, max_num_seqs=16)
-        runner = SimulatedRunner(PROFILE, config, clock=clock)
-        engines[batching] = LLMEngine(config=config, runner=runner, clock=clock)
+    configs = {b: EngineConfig(batching=b, max_num_seqs=16) for b in ("static", "continuous")}
+    engines = simulated_engines(PROFILE, configs)
     return EngineLoop(engines, feeder=WorkloadFeeder(WorkloadSpec(preset="off")))
 
 
