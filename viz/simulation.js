@@ -19,6 +19,7 @@ export function showSimulation(info, panels) {
   $("simulated").hidden = !label;
   $("simulated").textContent = label || "";
   document.title = label ? `${label} · minicb` : "minicb";
+  if (label && info.model) $("model").textContent = info.model; // the picker may change it
   $("xmode-time").dataset.i18n = label ? "simtime" : "walltime";
   for (const p of panels) {
     const tag = p.el.querySelector(".sim-tag");

@@ -89,4 +89,7 @@ def test_simulated_demo_at_scale_says_simulated_and_stays_drawn(tab):
         page.select_option("#sim-gpu", "A100-80GB")
         wait_for(page, "document.title.startsWith('SIMULATED · A100-80GB · llama-3.1-8b')", 60)
         assert page.locator("#simulated").inner_text() == "SIMULATED · A100-80GB · llama-3.1-8b"
+        page.select_option("#sim-model", "mistral-7b")
+        wait_for(page, "document.querySelector('#model').textContent === 'mistral-7b'", 60)
+        assert page.title().startswith("SIMULATED · A100-80GB · mistral-7b")
         assert not page.errors
