@@ -1,0 +1,158 @@
+"""The figures a scenario's claims compare, computed from one side's events, and the claims.
+
+Every time is on the engine's own clock: the simulated GPU's VirtualClock, or the wall
+clock for the real model. A claim such as ``"chunked.max_tbt < 0.5 * whole.max_tbt"``
+reads a figure of each side (or a number) and holds or not; ``check_claim`` says which,
+with both figures, so a failing test shows what the run really did. Pure Python.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from minicb.scenarios.schema import CLAIM
+from minicb.scheduler.plan import DECODE, PADDING
+
+OPS: dict[str, Callable[[float, float], bool]] = {
+    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+}  # fmt: skip
+
+# Figures of one request group (the worst of its requests): "side.wait:long".
+REQUEST_METRICS = {
+    "wait": "seconds from arrival to first admission",
+    "ttft": "seconds from arrival to first token",
+    "latency": "seconds from arrival to finishing",
+    "max_tbt": "longest gap between two of its tokens",
+}
+# Figures of one side's whole run: "side.max_tbt".
+METRICS = {
+    "mean_ttft": "mean seconds from arrival to first token",
+    "max_ttft": "longest seconds from arrival to first token",
+    "max_tbt": "longest gap between two tokens of one request",
+    "makespan": "seconds from the first arrival to the last finish",
+    "throughput": "output tokens per second over the makespan",
+    "steps": "iterations run",
+    "preemptions": "requests preempted (recompute or swap)",
+    "swaps": "requests swapped out",
+    "cached_tokens": "prompt tokens found in the prefix cache at admission",
+    "padding_tokens": "tokens computed for padding rows (static batching)",
+    "idle_slots": "mean share of batch slots holding no real row, over the iterations",
+    "decode_step_s": "mean seconds of an iteration that only decodes",
+    "mean_rows": "mean real rows per iteration",
+}
+
+
+class SideRecord:
+    """One engine's events as the run produced them, and the request groups by id."""
+
+    def __init__(self, groups: dict[int, str]) -> None:
+        self.groups = groups  # request id -> its group's name
+        self.steps: list[Any] = []  # StepEvents
+        self.requests: dict[str, list[Any]] = defaultdict(list)  # kind -> request events
+
+    def __call__(self, event: Any) -> None:
+        """A bus listener: keep the event."""
+        if event.kind == "step":
+            self.steps.append(event)
+        else:
+            self.requests[event.kind].append(event)
+
+    def first(self, kind: str) -> dict[int, float]:
+        """The time of each request's first event of ``kind``."""
+        times: dict[int, float] = {}
+        for e in self.requests[kind]:
+            times.setdefault(e.request_id, e.time)
+        return times
+
+    def token_gaps(self) -> dict[int, float]:
+        """Each request's longest gap between two consecutive tokens."""
+        last: dict[int, float] = {}
+        worst: dict[int, float] = defaultdict(float)
+        for e in self.requests["token"]:
+            if e.request_id in last:
+                worst[e.request_id] = max(worst[e.request_id], e.time - last[e.request_id])
+            last[e.request_id] = e.time
+        return dict(worst)
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def _since_arrival(record: SideRecord, kind: str) -> dict[int, float]:
+    arrived = record.first("arrived")
+    return {rid: t - arrived[rid] for rid, t in record.first(kind).items() if rid in arrived}
+
+
+def request_metric(record: SideRecord, metric: str, group: str) -> float:
+    """The worst value of ``metric`` over the requests of ``group``."""
+    per_request = {
+        "wait": lambda: _since_arrival(record, "admitted"),
+        "ttft": lambda: _since_arrival(record, "first_token"),
+        "latency": lambda: _since_arrival(record, "finished"),
+        "max_tbt": record.token_gaps,
+    }[metric]()
+    values = [v for rid, v in per_request.items() if record.groups.get(rid) == group]
+    if not values:
+        raise ValueError(f"no request of group {group!r} reached {metric} in this run")
+    return max(values)
+
+
+def side_metric(record: SideRecord, metric: str) -> float:
+    steps = record.steps
+    real = [[r for r in s.plan.scheduled if r.phase != PADDING] for s in steps]
+    if metric in ("mean_ttft", "max_ttft"):
+        values = list(_since_arrival(record, "first_token").values())
+        return _mean(values) if metric == "mean_ttft" else max(values, default=0.0)
+    if metric == "max_tbt":
+        return max(record.token_gaps().values(), default=0.0)
+    if metric in ("makespan", "throughput"):
+        start = min(record.first("arrived").values(), default=0.0)
+        span = max((e.time for e in record.requests["finished"]), default=start) - start
+        tokens = sum(e.num_output_tokens for e in record.requests["finished"])
+        return span if metric == "makespan" else tokens / span if span > 0 else 0.0
+    if metric == "decode_step_s":
+        decode = [s for s, rows in zip(steps, real, strict=True)
+                  if rows and all(r.phase == DECODE for r in rows)]  # fmt: skip
+        return _mean([s.wall_end - s.wall_start for s in decode])
+    counts: dict[str, Callable[[], float]] = {
+        "steps": lambda: len(steps),
+        "preemptions": lambda: len(record.requests["preempted"]),
+        "swaps": lambda: len(record.requests["swapped_out"]),
+        "cached_tokens": lambda: sum(d.num_cached_tokens for s in steps for d in s.plan.admitted),
+        "padding_tokens": lambda: sum(
+            r.num_tokens for s in steps for r in s.plan.scheduled if r.phase == PADDING
+        ),
+        "idle_slots": lambda: _mean(
+            [1 - len(rows) / s.plan.slots_limit for s, rows in zip(steps, real, strict=True)]
+        ),
+        "mean_rows": lambda: _mean([len(rows) for rows in real]),
+    }
+    return float(counts[metric]())
+
+
+def figure(records: dict[str, SideRecord], operand: str) -> float:
+    """The value of one side of a claim: a number, "side.metric" or "side.metric:group"."""
+    try:
+        return float(operand)
+    except ValueError:
+        pass  # "side.metric"
+    side, metric = operand.split(".", 1)
+    metric, _, group = metric.partition(":")
+    if group:
+        return request_metric(records[side], metric, group)
+    return side_metric(records[side], metric)
+
+
+def check_claim(records: dict[str, SideRecord], claim: str) -> tuple[bool, str]:
+    """Whether ``claim`` holds in the run, and the claim with its figures filled in."""
+    match = CLAIM.match(claim)
+    if match is None:
+        raise ValueError(f"not a claim: {claim!r}")
+    left = figure(records, match["left"])
+    right = figure(records, match["right"]) * float(match["factor"] or 1)
+    holds = OPS[match["op"]](left, right)
+    return holds, f"{claim}: {left:.6g} {match['op']} {right:.6g} is {holds}"

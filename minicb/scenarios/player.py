@@ -1,0 +1,166 @@
+"""Playing a scenario: its engines, its arrivals round by round, and its narration triggers.
+
+``ScenarioFeeder`` is an engine loop's feeder (like server/workload.py's WorkloadFeeder):
+called before each round with the engines, it first looks at what the last round did and
+marks the narration points whose trigger fired, then adds this round's arrivals to every
+engine at once, so both sides see the same requests at the same round. The demo server
+pauses at a fired point; ``play`` runs a whole scenario headless (tests, trace export).
+
+Prompts are token ids drawn from the scenario's seed (a named prefix gives every request
+that uses it the same first ids), so a scenario runs the same on the real model and on a
+simulated GPU, which has no tokenizer. Requests ignore EOS: their lengths are the drawn ones.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from minicb.config import EngineConfig, SamplingParams
+from minicb.scenarios.metrics import SideRecord
+
+if TYPE_CHECKING:
+    from minicb.engine import LLMEngine
+    from minicb.scenarios.scenario import Scenario
+    from minicb.scenarios.schema import Trigger
+
+FIRST_ID = 100  # prompt ids start above the special tokens of any vocabulary
+ID_SPAN = 8000  # and stay inside the smallest vocabulary of the catalogue's models
+
+
+@dataclass(frozen=True)
+class Arrival:
+    step: int  # the round before which it is added
+    group: str
+    prompt_ids: tuple[int, ...]
+    max_tokens: int
+    priority: int
+
+
+def arrivals(scenario: Scenario) -> list[Arrival]:
+    """Every request of the scenario, in arrival order, drawn from its seed."""
+    rng = random.Random(scenario.seed)
+    prefixes = {
+        name: tuple(FIRST_ID + random.Random(name).randrange(ID_SPAN) for _ in range(n))
+        for name, n in scenario.prefixes.items()
+    }
+    out = []
+    for g in scenario.requests:
+        for i in range(g.count):
+            prompt_len = rng.randint(*g.prompt_tokens)
+            own = tuple(FIRST_ID + rng.randrange(ID_SPAN) for _ in range(prompt_len))
+            ids = prefixes[g.prefix] + own if g.prefix else own
+            step = g.arrival_step + i * g.every
+            out.append(Arrival(step, g.name, ids, rng.randint(*g.max_tokens), g.priority))
+    return sorted(out, key=lambda a: a.step)  # stable: a group's order is kept
+
+
+def build_engines(
+    scenario: Scenario, model: str | None = None, profile: str | None = None
+) -> dict[str, LLMEngine]:
+    """The scenario's two engines, named by side: on its simulated GPU, or on one copy of
+    the real model (``model``, default the embedded one). ``profile`` runs a real-model
+    scenario on that simulated GPU instead (the tests: no weights, a step-time model)."""
+    from minicb.engine import LLMEngine
+
+    configs = {s.name: EngineConfig.from_kwargs(**s.engine) for s in scenario.sides}
+    profile = scenario.runner if scenario.simulated else profile
+    if profile is not None:
+        from minicb.server.simulation import simulated_engines
+
+        return simulated_engines(profile, configs)
+    names = list(configs)
+    first = LLMEngine(model, configs[names[0]])
+    runner = first.runner.with_config(configs[names[1]])
+    return {names[0]: first, names[1]: LLMEngine(config=configs[names[1]], runner=runner)}
+
+
+@dataclass
+class ScenarioFeeder:
+    """Feeds a scenario's arrivals to its engines and notes which narration points fired."""
+
+    scenario: Scenario
+    round: int = 0  # rounds begun so far
+    fired: dict[int, int] = field(default_factory=dict)  # narration index -> round it fired
+    records: dict[str, SideRecord] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.pending = arrivals(self.scenario)
+        self.groups: dict[str, dict[int, str]] = {s.name: {} for s in self.scenario.sides}
+
+    def attach(self, engines: dict[str, LLMEngine]) -> None:
+        """Listen to each engine's bus (call once, before the first round)."""
+        for name, engine in engines.items():
+            self.records[name] = SideRecord(self.groups[name])
+            engine.bus.subscribe(self.records[name])
+
+    @property
+    def done(self) -> bool:
+        """No arrival left to add and every narration point shown."""
+        return not self.pending and len(self.fired) == len(self.scenario.narration)
+
+    def __call__(self, engines: dict[str, LLMEngine]) -> list[int]:
+        """Before a round: the narration points the last round fired (their indices), then
+        this round's arrivals added to every engine."""
+        new = self._check_triggers()
+        while self.pending and self.pending[0].step <= self.round:
+            a = self.pending.pop(0)
+            params = SamplingParams(max_tokens=a.max_tokens, temperature=0.0, ignore_eos=True)
+            for name, engine in engines.items():
+                vocab = engine.runner.vocab_size
+                ids = [3 + t % (vocab - 3) for t in a.prompt_ids]  # tiny vocabularies too
+                rid = engine.add_request(ids, params, priority=a.priority)
+                self.groups[name][rid] = a.group
+        self.round += 1
+        return new
+
+    def _check_triggers(self) -> list[int]:
+        new = []
+        for i, point in enumerate(self.scenario.narration):
+            if i not in self.fired and self._fires(point.trigger):
+                self.fired[i] = self.round
+                new.append(i)
+        return new
+
+    def _fires(self, trigger: Trigger) -> bool:
+        if trigger.step is not None:
+            return self.round >= trigger.step
+        count = 0
+        for side, record in self.records.items():
+            if trigger.side in (None, side):
+                count += sum(
+                    1 for rid in _event_ids(record, trigger.event)
+                    if trigger.request in (None, record.groups.get(rid))
+                )  # fmt: skip
+        return count >= trigger.nth
+
+
+def _event_ids(record: SideRecord, event: str) -> list[int]:
+    """The request ids of every ``event`` so far, one per occurrence."""
+    if event == "cache_hit":
+        return [d.request_id for s in record.steps for d in s.plan.admitted if d.num_cached_tokens]
+    return [e.request_id for e in record.requests[event]]
+
+
+@dataclass
+class ScenarioResult:
+    fired: dict[int, int]  # narration index -> the round at which it fired
+    records: dict[str, SideRecord]
+    rounds: int
+    engines: dict[str, Any]
+
+
+def play(scenario: Scenario, engines: dict[str, LLMEngine]) -> ScenarioResult:
+    """Run ``scenario`` on ``engines`` (build_engines) until every request has finished
+    and every narration point has fired, or ``max_steps`` rounds."""
+    feeder = ScenarioFeeder(scenario)
+    feeder.attach(engines)
+    while feeder.round < scenario.max_steps:
+        feeder(engines)
+        busy = [e for e in engines.values() if e.has_unfinished()]
+        if not busy and feeder.done:
+            break
+        for engine in busy:
+            engine.step()
+    return ScenarioResult(dict(feeder.fired), feeder.records, feeder.round, engines)
