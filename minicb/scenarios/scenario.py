@@ -83,8 +83,13 @@ class Scenario:
                 RequestGroup.from_dict(r, f"requests[{i}]", prefixes)
                 for i, r in enumerate(requests)
             ),
-            narration=tuple(Narration.from_dict(n, f"narration[{i}]", ) for i, n in
-                            enumerate(narration)),  # fmt: skip
+            narration=tuple(
+                Narration.from_dict(
+                    n,
+                    f"narration[{i}]",
+                )
+                for i, n in enumerate(narration)
+            ),  # fmt: skip
             prefixes=dict(prefixes),
             seed=_count(data.get("seed", 0), "seed", 0),
             max_steps=_count(data.get("max_steps", 2000), "max_steps"),
@@ -105,7 +110,9 @@ class Scenario:
 
         def known(value: str | None, names: set[str], where: str, what: str) -> None:
             if value is not None and value not in names:
-                raise ScenarioError(f"{where} {value!r} is not a {what} ({', '.join(sorted(names))})")
+                raise ScenarioError(
+                    f"{where} {value!r} is not a {what} ({', '.join(sorted(names))})"
+                )
 
         for i, point in enumerate(self.narration):
             where = f"narration[{i}]"

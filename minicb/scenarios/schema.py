@@ -49,8 +49,9 @@ def _need(data: Any, where: str, kind: type | tuple[type, ...], what: str) -> An
 def _only(data: dict, where: str, allowed: set[str], required: set[str] = frozenset()) -> None:
     unknown = sorted(set(data) - allowed)
     if unknown:
-        raise ScenarioError(f"{where}: unknown field(s) {', '.join(unknown)}; known: "
-                            f"{', '.join(sorted(allowed))}")
+        raise ScenarioError(
+            f"{where}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(allowed))}"
+        )
     missing = sorted(required - set(data))
     if missing:
         raise ScenarioError(f"{where}: missing field(s) {', '.join(missing)}")
@@ -108,8 +109,10 @@ class RequestGroup:
             raise ScenarioError(f"{where}.name must be letters, digits, _ or -, got {name!r}")
         prefix = data.get("prefix")
         if prefix is not None and prefix not in prefixes:
-            raise ScenarioError(f"{where}.prefix {prefix!r} is not in prefixes "
-                                f"({', '.join(prefixes) or 'none defined'})")
+            raise ScenarioError(
+                f"{where}.prefix {prefix!r} is not in prefixes "
+                f"({', '.join(prefixes) or 'none defined'})"
+            )
         priority = data.get("priority", 0)
         _need(priority, f"{where}.priority", int, "an integer (lower runs first)")
         return cls(
@@ -169,8 +172,10 @@ class Trigger:
                 raise ScenarioError(f"{where}: a step trigger takes no other field")
             return cls(step=_count(data["step"], f"{where}.step"))
         if data["event"] not in TRIGGER_EVENTS:
-            raise ScenarioError(f"{where}.event {data['event']!r} is unknown; choose one of "
-                                f"{', '.join(TRIGGER_EVENTS)}")
+            raise ScenarioError(
+                f"{where}.event {data['event']!r} is unknown; choose one of "
+                f"{', '.join(TRIGGER_EVENTS)}"
+            )
         return cls(
             event=data["event"],
             side=data.get("side"),
@@ -194,8 +199,9 @@ class Highlight:
         requests = _need(data.get("requests", []), f"{where}.requests", list, "a list of names")
         blocks = data.get("blocks", "none")
         if blocks not in BLOCK_HIGHLIGHTS:
-            raise ScenarioError(f"{where}.blocks {blocks!r} is unknown; choose one of "
-                                f"{', '.join(BLOCK_HIGHLIGHTS)}")
+            raise ScenarioError(
+                f"{where}.blocks {blocks!r} is unknown; choose one of {', '.join(BLOCK_HIGHLIGHTS)}"
+            )
         return cls(side=data.get("side"), requests=tuple(requests), blocks=blocks)
 
 
