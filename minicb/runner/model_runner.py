@@ -22,6 +22,7 @@ from minicb.config import EngineConfig
 from minicb.kernels import AttentionMetadata, get_backend
 from minicb.runner import RunnerOutput
 from minicb.runner.cuda_graphs import maybe_capture
+from minicb.runner.dtype import choose_dtype
 from minicb.runner.llama import LlamaModel, ModelConfig, RotaryEmbedding
 from minicb.runner.loader import ModelFiles, iter_safetensors, open_model
 from minicb.runner.sampler import sample
@@ -29,7 +30,6 @@ from minicb.scheduler.plan import StepPlan
 
 CPU_KV_POOL_BYTES = 1 << 30  # ceiling of an automatically sized KV pool on CPU
 SWAP_SPACE_BYTES = 4 << 30  # ceiling of the default host swap space
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def resolve_device(name: str) -> torch.device:
@@ -39,13 +39,6 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device 'cuda' was asked for but torch sees no CUDA device")
     return device
-
-
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    if name == "auto":
-        # fp32 on CPU keeps greedy tokens equal to transformers'; bf16 where it is fast.
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return DTYPES[name]
 
 
 class ModelRunner:
@@ -66,7 +59,10 @@ class ModelRunner:
         self.tokenizer = self.files.tokenizer
         self.stop_token_ids = self.files.stop_token_ids
         self.device = resolve_device(config.device)
-        self.dtype = resolve_dtype(config.dtype, self.device)
+        self.dtype_choice = choose_dtype(config.dtype, self.device)  # "auto": by capability
+        self.dtype = self.dtype_choice.dtype
+        # Before the weights load: a backend that cannot run here is refused at once.
+        self.backend = get_backend(config.attention_backend, self.device)
         self.model_config = ModelConfig.from_hf(self.files.hf_config)
         cfg = self.model_config
         self.vocab_size = cfg.vocab_size
@@ -79,7 +75,6 @@ class ModelRunner:
             self.model = shared_model
         else:
             self.model = self._load_model(self.files)
-        self.backend = get_backend(config.attention_backend, self.device)
         self._allocate_kv()
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(config.seed)
@@ -131,7 +126,10 @@ class ModelRunner:
         info: dict[str, Any] = {
             "runner": "model",
             "device": str(self.device),
-            "dtype": str(self.dtype).removeprefix("torch."),
+            "dtype": self.dtype_choice.name,
+            "dtype_reason": self.dtype_choice.reason,
+            "attention_backend": self.backend.name,
+            "attention_reason": self.backend.reason,
             "num_kv_blocks": self.num_kv_blocks,
             "bytes_per_block": self.bytes_per_block(),
             "torch_threads": torch.get_num_threads(),
