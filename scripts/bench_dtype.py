@@ -1,10 +1,12 @@
 """What dtype "auto" picks on this machine, and a decode step in float32 against bfloat16.
 
-Prints the choice and its reason (minicb/runner/dtype.py), then times pure decode steps
-of the embedded default model at each batch size in both dtypes, in the same run: two
-engines (one per dtype) built up front, rounds alternating between them with the order
-rotated, so that drift in the machine's load falls on both alike. Per batch size it
-prints the median step time of each dtype over the rounds and their ratio.
+Prints the choice and its reason (minicb/runner/dtype.py); the speed of one of the
+model's linear layers (32 rows through a 576 x 1536 weight, the shape issue 14 measured)
+in each dtype; then times pure decode steps of the embedded default model at each batch
+size in both dtypes, in the same run: two engines (one per dtype) built up front, rounds
+alternating between them with the order rotated, so that drift in the machine's load
+falls on both alike. Per batch size it prints the median step time of each dtype over the
+rounds and their ratio.
 
     python scripts/bench_dtype.py --threads 1 --rounds 3 --batches 1 32
 """
@@ -13,15 +15,30 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import time
 
 import torch
 
 from minicb import EngineConfig, LLMEngine
 from minicb.bench.theory import time_decode
+from minicb.runner.dtype import DTYPES as TORCH_DTYPES
 from minicb.runner.dtype import choose_dtype
 from minicb.runner.model_runner import resolve_device
 
 DTYPES = ("float32", "bfloat16")
+
+
+def linear_gflops(dtype: torch.dtype, rows: int = 32, calls: int = 50) -> float:
+    """GFLOP/s of ``rows`` x 576 through a 576 x 1536 weight, best of 5 runs of ``calls``."""
+    x, w = torch.randn(rows, 576).to(dtype), torch.randn(1536, 576).to(dtype)
+    torch.nn.functional.linear(x, w)  # warm-up
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(calls):
+            torch.nn.functional.linear(x, w)
+        best = min(best, time.perf_counter() - start)
+    return 2 * rows * 576 * 1536 * calls / best / 1e9
 
 
 def main() -> None:
@@ -37,6 +54,8 @@ def main() -> None:
     device = resolve_device("auto")
     choice = choose_dtype("auto", device)
     print(f"dtype auto on {device}: {choice.name} ({choice.reason})")
+    f32, bf16 = (linear_gflops(TORCH_DTYPES[d]) for d in DTYPES)
+    print(f"32 x 576 x 1536 linear: float32 {f32:.0f} GFLOP/s, bfloat16 {bf16:.0f} GFLOP/s")
     blocks = max(args.batches) * (-(-(args.prompt_len + args.steps + 3) // 16)) + 1
     engines = {
         d: LLMEngine(

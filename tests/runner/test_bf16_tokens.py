@@ -75,4 +75,6 @@ def test_default_model_in_bf16_follows_transformers_bf16():
     ours = [o.token_ids for o in llm.generate(prompts, params)]
     path = llm.engine.runner.files.path
     hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).eval()
-    assert check_near_ties(hf, prompts, ours, 24) >= 1  # most agree in full (measured: 3 of 4)
+    # Measured on the AMX machine: all 4 equal in full. Other CPUs run other bf16 kernels,
+    # so only the near-tie rule is promised, and that at least one prompt agrees in full.
+    assert check_near_ties(hf, prompts, ours, 24) >= 1
