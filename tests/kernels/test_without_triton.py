@@ -67,10 +67,16 @@ print(json.dumps(dict(
 
 
 @pytest.fixture(scope="module")
-def without_triton(tiny_llama_dir, tmp_path_factory):
+def no_triton_path(tmp_path_factory) -> str:
+    """A PYTHONPATH on which ``import triton`` fails, with this checkout's minicb."""
     shim = tmp_path_factory.mktemp("no_triton")
     (shim / "sitecustomize.py").write_text('import sys\nsys.modules["triton"] = None\n')
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(shim), str(ROOT)]))
+    return os.pathsep.join([str(shim), str(ROOT)])
+
+
+@pytest.fixture(scope="module")
+def without_triton(tiny_llama_dir, no_triton_path):
+    env = dict(os.environ, PYTHONPATH=no_triton_path)
     env.pop("TRITON_INTERPRET", None)
     args = [tiny_llama_dir, json.dumps(OPTIONS), json.dumps(PROMPTS)]
     done = subprocess.run(
@@ -106,3 +112,32 @@ def test_asking_for_triton_names_what_is_missing(without_triton):
     assert without_triton["cli_rc"] == 2
     cli_error = "minicb generate: error: attention_backend='triton' needs the triton package"
     assert cli_error in without_triton["cli_stderr"]
+
+
+@pytest.mark.slow
+def test_the_kernel_notebook_skips_what_needs_triton(no_triton_path, tmp_path, monkeypatch):
+    """Notebook 6 top to bottom in a kernel without triton: it says so, and each of the five
+    cells that launch a Triton kernel skips that part; the rest (listings, the reference,
+    the exercises) runs."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    spec_dir = tmp_path / "kernels" / "no-triton"
+    spec_dir.mkdir(parents=True)
+    spec = {
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "minicb without triton",
+        "language": "python",
+        "env": {"PYTHONPATH": no_triton_path},
+    }
+    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
+    notebooks = ROOT / "notebooks"
+    nb = nbformat.read(notebooks / "06_triton_kernels.ipynb", as_version=4)
+    meta = {"metadata": {"path": str(notebooks)}}
+    nbclient.NotebookClient(nb, kernel_name="no-triton", timeout=300, resources=meta).execute()
+    text = "".join(
+        out.get("text", "") for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs
+    )
+    assert "triton is not importable here" in text
+    assert text.count("skipped: ") == 5, text
+    assert "correct: your mask reproduces the reference's output" in text
