@@ -172,7 +172,9 @@ class TPGroup:
     def _dead_rank(self) -> str | None:
         for rank, proc in enumerate(self.processes, start=1):
             if not proc.is_alive():
-                return f"rank {rank} (pid {proc.pid}) exited with code {proc.exitcode}"
+                code = proc.exitcode
+                how = f"exited with code {code}" if code >= 0 else f"was killed by signal {-code}"
+                return f"rank {rank} (pid {proc.pid}) {how}"
         return None
 
     def fail(self, why: str) -> None:

@@ -11,6 +11,7 @@ down when the module ends.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,8 +19,14 @@ import torch
 from minicb import LLM, SamplingParams
 from minicb.runner import tp_group
 from minicb.runner.llama import ModelConfig
-from minicb.runner.loader import TINY_ARCHITECTURES, make_tiny_model_dir, tiny_hf_config
-from minicb.runner.tensor_parallel import shard_config
+from minicb.runner.loader import (
+    TINY_ARCHITECTURES,
+    iter_safetensors,
+    make_tiny_model_dir,
+    open_model,
+    tiny_hf_config,
+)
+from minicb.runner.tensor_parallel import iter_shard, shard_config
 from tests.helpers import greedy_tokens, mixed_prompts
 
 PROMPTS = mixed_prompts(6, vocab=256, seed=5, min_len=1, max_len=30)
@@ -132,3 +139,26 @@ def test_a_split_that_does_not_divide_is_refused_naming_the_limit(model_dirs):
         shard_config(dataclasses.replace(cfg, num_heads=6, num_kv_heads=2), 6)
     with pytest.raises(ValueError, match="must divide the 4 attention heads"):
         LLM(model=model_dirs["llama"], tensor_parallel_size=3)  # refused before any spawn
+
+
+@pytest.mark.parametrize("name", ["qwen2", "llama-1kv"])  # q/k/v biases; one KV head
+def test_each_rank_reads_only_its_slices_and_together_they_make_the_whole(name, model_dirs):
+    path = Path(model_dirs[name])
+    cfg = ModelConfig.from_hf(open_model(path).hf_config)
+    full = dict(iter_safetensors(path))
+    ranks = [dict(iter_shard(path, cfg, rank, 2, set(full))) for rank in range(2)]
+    for tensor_name, tensor in full.items():
+        parts = [r[tensor_name] for r in ranks]
+        module = tensor_name.split(".")[-2]
+        if module in ("o_proj", "down_proj"):
+            assert torch.equal(torch.cat(parts, dim=1), tensor), tensor_name
+        elif module in ("q_proj", "gate_proj", "up_proj") or (
+            module in ("k_proj", "v_proj") and cfg.num_kv_heads >= 2
+        ):
+            assert torch.equal(torch.cat(parts, dim=0), tensor), tensor_name
+        else:  # norms, embedding, LM head, and a single KV head: every rank has it all
+            assert all(torch.equal(p, tensor) for p in parts), tensor_name
+    assert (
+        ranks[0]["model.layers.0.self_attn.q_proj.weight"].shape[0]
+        == cfg.num_heads // 2 * cfg.head_dim
+    )
