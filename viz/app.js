@@ -222,7 +222,10 @@ function frame(now) {
     app.lastSlow = now;
     for (const p of app.panels) {
       const c = formatCounters(countersAt(p.model, cursors.get(p.name)));
-      for (const dd of p.el.querySelectorAll("dd[data-c]")) dd.textContent = c[dd.dataset.c];
+      for (const dd of p.el.querySelectorAll("dd[data-c]")) {
+        dd.parentElement.hidden = c[dd.dataset.c] == null; // shown only where it applies
+        dd.textContent = c[dd.dataset.c] ?? "";
+      }
     }
     app.chart.update(app.panels, app.scale, cursors);
     renderMine(cursors);

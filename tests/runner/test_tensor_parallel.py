@@ -162,3 +162,12 @@ def test_each_rank_reads_only_its_slices_and_together_they_make_the_whole(name, 
         ranks[0]["model.layers.0.self_attn.q_proj.weight"].shape[0]
         == cfg.num_heads // 2 * cfg.head_dim
     )
+
+
+@pytest.mark.slow
+def test_the_default_model_on_three_ranks(default_llm):
+    # SmolLM2-135M has 9 attention heads and 3 KV heads: 3 ranks is its smallest split.
+    prompts = ["The capital of France is", "def fibonacci(n):"]
+    reference = greedy_tokens(default_llm, prompts, 8)
+    llm = LLM(dtype="float32", tensor_parallel_size=3, num_kv_blocks=64)
+    assert greedy_tokens(llm, prompts, 8) == reference
