@@ -132,7 +132,8 @@ class TPGroup:
     def command(self, msg: tuple) -> None:
         """Broadcast one command to the workers (rank 0 then runs its own part of it)."""
         self.check_alive()
-        released, self._released = self._released, []
+        # pop one by one: a finalizer may append meanwhile, and nothing is lost that way
+        released = [self._released.pop() for _ in range(len(self._released))]
         t0 = time.perf_counter()
         with self.guard():
             dist.broadcast_object_list([(msg, released)], src=0, group=self.control)

@@ -10,13 +10,15 @@ down when the module ends.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from pathlib import Path
 
 import pytest
 import torch
 
-from minicb import LLM, SamplingParams
+from minicb import LLM, EngineConfig, SamplingParams
+from minicb.config import add_engine_options, engine_kwargs
 from minicb.runner import tp_group
 from minicb.runner.llama import ModelConfig
 from minicb.runner.loader import (
@@ -171,3 +173,13 @@ def test_the_default_model_on_three_ranks(default_llm):
     reference = greedy_tokens(default_llm, prompts, 8)
     llm = LLM(dtype="float32", tensor_parallel_size=3, num_kv_blocks=64)
     assert greedy_tokens(llm, prompts, 8) == reference
+
+
+def test_the_degree_is_an_engine_option_and_a_command_line_option():
+    parser = argparse.ArgumentParser()
+    add_engine_options(parser)
+    args = parser.parse_args(["--tensor-parallel-size", "2"])
+    assert EngineConfig.from_kwargs(**engine_kwargs(args)).tensor_parallel_size == 2
+    assert EngineConfig().tensor_parallel_size == 1
+    with pytest.raises(ValueError, match="tensor_parallel_size must be a positive integer"):
+        EngineConfig(tensor_parallel_size=0)
