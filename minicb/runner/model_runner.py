@@ -155,8 +155,9 @@ class ModelRunner:
         if self.shard is None:
             model.load_weights(iter_safetensors(files.path))
         else:  # only this rank's slices are read from the files
-            full, (rank, world) = ModelConfig.from_hf(files.hf_config), self._rank_world()
-            model.load_weights(iter_shard(files.path, full, rank, world, set(model.state_dict())))
+            full, names = ModelConfig.from_hf(files.hf_config), set(model.state_dict())
+            rank, world = self.shard.rank, self.shard.world
+            model.load_weights(iter_shard(files.path, full, rank, world, names))
         model = model.to(self.dtype).eval()
         # Rope tables are attached after the dtype cast so they stay fp32, as in transformers.
         rope = RotaryEmbedding(files.hf_config, cfg.head_dim, self.max_model_len)
@@ -169,9 +170,6 @@ class ModelRunner:
         return ModelRunner(
             None, config, files=self.files, shared_model=self.model, tp_shared=shared
         )
-
-    def _rank_world(self) -> tuple[int, int]:
-        return (self.shard.rank, self.shard.world) if self.shard is not None else (0, 1)
 
     def describe(self) -> dict[str, Any]:
         """Where and how it computes, for trace headers and the visualizer."""
