@@ -3,7 +3,7 @@ groups, and the commands rank 0 sends.
 
 Rank 0 (this process) runs the whole engine; ranks 1..N-1 run ``tp_worker.serve``, a
 loop that receives one command at a time and runs it on its shard. Every step rank 0
-broadcasts the StepPlan itself (``broadcast_object_list``): the plan is a small pure-Python
+broadcasts the StepPlan itself, pickled (``send_object``): the plan is a small pure-Python
 object, and each worker then builds the same ragged batch with the same
 ``ModelRunner._prepare`` as rank 0, so there is one piece of code that turns a plan into
 tensors and the workers keep no scheduler state at all. (Broadcasting the tensors instead
@@ -12,7 +12,8 @@ would need a shape message first and one broadcast per tensor.)
 Two process groups, because waiting for work and waiting for a peer are different waits:
 
 - the **control** group (gloo, on CPU memory) carries the commands; its timeout is long,
-  because an idle server sends nothing for hours and its workers must keep waiting;
+  because an idle server sends nothing for hours and its workers must keep waiting; rank 0
+  bounds its own side of each send (a gloo broadcast waits for every receiver);
 - the **compute** group (the default group: NCCL on CUDA, gloo on CPU) carries the
   all-reduces inside the forward pass; its timeout is short, so a peer that hangs mid-step
   turns into an error instead of a hang.
@@ -33,6 +34,7 @@ import atexit
 import contextlib
 import logging
 import os
+import pickle
 import socket
 import time
 from collections.abc import Iterator
@@ -76,6 +78,7 @@ class TPGroup:
         self.processes: list[Any] = []  # spawned workers, rank 1.. (empty under torchrun)
         self.broken: str | None = None  # the first failure, in words
         self.shard = Shard(0, world, timer=CollectiveTimer(sync_cuda=backend == "nccl"))
+        self.timeout = timedelta(seconds=timeout_s)
         self._handles = iter(range(1 << 62))
         self._released: list[int] = []  # runner handles to close with the next command
         self._closed = False
@@ -122,6 +125,16 @@ class TPGroup:
         """Ask every worker to build its shard of a runner; returns the runner's handle."""
         handle = next(self._handles)
         self.command(("open", handle, path, config, shared))
+        # Wait (as long as loading takes) until every worker has built its shard, or says
+        # why it could not: steps are only sent to workers that are ready for them.
+        statuses: list[str | None] = [None] * self.world
+        with self.guard():
+            dist.all_gather_object(statuses, None, group=self.control)
+        failed = [(rank, why) for rank, why in enumerate(statuses) if why]
+        if failed:
+            self.release(handle)
+            rank, why = failed[0]
+            raise TensorParallelError(f"tensor-parallel worker rank {rank} has no shard: {why}")
         return handle
 
     def release(self, handle: int) -> None:
@@ -136,7 +149,7 @@ class TPGroup:
         released = [self._released.pop() for _ in range(len(self._released))]
         t0 = time.perf_counter()
         with self.guard():
-            dist.broadcast_object_list([(msg, released)], src=0, group=self.control)
+            send_object((msg, released), self.control, self.timeout)
         self.shard.timer.seconds += time.perf_counter() - t0
 
     @contextlib.contextmanager
@@ -149,8 +162,10 @@ class TPGroup:
             if isinstance(err, TensorParallelError):
                 raise
             why = self._wait_for_dead_rank()
-            if why is None:
-                why = f"rank(s) 1..{self.world - 1}: a collective failed ({err})"
+            if why is None:  # all alive (or torchrun's, which rank 0 cannot see): it timed out
+                ranks = ", ".join(str(r) for r in range(1, self.world))
+                detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+                why = f"rank(s) {ranks}: a collective failed or timed out ({detail})"
             self.broken = _broken(why)
             raise TensorParallelError(self.broken) from err
 
@@ -205,19 +220,38 @@ def _broken(why: str) -> str:
     return f"tensor-parallel worker {why}; this engine cannot step again: build a new one"
 
 
+def send_object(obj: Any, group: Any, timeout: timedelta) -> None:
+    """Rank 0: broadcast ``obj`` pickled (its length, then its bytes), waiting at most
+    ``timeout`` for each part: a receiver that has stopped answering raises, never hangs."""
+    payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
+    for tensor in (torch.tensor([payload.numel()], dtype=torch.int64), payload):
+        dist.broadcast(tensor, src=0, group=group, async_op=True).wait(timeout)
+
+
+def receive_object(group: Any) -> Any:
+    """Ranks 1..N-1: the next object ``send_object`` broadcasts (waits as long as the
+    group's timeout allows)."""
+    size = torch.zeros(1, dtype=torch.int64)
+    dist.broadcast(size, src=0, group=group)
+    payload = torch.empty(int(size.item()), dtype=torch.uint8)
+    dist.broadcast(payload, src=0, group=group)
+    return pickle.loads(payload.numpy().tobytes())
+
+
 _current: TPGroup | None = None
 
 
-def get_group(world: int, device: torch.device) -> TPGroup:
-    """The process's tensor-parallel group of ``world`` ranks, started on first use and
-    shared by every runner after (one process holds one group: torch.distributed's)."""
+def get_group(world: int, device: torch.device, timeout_s: float = COMPUTE_TIMEOUT_S) -> TPGroup:
+    """The process's tensor-parallel group of ``world`` ranks, started on first use (with
+    ``timeout_s``, the longest wait for a peer) and shared by every runner after (one
+    process holds one group: torch.distributed's)."""
     global _current
     if _current is not None and _current.broken is None and _current.world == world:
         return _current
     if _current is not None:
         _current.shutdown()
     backend = "nccl" if device.type == "cuda" else "gloo"
-    _current = TPGroup(world, backend)
+    _current = TPGroup(world, backend, timeout_s)
     atexit.register(_current.shutdown)
     return _current
 

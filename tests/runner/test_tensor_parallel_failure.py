@@ -15,6 +15,7 @@ import time
 
 import httpx
 import pytest
+import torch
 
 from minicb import LLM, EngineConfig, LLMEngine, SamplingParams
 from minicb.runner import tp_group
@@ -81,6 +82,21 @@ def test_a_worker_that_dies_mid_step_is_named_within_a_bounded_time(tiny_llama_d
     assert not thread.is_alive(), "rank 0 hung on a dead worker"
     assert len(errors) == 1 and isinstance(errors[0], TensorParallelError)
     assert "worker rank 1" in str(errors[0])
+
+
+def test_a_worker_that_hangs_is_named_once_the_timeout_passes(tiny_llama_dir):
+    tp_group.get_group(2, torch.device("cpu"), timeout_s=3)  # the engine below joins it
+    engine = _engine(tiny_llama_dir)
+    (pid,) = tp_group.worker_pids()
+    os.kill(pid, signal.SIGSTOP)  # alive, never answers: only the timeout can tell
+    try:
+        errors, thread = _step_in_thread(engine)
+        thread.join(HANG_GUARD_S)
+        assert not thread.is_alive(), "rank 0 hung on a silent worker"
+    finally:
+        os.kill(pid, signal.SIGKILL)
+    assert len(errors) == 1 and isinstance(errors[0], TensorParallelError)
+    assert "rank(s) 1: a collective failed or timed out" in str(errors[0])
 
 
 def test_the_server_answers_with_the_error_instead_of_hanging(tiny_llama_dir):
