@@ -100,8 +100,9 @@ class TPGroup:
             proc.start()
             self.processes.append(proc)
         timeout = timedelta(seconds=timeout_s)
-        dist.init_process_group(self.backend, init_method=init, rank=0, world_size=self.world,
-                                timeout=timeout)  # fmt: skip
+        dist.init_process_group(
+            self.backend, init_method=init, rank=0, world_size=self.world, timeout=timeout
+        )
 
     def _join_torchrun(self, timeout_s: float) -> None:
         world = int(os.environ["WORLD_SIZE"])
