@@ -78,7 +78,7 @@ class TPGroup:
         self.processes: list[Any] = []  # spawned workers, rank 1.. (empty under torchrun)
         self.broken: str | None = None  # the first failure, in words
         self.shard = Shard(0, world, timer=CollectiveTimer(sync_cuda=backend == "nccl"))
-        self.timeout = timedelta(seconds=timeout_s)
+        self.timeout = timedelta(seconds=timeout_s)  # rank 0's longest wait to send a command
         self._handles = iter(range(1 << 62))
         self._released: list[int] = []  # runner handles to close with the next command
         self._closed = False

@@ -12,6 +12,7 @@ import os
 import signal
 import threading
 import time
+from datetime import timedelta
 
 import httpx
 import pytest
@@ -85,8 +86,11 @@ def test_a_worker_that_dies_mid_step_is_named_within_a_bounded_time(tiny_llama_d
 
 
 def test_a_worker_that_hangs_is_named_once_the_timeout_passes(tiny_llama_dir):
-    tp_group.get_group(2, torch.device("cpu"), timeout_s=3)  # the engine below joins it
+    group = tp_group.get_group(2, torch.device("cpu"))  # the engine below joins it
     engine = _engine(tiny_llama_dir)
+    # Short from now on (a loaded machine may well be slower than this during start-up):
+    # how long rank 0 waits for a worker to take the next command.
+    group.timeout = timedelta(seconds=2)
     (pid,) = tp_group.worker_pids()
     os.kill(pid, signal.SIGSTOP)  # alive, never answers: only the timeout can tell
     try:
