@@ -252,6 +252,11 @@ def get_group(world: int, device: torch.device, timeout_s: float = COMPUTE_TIMEO
     if _current is not None:
         _current.shutdown()
     backend = "nccl" if device.type == "cuda" else "gloo"
+    if backend == "nccl" and torch.cuda.device_count() < world and not _launched_by_torchrun():
+        raise ValueError(
+            f"tensor_parallel_size {world} needs {world} GPUs (NCCL runs one rank per GPU) but "
+            f"torch sees {torch.cuda.device_count()}; use fewer ranks, or device='cpu' (gloo)"
+        )
     _current = TPGroup(world, backend, timeout_s)
     atexit.register(_current.shutdown)
     return _current
