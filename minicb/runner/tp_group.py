@@ -111,6 +111,8 @@ class TPGroup:
                 f"tensor_parallel_size {self.world} but torchrun started {world} processes; "
                 "give --nproc-per-node equal to tensor_parallel_size"
             )
+        if self.backend == "nccl":  # one GPU per rank on this host
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(self.backend, timeout=timedelta(seconds=timeout_s))
         rank = dist.get_rank()
         if rank != 0:
