@@ -142,15 +142,20 @@ class LLMEngine:
     def model_name(self) -> str:
         return self.runner.model_name
 
-    def rebuilt(self, config: EngineConfig, runner: Runner | None = None) -> LLMEngine:
+    def rebuilt(
+        self,
+        config: EngineConfig,
+        runner: Runner | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> LLMEngine:
         """A new engine with ``config`` on the same weights (or on ``runner``: another
-        simulated GPU), clock and bus.
+        simulated GPU), clock (or ``clock``: a scenario moving to another runner) and bus.
 
         This engine's requests are aborted (subscribers see them leave), then the new one
         announces itself with an ``EngineReset`` event; drop this one afterwards.
         """
         runner = runner or self.runner.with_config(config)
-        new = LLMEngine(config=config, runner=runner, clock=self.clock, bus=self.bus)
+        new = LLMEngine(config=config, runner=runner, clock=clock or self.clock, bus=self.bus)
         self.abort_all()
         if self.bus.wants("reset"):
             self.bus.emit(events.EngineReset(time=self.clock(), info=new.describe()))

@@ -21,6 +21,8 @@ from minicb.config import EngineConfig, SamplingParams
 from minicb.scenarios.metrics import SideRecord
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from minicb.engine import LLMEngine
     from minicb.scenarios.scenario import Scenario
     from minicb.scenarios.schema import Trigger
@@ -81,6 +83,9 @@ class ScenarioFeeder:
     """Feeds a scenario's arrivals to its engines and notes which narration points fired."""
 
     scenario: Scenario
+    # Called with the points that fired; the round then waits (the feeder adds nothing
+    # until called again): the demo pauses there. None: carry on (a headless run).
+    on_narration: Callable[[list[int]], None] | None = None
     round: int = 0  # rounds begun so far
     fired: dict[int, int] = field(default_factory=dict)  # narration index -> round it fired
     records: dict[str, SideRecord] = field(default_factory=dict)
@@ -104,6 +109,9 @@ class ScenarioFeeder:
         """Before a round: the narration points the last round fired (their indices), then
         this round's arrivals added to every engine."""
         new = self._check_triggers()
+        if new and self.on_narration is not None:
+            self.on_narration(new)
+            return new
         while self.pending and self.pending[0].step <= self.round:
             a = self.pending.pop(0)
             params = SamplingParams(max_tokens=a.max_tokens, temperature=0.0, ignore_eos=True)

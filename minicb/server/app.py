@@ -56,7 +56,10 @@ from minicb.server.simulation import simulation_choices
 from minicb.telemetry.events import StepEvent, to_dict
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from minicb.server.engine_loop import EngineLoop
+    from minicb.server.lesson import Lesson
     from minicb.telemetry.bus import Subscription
     from minicb.telemetry.trace import Trace
 
@@ -82,6 +85,8 @@ class Client:
     subs: dict[str, Subscription]
     role: str = CONTROLLER
     sees_text: bool | None = True
+    # Puts a message in this browser's outbox from any thread (set once its socket is up).
+    send: Callable[[dict[str, Any]], None] | None = None
 
     def close(self) -> None:
         for sub in self.subs.values():
@@ -124,7 +129,10 @@ class Hub:
         replay: dict[str, Trace] | None = None,
         queue_size: int = 4096,
         guard: Guard | None = None,
+        lesson: Lesson | None = None,
     ) -> None:
+        """``lesson``: the scenario a demo plays (lesson.py); its narration reaches every
+        browser through ``broadcast``."""
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
         if mode == "replay" and (engine_loop is not None or not replay):
@@ -135,7 +143,11 @@ class Hub:
         self.replay, self.queue_size, self.guard = replay or {}, queue_size, guard or Guard()
         # engine name -> ids of the requests typed on a page (an ordered set, bounded)
         self.typed: dict[str, OrderedDict[int, None]] = {}
-        self.feeder = engine_loop.feeder if engine_loop else None  # the demo's workload
+        # the demo's workload (a lesson's feeder is the scenario's, not for the page to set)
+        self.feeder = engine_loop.feeder if engine_loop and not lesson else None
+        self.lesson = lesson
+        if lesson is not None:
+            lesson.notify = self.broadcast
         self.clients: set[Client] = set()
         # round number -> {engine name: the plan's decisions in words}
         self._explained: OrderedDict[int, dict[str, list[str]]] = OrderedDict()
@@ -162,6 +174,12 @@ class Hub:
         self.clients.add(client)
         return client
 
+    def broadcast(self, message: dict[str, Any]) -> None:
+        """Send ``message`` to every connected browser (any thread)."""
+        for client in list(self.clients):
+            if client.send is not None:
+                client.send(message)
+
     def disconnect(self, client: Client) -> None:
         self.clients.discard(client)
         client.close()
@@ -184,6 +202,7 @@ class Hub:
             "rounds": loop.rounds if loop else 0,
             "workload": self.feeder.describe() if self.feeder else None,
             "simulation": simulation_choices(loop),  # the simulated-GPU picker, or None
+            "scenario": self.lesson.describe() if self.lesson else None,  # its narration
             "controls": {
                 "step": controls and loop is not None,
                 "workload": controls and self.feeder is not None,
@@ -263,6 +282,12 @@ async def _pump(hub: Hub, client: Client, name: str, outbox: asyncio.Queue) -> N
         )
 
 
+def _offer(aloop: asyncio.AbstractEventLoop, outbox: asyncio.Queue, message: dict) -> None:
+    """Queue ``message`` for the socket from another thread (a narration point: rare, and
+    the outbox waits for the socket, so a put that must wait is scheduled, never dropped)."""
+    aloop.call_soon_threadsafe(lambda: aloop.create_task(outbox.put(message)))
+
+
 async def _write(websocket: WebSocket, outbox: asyncio.Queue) -> None:
     while True:
         await websocket.send_text(json.dumps(await outbox.get()))
@@ -328,6 +353,7 @@ async def serve_client(websocket: WebSocket, hub: Hub) -> None:
         }
         await websocket.send_text(json.dumps({"type": "replay", "traces": traces}))
     outbox: asyncio.Queue = asyncio.Queue(OUTBOX_SIZE)
+    client.send = functools.partial(_offer, asyncio.get_running_loop(), outbox)
     tasks = [asyncio.create_task(_write(websocket, outbox))]
     tasks += [asyncio.create_task(_pump(hub, client, n, outbox)) for n in client.subs]
     limit = RateLimit()

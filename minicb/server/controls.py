@@ -19,6 +19,8 @@ is refused, naming the limit, before any engine is rebuilt.
     {"type": "simulate", "gpu": "H100-SXM", "model": "llama-3.1-8b"}
                                           another simulated GPU (a --simulate demo only)
     {"type": "pace", "speed": 0.5}        simulated seconds per wall second (the same)
+    {"type": "scenario", "name": "03-chunked-prefill"}
+                                          play another shipped scenario (a --scenario demo)
 """
 
 from __future__ import annotations
@@ -253,6 +255,22 @@ async def _pace(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
     return {"speed": speed}
 
 
+async def _scenario(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
+    _only(msg, {"name"})
+    from minicb.scenarios import ScenarioError, scenario_names
+
+    name = _choice(msg, "name", tuple(scenario_names()))  # shipped names only: no paths
+    if name is None:
+        raise ControlError("scenario needs a name: " + ", ".join(scenario_names()))
+    lesson = hub.lesson
+    if lesson is None:
+        raise ControlError("this demo plays no scenario; start one with --scenario NAME")
+    try:
+        return {"scenario": await loop.acall(lambda: lesson.switch(name))}
+    except (ScenarioError, ValueError) as err:
+        raise ControlError(str(err)) from err
+
+
 HANDLERS: dict[str, Callable[[Hub, EngineLoop, dict], Awaitable[dict]]] = {
     "pause": _pause,
     "resume": functools.partial(_pause, paused=False),
@@ -263,6 +281,7 @@ HANDLERS: dict[str, Callable[[Hub, EngineLoop, dict], Awaitable[dict]]] = {
     "prompt": _prompt,
     "simulate": _simulate,
     "pace": _pace,
+    "scenario": _scenario,
 }
 
 

@@ -184,6 +184,8 @@ class EngineLoop:
                 self.pacer.advance(self.engines)
             if self.feeder is not None:
                 self.feeder(self.engines)
+                if self.paused and self._single_steps == 0:
+                    continue  # the feeder paused the loop (a scenario's narration point)
             busy = [(n, e) for n, e in self.engines.items() if e.has_unfinished()]
             if self.pacer is not None and not self._single_steps:
                 held, busy = busy, self.pacer.due(busy)

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
     from minicb.engine import LLMEngine
     from minicb.server.engine_loop import EngineLoop
+    from minicb.server.lesson import Lesson
     from minicb.telemetry.trace import Trace
 
 DEFAULT_HOST = "127.0.0.1"  # local only by default: the demo has controls anyone could use
@@ -123,6 +124,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument(
         "--speed", type=float, default=1.0, help="simulated seconds per wall second (default 1)"
     )
+    p.add_argument(
+        "--scenario",
+        metavar="NAME",
+        help="play a lesson: a shipped scenario's name or a scenario file (docs/scenarios.md); "
+        "its settings replace the engine, workload and --simulate options",
+    )
     w = p.add_argument_group("workload (the same for both engines; defaults depend on --simulate)")
     w.add_argument("--workload", default="poisson", choices=PRESETS, help="arrival pattern")
     w.add_argument("--rate", type=float, help="poisson arrivals per second (0.7; simulated 60)")
@@ -185,14 +192,20 @@ def run_server(
 
 
 def _app(
-    loop: EngineLoop, mode: str, engine: str, model_name: str, guard: Guard, **api: Any
+    loop: EngineLoop,
+    mode: str,
+    engine: str,
+    model_name: str,
+    guard: Guard,
+    lesson: Lesson | None = None,
+    **api: Any,
 ) -> FastAPI:
-    """The visualizer's app for ``loop`` with the OpenAI routes aimed at ``engine``, both
-    behind ``guard``."""
+    """The visualizer's app for ``loop`` (playing ``lesson``, if any) with the OpenAI
+    routes aimed at ``engine``, both behind ``guard``."""
     from minicb.server.app import create_app
     from minicb.server.openai_api import install_openai_routes
 
-    app = create_app(loop, mode=mode, model_name=model_name, guard=guard)
+    app = create_app(loop, mode=mode, model_name=model_name, guard=guard, lesson=lesson)
     install_openai_routes(app, loop, engine, model_name, guard=guard, **api)
     return app
 
@@ -236,6 +249,8 @@ def build_demo(args: argparse.Namespace) -> tuple[EngineLoop, FastAPI]:
     from minicb.server.workload import WorkloadFeeder, WorkloadSpec
 
     guard = server_guard(args)  # before the model loads: a refused host costs no wait
+    if args.scenario:
+        return build_lesson(args, guard)
     resolve_demo_defaults(args)
     pacer = Pacer(args.speed) if args.simulate else None
     engines = demo_engines(args)
@@ -251,6 +266,26 @@ def build_demo(args: argparse.Namespace) -> tuple[EngineLoop, FastAPI]:
     loop = EngineLoop(engines, feeder=feeder)
     loop.paused, loop.delay_s, loop.pacer = args.paused, args.delay, pacer
     return loop, _app(loop, "demo", "continuous", engines["continuous"].model_name, guard)
+
+
+def build_lesson(args: argparse.Namespace, guard: Guard) -> tuple[EngineLoop, FastAPI]:
+    """The demo playing ``--scenario``: its engines, feeder and narration (lesson.py)."""
+    from minicb.scenarios import load_scenario
+    from minicb.server.engine_loop import EngineLoop
+    from minicb.server.lesson import PANELS, Lesson, lesson_engines
+
+    if args.trace:
+        raise ValueError(
+            "--trace records a free demo; a scenario's trace comes from "
+            "`minicb scenario export NAME --trace FILE`"
+        )
+    scenario = load_scenario(args.scenario)
+    engines = lesson_engines(scenario, args.model)
+    loop = EngineLoop(engines)
+    lesson = Lesson(loop, scenario, args.model)
+    loop.paused = args.paused
+    model = engines[PANELS[1]].model_name
+    return loop, _app(loop, "demo", PANELS[1], model, guard, lesson=lesson)
 
 
 def trace_paths(path: str) -> dict[str, Path]:
@@ -290,12 +325,14 @@ def record_demo(engines: dict[str, LLMEngine], path: str) -> Callable[[], None]:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    if args.simulate:
+    if args.scenario:
+        print(f"minicb demo: scenario {args.scenario}", flush=True)
+    elif args.simulate:
         print(f"minicb demo: SIMULATED {args.simulate} (no weights, predicted step times)")
     else:
         print("minicb demo: loading the model ...", flush=True)
     loop, app = build_demo(args)
-    runner = loop.engines["continuous"].describe()["runner"]
+    runner = list(loop.engines.values())[-1].describe()["runner"]  # continuous, or right
     print(f"minicb demo: {describe_choices(runner)}", flush=True)
     close_traces = record_demo(dict(loop.engines), args.trace) if args.trace else None
     try:

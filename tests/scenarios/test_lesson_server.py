@@ -1,0 +1,108 @@
+"""``minicb demo --scenario NAME`` without a browser: its engines, hello's scenario part,
+the loop pausing at each narration point with the point sent to the page, the menu's
+control checked like the others. Simulated scenarios only: no model, no torch."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from fastapi.testclient import TestClient
+
+from minicb.server import launch
+from minicb.server.lesson import PANELS
+from tests.server.conftest import control
+
+NAME = "04b-recompute-vs-swap"  # simulated, and its first point fires within a few rounds
+
+
+def demo_args(*extra: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    launch.register(parser.add_subparsers())
+    return parser.parse_args(["demo", *extra])
+
+
+@pytest.fixture
+def lesson_demo():
+    loop, app = launch.build_demo(demo_args("--scenario", NAME, "--paused"))
+    loop.delay_s = 0.0
+    loop.start()
+    try:
+        yield loop, app
+    finally:
+        loop.stop()
+
+
+def next_message(ws, kind: str, limit: int = 5000) -> dict:
+    for _ in range(limit):
+        msg = ws.receive_json()
+        if msg["type"] == kind:
+            return msg
+    raise AssertionError(f"no {kind} message came")
+
+
+def test_the_engines_are_the_scenarios_sides_under_the_panel_names(lesson_demo):
+    loop, _ = lesson_demo
+    assert tuple(loop.engines) == PANELS
+    modes = [e.config.preemption_mode for e in loop.engines.values()]
+    assert modes == ["recompute", "swap"]
+    assert all(e.describe()["simulated"] for e in loop.engines.values())
+
+
+def test_hello_describes_the_scenario_and_the_loop_pauses_at_its_first_point(lesson_demo):
+    loop, app = lesson_demo
+    with TestClient(app).websocket_connect("/ws") as ws:
+        hello = ws.receive_json()
+        scenario = hello["scenario"]
+        assert scenario["name"] == NAME and scenario["points"] == 2
+        assert scenario["panels"]["left"]["side"] == "recompute"
+        assert scenario["title"]["zh"] and NAME in scenario["choices"]
+        assert hello["controls"]["workload"] is False  # the scenario sets the workload
+        assert hello["paused"] and scenario["fired"] == []
+        ws.send_json({"type": "resume"})
+        point = next_message(ws, "narration")
+        assert point["index"] == 0 and point["text"]["en"].startswith("The pool is full")
+        assert set(point["highlight"]["panels"]) == {"left"}
+        assert len(point["highlight"]["panels"]["left"]) == 12  # the group "all"
+        assert point["highlight"]["blocks"] == "requests"
+        assert loop.paused
+        ws.send_json({"type": "resume"})
+        assert next_message(ws, "narration")["index"] == 1
+    with TestClient(app).websocket_connect("/ws") as ws:  # a page that joins later
+        fired = ws.receive_json()["scenario"]["fired"]
+        assert [p["index"] for p in fired] == [0, 1]
+
+
+def test_the_menu_switches_to_another_scenario_and_refuses_unknown_ones(lesson_demo):
+    loop, app = lesson_demo
+    with TestClient(app).websocket_connect("/ws") as ws:
+        ws.receive_json()
+        _, reply = control(ws, type="scenario", name="../../etc/passwd")
+        assert reply["type"] == "error" and "name must be one of 01-" in reply["message"]
+        _, reply = control(ws, type="scenario", name="02-decode-is-memory-bound")
+        assert reply["type"] == "ack", reply
+        assert reply["scenario"]["panels"]["right"]["side"] == "batch-64"
+    limits = [loop.engines[p].config.max_num_seqs for p in PANELS]
+    assert limits == [1, 64]
+
+
+def test_a_free_demo_refuses_the_scenario_control():
+    from minicb.server.app import create_app
+    from minicb.server.engine_loop import EngineLoop
+    from tests.server.conftest import fake_engine
+
+    loop = EngineLoop({"continuous": fake_engine()})
+    app = create_app(loop, mode="demo")
+    loop.start()
+    try:
+        with TestClient(app).websocket_connect("/ws") as ws:
+            assert ws.receive_json()["scenario"] is None
+            _, reply = control(ws, type="scenario", name=NAME)
+            assert reply["type"] == "error" and "--scenario NAME" in reply["message"]
+    finally:
+        loop.stop()
+
+
+def test_trace_with_a_scenario_points_to_the_export():
+    with pytest.raises(ValueError, match="minicb scenario export"):
+        launch.build_demo(demo_args("--scenario", NAME, "--trace", "x.jsonl"))
