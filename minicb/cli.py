@@ -3,7 +3,8 @@
 - ``generate PROMPT...``: complete prompts and print each completion;
 - ``replay FILE``: the metrics of a recorded trace (as text or JSON), its Chrome/Perfetto
   export, and ``--serve``: the visualizer fed from the trace, with no model loaded;
-- ``demo`` and ``serve`` (minicb.server.launch) and ``bench`` (minicb.bench.suite).
+- ``demo`` and ``serve`` (minicb.server.launch) and ``bench`` (minicb.bench.suite);
+- ``scenario list|check|export`` (minicb.scenarios.command): the classroom's lessons.
 
 Each subcommand's parser sets ``func``, the function that runs it. Building the parser
 imports nothing heavy: torch and the model load when a command runs. ``format_summary``
@@ -21,6 +22,7 @@ from typing import Any
 
 from minicb.bench import suite
 from minicb.config import add_engine_options, describe_choices, engine_kwargs
+from minicb.scenarios import command as scenario_command
 from minicb.server import launch
 from minicb.telemetry.trace import add_trace_option, read_trace, traced
 
@@ -32,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_replay(subparsers)
     launch.register(subparsers)
     suite.register(subparsers)
+    scenario_command.register(subparsers)
     return parser
 
 

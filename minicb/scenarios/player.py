@@ -151,12 +151,33 @@ def _event_ids(record: SideRecord, event: str) -> list[int]:
     return [e.request_id for e in record.requests[event]]
 
 
+def narration_point(
+    scenario: Scenario, index: int, feeder: ScenarioFeeder, panels: tuple[str, str]
+) -> dict[str, Any]:
+    """Narration point ``index`` as a page shows it: its text, the round it fired, and per
+    panel (the sides in order) the ids of the requests to highlight, with the blocks."""
+    point = scenario.narration[index]
+    light = point.highlight
+    rows = {
+        panel: [rid for rid, g in feeder.groups[side.name].items() if g in light.requests]
+        for panel, side in zip(panels, scenario.sides, strict=True)
+        if light.side in (None, side.name)
+    }
+    return {
+        "index": index,
+        "round": feeder.fired.get(index),
+        "text": point.text,
+        "highlight": {"panels": rows, "blocks": light.blocks},
+    }
+
+
 @dataclass
 class ScenarioResult:
     fired: dict[int, int]  # narration index -> the round at which it fired
     records: dict[str, SideRecord]
     rounds: int
     engines: dict[str, Any]
+    feeder: ScenarioFeeder
 
 
 def play(scenario: Scenario, engines: dict[str, LLMEngine]) -> ScenarioResult:
@@ -171,4 +192,4 @@ def play(scenario: Scenario, engines: dict[str, LLMEngine]) -> ScenarioResult:
             break
         for engine in busy:
             engine.step()
-    return ScenarioResult(dict(feeder.fired), feeder.records, feeder.round, engines)
+    return ScenarioResult(dict(feeder.fired), feeder.records, feeder.round, engines, feeder)

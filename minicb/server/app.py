@@ -202,7 +202,7 @@ class Hub:
             "rounds": loop.rounds if loop else 0,
             "workload": self.feeder.describe() if self.feeder else None,
             "simulation": simulation_choices(loop),  # the simulated-GPU picker, or None
-            "scenario": self.lesson.describe() if self.lesson else None,  # its narration
+            "scenario": self._scenario(),  # the lesson played, with its narration, or None
             "controls": {
                 "step": controls and loop is not None,
                 "workload": controls and self.feeder is not None,
@@ -210,6 +210,13 @@ class Hub:
                 "prompt": controls and loop is not None,
             },
         }
+
+    def _scenario(self) -> dict[str, Any] | None:
+        """The lesson a demo plays, or the one an exported trace recorded (its header)."""
+        if self.lesson is not None:
+            return self.lesson.describe()
+        recorded = (t.header.get("scenario") for t in self.replay.values())
+        return next((s for s in recorded if s), None)
 
     # ---- the scheduler's explanations (a bus listener, engine thread) --------------------
     def _record(self, name: str, event: StepEvent) -> None:

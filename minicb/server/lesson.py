@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from minicb.config import EngineConfig
 from minicb.runner import VirtualClock
 from minicb.scenarios import Scenario, load_scenario, scenario_names
-from minicb.scenarios.player import ScenarioFeeder
+from minicb.scenarios.player import ScenarioFeeder, narration_point
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -86,22 +86,8 @@ class Lesson:
             self.notify({"type": "narration", **self.point(index)})
 
     def point(self, index: int) -> dict[str, Any]:
-        """Narration point ``index`` as the page shows it: its text, and the panels and
-        request ids to highlight, with the blocks to mark."""
-        point = self.scenario.narration[index]
-        sides = scenario_sides(self.scenario)
-        light = point.highlight
-        rows = {
-            panel: [rid for rid, g in self.feeder.groups[side].items() if g in light.requests]
-            for panel, side in zip(PANELS, sides, strict=True)
-            if light.side in (None, side)
-        }
-        return {
-            "index": index,
-            "round": self.feeder.fired.get(index),
-            "text": point.text,
-            "highlight": {"panels": rows, "blocks": light.blocks},
-        }
+        """Narration point ``index`` as the page shows it (player.narration_point)."""
+        return narration_point(self.scenario, index, self.feeder, PANELS)
 
     def describe(self) -> dict[str, Any]:
         """The ``scenario`` part of hello: the lesson, its panels, the points fired so far."""

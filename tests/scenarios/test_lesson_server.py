@@ -106,3 +106,39 @@ def test_a_free_demo_refuses_the_scenario_control():
 def test_trace_with_a_scenario_points_to_the_export():
     with pytest.raises(ValueError, match="minicb scenario export"):
         launch.build_demo(demo_args("--scenario", NAME, "--trace", "x.jsonl"))
+
+
+def test_an_exported_scenario_replays_with_its_narration(tmp_path, capsys):
+    from minicb import cli
+
+    trace = tmp_path / "lesson.jsonl"
+    assert cli.main(["scenario", "export", NAME, "--trace", str(trace)]) == 0
+    assert "replay it: minicb replay" in capsys.readouterr().out
+    traces = cli.replay_traces(str(trace))
+    assert set(traces) == set(PANELS)
+    from minicb.server.app import create_app
+
+    app = create_app(None, mode="replay", replay=traces)
+    with TestClient(app).websocket_connect("/ws") as ws:
+        scenario = ws.receive_json()["scenario"]
+    assert scenario["name"] == NAME
+    assert [p["index"] for p in scenario["fired"]] == [0, 1]
+    assert scenario["fired"][0]["highlight"]["panels"]["left"]
+
+
+def test_check_reports_each_point_and_claim(capsys):
+    from minicb import cli
+
+    assert cli.main(["scenario", "check", NAME]) == 0
+    out = capsys.readouterr().out
+    assert "[0] fired after round" in out and "ok   recompute.preemptions >= 1" in out
+    assert out.strip().endswith("0 problem(s)")
+
+
+def test_check_names_a_broken_file(tmp_path, capsys):
+    from minicb import cli
+
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"name": "bad"}', encoding="utf-8")
+    assert cli.main(["scenario", "check", str(bad)]) == 2
+    assert "bad.json: scenario: missing field(s)" in capsys.readouterr().err
