@@ -13,6 +13,7 @@ import { OccupancyChart } from "./chart.js";
 import { fillSettings, fillSimulation, fillWorkload, handleReply, showMessage, wireControls } from "./controls.js";
 import { showSimulation } from "./simulation.js";
 import { showTooltip, hideTooltip } from "./tooltip.js";
+import { onNarration, renderLesson, scenarioLabel, showScenario, wireLesson } from "./narration.js";
 
 const $ = (id) => document.getElementById(id);
 const ORDER = ["static", "continuous"]; // static on the left: the baseline first
@@ -43,7 +44,7 @@ app.markMine = (ids, text) => {
   app.dirty = true;
 };
 
-function panelTitle(p) { return `${t(p.model.batching) || p.name}`; }
+function panelTitle(p) { return scenarioLabel(p.name) || `${t(p.model.batching) || p.name}`; }
 
 function buildPanels(engines) {
   const sorted = [...engines].sort((a, b) => rank(a.name) - rank(b.name));
@@ -104,6 +105,7 @@ function onHello(msg) {
   app.simInfo = msg.engines[0];
   showSimulation(app.simInfo, app.panels);
   fillSimulation(c.settings ? msg.simulation : null);
+  showScenario(app, msg.scenario, c.settings);
 }
 
 function onEvents(msg) {
@@ -126,6 +128,7 @@ function onReplay(msg) {
   const starts = app.panels.map((p) => p.model.t0).filter((x) => x != null);
   app.replay = { tMin: Math.min(...starts), tMax: Math.max(...ends), t: Math.max(...ends), playing: false };
   $("replay-bar").hidden = false;
+  renderLesson(app); // an exported lesson: its point's moment, now that the steps are in
   app.dirty = true;
 }
 
@@ -172,7 +175,11 @@ function connect() {
     else if (msg.type === "events") onEvents(msg);
     else if (msg.type === "hello") onHello(msg);
     else if (msg.type === "replay") onReplay(msg);
-    else handleReply(msg, app);
+    else if (msg.type === "narration") onNarration(app, msg);
+    else {
+      if (msg.type === "ack" && msg.control === "scenario") showScenario(app, msg.scenario, true);
+      handleReply(msg, app);
+    }
   };
 }
 
@@ -299,7 +306,7 @@ function renderMine(cursors) {
 $("lang").onclick = () => {
   setLang(getLang() === "zh" ? "en" : "zh");
   $("lang").textContent = getLang() === "zh" ? "English" : "中文";
-  legend(); showSimulation(app.simInfo, app.panels); app.dirty = true; app.chart.lastKey = "";
+  legend(); showSimulation(app.simInfo, app.panels); renderLesson(app); app.dirty = true; app.chart.lastKey = "";
 };
 $("xmode").onchange = () => { app.scale.mode = $("xmode").value; app.dirty = true; };
 $("window").onchange = () => { app.scale.window = $("window").value; app.dirty = true; };
@@ -321,6 +328,7 @@ $("lang").textContent = getLang() === "zh" ? "English" : "中文";
 applyLabels();
 legend();
 wireControls(app);
+wireLesson(app);
 showMessage("");
 takeKeyFromAddress();
 connect();

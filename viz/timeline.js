@@ -92,8 +92,8 @@ export class Timeline {
         ctx.fillRect(x0, y, Math.max(x1 - x0, 0.5), Math.max(rowH - gap, 0.25));
         k = j + 1;
       }
-      if (r.mine && rowH >= 3) { // a prompt typed in this tab: outlined
-        ctx.strokeStyle = "#1d4ed8"; ctx.lineWidth = 1.5;
+      if ((r.mine || r.lit) && rowH >= 3) { // typed in this tab, or named by the narration
+        ctx.strokeStyle = r.lit ? "#f59e0b" : "#1d4ed8"; ctx.lineWidth = r.lit ? 2.5 : 1.5;
         const x0 = px(span(model, Math.max(r.startStep, kFrom), scale)[0]);
         ctx.strokeRect(x0, y + 0.5, px(span(model, last, scale)[1]) - x0, rowH - gap - 1);
       }

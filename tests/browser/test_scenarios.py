@@ -1,0 +1,78 @@
+"""Every scenario in Chromium: ``minicb demo --scenario NAME`` loads, runs to its first
+narration point, highlights the rows that point names, shows its text in English and in
+Chinese, and goes on through every point to the end with no error in the console.
+
+Scenarios on a simulated GPU run here by default (no weights, a few seconds each); those
+on the embedded model load it and are marked slow. A screenshot of each first point goes
+to artifacts/screenshots/scenario-NAME.png (docs/images/ holds copies, see teaching.md).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from minicb.scenarios import load_scenario, scenario_names
+from tests.browser.conftest import js, server, shot, wait_for
+
+PANELS = "window.minicb.panels"
+
+
+def cases() -> list:
+    return [
+        pytest.param(
+            name, id=name, marks=[] if load_scenario(name).simulated else [pytest.mark.slow]
+        )
+        for name in scenario_names()
+    ]
+
+
+def text_shown(page) -> str:
+    return page.locator("#lesson-text").inner_text().strip()
+
+
+@pytest.mark.parametrize("name", cases())
+def test_scenario_runs_its_lesson_in_both_languages(tab, name):
+    page, scenario = tab, load_scenario(name)
+    console: list[str] = []
+    page.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
+    with server("demo", "--scenario", name, "--paused") as url:
+        page.goto(url)
+        wait_for(page, f"{PANELS}.length === 2")
+        js(page, "window.minicb.send({type: 'speed', delay_s: 0})")  # no time to watch here
+        assert page.locator("#lesson").is_visible()
+        assert page.locator("#lesson-title").inner_text() == scenario.title["en"]
+        labels = [page.locator(".panel-title").nth(i).inner_text() for i in range(2)]
+        assert labels == [s.label["en"] for s in scenario.sides]
+        page.click("#lesson-next")  # runs to the first point
+        wait_for(page, "document.querySelector('#lesson-text').dataset.index === '0'", 90)
+        first = scenario.narration[0]
+        assert text_shown(page) == first.text["en"]
+        assert js(page, "window.minicb.paused")
+        lit_sides = [s.name for s in scenario.sides if first.highlight.side in (None, s.name)]
+        for i, side in enumerate(scenario.sides):
+            lit = js(page, f"{PANELS}[{i}].el.dataset.lit || ''")
+            if first.highlight.requests and side.name in lit_sides:
+                assert lit.strip(), f"{side.name}: no row highlighted"
+                drawn = js(page, f"{PANELS}[{i}].model.order.filter(r => r.lit).length")
+                assert drawn == len(lit.split())
+            else:
+                assert not lit.strip()
+        shot(page, f"scenario-{name}")
+        page.click("#lang")
+        assert text_shown(page) == first.text["zh"]
+        assert page.locator("#lesson-title").inner_text() == scenario.title["zh"]
+        page.click("#lang")
+        assert text_shown(page) == first.text["en"]
+        for k in range(1, len(scenario.narration)):
+            page.click("#lesson-next")
+            wait_for(page, f"document.querySelector('#lesson-text').dataset.index === '{k}'", 120)
+            assert text_shown(page) == scenario.narration[k].text["en"]
+        count = page.locator("#lesson-count").inner_text()
+        assert count == f"{len(scenario.narration)} / {len(scenario.narration)}"
+        page.click("#lesson-back")
+        assert (
+            text_shown(page)
+            == scenario.narration[-2 if len(scenario.narration) > 1 else 0].text["en"]
+        )
+    assert not page.errors, page.errors
+    assert not console, console
