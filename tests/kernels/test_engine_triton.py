@@ -55,11 +55,11 @@ def test_triton_backend_matches_torch_backend(name, tiny_llama_dir, torch_tokens
 
 @pytest.mark.slow
 def test_triton_backend_on_default_model_under_preemption(default_llm):
-    """Two short prompts at block size 4 in a pool of 5 blocks: one is preempted."""
+    """Two short prompts at block size 4 in a pool of 4 blocks: one is preempted."""
     prompts = ["The capital of France is", "Once upon a time"]
-    params = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
+    params = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
     expected = [o.token_ids for o in default_llm.generate(prompts, params)]
-    llm = LLM(dtype="float32", attention_backend="triton", block_size=4, num_kv_blocks=5)
+    llm = LLM(dtype="float32", attention_backend="triton", block_size=4, num_kv_blocks=4)
     preempted = []
     llm.engine.bus.subscribe(lambda e: preempted.extend(e.plan.preempted), kinds=["step"])
     assert [o.token_ids for o in llm.generate(prompts, params)] == expected
