@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from tests.browser.conftest import ROOT, js, server, shot, wait_for
+from tests.browser.conftest import ROOT, js, next_frame, server, shot, wait_for
 
 PANELS = "window.minicb.panels"
 MINE = f"{PANELS}.map(p => p.model.order.filter(r => r.mine))"
@@ -33,14 +33,13 @@ def test_a_typed_prompt_streams_real_text_and_the_readme_screenshot(tab):
         # pause while static batching still works through its queue: the picture for README
         page.click("#pause")
         wait_for(page, "window.minicb.paused === true")
-        page.wait_for_timeout(500)
+        next_frame(page)
         # hover the typed prompt's row on the continuous panel: its text, TTFT and reasons
         row = js(page, f"{PANELS}[1].timeline.rows.findIndex(r => r.mine)")
         row_h = js(page, f"{PANELS}[1].timeline.rowH")
         box = page.locator("article[data-engine=continuous] canvas.timeline").bounding_box()
         page.mouse.move(box["x"] + box["width"] * 0.55, box["y"] + (row + 0.5) * row_h)
-        page.wait_for_timeout(700)
-        assert "France" in page.inner_text("#tooltip")
+        wait_for(page, "document.querySelector('#tooltip').innerText.includes('France')", 10)
         path = shot(page, "demo-default-model")
         page.click("#resume")
         wait_for(page, f"{MINE}.every(l => l[0].endStep != null)", 300)
