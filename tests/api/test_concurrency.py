@@ -5,6 +5,7 @@ use once idle, as /metrics shows, and the server goes on answering."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import httpx
 import openai
@@ -71,23 +72,40 @@ async def _cut_stream(client: httpx.AsyncClient, url: str, keep: int) -> int:
     return got
 
 
-async def _impatient(client: httpx.AsyncClient, url: str) -> None:
-    body = {"model": "tiny", "prompt": [7, 8], "max_tokens": 450, "ignore_eos": True}
-    with pytest.raises(httpx.ReadTimeout):
-        await client.post(url, json=body, timeout=httpx.Timeout(10.0, read=0.5))
+IMPATIENT_TOKENS = 450  # far more than can run before the client gives up
+
+
+async def _impatient(client: httpx.AsyncClient, url: str, all_arrived: threading.Event) -> None:
+    """A non-streaming client that hangs up once every impatient request is in the engine
+    (seen on its bus), long before any could finish: no clock decides."""
+    body = {"model": "tiny", "prompt": [7, 8], "max_tokens": IMPATIENT_TOKENS}
+    task = asyncio.create_task(client.post(url, json={**body, "ignore_eos": True}))
+    assert await asyncio.to_thread(all_arrived.wait, 30), "the requests never arrived"
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
 
 
 def test_abort_storm_frees_every_block_and_the_server_keeps_answering(live):
     url = live.url + "/v1/completions"
+    arrived, all_arrived = [], threading.Event()
+
+    def watch(e) -> None:  # in the engine thread
+        arrived.append(e.max_tokens == IMPATIENT_TOKENS)
+        if sum(arrived) == 8:
+            all_arrived.set()
+
+    live.bus.subscribe(watch, kinds=["arrived"])
 
     async def storm():
         limits = httpx.Limits(max_connections=100)
         async with httpx.AsyncClient(limits=limits, timeout=30) as client:
             cut = [_cut_stream(client, url, keep=1 + i % 5) for i in range(40)]
-            impatient = [_impatient(client, url) for _ in range(8)]
+            impatient = [_impatient(client, url, all_arrived) for _ in range(8)]
             await asyncio.gather(*cut, *impatient)
 
     asyncio.run(storm())
+    live.bus.unsubscribe(watch)
 
     def idle() -> bool:  # every request of the storm has left the engine
         text = httpx.get(live.url + "/metrics").text
@@ -99,5 +117,7 @@ def test_abort_storm_frees_every_block_and_the_server_keeps_answering(live):
     assert live.used_blocks() == 0
     aborted = 'minicb:request_success_total{finished_reason="abort",model_name="tiny"}'
     assert metric(page, aborted) == 48
-    after = httpx.post(url, json={"model": "tiny", "prompt": [5], "max_tokens": 3}).json()
-    assert after["usage"]["completion_tokens"] >= 1
+    body = {"model": "tiny", "prompt": [5], "max_tokens": 3, "ignore_eos": True}
+    after = httpx.post(url, json=body).json()
+    assert after["usage"]["completion_tokens"] == 3
+    assert after["choices"][0]["finish_reason"] == "length"
