@@ -19,6 +19,7 @@ STATIC_ORDERS = ("arrival", "length")
 PREEMPTION_MODES = ("recompute", "swap")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+COMPILE_MODES = ("auto", "off", "on")
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,12 @@ class EngineConfig:
         0.5  # share of free memory the pool may take when sized automatically
     )
     use_cuda_graphs: bool = True
+    # torch.compile of the decoder layers' elementwise work (minicb.runner.compiled): "auto"
+    # on CPU where a C++ compiler is found, "on", or "off" (eager).
+    compile: str = "off"
+    # bfloat16 on CPU: linear layers read weights packed once for oneDNN
+    # (minicb.runner.packed); False keeps plain nn.Linear, the reference.
+    packed_weights: bool = True
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -60,6 +67,7 @@ class EngineConfig:
         self._check_choice("static_order", STATIC_ORDERS)
         self._check_choice("attention_backend", ATTENTION_BACKENDS)
         self._check_choice("dtype", DTYPES)
+        self._check_choice("compile", COMPILE_MODES)
         self._check_positive("max_num_seqs")
         self._check_positive("max_num_batched_tokens")
         self._check_positive("block_size")
@@ -130,6 +138,18 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         help="static batching: form batches in arrival order or sorted by length",
     )
     g.add_argument("--attention-backend", default="auto", choices=ATTENTION_BACKENDS)
+    g.add_argument(
+        "--compile",
+        default="off",
+        choices=COMPILE_MODES,
+        help="torch.compile the decoder layers' elementwise work (auto: CPU with a C++ compiler)",
+    )
+    g.add_argument(
+        "--packed-weights",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="bfloat16 on CPU: linear layers on oneDNN-packed weights (on by default)",
+    )
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -147,6 +167,8 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         preemption_mode=args.preemption_mode,
         static_order=args.static_order,
         attention_backend=args.attention_backend,
+        compile=args.compile,
+        packed_weights=args.packed_weights,
     )
 
 

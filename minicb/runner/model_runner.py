@@ -21,9 +21,11 @@ import torch
 from minicb.config import EngineConfig
 from minicb.kernels import AttentionMetadata, get_backend
 from minicb.runner import RunnerOutput
+from minicb.runner.compiled import CompiledLayers, should_compile
 from minicb.runner.cuda_graphs import maybe_capture
-from minicb.runner.llama import LlamaModel, ModelConfig, RotaryEmbedding
+from minicb.runner.llama import EAGER, LlamaModel, ModelConfig, RotaryEmbedding
 from minicb.runner.loader import ModelFiles, iter_safetensors, open_model
+from minicb.runner.packed import PackedLinear, can_pack, pack_linears
 from minicb.runner.sampler import sample
 from minicb.scheduler.plan import StepPlan
 
@@ -59,6 +61,7 @@ class ModelRunner:
         *,
         files: ModelFiles | None = None,
         shared_model: LlamaModel | None = None,
+        shared_compiled: CompiledLayers | None = None,
     ) -> None:
         self.config = config
         self.files = files or open_model(model)
@@ -80,6 +83,10 @@ class ModelRunner:
         else:
             self.model = self._load_model(self.files)
         self.backend = get_backend(config.attention_backend, self.device)
+        wanted, self.compile_reason = should_compile(config.compile, self.device)
+        # Siblings on the same weights share the compiled functions (and their graphs).
+        self.compiled = (shared_compiled or CompiledLayers()) if wanted else None
+        self.layer_fns = self.compiled.functions() if self.compiled else EAGER
         self._allocate_kv()
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(config.seed)
@@ -117,6 +124,8 @@ class ModelRunner:
             model.lm_head.weight = model.model.embed_tokens.weight
         model.load_weights(iter_safetensors(files.path))
         model = model.to(self.dtype).eval()
+        if self.config.packed_weights and can_pack(self.device, self.dtype):
+            pack_linears(model)  # after the cast: the packed copies are made in this dtype
         # Rope tables are attached after the dtype cast so they stay fp32, as in transformers.
         rope = RotaryEmbedding(files.hf_config, cfg.head_dim, self.max_model_len)
         model.rope = rope.to(self.device)
@@ -124,7 +133,9 @@ class ModelRunner:
 
     def with_config(self, config: EngineConfig) -> ModelRunner:
         """A runner for ``config`` on these weights: only the KV cache is new."""
-        return ModelRunner(None, config, files=self.files, shared_model=self.model)
+        return ModelRunner(
+            None, config, files=self.files, shared_model=self.model, shared_compiled=self.compiled
+        )
 
     def describe(self) -> dict[str, Any]:
         """Where and how it computes, for trace headers and the visualizer."""
@@ -135,6 +146,9 @@ class ModelRunner:
             "num_kv_blocks": self.num_kv_blocks,
             "bytes_per_block": self.bytes_per_block(),
             "torch_threads": torch.get_num_threads(),
+            "linear": "onednn-packed" if isinstance(self.model.lm_head, PackedLinear) else "plain",
+            "compile": self.compiled.describe() if self.compiled else "eager",
+            "compile_reason": self.compile_reason,
         }
         if self.device.type == "cuda":
             info["gpu"] = torch.cuda.get_device_name(self.device)
@@ -182,7 +196,9 @@ class ModelRunner:
         if graphs is not None and meta.is_decode_only and graphs.can_run(meta.num_requests):
             hidden = graphs.run(input_ids, positions, meta)
         else:
-            hidden = self.model(input_ids, positions, meta, self.kv_caches, self.backend)
+            hidden = self.model(
+                input_ids, positions, meta, self.kv_caches, self.backend, self.layer_fns
+            )
         logits = self.model.logits(hidden[sample_rows]) if sample_rows else None
         if self.device.type == "cuda":
             torch.cuda.synchronize()

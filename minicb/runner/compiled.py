@@ -1,0 +1,83 @@
+"""The compiled forward: ``torch.compile`` of the two halves of a decoder layer.
+
+A decode step of a small model on a CPU is mostly per-op overhead: some forty small ops per
+layer (RMSNorm's five, rope's six for q and again for k, SiLU, the multiply, residual adds),
+each a separate pass over memory and a trip through the dispatcher. Inductor fuses each
+half of the layer around attention (``minicb.runner.llama.attention_inputs`` and
+``layer_output``) into a few C++ loops beside the matmuls. Attention itself stays eager: it
+reads the paged cache through the step's metadata and loops over prompt chunks.
+
+One compiled function serves every layer (the layer is an argument; its parameters are
+graph inputs, not constants), and the token count is a dynamic dimension, so the graphs are
+built once (one for a single token, one for any other count) rather than every step.
+
+``EngineConfig.compile``: "off" runs eager; "on" compiles; "auto" compiles on CPU, where
+the overhead is the problem (on CUDA the decode graphs remove it), when a C++ compiler is
+on the path. Where compilation fails, at set-up or at the first call, the layer falls back
+to eager for good and says so in one logged line; the eager functions are the reference
+the compiled ones are tested against (same greedy tokens).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+
+import torch
+
+from minicb.runner.llama import LayerFunctions, attention_inputs, layer_output
+
+log = logging.getLogger(__name__)
+
+
+def should_compile(mode: str, device: torch.device) -> tuple[bool, str]:
+    """Whether to compile for ``mode`` on ``device``, and why, in words."""
+    if mode == "off":
+        return False, "compile='off'"
+    if mode == "on":
+        return True, "compile='on'"
+    if device.type != "cpu":
+        return False, f"compile='auto' on {device.type}: the decode graphs remove the overhead"
+    if not any(shutil.which(cc) for cc in ("g++", "c++", "clang++")):
+        return False, "compile='auto': no C++ compiler on the path for torch.compile"
+    return True, "compile='auto' on cpu"
+
+
+class CompiledLayers:
+    """``attention_inputs`` and ``layer_output`` compiled, with eager as the fallback."""
+
+    def __init__(self, backend: str = "inductor") -> None:
+        """``backend``: torch.compile's; tests pass "eager" (Dynamo's graphs, no codegen)."""
+        self.error: str | None = None  # why it fell back to eager, once it has
+        try:
+            options = dict(backend=backend, dynamic=True, fullgraph=True)
+            self._inputs = torch.compile(attention_inputs, **options)
+            self._output = torch.compile(layer_output, **options)
+        except Exception as err:  # torch.compile unavailable on this platform or build
+            self._fall_back(err)
+
+    def _fall_back(self, err: Exception) -> None:
+        self.error = f"{type(err).__name__}: {err}".splitlines()[0]
+        log.warning("torch.compile failed, running the model eager: %s", self.error)
+
+    def attention_inputs(self, layer, x, rope) -> tuple[torch.Tensor, ...]:
+        if self.error is None:
+            try:
+                return self._inputs(layer, x, rope)
+            except Exception as err:  # e.g. no working C++ compiler: the layer is pure,
+                self._fall_back(err)  # so running it again eager is safe
+        return attention_inputs(layer, x, rope)
+
+    def layer_output(self, layer, x, attn) -> torch.Tensor:
+        if self.error is None:
+            try:
+                return self._output(layer, x, attn)
+            except Exception as err:
+                self._fall_back(err)
+        return layer_output(layer, x, attn)
+
+    def functions(self) -> LayerFunctions:
+        return LayerFunctions(self.attention_inputs, self.layer_output)
+
+    def describe(self) -> str:
+        return "eager: torch.compile failed: " + self.error if self.error else "compiled"
