@@ -1,46 +1,35 @@
 """The compiled forward: ``torch.compile`` of the two halves of a decoder layer.
 
-A decode step of a small model on a CPU is mostly per-op overhead: some forty small ops per
-layer (RMSNorm's five, rope's six for q and again for k, SiLU, the multiply, residual adds),
-each a separate pass over memory and a trip through the dispatcher. Inductor fuses each
-half of the layer around attention (``minicb.runner.llama.attention_inputs`` and
-``layer_output``) into a few C++ loops beside the matmuls. Attention itself stays eager: it
+Besides its matmuls, a decoder layer runs some forty small ops (RMSNorm's five, rope's six
+for q and again for k, SiLU, the multiply, residual adds), each a separate pass over memory
+and a trip through the dispatcher. Inductor fuses each half of the layer around attention
+(``minicb.runner.llama.attention_inputs`` and ``layer_output``) into a few C++ loops beside
+the matmuls. Attention itself stays eager: it
 reads the paged cache through the step's metadata and loops over prompt chunks.
 
 One compiled function serves every layer (the layer is an argument; its parameters are
-graph inputs, not constants), and the token count is a dynamic dimension, so the graphs are
-built once (one for a single token, one for any other count) rather than every step.
+graph inputs, not constants), and the token count is a dynamic dimension, so each function
+builds at most three graphs (the first count seen, any count from 2, a single token), not
+one per step; tests/runner/test_compiled_forward.py counts them.
 
-``EngineConfig.compile``: "off" runs eager; "on" compiles; "auto" compiles on CPU, where
-the overhead is the problem (on CUDA the decode graphs remove it), when a C++ compiler is
-on the path. Where compilation fails, at set-up or at the first call, the layer falls back
-to eager for good and says so in one logged line; the eager functions are the reference
-the compiled ones are tested against (same greedy tokens).
+``EngineConfig.compile``: "off" (the default) runs eager; "on" compiles. There is no "auto":
+measured on the 2-core AMX machine (docs/performance.md, "Forward pass"), the fused
+elementwise work saves about what Dynamo's guards and calls add back, since the matmuls
+take three quarters of a step, and Inductor cannot lower the oneDNN-packed linear layers
+that bfloat16 uses on CPU. Where compilation fails, at set-up or at the first call, the
+layer falls back to eager for good and says so in one logged line; the eager functions are
+the reference the compiled ones are tested against (same greedy tokens).
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
 
 import torch
 
 from minicb.runner.llama import LayerFunctions, attention_inputs, layer_output
 
 log = logging.getLogger(__name__)
-
-
-def should_compile(mode: str, device: torch.device) -> tuple[bool, str]:
-    """Whether to compile for ``mode`` on ``device``, and why, in words."""
-    if mode == "off":
-        return False, "compile='off'"
-    if mode == "on":
-        return True, "compile='on'"
-    if device.type != "cpu":
-        return False, f"compile='auto' on {device.type}: the decode graphs remove the overhead"
-    if not any(shutil.which(cc) for cc in ("g++", "c++", "clang++")):
-        return False, "compile='auto': no C++ compiler on the path for torch.compile"
-    return True, "compile='auto' on cpu"
 
 
 class CompiledLayers:

@@ -21,7 +21,7 @@ import torch
 from minicb.config import EngineConfig
 from minicb.kernels import AttentionMetadata, get_backend
 from minicb.runner import RunnerOutput
-from minicb.runner.compiled import CompiledLayers, should_compile
+from minicb.runner.compiled import CompiledLayers
 from minicb.runner.cuda_graphs import maybe_capture
 from minicb.runner.llama import EAGER, LlamaModel, ModelConfig, RotaryEmbedding
 from minicb.runner.loader import ModelFiles, iter_safetensors, open_model
@@ -83,9 +83,8 @@ class ModelRunner:
         else:
             self.model = self._load_model(self.files)
         self.backend = get_backend(config.attention_backend, self.device)
-        wanted, self.compile_reason = should_compile(config.compile, self.device)
         # Siblings on the same weights share the compiled functions (and their graphs).
-        self.compiled = (shared_compiled or CompiledLayers()) if wanted else None
+        self.compiled = (shared_compiled or CompiledLayers()) if config.compile == "on" else None
         self.layer_fns = self.compiled.functions() if self.compiled else EAGER
         self._allocate_kv()
         self.generator = torch.Generator(device=self.device)
@@ -148,7 +147,6 @@ class ModelRunner:
             "torch_threads": torch.get_num_threads(),
             "linear": "onednn-packed" if isinstance(self.model.lm_head, PackedLinear) else "plain",
             "compile": self.compiled.describe() if self.compiled else "eager",
-            "compile_reason": self.compile_reason,
         }
         if self.device.type == "cuda":
             info["gpu"] = torch.cuda.get_device_name(self.device)
