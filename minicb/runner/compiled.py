@@ -40,6 +40,10 @@ class CompiledLayers:
         self.error: str | None = None  # why it fell back to eager, once it has
         try:
             options = dict(backend=backend, dynamic=True, fullgraph=True)
+            if backend == "inductor":
+                # Round every intermediate to its dtype as eager does: fused bf16 chains
+                # kept in fp32 would change the greedy tokens.
+                options["options"] = {"emulate_precision_casts": True}
             self._inputs = torch.compile(attention_inputs, **options)
             self._output = torch.compile(layer_output, **options)
         except Exception as err:  # torch.compile unavailable on this platform or build

@@ -19,6 +19,19 @@ import torch
 from torch import nn
 
 
+@torch.library.custom_op("minicb::packed_linear", mutates_args=())
+def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """(T, in) -> (T, out) through oneDNN's linear on a packed weight. An operator of its own,
+    opaque to torch.compile (which cannot lower the packed layout itself), so a compiled
+    layer can fuse the elementwise work around it (minicb.runner.compiled)."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+@packed_linear.register_fake
+def _(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return x.new_empty((x.shape[0], packed.shape[0]))  # packed: (out, in), like the weight
+
+
 class PackedLinear(nn.Module):
     """``nn.Linear`` whose forward reads a oneDNN-packed copy of the weight."""
 
@@ -30,7 +43,7 @@ class PackedLinear(nn.Module):
         self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (T, in) -> (T, out)
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+        return packed_linear(x, self.packed, self.bias)
 
 
 def can_pack(device: torch.device, dtype: torch.dtype) -> bool:

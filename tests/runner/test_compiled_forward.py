@@ -93,11 +93,20 @@ def test_compiled_tokens_equal_eager_on_every_tiny_architecture(arch, tmp_path, 
     assert llm.engine.runner.describe()["compile"] == "compiled"
 
 
-@pytest.mark.slow  # Inductor's C++ code generation: tens of seconds
-def test_inductor_tokens_equal_eager_on_a_tiny_model(tmp_path):
+def test_compiled_tokens_equal_eager_with_packed_bf16_layers(tiny_llama_dir, dynamo_eager):
+    # The packed layers are an operator of their own, which the compiled graph calls.
+    eager = tokens(LLM(model=tiny_llama_dir, num_kv_blocks=64, dtype="bfloat16"))
+    llm = LLM(model=tiny_llama_dir, num_kv_blocks=64, dtype="bfloat16", compile="on")
+    assert tokens(llm) == eager
+    assert llm.engine.runner.describe()["compile"] == "compiled"
+
+
+@pytest.mark.slow  # Inductor's C++ code generation: tens of seconds each
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])  # bf16: packed layers, too
+def test_inductor_tokens_equal_eager_on_a_tiny_model(dtype, tmp_path):
     path = str(make_tiny_model_dir("qwen3", tmp_path, seed=2))  # GQA, q/k norms
-    eager = tokens(LLM(model=path, num_kv_blocks=64, dtype="float32", compile="off"))
-    llm = LLM(model=path, num_kv_blocks=64, dtype="float32", compile="on")
+    eager = tokens(LLM(model=path, num_kv_blocks=64, dtype=dtype, compile="off"))
+    llm = LLM(model=path, num_kv_blocks=64, dtype=dtype, compile="on")
     assert tokens(llm) == eager
     assert llm.engine.runner.describe()["compile"] == "compiled"
 
