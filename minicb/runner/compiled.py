@@ -4,21 +4,25 @@ Besides its matmuls, a decoder layer runs some forty small ops (RMSNorm's five, 
 for q and again for k, SiLU, the multiply, residual adds), each a separate pass over memory
 and a trip through the dispatcher. Inductor fuses each half of the layer around attention
 (``minicb.runner.llama.attention_inputs`` and ``layer_output``) into a few C++ loops beside
-the matmuls. Attention itself stays eager: it
-reads the paged cache through the step's metadata and loops over prompt chunks.
+the matmuls. Attention itself stays eager: it reads the paged cache through the step's
+metadata and loops over prompt chunks.
 
 One compiled function serves every layer (the layer is an argument; its parameters are
 graph inputs, not constants), and the token count is a dynamic dimension, so each function
 builds at most three graphs (the first count seen, any count from 2, a single token), not
 one per step; tests/runner/test_compiled_forward.py counts them.
 
+Inductor rounds every intermediate to its dtype as eager does, so bf16 gives eager's
+tokens; the packed bf16 layers (minicb.runner.packed) reach it as an opaque operator.
+
 ``EngineConfig.compile``: "off" (the default) runs eager; "on" compiles. There is no "auto":
-measured on the 2-core AMX machine (docs/performance.md, "Forward pass"), the fused
-elementwise work saves about what Dynamo's guards and calls add back, since the matmuls
-take three quarters of a step, and Inductor cannot lower the oneDNN-packed linear layers
-that bfloat16 uses on CPU. Where compilation fails, at set-up or at the first call, the
-layer falls back to eager for good and says so in one logged line; the eager functions are
-the reference the compiled ones are tested against (same greedy tokens).
+measured on the 2-core AMX machine (docs/performance.md, "Forward pass"), a compiled decode
+step took more CPU time than an eager one, at batch 1 and 32: the matmuls take three
+quarters of a step, and what the fused elementwise work saves, the calls into the compiled
+regions (two per layer, each evaluating Dynamo's guards) spend again. Where compilation
+fails, at set-up or at the first call, the layer falls back to eager for good and says so in
+one logged line; the eager functions are the reference the compiled ones are tested
+against (same greedy tokens).
 """
 
 from __future__ import annotations
