@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from minicb import LLM, SamplingParams
-from minicb.runner.sampler import _token_generator, filter_logits, filter_rows, sample
+from minicb.runner.sampler import filter_logits, filter_rows, sample
 
 
 def test_top_k_and_top_p_keep_the_right_tokens():
@@ -49,19 +49,28 @@ def test_filter_rows_equals_the_one_row_reference_on_every_row():
         assert torch.equal(batched[i], filter_logits(logits[i], p))
 
 
-def test_vectorised_sample_keeps_greedy_exact_seeded_rows_as_before_and_draws_in_the_filter():
+def test_vectorised_sample_keeps_greedy_exact_seeded_rows_alone_and_draws_in_the_filter():
     logits = torch.randn(len(MIXED), 1000, generator=torch.Generator().manual_seed(2)) * 3
     counts = list(range(len(MIXED)))
     tokens = sample(logits, MIXED, counts, torch.Generator().manual_seed(0))
     assert tokens[4] == int(logits[4].argmax()) and tokens[5] == int(logits[5].argmax())
-    # The seeded row: what the row-by-row sampler drew from the same (seed, index) generator.
-    probs = filter_logits(logits[3], MIXED[3]).softmax(-1)
-    gen = _token_generator(3, counts[3], logits.device)
-    assert tokens[3] == int(torch.multinomial(probs, 1, generator=gen).item())
-    # The shared-stream rows: a token the row's own filter keeps.
-    for i in (0, 1, 2):
+    # The seeded row: what it draws alone, whatever the shared generator's state.
+    alone = sample(logits[3:4], MIXED[3:4], counts[3:4], torch.Generator().manual_seed(99))
+    assert tokens[3] == alone[0]
+    # Every sampled row: a token the row's own filter keeps.
+    for i in (0, 1, 2, 3):
         assert filter_logits(logits[i], MIXED[i])[tokens[i]].isfinite()
     assert tokens[1] in torch.topk(logits[1], 5).indices.tolist()
+
+
+def test_inverse_cdf_never_draws_a_filtered_token_and_follows_the_distribution():
+    # Three tokens at 1:0:3 odds behind zeros: token 1 and the zeros are never drawn.
+    logits = torch.full((4000, 6), float("-inf"))
+    logits[:, 2], logits[:, 4] = 0.0, float(torch.log(torch.tensor(3.0)))
+    params = [SamplingParams(temperature=1.0)] * 4000
+    tokens = sample(logits, params, [0] * 4000, torch.Generator().manual_seed(5))
+    assert set(tokens) == {2, 4}
+    assert 0.72 < tokens.count(4) / 4000 < 0.78  # 0.75, 5 standard deviations either side
 
 
 def test_greedy_argmax_on_bf16_logits_needs_no_fp32_copy_and_picks_the_first_maximum():
@@ -69,15 +78,6 @@ def test_greedy_argmax_on_bf16_logits_needs_no_fp32_copy_and_picks_the_first_max
     logits[2, 7] = logits[2, 250] = 50.0  # a tie: the first index wins, as in argmax
     tokens = sample(logits, [SamplingParams(temperature=0.0)] * 4, [0] * 4, torch.Generator())
     assert tokens == logits.float().argmax(-1).tolist() and tokens[2] == 7
-
-
-def test_shared_stream_draws_follow_the_distribution():
-    # Two tokens at 3:1 odds, 4000 rows in one call: the share of the first is near 0.75.
-    logits = torch.log(torch.tensor([[3.0, 1.0]])).repeat(4000, 1)
-    params = [SamplingParams(temperature=1.0)] * 4000
-    tokens = sample(logits, params, [0] * 4000, torch.Generator().manual_seed(5))
-    share = tokens.count(0) / 4000
-    assert 0.72 < share < 0.78  # 5 standard deviations either side
 
 
 def test_seeded_request_gets_the_same_tokens_whatever_shares_its_batch(tiny_llama_dir):
