@@ -61,7 +61,7 @@ class IncrementalDetokenizer:
             if cut is not None:  # the text ends where the stop string begins
                 self.text, self.stopped = self.text[:cut], True
         end = len(self.text)
-        if not (final or self.stopped):  # hold back what could still begin a stop string
+        if self.stops and not (final or self.stopped):  # hold back a possible stop's start
             end -= stop_prefix_len(self.text, self.stops)
         end = max(end, self.shown)
         delta, self.shown = self.text[self.shown : end], end
