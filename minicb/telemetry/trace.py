@@ -31,8 +31,6 @@ import argparse
 import json
 import os
 import platform
-import queue
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -119,53 +117,23 @@ def trace_header(engine: Any = None, **extra: Any) -> dict[str, Any]:
 
 # ---- writing ---------------------------------------------------------------------------
 class TraceWriter:
-    """An event listener that appends each event to a JSONL file, header first.
-
-    Turning events into JSON is most of what tracing costs (a step of 16 requests is about
-    5 KB of it), so the writer's own thread does it: the engine thread only queues each
-    event, which nobody changes once it is emitted. While the engine thread computes
-    (torch releases the GIL in its kernels; a GPU step waits on the device), the writer
-    encodes. ``close()`` writes what is queued, ends the thread and closes the file; an
-    event that cannot be written (a NaN in it) is raised there, once.
-    """
+    """An event listener that appends each event to a JSONL file, header first."""
 
     def __init__(self, path: str | os.PathLike, header: dict[str, Any]) -> None:
         self.path = Path(path)
         self.num_events = 0
         self._file: IO[str] = open(self.path, "w", encoding="utf-8")  # noqa: SIM115
-        try:  # here, so that a header that cannot be written fails at once
-            self._write(header)
-        except Exception:
-            self._file.close()
-            raise
-        self._queue: queue.SimpleQueue[Event | None] = queue.SimpleQueue()  # None: stop
-        self._error: Exception | None = None
-        self._thread = threading.Thread(target=self._drain, name="minicb-trace", daemon=True)
-        self._thread.start()
+        self._write(header)
 
     def _write(self, data: dict[str, Any]) -> None:
         self._file.write(_encode(data) + "\n")
 
     def __call__(self, event: Event) -> None:
-        self._queue.put(event)
+        self._write(to_dict(event))
         self.num_events += 1
 
-    def _drain(self) -> None:
-        while (event := self._queue.get()) is not None:
-            if self._error is None:  # after an error the file is cut short: write no more
-                try:
-                    self._write(to_dict(event))
-                except Exception as err:  # raised by close(), in the caller's thread
-                    self._error = err
-
     def close(self) -> None:
-        if self._thread.is_alive():
-            self._queue.put(None)
-            self._thread.join()
         self._file.close()
-        error, self._error = self._error, None
-        if error is not None:
-            raise error
 
 
 @contextmanager
