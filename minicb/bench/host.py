@@ -153,7 +153,7 @@ def main() -> None:
               f"p90 {s['p90_s'] * 1e3:.3f} ms")  # fmt: skip
     for n in args.running:
         r = time_instrumentation(n)
-        print(f"engine.step() with {n} decoding over FakeRunner, median of {r['steps']}: "
+        print(f"engine.step() CPU time, {n} running over FakeRunner, median of {r['steps']}: "
               f"off {r['off_s'] * 1e6:.0f} us, full instrumentation {r['full_s'] * 1e6:.0f} us, "
               f"instrumentation {r['instrumentation_s'] * 1e6:.0f} us per step "
               f"({r['full_s'] / r['off_s']:.2f}x)")  # fmt: skip
