@@ -17,6 +17,7 @@ BATCHING_MODES = ("continuous", "static")
 POLICIES = ("fcfs", "priority")
 STATIC_ORDERS = ("arrival", "length")
 PREEMPTION_MODES = ("recompute", "swap")
+KV_RESERVATIONS = ("paged", "max", "pow2", "oracle")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 COMPILE_MODES = ("off", "on")
@@ -38,6 +39,10 @@ class EngineConfig:
     # baseline stands for a padded generate, which has no prefix cache).
     enable_prefix_caching: bool = True
     preemption_mode: str = "recompute"
+    # KV cache given at admission (continuous batching; see scheduler/reservation.py):
+    # "paged" (nothing ahead, blocks as tokens come), or prompt + "max" (max_tokens),
+    # "pow2" (the expected output rounded up to a power of two), "oracle" (exactly it).
+    kv_reservation: str = "paged"
     # How the static baseline picks a new batch from the queue: "arrival" (the policy's
     # order) or "length" (similar max_tokens together, so less padding).
     static_order: str = "arrival"
@@ -58,12 +63,16 @@ class EngineConfig:
     # bfloat16 on CPU: linear layers read weights packed once for oneDNN
     # (minicb.runner.packed); False keeps plain nn.Linear, the reference.
     packed_weights: bool = True
+    # Ranks the model is split over (Megatron-style tensor parallelism): rank 0 runs the
+    # engine, ranks 1..N-1 run their shard of every layer (minicb/runner/tp_group.py).
+    tensor_parallel_size: int = 1
     seed: int = 0
 
     def __post_init__(self) -> None:
         self._check_choice("batching", BATCHING_MODES)
         self._check_choice("policy", POLICIES)
         self._check_choice("preemption_mode", PREEMPTION_MODES)
+        self._check_choice("kv_reservation", KV_RESERVATIONS)
         self._check_choice("static_order", STATIC_ORDERS)
         self._check_choice("attention_backend", ATTENTION_BACKENDS)
         self._check_choice("dtype", DTYPES)
@@ -72,6 +81,7 @@ class EngineConfig:
         self._check_positive("max_num_batched_tokens")
         self._check_positive("block_size")
         self._check_positive("aging_steps")
+        self._check_positive("tensor_parallel_size")
         if self.num_kv_blocks is not None:
             self._check_positive("num_kv_blocks")
         if self.num_swap_blocks is not None and self.num_swap_blocks < 0:
@@ -132,6 +142,13 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--preemption-mode", default="recompute", choices=PREEMPTION_MODES)
     g.add_argument(
+        "--kv-reservation",
+        default="paged",
+        choices=KV_RESERVATIONS,
+        help="KV cache given at admission: paged (none ahead), or prompt + max_tokens (max), "
+        "+ the expected output rounded up to a power of two (pow2), or exactly (oracle)",
+    )
+    g.add_argument(
         "--static-order",
         default="arrival",
         choices=STATIC_ORDERS,
@@ -150,6 +167,12 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         default=True,
         help="bfloat16 on CPU: linear layers on oneDNN-packed weights (on by default)",
     )
+    g.add_argument(
+        "--tensor-parallel-size",
+        type=int,
+        default=1,
+        help="split the model over this many processes (gloo on CPU, NCCL on CUDA)",
+    )
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -165,11 +188,28 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         enable_chunked_prefill=not args.no_chunked_prefill,
         enable_prefix_caching=args.enable_prefix_caching,
         preemption_mode=args.preemption_mode,
+        kv_reservation=args.kv_reservation,
         static_order=args.static_order,
         attention_backend=args.attention_backend,
         compile=args.compile,
         packed_weights=args.packed_weights,
+        tensor_parallel_size=args.tensor_parallel_size,
     )
+
+
+def describe_choices(runner: dict[str, Any]) -> str:
+    """One line for the terminal: the dtype and attention backend an engine computes with,
+    and why, from its ``runner.describe()``."""
+    parts = [f"device {runner.get('device', '-')}"]
+    choices = (
+        ("dtype", "dtype", "dtype_reason"),
+        ("attention", "attention_backend", "attention_reason"),
+    )
+    for label, key, why in choices:
+        if key in runner:  # a simulated or fake runner has no dtype or kernels
+            reason = runner.get(why)
+            parts.append(f"{label} {runner[key]}" + (f" ({reason})" if reason else ""))
+    return "; ".join(parts)
 
 
 @dataclass

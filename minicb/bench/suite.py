@@ -25,6 +25,7 @@ from typing import Any
 from minicb.bench import (
     RunRecord,
     aggregate,
+    calibration,
     outside_model_share,
     paired_ratio,
     ratio_table,
@@ -50,7 +51,8 @@ from minicb.bench.workloads import (
     make_workloads,
     sweep_workload,
 )
-from minicb.config import DTYPES
+from minicb.config import DTYPES, describe_choices
+from minicb.runner.catalogue import model_shape
 from minicb.runner.loader import load_hf_config, resolve_model_path
 from minicb.scheduler.block_manager import blocks_needed
 
@@ -59,7 +61,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("bench", help="benchmark batching modes and transformers")
     p.add_argument("--quick", action="store_true", help="small workloads, one repeat")
     p.add_argument("--model", default=None, help="model folder (default: embedded SmolLM2-135M)")
-    p.add_argument("--dtype", default="bfloat16", choices=[d for d in DTYPES if d != "auto"])
+    p.add_argument(
+        "--dtype", default="auto", choices=DTYPES,
+        help="auto: bfloat16 where the hardware computes it natively, else float32",
+    )  # fmt: skip
     p.add_argument("--device", default="auto", help="cpu, cuda, or auto")
     p.add_argument(
         "--threads", type=int, default=1,
@@ -77,7 +82,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="record each minicb run (first repeat) as FILE-stem.<workload>.<system>.jsonl, "
         "for `minicb replay` and the visualizer",
     )  # fmt: skip
+    p.add_argument(
+        "--simulate", metavar="GPU:MODEL", default=None,
+        help="run the papers' reproductions on the simulated runner instead (no model, no "
+        "GPU; docs/reproductions.md); GPU:MODEL (e.g. H100:llama-3.1-8b) is the profile of "
+        "the at-scale static/continuous comparison",
+    )  # fmt: skip
+    p.add_argument("--reproduce", nargs="+", default=None, metavar="NAME",
+                   help="with --simulate: anyscale vllm sarathi scale (default: all)")  # fmt: skip
     p.set_defaults(func=run)
+
+
+def run_simulated_bench(args: argparse.Namespace) -> int:
+    """``--simulate``: the reproductions, printed as markdown and written as
+    reproductions.json/.md/.html to ``--out-dir``."""
+    from minicb.bench.reproduction_report import render, render_html
+    from minicb.bench.reproductions import REPRODUCTIONS, run_all
+
+    size = 0.25 if args.quick else 1.0
+    results = run_all(args.reproduce or list(REPRODUCTIONS), args.simulate, size)
+    markdown = render(results)
+    print(markdown)
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "reproductions.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    (out / "reproductions.md").write_text(markdown, encoding="utf-8")
+    (out / "reproductions.html").write_text(render_html(results, markdown), encoding="utf-8")
+    print(f"\nwrote {out / 'reproductions.json'}, .md and .html (SIMULATED)")
+    return 0
 
 
 def make_plan(args: argparse.Namespace) -> BenchPlan:
@@ -93,6 +125,8 @@ def make_plan(args: argparse.Namespace) -> BenchPlan:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.simulate:
+        return run_simulated_bench(args)
     import torch
     from tqdm import tqdm
 
@@ -104,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
     workloads = make_workloads(plan, vocab)
     cached = cache_workloads(plan, vocab) if MINICB[0] in plan.systems else []
     systems = build_systems(args.model, args.dtype, args.device, plan, workloads)
+    print(f"minicb bench: {describe_choices(systems.continuous.describe()['runner'])}")
     total = count_runs(plan, len(workloads), len(cached))
     with tqdm(total=total, unit="run", file=sys.stderr, disable=args.no_progress) as bar:
         suite = Suite(plan, systems, bar, args.trace)
@@ -119,9 +154,14 @@ def run(args: argparse.Namespace) -> int:
         capacity = head["req_s"]["median"] if head and head.get("req_s") else None
         results["rate_sweep"] = suite.rate_sweep(vocab, capacity)
         results["prefix_caching"] = {w.name: suite.prefix_caching(w) for w in cached}
+    engine = systems.continuous  # the simulated runner's cpu profile against these runs
+    shape = model_shape(str(resolve_model_path(args.model)))
+    results["calibration"] = calibration.calibrate(
+        results, workloads, engine.config, shape, engine.runner.dtype.itemsize
+    )
     results["goals"] = evaluate(results, headline=workloads[0].name, control="fixed")
     results["meta"]["duration_s"] = time.time() - started
-    markdown = render(results)
+    markdown = render(results) + calibration.render(results["calibration"])
     print(markdown)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -141,7 +181,8 @@ def _meta(args: argparse.Namespace, plan: BenchPlan, systems: Systems, started: 
     return {
         "command": "minicb bench" + (" --quick" if args.quick else ""),
         "argv": sys.argv[1:], "quick": plan.quick, "model": systems.continuous.model_name,
-        "dtype": runner["dtype"], "device": runner["device"], "threads": torch.get_num_threads(),
+        "dtype": runner["dtype"], "dtype_reason": runner["dtype_reason"],
+        "device": runner["device"], "threads": torch.get_num_threads(),
         "max_num_seqs": plan.max_num_seqs, "repeats": plan.repeats, "ttft_slo": plan.ttft_slo,
         "tpot_slo": plan.tpot_slo, "num_kv_blocks": systems.num_kv_blocks,
         "hf_error": systems.hf_error, "plan": asdict(plan), "started": started,
@@ -261,6 +302,7 @@ class Suite:
                 self._tick(f"{w.name}: warm-up {name}")
                 self.systems.run(name, head)
                 self.bar.update()
+        probe = self.calibration_probe(w.name) if set(calibration.PAIR) <= set(names) else None
         runs: dict[str, list[RunRecord]] = {n: [] for n in names}
         for r in range(self.plan.repeats):
             k = r % len(names)
@@ -281,7 +323,19 @@ class Suite:
                 if n in MINICB
             },
             "runs": {n: [asdict(r) for r in recs] for n, recs in runs.items()},
+            "calibration_probe": probe,
         }
+
+    def calibration_probe(self, what: str) -> dict[str, Any]:
+        """Pure batch-1 decode steps, just before a workload: the simulated runner's cpu
+        profile reads its step overhead off them (calibration.py), so a change in the shared
+        machine's load since the roofline sweep does not pass for a model error."""
+        self._tick(f"{what}: batch-1 decode probe for the calibration")
+        p = self.plan
+        per_req = blocks_needed(p.decode_prompt + p.decode_warm + p.decode_steps + 2, p.block_size)
+        engine = sibling(self.systems.continuous, max_num_seqs=1, num_kv_blocks=per_req + 1)
+        args = (p.decode_prompt, p.decode_warm, p.decode_steps)
+        return {"batch": 1, **theory.time_decode(engine, 1, *args)}
 
     def theory(self, w: Workload, runs: dict[str, list[RunRecord]]) -> dict[str, Any] | None:
         pair = MINICB[:2]  # the model predicts continuous against unsorted static

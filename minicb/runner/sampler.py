@@ -10,10 +10,12 @@ Each sampled row draws one uniform number and takes the token where the row's cu
 distribution passes it (inverse CDF: one ``cumsum`` and one ``searchsorted`` for all rows;
 ``multinomial`` drew one exponential per vocabulary entry, ~1 ms a row here). A request
 with a ``seed`` draws its n-th token's uniform from a generator seeded by (seed, n), so its
-tokens do not depend on which other requests share the batch, nor on preemption; rows
-without a seed draw theirs together from the engine's generator. (Before the sampler was
-vectorised, each row called ``multinomial``: the same distributions, other tokens for the
-same seed.)
+tokens do not depend on which other requests share the batch, nor on preemption (exactly
+in float32; in bfloat16 the batch's shape changes the logits' rounding, which can move a
+draw that falls within a rounding error of a token boundary, as it can flip a greedy token
+at a near tie); rows without a seed draw theirs together from the engine's generator.
+(Before the sampler was vectorised, each row called ``multinomial``: the same
+distributions, other tokens for the same seed.)
 """
 
 from __future__ import annotations

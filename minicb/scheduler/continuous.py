@@ -10,7 +10,9 @@ Order of business each iteration, under a token budget and a slot limit:
    preempted: that would thrash);
 3. waiting requests are admitted in policy order while slots, budget and blocks last;
    with prefix caching, the blocks a prompt begins with are looked up first, and only the
-   tokens after them are scheduled and charged to the budget.
+   tokens after them are scheduled and charged to the budget. With a ``kv_reservation``
+   other than ``paged``, admission takes the request's whole reservation at once
+   (reservation.py); a request that outgrows it grows paged, and the plan says so.
 
 With chunked prefill off, an iteration that can admit waiting prompts runs them whole
 and alone ("prefill first", as early vLLM did; Orca's selective batching already mixed
@@ -24,6 +26,7 @@ from collections import deque
 from minicb.request import Request, RequestStatus
 from minicb.scheduler.base import SchedulerBase
 from minicb.scheduler.plan import Decision, StepPlan
+from minicb.scheduler.reservation import Reservation, reservation
 
 
 class ContinuousScheduler(SchedulerBase):
@@ -47,28 +50,27 @@ class ContinuousScheduler(SchedulerBase):
 
     # ---- 1. running requests -----------------------------------------------------------
     def _schedule_running(self, plan: StepPlan, budget: int) -> int:
-        ordered = self.ordered(self.running)
-        prefilling = [r.in_prefill for r in ordered]
-        queue = deque(
-            [r for r, p in zip(ordered, prefilling, strict=True) if not p]
-            + [r for r, p in zip(ordered, prefilling, strict=True) if p]
-        )
+        # (request, its uncomputed tokens), counted once: decodes (one token) first.
+        pending = [(r, r.num_uncomputed_tokens) for r in self.ordered(self.running)]
+        queue = deque([p for p in pending if p[1] <= 1] + [p for p in pending if p[1] > 1])
         waited = 0
         while queue:
-            req = queue.popleft()
+            req, uncomputed = queue.popleft()
             if budget == 0:
                 waited += 1
                 continue
-            n = min(req.num_uncomputed_tokens, budget)
+            n = min(uncomputed, budget)
             need = req.num_computed_tokens + n
             # Most decodes still have room in their last block and get [] back at once.
-            while self.blocks.allocate_slots(req.request_id, need) is None:
-                victim = max(queue, key=self._rank) if queue else req
+            while (added := self.blocks.allocate_slots(req.request_id, need)) is None:
+                victim = max(queue, key=lambda p: self._rank(p[0]))[0] if queue else req
                 self._preempt(victim, plan, needer=req, need_tokens=need)
                 if victim is req:
                     break
-                queue.remove(victim)
+                queue = deque(p for p in queue if p[0] is not victim)
             else:
+                if added and self.config.kv_reservation != "paged":
+                    plan.notes.append(self._outgrew(req, len(added)))
                 plan.scheduled.append(self._row(req, n))
                 budget -= n
         if waited:
@@ -77,6 +79,13 @@ class ContinuousScheduler(SchedulerBase):
                 f"{self.config.max_num_batched_tokens} is spent"
             )
         return budget
+
+    def _outgrew(self, req: Request, num_blocks: int) -> str:
+        # A reservation covers every token a request can hold unless its hint was short.
+        return (
+            f"request {req.request_id} outgrew its {self.config.kv_reservation} reservation "
+            f"(expected_output_tokens was too small): {num_blocks} more block(s), paged"
+        )
 
     def _rank(self, req: Request) -> tuple:
         return self.sort_key(req, self.step_count)
@@ -162,11 +171,14 @@ class ContinuousScheduler(SchedulerBase):
                 )
                 break
             found = self._found_in_cache(req, hits)  # before the hits change hands
-            if self.blocks.allocate_slots(req.request_id, cached + n, hits) is None:
+            reserve = reservation(self.config.kv_reservation, req, self.max_model_len)
+            room = max(cached + n, reserve.num_tokens if reserve else 0)
+            if self.blocks.allocate_slots(req.request_id, room, hits) is None:
                 plan.notes.append(
                     f"request {req.request_id} waits: needs "
-                    f"{self.blocks.num_new_blocks(req.request_id, cached + n) - len(hits)} "
+                    f"{self.blocks.num_new_blocks(req.request_id, room) - len(hits)} "
                     f"blocks, {self.blocks.num_free_blocks} free"
+                    + (f" ({reserve.mode} reservation)" if reserve else "")
                 )
                 break
             req.num_computed_tokens = cached
@@ -174,7 +186,8 @@ class ContinuousScheduler(SchedulerBase):
             what = f"{n}-token chunk" if n < uncomputed else f"{n}-token prompt"
             if req.output_token_ids:
                 what += " (recompute after preemption)"
-            why = f"admitted: {what} fits the remaining budget of {budget}{found}"
+            why = f"admitted: {what} fits the remaining budget of {budget}"
+            why += self._reserved(reserve, cached + n) + found
             plan.admitted.append(Decision(req.request_id, why, num_cached_tokens=cached))
             if self.blocks.enable_caching:
                 plan.prefix_query_tokens += req.num_tokens
@@ -182,6 +195,18 @@ class ContinuousScheduler(SchedulerBase):
             plan.scheduled.append(self._row(req, n))
             budget -= n
         return budget
+
+    def _reserved(self, reserve: Reservation | None, num_tokens: int) -> str:
+        """The reason's words for a reservation: "; reserves 9 blocks for 40 + 100 tokens
+        (max)" ("" when paged); a recompute may already be past it."""
+        if reserve is None:
+            return ""
+        if reserve.num_tokens < num_tokens:
+            return (
+                f"; already past its reservation of {reserve.prompt} + {reserve.output} "
+                f"tokens ({reserve.why}), it grows paged"
+            )
+        return "; " + reserve.words(self.config.block_size)
 
     def _found_in_cache(self, req: Request, hits: list[tuple[int, int]]) -> str:
         """The reason's words for a cache hit: "; 32 of 40 prompt tokens found in the
