@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from minicb.bench import suite
-from minicb.config import add_engine_options, engine_kwargs
+from minicb.config import add_engine_options, describe_choices, engine_kwargs
 from minicb.server import launch
 from minicb.telemetry.trace import add_trace_option, read_trace, traced
 
@@ -61,6 +61,7 @@ def generate(args: argparse.Namespace) -> int:
     from minicb import LLM, SamplingParams
 
     llm = LLM(model=args.model, **engine_kwargs(args))
+    print(f"minicb generate: {describe_choices(llm.engine.describe()['runner'])}", file=sys.stderr)
     params = SamplingParams(
         max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed
     )
@@ -126,6 +127,9 @@ def replay(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2))
     else:
         print(f"trace {args.trace}: model {trace.header.get('model')}, {len(trace.events)} events")
+        if trace.header.get("simulated"):
+            profile = (trace.header.get("hardware") or {}).get("profile")
+            print(f"SIMULATED ({profile}): predicted step times, not a measurement")
         print(format_summary(summary))
     if args.perfetto:
         write_chrome_trace(trace.events, args.perfetto, trace.header)

@@ -56,6 +56,9 @@ class EngineConfig:
         0.5  # share of free memory the pool may take when sized automatically
     )
     use_cuda_graphs: bool = True
+    # Ranks the model is split over (Megatron-style tensor parallelism): rank 0 runs the
+    # engine, ranks 1..N-1 run their shard of every layer (minicb/runner/tp_group.py).
+    tensor_parallel_size: int = 1
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -70,6 +73,7 @@ class EngineConfig:
         self._check_positive("max_num_batched_tokens")
         self._check_positive("block_size")
         self._check_positive("aging_steps")
+        self._check_positive("tensor_parallel_size")
         if self.num_kv_blocks is not None:
             self._check_positive("num_kv_blocks")
         if self.num_swap_blocks is not None and self.num_swap_blocks < 0:
@@ -143,6 +147,12 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         help="static batching: form batches in arrival order or sorted by length",
     )
     g.add_argument("--attention-backend", default="auto", choices=ATTENTION_BACKENDS)
+    g.add_argument(
+        "--tensor-parallel-size",
+        type=int,
+        default=1,
+        help="split the model over this many processes (gloo on CPU, NCCL on CUDA)",
+    )
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -161,7 +171,23 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         kv_reservation=args.kv_reservation,
         static_order=args.static_order,
         attention_backend=args.attention_backend,
+        tensor_parallel_size=args.tensor_parallel_size,
     )
+
+
+def describe_choices(runner: dict[str, Any]) -> str:
+    """One line for the terminal: the dtype and attention backend an engine computes with,
+    and why, from its ``runner.describe()``."""
+    parts = [f"device {runner.get('device', '-')}"]
+    choices = (
+        ("dtype", "dtype", "dtype_reason"),
+        ("attention", "attention_backend", "attention_reason"),
+    )
+    for label, key, why in choices:
+        if key in runner:  # a simulated or fake runner has no dtype or kernels
+            reason = runner.get(why)
+            parts.append(f"{label} {runner[key]}" + (f" ({reason})" if reason else ""))
+    return "; ".join(parts)
 
 
 @dataclass

@@ -38,6 +38,9 @@ class RunnerOutput:
     sampled: dict[int, int] = field(default_factory=dict)  # request id -> new token id
     forward_s: float = 0.0
     sample_s: float = 0.0
+    # Tensor parallelism: seconds in collectives (sending the plan, and the all-reduces,
+    # which are also inside forward_s); 0 on one rank.
+    collective_s: float = 0.0
 
 
 class Runner(Protocol):

@@ -246,3 +246,22 @@ def test_random_workloads_never_leak_a_block(
     assert finished == expected
     kv = engine.kv_snapshot()
     assert kv.num_used == 0 and kv.num_swapped == 0
+
+
+def test_every_reservation_reason_has_a_chinese_pattern():
+    from tests.test_i18n import _reason_patterns
+
+    patterns = _reason_patterns()
+    seen = set()
+    for mode in ["max", "pow2", "oracle"]:
+        engine = fake_engine(num_kv_blocks=5, kv_reservation=mode, preemption_mode="recompute")
+        engine.runner.output_lengths = {0: 40, 1: 40, 2: 3}
+        for _ in range(3):
+            _add(engine, 16, 48, hint=8)
+        for plan in _run(engine):
+            seen.update(d.reason for d in plan.admitted + plan.preempted + plan.finished)
+            seen.update(plan.notes)
+    kinds = ["reserves", "already past its reservation", "outgrew", "reservation)"]
+    assert all(any(k in r for r in seen) for k in kinds)  # the runs met every kind
+    untranslated = sorted(r for r in seen if not any(p.match(r) for p in patterns))
+    assert untranslated == []
