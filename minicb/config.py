@@ -19,6 +19,7 @@ STATIC_ORDERS = ("arrival", "length")
 PREEMPTION_MODES = ("recompute", "swap")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+SPECULATIVE_MODES = ("off", "ngram")
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,13 @@ class EngineConfig:
     )
     use_cuda_graphs: bool = True
     seed: int = 0
+    # Speculative decoding (minicb/scheduler/speculative.py): "ngram" lets a greedy decode
+    # propose up to num_speculative_tokens tokens that followed an earlier occurrence of its
+    # last ngram_min..ngram_max tokens, verified in the same forward pass as everyone else.
+    speculative: str = "off"
+    num_speculative_tokens: int = 4
+    ngram_min: int = 1
+    ngram_max: int = 4
 
     def __post_init__(self) -> None:
         self._check_choice("batching", BATCHING_MODES)
@@ -60,10 +68,18 @@ class EngineConfig:
         self._check_choice("static_order", STATIC_ORDERS)
         self._check_choice("attention_backend", ATTENTION_BACKENDS)
         self._check_choice("dtype", DTYPES)
+        self._check_choice("speculative", SPECULATIVE_MODES)
         self._check_positive("max_num_seqs")
         self._check_positive("max_num_batched_tokens")
         self._check_positive("block_size")
         self._check_positive("aging_steps")
+        self._check_positive("num_speculative_tokens")
+        self._check_positive("ngram_min")
+        self._check_positive("ngram_max")
+        if self.ngram_min > self.ngram_max:
+            raise ValueError(
+                f"ngram_min ({self.ngram_min}) must not exceed ngram_max ({self.ngram_max})"
+            )
         if self.num_kv_blocks is not None:
             self._check_positive("num_kv_blocks")
         if self.num_swap_blocks is not None and self.num_swap_blocks < 0:
@@ -130,6 +146,15 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         help="static batching: form batches in arrival order or sorted by length",
     )
     g.add_argument("--attention-backend", default="auto", choices=ATTENTION_BACKENDS)
+    g.add_argument(
+        "--speculative",
+        default="off",
+        choices=SPECULATIVE_MODES,
+        help="speculative decoding: 'ngram' drafts tokens by prompt lookup (greedy requests)",
+    )
+    g.add_argument("--num-speculative-tokens", type=int, default=4, help="drafts per step, at most")
+    g.add_argument("--ngram-min", type=int, default=1, help="shortest n-gram the lookup matches")
+    g.add_argument("--ngram-max", type=int, default=4, help="longest n-gram the lookup matches")
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -147,6 +172,10 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         preemption_mode=args.preemption_mode,
         static_order=args.static_order,
         attention_backend=args.attention_backend,
+        speculative=args.speculative,
+        num_speculative_tokens=args.num_speculative_tokens,
+        ngram_min=args.ngram_min,
+        ngram_max=args.ngram_max,
     )
 
 

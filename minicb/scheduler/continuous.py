@@ -6,6 +6,8 @@ Order of business each iteration, under a token budget and a slot limit:
 1. running requests: decodes first, then partial prefills (stall-free, as in
    Sarathi-Serve); if the KV pool cannot hold a request's next tokens, preempt the
    lowest-ranked request that has not yet been given its blocks this iteration;
+   with speculative decoding on, greedy decode rows then take drafts from what is left
+   of the budget and of the unkeyed free blocks (never in an iteration that preempted);
 2. swapped-out requests come back when their blocks fit (never in an iteration that
    preempted: that would thrash);
 3. waiting requests are admitted in policy order while slots, budget and blocks last;
@@ -41,6 +43,8 @@ class ContinuousScheduler(SchedulerBase):
         if plan.preempted:
             plan.notes.append("no swap-ins or admissions in an iteration that had to preempt")
             return
+        if self.drafter is not None:  # drafts come after running prompts, before newcomers
+            budget = self.drafter.add_drafts(plan, self.requests, budget)
         budget = self._swap_in(plan, budget)
         if self.config.enable_chunked_prefill:
             self._admit(plan, budget, chunked=True)
