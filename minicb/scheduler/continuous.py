@@ -6,13 +6,14 @@ Order of business each iteration, under a token budget and a slot limit:
 1. running requests: decodes first, then partial prefills (stall-free, as in
    Sarathi-Serve); if the KV pool cannot hold a request's next tokens, preempt the
    lowest-ranked request that has not yet been given its blocks this iteration;
-   with speculative decoding on, greedy decode rows then take drafts from what is left
-   of the budget and of the unkeyed free blocks (never in an iteration that preempted);
 2. swapped-out requests come back when their blocks fit (never in an iteration that
    preempted: that would thrash);
 3. waiting requests are admitted in policy order while slots, budget and blocks last;
    with prefix caching, the blocks a prompt begins with are looked up first, and only the
-   tokens after them are scheduled and charged to the budget.
+   tokens after them are scheduled and charged to the budget;
+4. with speculative decoding on, greedy decode rows take drafts last, from what is left
+   of the budget and of the unkeyed free blocks, so a draft never delays, preempts or
+   evicts anyone (and there are none in an iteration that preempted).
 
 With chunked prefill off, an iteration that can admit waiting prompts runs them whole
 and alone ("prefill first", as early vLLM did; Orca's selective batching already mixed
@@ -43,11 +44,11 @@ class ContinuousScheduler(SchedulerBase):
         if plan.preempted:
             plan.notes.append("no swap-ins or admissions in an iteration that had to preempt")
             return
-        if self.drafter is not None:  # drafts come after running prompts, before newcomers
-            budget = self.drafter.add_drafts(plan, self.requests, budget)
         budget = self._swap_in(plan, budget)
         if self.config.enable_chunked_prefill:
-            self._admit(plan, budget, chunked=True)
+            budget = self._admit(plan, budget, chunked=True)
+        if self.drafter is not None:  # last: drafts spend only what nobody else needs
+            self.drafter.add_drafts(plan, self.requests, budget)
 
     # ---- 1. running requests -----------------------------------------------------------
     def _schedule_running(self, plan: StepPlan, budget: int) -> int:

@@ -10,9 +10,10 @@ exactly the tokens the model would have produced one step at a time.
 
 The proposer here is **n-gram prompt lookup** (no second model): take the last ``n`` tokens
 (``ngram_max`` down to ``ngram_min``), find where they occurred before in the request's own
-prompt or output (the most recent occurrence of the longest such suffix), and propose the
-tokens that followed them there. It shines when the output copies its input (rewriting or
-editing code or text given in the prompt) and costs little when it finds nothing.
+prompt or output (the longest such suffix; among its occurrences, the one followed by the
+most tokens, then the most recent), and propose the tokens that followed them there. It
+shines when the output copies its input (rewriting or editing code or text given in the
+prompt) and costs little when it finds nothing.
 
 Any object with ``propose(token_ids, max_tokens) -> Draft | None`` can stand in for it
 (the ``Proposer`` protocol): a draft-model proposer would run a small model over the
@@ -66,7 +67,9 @@ class NgramProposer:
         n = len(token_ids)
         if max_tokens < 1 or n <= self.min_n:
             return None
-        best_len, best_end = 0, -1
+        # Best: the longest match, then the longest continuation (capped at max_tokens: the
+        # latest occurrence of a repeated run is followed by one token only), then the latest.
+        best, best_end = (0, 0), -1
         for end in self._earlier(token_ids, token_ids[-1]):  # most recent first
             length = 1
             while (
@@ -75,13 +78,15 @@ class NgramProposer:
                 and token_ids[end - length] == token_ids[n - 1 - length]
             ):
                 length += 1
-            if length > best_len:
-                best_len, best_end = length, end
-                if length == self.max_n:
+            score = (length, min(n - 1 - end, max_tokens))
+            if score > best:
+                best, best_end = score, end
+                if score == (self.max_n, max_tokens):
                     break
-        if best_len < self.min_n:
+        length = best[0]
+        if length < self.min_n:
             return None
-        start = best_end - best_len + 1
+        start = best_end - length + 1
         tokens = list(token_ids[best_end + 1 : best_end + 1 + max_tokens])
         return Draft(tokens, list(token_ids[start : best_end + 1]), start)
 
@@ -131,7 +136,9 @@ def draft_reason(
 
 
 class Drafter:
-    """Adds drafts to a plan's greedy decode rows, within the limits nobody else needs."""
+    """Adds drafts to a plan's greedy decode rows, within what nobody else needs: the
+    scheduler calls it last, with the budget that running requests, swap-ins and admissions
+    left over."""
 
     def __init__(
         self,
