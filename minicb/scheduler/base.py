@@ -168,6 +168,8 @@ class SchedulerBase:
             self.blocks.commit(req.request_id, req.num_computed_tokens, req.token_slice)
             if row.num_draft_tokens:
                 row.num_accepted_tokens = kept - 1
+                req.metrics.num_draft_tokens += row.num_draft_tokens
+                req.metrics.num_accepted_tokens += kept - 1
                 if self.trims_drafts:
                     self.blocks.trim(req.request_id, req.num_tokens)
             got_token.append(req)

@@ -233,3 +233,29 @@ def test_command_line_options():
     kwargs = engine_kwargs(args)
     assert kwargs["speculative"] == "ngram" and kwargs["num_speculative_tokens"] == 3
     assert EngineConfig(**kwargs).ngram_max == 4
+
+
+def test_every_draft_reason_has_a_chinese_pattern():
+    from tests.test_i18n import _reason_patterns
+
+    copy_fn = lambda rid, i: [4, 5, 6, 7, 8, 9, 3][i % 7]  # noqa: E731
+    fives = lambda rid, i: 5  # noqa: E731
+    seen = set()
+    # plain, cut by the budget, by max_tokens, trimmed to the free blocks, and nothing at all
+    for options, token_fn, prompts, max_tokens in [
+        (dict(max_num_batched_tokens=6), copy_fn, [[3, 4, 5, 6, 7, 8, 9, 3]], 12),
+        (dict(), copy_fn, [[3, 4, 5, 6, 7, 8, 9, 3]], 3),
+        (dict(num_kv_blocks=3, block_size=4), fives, [[5] * 6, [6] * 2], 6),
+        (dict(num_kv_blocks=3, block_size=4), fives, [[5] * 7, [6] * 2], 5),
+    ]:
+        engine = fake_engine(speculative="ngram", num_speculative_tokens=6, **options)
+        engine.runner.token_fn = token_fn
+        for prompt in prompts:
+            engine.add_request(prompt, SamplingParams(max_tokens=max_tokens, temperature=0.0))
+        while engine.has_unfinished():
+            plan = engine.step().plan
+            seen |= {d.reason for d in plan.drafted} | set(plan.explain())
+    kinds = ("budget leaves room", "max_tokens leaves", "trimmed from", "drafts nothing")
+    assert all(any(k in r for r in seen) for k in kinds), seen
+    patterns = _reason_patterns()
+    assert sorted(r for r in seen if not any(p.match(r) for p in patterns)) == []
