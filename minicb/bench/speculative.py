@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +104,8 @@ def run_bench(engine: LLMEngine, quick: bool, repeats: int | None = None) -> dic
     plan = QUICK if quick else FULL
     n, max_tokens = (4, 48) if quick else (8, 96)
     headline = make_workloads(plan, engine.runner.vocab_size)[0]
-    headline = headline.head(n, max_tokens=max_tokens)  # as many requests as the copy one
+    # as many requests as the copy workload, under the headline's own name
+    headline = replace(headline.head(n, max_tokens=max_tokens), name=headline.name)
     repeats = repeats or plan.repeats
     results: dict[str, Any] = {"repeats": repeats, "workloads": {}}
     warm = copy_workload(engine, 1, 4)
