@@ -47,7 +47,10 @@ ASKS = [
     "Repeat the following text exactly, with no comment:\n\n",
     "Rewrite the following, keeping every line, and add nothing:\n\n",
 ]
-FIGURES = ("output_tok_s", "tpot_p50", "acceptance_rate", "tokens_per_decode_row")
+FIGURES = (
+    "output_tok_s", "tpot_p50", "steps", "mean_forward_s", "acceptance_rate",
+    "tokens_per_decode_row",
+)  # fmt: skip
 
 
 def copy_workload(engine: LLMEngine, n: int, max_tokens: int) -> Workload:
@@ -70,10 +73,12 @@ def copy_workload(engine: LLMEngine, n: int, max_tokens: int) -> Workload:
 
 
 def _figures(record: RunRecord) -> dict[str, float | None]:
-    spec = record.summary.get("speculative", {})
+    spec, batch = record.summary.get("speculative", {}), record.summary.get("batch", {})
     return {
         "output_tok_s": record.figures.get("output_tok_s"),
         "tpot_p50": record.figures.get("tpot_p50"),
+        "steps": batch.get("steps"),  # iterations: exact, whatever the machine's load
+        "mean_forward_s": batch.get("mean_forward_s"),  # the price of one (longer) step
         "acceptance_rate": spec.get("acceptance_rate"),
         "tokens_per_decode_row": spec.get("tokens_per_decode_row"),
     }
@@ -124,12 +129,17 @@ def _median(value: dict[str, float] | None, fmt: str) -> str:
     return "–" if not value else format(value["median"], fmt)
 
 
+def _ms(value: dict[str, float] | None) -> str:
+    return "–" if not value else f"{value['median'] * 1000:.0f}"
+
+
 def render(results: dict[str, Any]) -> str:
     """A markdown table: one line per workload and load, off against on."""
     lines = [
         "| workload | load | tok/s off | tok/s on | on / off | TPOT p50 off (s) | "
-        "TPOT p50 on (s) | on / off | acceptance | tokens per decode row |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "TPOT p50 on (s) | on / off | steps off -> on | forward per step off -> on (ms) | "
+        "acceptance | tokens per decode row |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, w in results["workloads"].items():
         for load in ("batch_1", "full_batch"):
@@ -142,6 +152,8 @@ def render(results: dict[str, Any]) -> str:
                 f"{_median(c['throughput_on_over_off'], '.2f')}x | "
                 f"{_median(off['tpot_p50'], '.3f')} | {_median(on['tpot_p50'], '.3f')} | "
                 f"{_median(c['tpot_on_over_off'], '.2f')}x | "
+                f"{_median(off['steps'], '.0f')} -> {_median(on['steps'], '.0f')} | "
+                f"{_ms(off['mean_forward_s'])} -> {_ms(on['mean_forward_s'])} | "
                 f"{_median(on['acceptance_rate'], '.0%')} | "
                 f"{_median(on['tokens_per_decode_row'], '.2f')} |"
             )
