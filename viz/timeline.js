@@ -85,7 +85,9 @@ export class Timeline {
         ctx.fillRect(x0, y, Math.max(x1 - x0, 0.5), Math.max(rowH - gap, 0.25));
         k = j + 1;
       }
-      if (rowH >= 9 && r.produced.length) this.drawProduced(ctx, model, scale, r, y, rowH, Math.max(r.startStep, kFrom), last, px);
+      if (rowH >= 9 && r.produced.length) {
+        this.drawProduced(ctx, model, scale, r, y, rowH, Math.max(r.startStep, kFrom), last, px);
+      }
       if (r.mine && rowH >= 3) { // a prompt typed in this tab: outlined
         ctx.strokeStyle = "#1d4ed8"; ctx.lineWidth = 1.5;
         const x0 = px(span(model, Math.max(r.startStep, kFrom), scale)[0]);
