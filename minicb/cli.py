@@ -126,6 +126,9 @@ def replay(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2))
     else:
         print(f"trace {args.trace}: model {trace.header.get('model')}, {len(trace.events)} events")
+        if trace.header.get("simulated"):
+            profile = (trace.header.get("hardware") or {}).get("profile")
+            print(f"SIMULATED ({profile}): predicted step times, not a measurement")
         print(format_summary(summary))
     if args.perfetto:
         write_chrome_trace(trace.events, args.perfetto, trace.header)

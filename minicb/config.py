@@ -17,6 +17,7 @@ BATCHING_MODES = ("continuous", "static")
 POLICIES = ("fcfs", "priority")
 STATIC_ORDERS = ("arrival", "length")
 PREEMPTION_MODES = ("recompute", "swap")
+KV_RESERVATIONS = ("paged", "max", "pow2", "oracle")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 SPECULATIVE_MODES = ("off", "ngram")
@@ -38,6 +39,10 @@ class EngineConfig:
     # baseline stands for a padded generate, which has no prefix cache).
     enable_prefix_caching: bool = True
     preemption_mode: str = "recompute"
+    # KV cache given at admission (continuous batching; see scheduler/reservation.py):
+    # "paged" (nothing ahead, blocks as tokens come), or prompt + "max" (max_tokens),
+    # "pow2" (the expected output rounded up to a power of two), "oracle" (exactly it).
+    kv_reservation: str = "paged"
     # How the static baseline picks a new batch from the queue: "arrival" (the policy's
     # order) or "length" (similar max_tokens together, so less padding).
     static_order: str = "arrival"
@@ -65,6 +70,7 @@ class EngineConfig:
         self._check_choice("batching", BATCHING_MODES)
         self._check_choice("policy", POLICIES)
         self._check_choice("preemption_mode", PREEMPTION_MODES)
+        self._check_choice("kv_reservation", KV_RESERVATIONS)
         self._check_choice("static_order", STATIC_ORDERS)
         self._check_choice("attention_backend", ATTENTION_BACKENDS)
         self._check_choice("dtype", DTYPES)
@@ -140,6 +146,13 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--preemption-mode", default="recompute", choices=PREEMPTION_MODES)
     g.add_argument(
+        "--kv-reservation",
+        default="paged",
+        choices=KV_RESERVATIONS,
+        help="KV cache given at admission: paged (none ahead), or prompt + max_tokens (max), "
+        "+ the expected output rounded up to a power of two (pow2), or exactly (oracle)",
+    )
+    g.add_argument(
         "--static-order",
         default="arrival",
         choices=STATIC_ORDERS,
@@ -170,6 +183,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         enable_chunked_prefill=not args.no_chunked_prefill,
         enable_prefix_caching=args.enable_prefix_caching,
         preemption_mode=args.preemption_mode,
+        kv_reservation=args.kv_reservation,
         static_order=args.static_order,
         attention_backend=args.attention_backend,
         speculative=args.speculative,

@@ -83,6 +83,21 @@ def _check_pool_sizes(config: EngineConfig, runner: Runner) -> None:
             )
 
 
+def _check_hint(expected: int | None, max_tokens: int) -> None:
+    """Raise RequestRejected unless ``expected`` is None or an int in [1, max_tokens]."""
+    if expected is None:
+        return
+    if not isinstance(expected, int) or isinstance(expected, bool) or expected < 1:
+        raise RequestRejected(
+            f"expected_output_tokens must be a positive integer, got {expected!r}"
+        )
+    if expected > max_tokens:
+        raise RequestRejected(
+            f"expected_output_tokens={expected} exceeds max_tokens={max_tokens}: a request "
+            f"never generates more than max_tokens"
+        )
+
+
 def _stop_prefix_len(text: str, stops: list[str]) -> int:
     """Length of the longest end of ``text`` that is the beginning of a stop string."""
     for n in range(min(len(text), max((len(s) for s in stops), default=1) - 1), 0, -1):
@@ -131,15 +146,15 @@ class LLMEngine:
     def model_name(self) -> str:
         return self.runner.model_name
 
-    def rebuilt(self, config: EngineConfig) -> LLMEngine:
-        """A new engine with ``config`` on the same weights, clock and bus.
+    def rebuilt(self, config: EngineConfig, runner: Runner | None = None) -> LLMEngine:
+        """A new engine with ``config`` on the same weights (or on ``runner``: another
+        simulated GPU), clock and bus.
 
         This engine's requests are aborted (subscribers see them leave), then the new one
         announces itself with an ``EngineReset`` event; drop this one afterwards.
         """
-        new = LLMEngine(
-            config=config, runner=self.runner.with_config(config), clock=self.clock, bus=self.bus
-        )
+        runner = runner or self.runner.with_config(config)
+        new = LLMEngine(config=config, runner=runner, clock=self.clock, bus=self.bus)
         self.abort_all()
         if self.bus.wants("reset"):
             self.bus.emit(events.EngineReset(time=self.clock(), info=new.describe()))
@@ -168,14 +183,18 @@ class LLMEngine:
         params: SamplingParams | None = None,
         priority: int = 0,
         arrival_time: float | None = None,
+        expected_output_tokens: int | None = None,
     ) -> int:
         """Queue a request and return its id.
 
-        Raises ValueError, naming the limit, if the request can never be served.
+        ``expected_output_tokens``: the output length the ``pow2`` and ``oracle`` KV
+        reservations plan for (default ``max_tokens``); a wrong hint costs memory, never
+        tokens. Raises ValueError, naming the limit, if the request can never be served.
         """
         params = params or SamplingParams()
         try:
             params.validate()
+            _check_hint(expected_output_tokens, params.max_tokens)
             token_ids = self.tokenize(prompt)
             req = Request(
                 request_id=next(self._ids),
@@ -184,6 +203,7 @@ class LLMEngine:
                 arrival_time=self.clock() if arrival_time is None else arrival_time,
                 priority=priority,
                 prompt=prompt if isinstance(prompt, str) else None,
+                expected_output_tokens=expected_output_tokens,
             )
             self.scheduler.add(req)
         except ValueError as err:
@@ -288,11 +308,14 @@ class LLMEngine:
     def describe(self) -> dict[str, Any]:
         """Settings, pool sizes and model, JSON-safe: what a visualizer panel shows."""
         kv = self.kv_snapshot()
+        runner = self.runner.describe()
         return {
             "batching": self.config.batching,
             "config": self.config.to_dict(),
             "model": self.model_name,
-            "runner": self.runner.describe(),
+            "runner": runner,
+            # True on a simulated GPU: every page, trace and report built from this says so.
+            "simulated": bool(runner.get("simulated")),
             "kv_total": kv.num_blocks,
             "swap_total": kv.num_swap_blocks,
             "block_size": kv.block_size,

@@ -68,6 +68,8 @@ class Request:
     arrival_time: float
     priority: int = 0  # lower value is served first, as in vLLM
     prompt: str | None = None
+    # A hint: the output length the KV reservation modes plan for (None: max_tokens).
+    expected_output_tokens: int | None = None
     status: RequestStatus = RequestStatus.WAITING
     output_token_ids: list[int] = field(default_factory=list)
     # Tokens whose K/V are in the cache. The next step computes from here on.

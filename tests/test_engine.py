@@ -119,6 +119,7 @@ def test_describe_and_live_requests():
         "config": engine.config.to_dict(),
         "model": "fake",
         "runner": engine.runner.describe(),
+        "simulated": False,
         "kv_total": 6,
         "swap_total": 12,
         "block_size": 4,

@@ -10,7 +10,8 @@ import { COLORS, Timeline } from "./timeline.js";
 import { drawKvMap } from "./kvmap.js";
 import { countersAt, formatCounters } from "./counters.js";
 import { OccupancyChart } from "./chart.js";
-import { fillSettings, fillWorkload, handleReply, showMessage, wireControls } from "./controls.js";
+import { fillSettings, fillSimulation, fillWorkload, handleReply, showMessage, wireControls } from "./controls.js";
+import { showSimulation } from "./simulation.js";
 import { showTooltip, hideTooltip } from "./tooltip.js";
 
 const $ = (id) => document.getElementById(id);
@@ -22,8 +23,10 @@ const app = {
   scale: { mode: "iter", window: "300", x0: 0, x1: 1, t0: 0 },
   replay: null, // {tMin, tMax, t, playing}
   chart: new OccupancyChart($("chart")),
-  lastSlow: 0,
+  lastSlow: 0, slowPending: true, lastChart: 0, chartEvery: 250,
 };
+const SLOW_MS = 250; // counters and the chart: a few times a second
+const LIVE_MAPS = 64; // steps back whose KV block maps a live page keeps (it draws the latest)
 window.minicb = app; // for the browser tests and the curious
 
 app.send = (msg) => { if (app.ws && app.ws.readyState === 1) app.ws.send(JSON.stringify(msg)); };
@@ -35,7 +38,7 @@ app.setPaused = (paused) => {
 app.markMine = (ids, text) => {
   for (const [name, id] of Object.entries(ids || {})) {
     const p = app.panels.find((q) => q.name === name);
-    if (p) { const r = p.model.req(id); r.mine = true; r.typed = text; }
+    if (p) { const r = p.model.req(id); r.mine = true; r.typed = text; p.model.version++; }
   }
   app.dirty = true;
 };
@@ -78,6 +81,7 @@ function onHello(msg) {
   $("mode").dataset.i18n = `${msg.mode}Mode`;
   $("model").textContent = msg.model || "";
   buildPanels(msg.engines);
+  if (msg.mode !== "replay") for (const p of app.panels) p.model.mapsKept = LIVE_MAPS;
   for (const info of msg.engines) { // requests already in the engine when this page joined
     const p = app.panels.find((q) => q.name === info.name);
     for (const q of info.requests || []) {
@@ -97,12 +101,18 @@ function onHello(msg) {
   $("prompt-target").hidden = msg.engines.length < 2;
   if (msg.engines.length) fillSettings(msg.engines[0].config);
   fillWorkload(msg.workload);
+  app.simInfo = msg.engines[0];
+  showSimulation(app.simInfo, app.panels);
+  fillSimulation(c.settings ? msg.simulation : null);
 }
 
 function onEvents(msg) {
   const p = app.panels.find((q) => q.name === msg.engine);
   if (!p) return;
-  for (const e of msg.events) p.model.apply(e); // a "reset" among them starts the panel afresh
+  for (const e of msg.events) {
+    p.model.apply(e); // a "reset" among them starts the panel afresh
+    if (e.type === "reset") { app.simInfo = e.info; showSimulation(e.info, app.panels); }
+  }
   p.model.dropped = msg.dropped || 0;
   app.dirty = true;
 }
@@ -188,46 +198,81 @@ function updateScale(cursors) {
   s.x0 = w ? Math.max(0, s.x1 - w) : 0;
 }
 
+// Each frame's own work in ms (the last FRAME_LOG), read by the browser tests: what the page
+// costs at scale, beside the requestAnimationFrame deltas they measure.
+const FRAME_LOG = 600;
+app.frameMs = [];
 function frame(now) {
   requestAnimationFrame(frame);
+  const start = performance.now();
+  render(now);
+  app.frameMs.push(performance.now() - start);
+  if (app.frameMs.length > FRAME_LOG) app.frameMs.shift();
+}
+
+function render(now) {
   if (app.replay && app.replay.playing) {
     app.replay.t = Math.min(app.replay.tMax, app.replay.t + 1 / 60);
     if (app.replay.t >= app.replay.tMax) app.replay.playing = false;
     $("scrub").value = Math.round((1000 * (app.replay.t - app.replay.tMin)) / Math.max(app.replay.tMax - app.replay.tMin, 1e-9));
     app.dirty = true;
   }
-  if (!app.dirty) return;
-  app.dirty = false;
+  // Redraw when something changed; the slow part follows at most every SLOW_MS.
+  const slow = app.slowPending && now - app.lastSlow > SLOW_MS;
+  if (!app.dirty && !slow) return;
   const cursors = new Map(app.panels.map((p) => [p.name, cursorOf(p)]));
   updateScale(cursors);
-  for (const p of app.panels) {
-    const cursor = cursors.get(p.name);
-    p.timeline.draw(p.model, app.scale, cursor);
-    const kv = drawKvMap(p.el.querySelector(".kvmap"), p.model, cursor);
-    p.el.dataset.step = cursor;
-    p.el.dataset.rows = p.timeline.rows.length;
-    p.el.querySelector(".panel-title").textContent = panelTitle(p);
-    p.el.querySelector(".panel-step").textContent = `${t("iterations")}: ${cursor}`;
-    if (kv) {
-      p.el.dataset.kvUsed = kv.used;
-      p.el.querySelector(".kv-figures").textContent =
-        `${t("kvUsed")} ${kv.used} / ${kv.total}` + (kv.swapped ? ` · ${t("kvSwapped")} ${kv.swapped}` : "");
-    }
-    const dropped = p.el.querySelector(".dropped");
-    dropped.hidden = !p.model.dropped;
-    dropped.textContent = `${p.model.dropped} ${t("dropped")}`;
+  if (app.dirty) {
+    app.dirty = false;
+    app.slowPending = true;
+    drawPanels(cursors);
   }
-  if (app.replay) $("scrub-out").value = `${(app.replay.t - app.replay.tMin).toFixed(2)} s`;
-  if (now - app.lastSlow > 250) { // counters, chart and typed-prompt texts: a few times a second
+  if (slow) {
+    app.slowPending = false;
     app.lastSlow = now;
     for (const p of app.panels) {
       const c = formatCounters(countersAt(p.model, cursors.get(p.name)));
-      for (const dd of p.el.querySelectorAll("dd[data-c]")) dd.textContent = c[dd.dataset.c];
+      for (const dd of p.el.querySelectorAll("dd[data-c]")) setText(dd, c[dd.dataset.c]);
     }
-    app.chart.update(app.panels, app.scale, cursors);
+    if (now - app.lastChart > app.chartEvery) { // at most a tenth of the time on the chart
+      const start = performance.now();
+      app.chart.update(app.panels, app.scale, cursors);
+      app.lastChart = now;
+      app.chartEvery = Math.max(SLOW_MS, 10 * (performance.now() - start));
+    } else app.slowPending = true; // the chart's turn comes later
     renderMine(cursors);
-  } else app.dirty = true; // come back for the slow part
+  }
 }
+
+function drawPanels(cursors) {
+  // Every canvas first, then the page's text: a text written between two canvases would
+  // make the next canvas's size read lay the page out again (once a panel at scale).
+  const kvs = app.panels.map((p) => {
+    const cursor = cursors.get(p.name);
+    p.timeline.draw(p.model, app.scale, cursor);
+    return drawKvMap(p.el.querySelector(".kvmap"), p.model, cursor);
+  });
+  app.panels.forEach((p, i) => {
+    const cursor = cursors.get(p.name), kv = kvs[i];
+    setData(p.el, "step", cursor);
+    setData(p.el, "rows", p.timeline.rows.length);
+    setText(p.el.querySelector(".panel-title"), panelTitle(p));
+    setText(p.el.querySelector(".panel-step"), `${t("iterations")}: ${cursor}`);
+    if (kv) {
+      setData(p.el, "kvUsed", kv.used);
+      setText(p.el.querySelector(".kv-figures"),
+        `${t("kvUsed")} ${kv.used} / ${kv.total}` + (kv.swapped ? ` · ${t("kvSwapped")} ${kv.swapped}` : ""));
+    }
+    const dropped = p.el.querySelector(".dropped");
+    dropped.hidden = !p.model.dropped;
+    setText(dropped, `${p.model.dropped} ${t("dropped")}`);
+  });
+  if (app.replay) $("scrub-out").value = `${(app.replay.t - app.replay.tMin).toFixed(2)} s`;
+}
+
+// Writes that change nothing still cost a style pass: skip them.
+function setText(el, text) { if (el.textContent !== text) el.textContent = text; }
+function setData(el, key, value) { if (el.dataset[key] !== String(value)) el.dataset[key] = value; }
 
 function renderMine(cursors) {
   const items = [];
@@ -250,7 +295,7 @@ function renderMine(cursors) {
 $("lang").onclick = () => {
   setLang(getLang() === "zh" ? "en" : "zh");
   $("lang").textContent = getLang() === "zh" ? "English" : "中文";
-  legend(); app.dirty = true; app.chart.lastKey = "";
+  legend(); showSimulation(app.simInfo, app.panels); app.dirty = true; app.chart.lastKey = "";
 };
 $("xmode").onchange = () => { app.scale.mode = $("xmode").value; app.dirty = true; };
 $("window").onchange = () => { app.scale.window = $("window").value; app.dirty = true; };

@@ -36,7 +36,7 @@ export class OccupancyChart {
     const layout = {
       margin: { l: 44, r: 10, t: 8, b: 32 },
       height: this.el.clientHeight || 200,
-      xaxis: { title: { text: scale.mode === "iter" ? t("iterations") : t("walltime") }, range: [scale.x0, scale.x1] },
+      xaxis: { title: { text: scale.mode === "iter" ? t("iterations") : t(document.body.classList.contains("simulated") ? "simtime" : "walltime") }, range: [scale.x0, scale.x1] },
       yaxis: { title: { text: "%" }, range: [0, 105] },
       legend: { orientation: "h", x: 0, y: 1.12 },
       paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "#fff",

@@ -71,6 +71,17 @@ export function fillWorkload(w) {
   $("wl-lengths").value = w.lengths; $("wl-count").value = w.count;
 }
 
+// The simulated-GPU picker: the catalogue's GPUs and models (hello's "simulation"; null
+// hides it: a real model, or a viewer). Choosing one rebuilds both engines on that GPU.
+export function fillSimulation(sim) {
+  $("sim-picker").hidden = !sim;
+  if (!sim) return;
+  for (const [id, names, current] of [["sim-gpu", sim.gpus, sim.gpu], ["sim-model", sim.models, sim.model]]) {
+    $(id).replaceChildren(...names.map((name) => new Option(name, name, false, name === current)));
+  }
+  $("sim-speed").value = sim.speed ?? 1;
+}
+
 export function wireControls(app) {
   send = app.send;
   $("pause").onclick = () => control({ type: "pause" });
@@ -97,6 +108,11 @@ export function wireControls(app) {
     }
     control(msg, (reply) => showMessage(`${t("rebuild")}: ${reply.engines.map((e) => e.name).join(", ")}`));
   };
+  $("sim-gpu").onchange = $("sim-model").onchange = () => {
+    control({ type: "simulate", gpu: $("sim-gpu").value, model: $("sim-model").value },
+      () => showMessage(`${t("simSwitched")}: ${$("sim-gpu").value} · ${$("sim-model").value}`));
+  };
+  $("sim-speed").onchange = () => control({ type: "pace", speed: Number($("sim-speed").value) });
   $("prompt-form").onsubmit = (ev) => {
     ev.preventDefault();
     const text = $("prompt-text").value;

@@ -14,6 +14,8 @@ const STRINGS = {
     replayMode: "replay", demoMode: "live demo", serveMode: "API server",
     pause: "Pause", resume: "Resume", step: "Step one iteration", speed: "Delay between rounds",
     xaxis: "x axis", iterations: "iterations", walltime: "wall time (s)",
+    simtime: "simulated time (s)", simulatedBadge: "SIMULATED", simGpu: "simulated GPU",
+    simModel: "model", simSwitched: "now simulating", simSpeed: "simulated s per s",
     window: "window", all: "all",
     workload: "Workload", preset: "arrivals", burst: "burst", poisson: "Poisson", off: "off",
     rate: "rate (req/s)", count: "burst size", lengths: "output lengths",
@@ -37,6 +39,7 @@ const STRINGS = {
     kvmap: "KV cache blocks", kvFree: "free", kvSwapped: "swapped to CPU",
     kvUsed: "used", preemptedNow: "preempted",
     kvBlock: "block", kvShared: "shared", kvCached: "free, still cached (evictable)",
+    kvReserved: "reserved, not written yet",
     occupancyChart: "Slot occupancy over time (useful rows / max sequences)",
     legend: "Legend",
     ph_waiting: "waiting", ph_prefill: "prefill chunk", ph_decode: "decode",
@@ -59,6 +62,8 @@ const STRINGS = {
     replayMode: "回放", demoMode: "实时演示", serveMode: "API 服务",
     pause: "暂停", resume: "继续", step: "单步执行一次迭代", speed: "每轮间隔",
     xaxis: "横轴", iterations: "迭代次数", walltime: "墙钟时间（秒）",
+    simtime: "模拟时间（秒）", simulatedBadge: "模拟运行", simGpu: "模拟的 GPU",
+    simModel: "模型", simSwitched: "现在模拟的是", simSpeed: "每秒模拟秒数",
     window: "窗口", all: "全部",
     workload: "负载", preset: "到达方式", burst: "突发", poisson: "泊松", off: "关闭",
     rate: "速率（请求/秒）", count: "突发数量", lengths: "输出长度",
@@ -82,6 +87,7 @@ const STRINGS = {
     kvmap: "KV 缓存块", kvFree: "空闲", kvSwapped: "已换出到 CPU",
     kvUsed: "已用", preemptedNow: "被抢占",
     kvBlock: "块", kvShared: "共享", kvCached: "空闲，仍存有缓存前缀（可回收）",
+    kvReserved: "已预留，尚未写入",
     occupancyChart: "槽位占用率随时间变化（有效行 / 最大序列数）",
     legend: "图例",
     ph_waiting: "等待", ph_prefill: "预填充段", ph_decode: "解码",
@@ -109,6 +115,11 @@ const REASONS = [
   [/^admitted: (\d+)-token chunk fits the remaining budget of (\d+)$/, "已接纳：$1 个 token 的预填充段放得进剩余预算 $2"],
   [/^admitted: (\d+)-token prompt fits the remaining budget of (\d+)$/, "已接纳：$1 个 token 的提示词放得进剩余预算 $2"],
   [/^admitted to a new static batch: reserves (\d+) blocks for prompt (\d+) \+ max_tokens (\d+)$/, "进入新的静态批次：为提示词 $2 + 最大输出 $3 预留 $1 个块"],
+  // A KV reservation (kv_reservation other than paged), after the admission's own words.
+  [/^(.+); reserves (\d+) blocks for (\d+) \+ (\d+) tokens \((.+)\)$/, (m) => `${translateReason(m[1])}；为 ${m[3]} + ${m[4]} 个 token 预留 ${m[2]} 块（${reservationWhy(m[5])}）`],
+  [/^(.+); already past its reservation of (\d+) \+ (\d+) tokens \((.+)\), it grows paged$/, (m) => `${translateReason(m[1])}；已超出它 ${m[2]} + ${m[3]} 个 token 的预留（${reservationWhy(m[4])}），按分页增长`],
+  [/^request (\d+) waits: needs (\d+) blocks, (\d+) free \((\w+) reservation\)$/, "请求 $1 等待：需要 $2 块，空闲 $3 块（$4 预留）"],
+  [/^outgrew its (\w+) reservation \(expected_output_tokens was too small\): (\d+) more block\(s\), paged$/, "用完了它的 $1 预留（expected_output_tokens 给小了）：按分页再要 $2 块"],
   [/^finished \((\w+)\); its static batch ended$/, "已完成（$1）；它所在的静态批次结束"],
   [/^finished \((\w+)\)$/, "已完成（$1）"],
   [/^aborted by the client$/, "被客户端中止"],
@@ -151,6 +162,14 @@ function cacheWords(m) {
     return back ? `${back[1]} 个取回自可回收的缓存块` : p;
   });
   return `；缓存中找到 ${m[3]} 个 token 中的 ${m[2]} 个：${parts.join("，")}`;
+}
+
+// How a reservation was chosen: "max", "pow2: 20 expected, rounded up", "oracle: ...".
+function reservationWhy(why) {
+  const pow2 = why.match(/^pow2: (\d+) expected, rounded up$/);
+  if (pow2) return `pow2：预期 ${pow2[1]} 个，向上取整到 2 的幂`;
+  if (why.startsWith("oracle")) return "oracle：正好是预期的输出长度";
+  return why === "max" ? "max：按 max_tokens" : why;
 }
 
 function victim(who) {

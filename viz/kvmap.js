@@ -2,7 +2,9 @@
 // it, free blocks pale, and the CPU swap space as a strip below. With prefix caching, a
 // block several requests share (reference count above 1) carries a dark frame and its
 // count, and a free block that still holds a cached prefix (evictable) is drawn hatched;
-// hovering a block says who holds it.
+// a block a request holds but has not written yet (a KV reservation, or static batching's
+// prompt + max_tokens up front) is drawn in a pale shade of its owner's colour; hovering a
+// block says who holds it.
 //
 // Every step event carries every request's block ids after the step, live and in a trace
 // alike, so the map shows where blocks really are (fragmentation included), and a replayed
@@ -16,18 +18,49 @@ const CACHED = "#d6e4f0"; // free, but still holding a cached prefix
 const SHARED_FRAME = "#111827";
 const RECENT_STEPS = 3; // a preemption stays flagged this many iterations
 
-export function ownerColor(id) {
-  return `hsl(${(id * 137.508) % 360}, 62%, ${48 + (id % 3) * 8}%)`;
+const RESERVED_LIGHTNESS = 86; // a held block not written yet: its owner's hue, pale
+const lightness = (id, reserved) => (reserved ? RESERVED_LIGHTNESS : 48 + (id % 3) * 8);
+
+export function ownerColor(id, reserved = false) {
+  return `hsl(${(id * 137.508) % 360}, 62%, ${lightness(id, reserved)}%)`;
 }
 
-// Device block id -> its holders (a block shared by a prefix has several; [] when free), the
-// evictable cached blocks, and the owner of each swapped block, after `step`.
+// ownerColor as [r, g, b], for the pixel path (cached: a few hundred owners at a time).
+const RGB = new Map();
+function ownerRgb(id, reserved) {
+  const key = 2 * id + (reserved ? 1 : 0);
+  let rgb = RGB.get(key);
+  if (!rgb) {
+    const h = (id * 137.508) % 360, s = 0.62, l = lightness(id, reserved) / 100;
+    const f = (n) => { const k = (n + h / 30) % 12; return Math.round(255 * (l - s * Math.min(l, 1 - l) * Math.max(-1, Math.min(k - 3, 9 - k, 1)))); };
+    rgb = [f(0), f(8), f(4)];
+    if (RGB.size > 4096) RGB.clear();
+    RGB.set(key, rgb);
+  }
+  return rgb;
+}
+
+// After `step`: each device block's first holder (-1: free), number of holders (a block
+// shared by a prefix has several) and whether it is held but not written yet (reserved),
+// the evictable cached blocks, and the owner of each swapped block. Typed arrays: a
+// simulated GPU's pool has tens of thousands of blocks.
 function layout(total, step) {
-  const holders = Array.from({ length: total }, () => []);
-  const swapped = [];
-  for (const [rid, blocks] of Object.entries(step.blockTables)) for (const b of blocks) holders[b].push(Number(rid));
-  for (const [rid, blocks] of Object.entries(step.swapTables)) for (const _ of blocks) swapped.push(Number(rid));
-  return { holders, cached: new Set(step.cachedBlocks || []), swapped };
+  const owner = new Int32Array(total).fill(-1), count = new Uint16Array(total);
+  const reserved = new Uint8Array(total), swapped = [];
+  for (const [rid, blocks] of Object.entries(step.blockTables || {})) { // null: dropped (live)
+    const id = Number(rid), written = step.written?.[rid] ?? blocks.length;
+    blocks.forEach((b, i) => {
+      if (count[b]++ === 0) owner[b] = id;
+      if (i >= written) reserved[b] = 1; // never a shared block: those are full prefixes
+    });
+  }
+  for (const [rid, blocks] of Object.entries(step.swapTables || {})) for (const _ of blocks) swapped.push(Number(rid));
+  return { owner, count, reserved, cached: new Set(step.cachedBlocks || []), swapped };
+}
+
+// Who holds block b after `step` (for the hover text only).
+function holdersOf(step, b) {
+  return Object.entries(step.blockTables || {}).filter(([, blocks]) => blocks.includes(b)).map(([rid]) => Number(rid));
 }
 
 function hatch(ctx, x, y, s) {
@@ -38,26 +71,55 @@ function hatch(ctx, x, y, s) {
   ctx.restore();
 }
 
-function drawBlock(ctx, x, y, s, holders, cached) {
-  ctx.fillStyle = holders.length ? ownerColor(holders[0]) : cached ? CACHED : FREE;
+function drawBlock(ctx, x, y, s, owner, count, reserved, cached) {
+  ctx.fillStyle = count ? ownerColor(owner, reserved) : cached ? CACHED : FREE;
   ctx.fillRect(x, y, s, s);
   if (cached && s > 4) hatch(ctx, x, y, s);
-  if (holders.length > 1) {
+  if (count > 1) {
     ctx.strokeStyle = SHARED_FRAME; ctx.lineWidth = Math.max(1, s / 8);
     ctx.strokeRect(x + ctx.lineWidth / 2, y + ctx.lineWidth / 2, s - ctx.lineWidth, s - ctx.lineWidth);
     if (s >= 14) {
       ctx.fillStyle = "#fff"; ctx.font = `bold ${Math.floor(s / 2)}px system-ui, sans-serif`;
       ctx.textAlign = "center"; ctx.textBaseline = "middle";
-      ctx.fillText(String(holders.length), x + s / 2, y + s / 2);
+      ctx.fillText(String(count), x + s / 2, y + s / 2);
       ctx.textAlign = "start";
     }
   }
 }
 
+// Blocks smaller than PIXEL_PATH css pixels (a GPU's pool) are painted pixel by pixel into
+// one ImageData: tens of thousands of fillRect calls a frame would stall the page.
+const PIXEL_PATH = 4;
+const FREE_RGB = [0xee, 0xf0, 0xf3], CACHED_RGB = [0xd6, 0xe4, 0xf0], SHARED_RGB = [0x11, 0x18, 0x27];
+const packed = ([r, g, b]) => (0xff << 24) | (b << 16) | (g << 8) | r; // RGBA bytes, little-endian
+function paintPixels(ctx, grid, total, gridH) {
+  const dpr = window.devicePixelRatio || 1;
+  const W = Math.max(1, Math.floor(grid.cols * grid.size * dpr)), H = Math.max(1, Math.floor(gridH * dpr));
+  const color = new Uint32Array(total); // each block's colour, once, then copied per pixel
+  const free = packed(FREE_RGB), cachedColor = packed(CACHED_RGB), shared = packed(SHARED_RGB);
+  for (let b = 0; b < total; b++) {
+    const n = grid.count[b];
+    color[b] = n > 1 ? shared : n ? packed(ownerRgb(grid.owner[b], grid.reserved[b])) : free;
+  }
+  for (const b of grid.cached) if (b < total && !grid.count[b]) color[b] = cachedColor;
+  const img = ctx.createImageData(W, H), px = new Uint32Array(img.data.buffer), cell = grid.size * dpr;
+  const colOf = new Int32Array(W);
+  for (let x = 0; x < W; x++) colOf[x] = Math.min(grid.cols - 1, Math.floor(x / cell));
+  for (let y = 0; y < H; y++) {
+    const rowBase = Math.floor(y / cell) * grid.cols, line = y * W;
+    if (rowBase >= total) break;
+    for (let x = 0; x < W; x++) {
+      const b = rowBase + colOf[x];
+      if (b < total) px[line + x] = color[b];
+    }
+  }
+  ctx.putImageData(img, 0, 0);
+}
+
 // What a block is, in words, for the hover text.
-function describeBlock(b, holders, cached) {
+function describeBlock(b, holders, reserved, cached) {
   if (holders.length > 1) return `${t("kvBlock")} ${b}: ${t("kvShared")} ×${holders.length} (#${holders.join(", #")})`;
-  if (holders.length === 1) return `${t("kvBlock")} ${b}: #${holders[0]}`;
+  if (holders.length === 1) return `${t("kvBlock")} ${b}: #${holders[0]}` + (reserved ? ` (${t("kvReserved")})` : "");
   return `${t("kvBlock")} ${b}: ${cached ? t("kvCached") : t("kvFree")}`;
 }
 
@@ -69,28 +131,40 @@ function hover(canvas) {
     const g = canvas.kvGrid;
     if (!g) return;
     const b = Math.floor(ev.offsetY / g.size) * g.cols + Math.floor(ev.offsetX / g.size);
-    const inGrid = ev.offsetX < g.cols * g.size && b >= 0 && b < g.holders.length;
-    canvas.title = inGrid ? describeBlock(b, g.holders[b], g.cached.has(b)) : "";
+    const inGrid = ev.offsetX < g.cols * g.size && b >= 0 && b < g.count.length;
+    canvas.title = inGrid ? describeBlock(b, g.step ? holdersOf(g.step, b) : [], g.reserved[b], g.cached.has(b)) : "";
   });
 }
 
 export function drawKvMap(canvas, model, cursor) {
+  // The same iteration on a canvas of the same size draws the same map: keep it.
+  const key = `${model.t0}|${cursor}|${model.kvTotal}|${canvas.clientWidth}x${canvas.clientHeight}`;
+  if (canvas.kvKey === key) return canvas.kvFigures;
+  canvas.kvKey = key;
+  canvas.kvFigures = paint(canvas, model, cursor);
+  return canvas.kvFigures;
+}
+
+function paint(canvas, model, cursor) {
   const { ctx, w, h } = fitCanvas(canvas);
   ctx.clearRect(0, 0, w, h);
   const step = model.stepAt(cursor);
   const total = (step && step.kvTotal) || model.kvTotal;
   if (!total) return null;
-  const { holders, cached, swapped } = step
-    ? layout(total, step) : { holders: Array.from({ length: total }, () => []), cached: new Set(), swapped: [] };
+  const { owner, count, reserved, cached, swapped } = step ? layout(total, step) : layout(total, { blockTables: {}, swapTables: {} });
   const swapH = swapped.length ? 18 : 0;
   const gridH = h - swapH;
   const cols = Math.max(1, Math.ceil(Math.sqrt((total * w) / gridH)));
   const size = Math.min(w / cols, gridH / Math.ceil(total / cols));
-  const pad = size > 5 ? 1 : 0;
-  for (let b = 0; b < total; b++) {
-    drawBlock(ctx, (b % cols) * size, Math.floor(b / cols) * size, size - pad, holders[b], cached.has(b));
+  const grid = { cols, size, owner, count, reserved, cached, step };
+  if (size < PIXEL_PATH) paintPixels(ctx, grid, total, gridH);
+  else {
+    const pad = size > 5 ? 1 : 0;
+    for (let b = 0; b < total; b++) {
+      drawBlock(ctx, (b % cols) * size, Math.floor(b / cols) * size, size - pad, owner[b], count[b], reserved[b], cached.has(b));
+    }
   }
-  canvas.kvGrid = { cols, size, holders, cached };
+  canvas.kvGrid = grid;
   hover(canvas);
   if (swapped.length) { // the CPU swap space: one small cell per swapped block
     const s = Math.min(12, w / swapped.length);
@@ -112,7 +186,7 @@ export function drawKvMap(canvas, model, cursor) {
     ctx.fillStyle = "rgba(220,38,38,0.92)"; ctx.fillRect(w - tw, 0, tw, 18);
     ctx.fillStyle = "#fff"; ctx.textBaseline = "middle"; ctx.fillText(text, w - tw + 5, 9);
   }
-  const used = holders.filter((h) => h.length).length;
-  const shared = holders.filter((h) => h.length > 1).length;
+  let used = 0, shared = 0;
+  for (let b = 0; b < total; b++) { used += count[b] > 0; shared += count[b] > 1; }
   return { used, total, swapped: swapped.length, preempted: recent, shared, cached: cached.size };
 }

@@ -15,8 +15,12 @@ class Req {
     this.id = id;
     this.startStep = startStep; // first iteration it could have run in
     this.endStep = null; // last iteration it was in the batch (null: still here)
-    this.cells = []; // phase code per iteration from startStep
-    this.produced = []; // tokens a speculative decode cell produced (1 + accepted drafts), else unset
+    // Phase code per iteration from cellsFrom, the first iteration it did anything but wait
+    // (null: it has only waited). The wait before it is implied: ten thousand queued
+    // requests then cost nothing per iteration.
+    this.cells = [];
+    this.cellsFrom = null;
+    this.produced = []; // tokens a speculative decode cell produced (1 + accepted drafts), by k - startStep
     this.state = PHASE.waiting; // what it is doing when not scheduled
     this.arrival = null; // wall seconds
     this.prompt = null;
@@ -29,6 +33,19 @@ class Req {
     this.reasons = []; // [step, reason]
     this.finishReason = null;
     this.mine = false; // typed in this tab
+  }
+
+  cellAt(k) {
+    if (this.cellsFrom == null || k < this.cellsFrom) return PHASE.waiting;
+    return this.cells[k - this.cellsFrom] ?? PHASE.waiting;
+  }
+
+  setCell(k, code) {
+    if (this.cellsFrom == null) {
+      if (code === PHASE.waiting) return;
+      this.cellsFrom = k;
+    }
+    this.cells[k - this.cellsFrom] = code;
   }
 
   textAt(step) {
@@ -58,6 +75,9 @@ class Req {
 
 export class PanelModel {
   constructor(info) {
+    // Steps back whose block maps are kept: all of them for a replay's slider; a live page
+    // draws only the latest, and a simulated GPU's maps would fill memory (app.js sets it).
+    this.mapsKept = Infinity;
     this.reset(info);
   }
 
@@ -71,6 +91,7 @@ export class PanelModel {
     this.steps = []; // compact step records, steps[i].step == i + 1 when none were missed
     this.live = new Set(); // ids of requests still in the engine
     this.tokensAt = new Map(); // step number -> tokens generated in it
+    this.written = new Map(); // request id (a string) -> KV blocks it has written
     this.version = (this.version ?? 0) + 1; // bumped on every change: renderers redraw
     this.dropped = 0;
     this.t0 = null;
@@ -129,10 +150,14 @@ export class PanelModel {
     // tokens computed, so a prefill chunk weighs its tokens)
     let useful = 0, padding = 0, tokens = 0, paddingTokens = 0;
     const ran = new Set();
+    // blocks holding each request's KV after this step (beyond them: held, not written);
+    // a request admitted without running yet has written none
+    for (const d of e.admitted) this.written.set(String(d.request_id), 0);
     for (const row of e.scheduled) {
+      this.written.set(String(row.request_id), Math.ceil(row.context_len / (e.block_size || 16)));
       const r = this.req(row.request_id);
       const code = PHASE[row.phase] ?? PHASE.decode;
-      r.cells[k - r.startStep] = code;
+      r.setCell(k, code);
       if (row.num_draft_tokens) r.produced[k - r.startStep] = 1 + (row.num_accepted_tokens || 0);
       ran.add(row.request_id);
       const n = row.num_tokens ?? 1;
@@ -142,7 +167,7 @@ export class PanelModel {
     for (const id of this.live) { // everyone else still here shows what it waits as
       if (ran.has(id)) continue;
       const r = this.reqs.get(id);
-      if (k >= r.startStep) r.cells[k - r.startStep] = r.state;
+      if (k >= r.startStep) r.setCell(k, r.state);
     }
     for (const d of e.finished) this.end(d.request_id, k);
     this.steps.push({
@@ -156,15 +181,19 @@ export class PanelModel {
       // request id (a string) -> its block ids after this step: what the KV map draws
       blockTables: e.block_tables, swapTables: e.swap_tables,
       cachedBlocks: e.cached_blocks || [], // evictable blocks still holding a cached prefix
+      written: Object.fromEntries(this.written),
     });
     this.current = null;
     if (e.kv_total) this.kvTotal = e.kv_total;
+    const old = this.steps[this.steps.length - 1 - this.mapsKept];
+    if (old) old.blockTables = old.swapTables = old.cachedBlocks = old.written = null;
   }
 
   end(id, step) {
     const r = this.req(id);
     if (r.endStep == null) r.endStep = Math.max(step, r.startStep);
     this.live.delete(id);
+    this.written.delete(String(id));
   }
 }
 

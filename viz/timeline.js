@@ -63,7 +63,12 @@ export class Timeline {
   }
 
   draw(model, scale, cursor) {
-    const { ctx, w, h } = fitCanvas(this.canvas);
+    // Nothing new in the model, the same window, the same size: the same picture.
+    const c = this.canvas;
+    const key = `${model.version}|${cursor}|${scale.mode}|${scale.x0}|${scale.x1}|${c.clientWidth}x${c.clientHeight}`;
+    if (key === this.key) return;
+    this.key = key;
+    const { ctx, w, h } = fitCanvas(c);
     ctx.clearRect(0, 0, w, h);
     const rowsH = h - AXIS_H;
     const rows = this.visibleRows(model, scale, cursor);
@@ -74,12 +79,14 @@ export class Timeline {
     const kFrom = Math.max(firstStepFrom(model, scale.x0, scale), model.firstKnown);
     for (let i = 0; i < rows.length; i++) {
       const r = rows[i], y = i * rowH;
+      if (y >= rowsH) break; // rows below the canvas (a queue of thousands) are not drawn
       const last = Math.min(r.endStep ?? cursor, cursor);
       let k = Math.max(r.startStep, kFrom);
       while (k <= last) {
-        const code = r.cells[k - r.startStep] ?? PHASE.waiting;
-        let j = k;
-        while (j + 1 <= last && (r.cells[j + 1 - r.startStep] ?? PHASE.waiting) === code) j++;
+        const code = r.cellAt(k);
+        // the wait before its first cell is one run, found without walking it
+        let j = r.cellsFrom == null ? last : k < r.cellsFrom ? Math.min(r.cellsFrom - 1, last) : k;
+        while (j + 1 <= last && r.cellAt(j + 1) === code) j++;
         const x0 = px(span(model, k, scale)[0]), x1 = px(span(model, j, scale)[1]);
         ctx.fillStyle = code === PHASE.padding ? this.hatchFor(ctx) : COLORS[code];
         ctx.fillRect(x0, y, Math.max(x1 - x0, 0.5), Math.max(rowH - gap, 0.25));

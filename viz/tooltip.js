@@ -23,8 +23,7 @@ function promptText(p) {
 
 function stateAt(r, cursor) {
   if (r.endStep != null && r.endStep < cursor) return t("finished");
-  const code = r.cells[cursor - r.startStep];
-  return code == null ? t("ph_waiting") : t(`ph_${PHASE_NAMES[code]}`);
+  return t(`ph_${PHASE_NAMES[r.cellAt(cursor)]}`);
 }
 
 export function showTooltip(ev, panel, r, cursor) {

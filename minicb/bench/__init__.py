@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from minicb.runner.step_time import plan_rows, step_totals
 from minicb.telemetry.events import Event, StepEvent
 from minicb.telemetry.metrics import MetricsCollector
 
@@ -42,6 +43,9 @@ class RunRecord:
         return {} if self.error else {**figures, "wall_s": self.wall_s}
 
 
+STEP_TOTALS = ("tokens", "sampling_rows", "context_tokens", "attended_pairs")
+
+
 def step_row(e: StepEvent, t0: float) -> dict[str, float]:
     """One iteration in numbers, for the step-time model, the share of time outside the
     model and the occupancy-over-time plot."""
@@ -58,6 +62,8 @@ def step_row(e: StepEvent, t0: float) -> dict[str, float]:
         "decode_rows": sum(r.num_tokens == 1 for r in rows),
         "prefill_tokens": sum(r.num_tokens for r in rows if r.num_tokens > 1),
         "slots": e.plan.slots_limit,
+        # What the simulated runner's step-time model reads of a step (calibration.py).
+        **dict(zip(STEP_TOTALS, step_totals(plan_rows(rows)), strict=True)),
         "schedule_s": e.schedule_s,
         "forward_s": e.forward_s,
         "sample_s": e.sample_s,

@@ -25,6 +25,7 @@ from typing import Any
 from minicb.bench import (
     RunRecord,
     aggregate,
+    calibration,
     outside_model_share,
     paired_ratio,
     ratio_table,
@@ -51,6 +52,7 @@ from minicb.bench.workloads import (
     sweep_workload,
 )
 from minicb.config import DTYPES
+from minicb.runner.catalogue import model_shape
 from minicb.runner.loader import load_hf_config, resolve_model_path
 from minicb.scheduler.block_manager import blocks_needed
 
@@ -77,7 +79,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="record each minicb run (first repeat) as FILE-stem.<workload>.<system>.jsonl, "
         "for `minicb replay` and the visualizer",
     )  # fmt: skip
+    p.add_argument(
+        "--simulate", metavar="GPU:MODEL", default=None,
+        help="run the papers' reproductions on the simulated runner instead (no model, no "
+        "GPU; docs/reproductions.md); GPU:MODEL (e.g. H100:llama-3.1-8b) is the profile of "
+        "the at-scale static/continuous comparison",
+    )  # fmt: skip
+    p.add_argument("--reproduce", nargs="+", default=None, metavar="NAME",
+                   help="with --simulate: anyscale vllm sarathi scale (default: all)")  # fmt: skip
     p.set_defaults(func=run)
+
+
+def run_simulated_bench(args: argparse.Namespace) -> int:
+    """``--simulate``: the reproductions, printed as markdown and written as
+    reproductions.json/.md/.html to ``--out-dir``."""
+    from minicb.bench.reproduction_report import render, render_html
+    from minicb.bench.reproductions import REPRODUCTIONS, run_all
+
+    size = 0.25 if args.quick else 1.0
+    results = run_all(args.reproduce or list(REPRODUCTIONS), args.simulate, size)
+    markdown = render(results)
+    print(markdown)
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "reproductions.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    (out / "reproductions.md").write_text(markdown, encoding="utf-8")
+    (out / "reproductions.html").write_text(render_html(results, markdown), encoding="utf-8")
+    print(f"\nwrote {out / 'reproductions.json'}, .md and .html (SIMULATED)")
+    return 0
 
 
 def make_plan(args: argparse.Namespace) -> BenchPlan:
@@ -93,6 +122,8 @@ def make_plan(args: argparse.Namespace) -> BenchPlan:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.simulate:
+        return run_simulated_bench(args)
     import torch
     from tqdm import tqdm
 
@@ -119,9 +150,14 @@ def run(args: argparse.Namespace) -> int:
         capacity = head["req_s"]["median"] if head and head.get("req_s") else None
         results["rate_sweep"] = suite.rate_sweep(vocab, capacity)
         results["prefix_caching"] = {w.name: suite.prefix_caching(w) for w in cached}
+    engine = systems.continuous  # the simulated runner's cpu profile against these runs
+    shape = model_shape(str(resolve_model_path(args.model)))
+    results["calibration"] = calibration.calibrate(
+        results, workloads, engine.config, shape, engine.runner.dtype.itemsize
+    )
     results["goals"] = evaluate(results, headline=workloads[0].name, control="fixed")
     results["meta"]["duration_s"] = time.time() - started
-    markdown = render(results)
+    markdown = render(results) + calibration.render(results["calibration"])
     print(markdown)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -261,6 +297,7 @@ class Suite:
                 self._tick(f"{w.name}: warm-up {name}")
                 self.systems.run(name, head)
                 self.bar.update()
+        probe = self.calibration_probe(w.name) if set(calibration.PAIR) <= set(names) else None
         runs: dict[str, list[RunRecord]] = {n: [] for n in names}
         for r in range(self.plan.repeats):
             k = r % len(names)
@@ -281,7 +318,19 @@ class Suite:
                 if n in MINICB
             },
             "runs": {n: [asdict(r) for r in recs] for n, recs in runs.items()},
+            "calibration_probe": probe,
         }
+
+    def calibration_probe(self, what: str) -> dict[str, Any]:
+        """Pure batch-1 decode steps, just before a workload: the simulated runner's cpu
+        profile reads its step overhead off them (calibration.py), so a change in the shared
+        machine's load since the roofline sweep does not pass for a model error."""
+        self._tick(f"{what}: batch-1 decode probe for the calibration")
+        p = self.plan
+        per_req = blocks_needed(p.decode_prompt + p.decode_warm + p.decode_steps + 2, p.block_size)
+        engine = sibling(self.systems.continuous, max_num_seqs=1, num_kv_blocks=per_req + 1)
+        args = (p.decode_prompt, p.decode_warm, p.decode_steps)
+        return {"batch": 1, **theory.time_decode(engine, 1, *args)}
 
     def theory(self, w: Workload, runs: dict[str, list[RunRecord]]) -> dict[str, Any] | None:
         pair = MINICB[:2]  # the model predicts continuous against unsorted static

@@ -6,8 +6,9 @@ reaches: the fake's "model" does not depend on the context, so acceptance can be
 through ``token_fn``). ``output_lengths`` forces a request to stop after that many tokens (its
 last token is then the stop token). With a ``VirtualClock``, each step advances it by the
 next of ``step_times`` (or by ``step_time``): every timestamp in the events is then known
-exactly, and metrics can be worked out by hand. The real engine, scheduler, block manager
-and events run unchanged on top of it.
+exactly, and metrics can be worked out by hand. ``step_time_fn`` instead computes each
+step's time from its plan (the simulated runner's step-time model). The real engine,
+scheduler, block manager and events run unchanged on top of it.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ class FakeRunner:
     clock: VirtualClock | None = None
     step_time: float = 0.0  # virtual seconds per step when step_times has run out
     step_times: Sequence[float] = ()
+    # Seconds of a step from its plan, when step_times has run out (instead of step_time).
+    step_time_fn: Callable[[StepPlan], float] | None = None
     model_name: str = "fake"
     tokenizer: Any | None = None
     stop_token_ids: list[int] = field(default_factory=lambda: [FAKE_STOP_TOKEN])
@@ -53,7 +56,10 @@ class FakeRunner:
 
     def execute(self, plan: StepPlan) -> RunnerOutput:
         self.steps += 1
-        seconds = self.steps_left.pop(0) if self.steps_left else self.step_time
+        if self.steps_left:
+            seconds = self.steps_left.pop(0)
+        else:
+            seconds = self.step_time_fn(plan) if self.step_time_fn else self.step_time
         if self.clock is not None:
             self.clock.advance(seconds)
         sampled: dict[int, int | list[int]] = {}

@@ -55,7 +55,6 @@ class RequestRejected(ValueError):
 class SchedulerBase:
     mode = "base"
     shares_prefixes = False  # whether enable_prefix_caching applies to this batching mode
-    trims_drafts = True  # give back the blocks of rejected drafts (not if reserved up front)
 
     def __init__(
         self,
@@ -170,8 +169,7 @@ class SchedulerBase:
                 row.num_accepted_tokens = kept - 1
                 req.metrics.num_draft_tokens += row.num_draft_tokens
                 req.metrics.num_accepted_tokens += kept - 1
-                if self.trims_drafts:
-                    self.blocks.trim(req.request_id, req.num_tokens)
+                self.drafter.roll_back(req)
             got_token.append(req)
         return got_token
 

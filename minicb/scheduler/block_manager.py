@@ -172,12 +172,11 @@ class BlockManager:
             tokens = tuple(token_slice(i * bs, (i + 1) * bs))
             chain.append(self.cache.register(table[i], chain[-1] if chain else None, tokens))
 
-    def trim(self, request_id: int, num_tokens: int) -> int:
-        """Give back the tail blocks that the first ``num_tokens`` tokens do not need (the
-        blocks a step allocated for speculative drafts the model rejected); returns how
-        many. They were never committed: ``commit`` keys computed tokens only."""
+    def trim(self, request_id: int, keep: int) -> int:
+        """Give back the request's blocks after its first ``keep`` (the blocks a step took
+        for speculative drafts the model rejected); returns how many. They were never
+        committed: ``commit`` keys computed tokens only."""
         table = self.block_tables.get(request_id, [])
-        keep = blocks_needed(num_tokens, self.block_size)
         tail = table[keep:]
         if tail:
             del table[keep:]

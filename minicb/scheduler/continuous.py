@@ -10,7 +10,9 @@ Order of business each iteration, under a token budget and a slot limit:
    preempted: that would thrash);
 3. waiting requests are admitted in policy order while slots, budget and blocks last;
    with prefix caching, the blocks a prompt begins with are looked up first, and only the
-   tokens after them are scheduled and charged to the budget;
+   tokens after them are scheduled and charged to the budget. With a ``kv_reservation``
+   other than ``paged``, admission takes the request's whole reservation at once
+   (reservation.py); a request that outgrows it grows paged, and the plan says so;
 4. with speculative decoding on, greedy decode rows take drafts last, from what is left
    of the budget and of the unkeyed free blocks, so a draft never delays, preempts or
    evicts anyone (and there are none in an iteration that preempted).
@@ -27,6 +29,7 @@ from collections import deque
 from minicb.request import Request, RequestStatus
 from minicb.scheduler.base import SchedulerBase
 from minicb.scheduler.plan import Decision, StepPlan
+from minicb.scheduler.reservation import Reservation, reservation
 
 
 class ContinuousScheduler(SchedulerBase):
@@ -67,13 +70,15 @@ class ContinuousScheduler(SchedulerBase):
             n = min(req.num_uncomputed_tokens, budget)
             need = req.num_computed_tokens + n
             # Most decodes still have room in their last block and get [] back at once.
-            while self.blocks.allocate_slots(req.request_id, need) is None:
+            while (added := self.blocks.allocate_slots(req.request_id, need)) is None:
                 victim = max(queue, key=self._rank) if queue else req
                 self._preempt(victim, plan, needer=req, need_tokens=need)
                 if victim is req:
                     break
                 queue.remove(victim)
             else:
+                if added and self.config.kv_reservation != "paged":
+                    plan.notes.append(self._outgrew(req, len(added)))
                 plan.scheduled.append(self._row(req, n))
                 budget -= n
         if waited:
@@ -82,6 +87,13 @@ class ContinuousScheduler(SchedulerBase):
                 f"{self.config.max_num_batched_tokens} is spent"
             )
         return budget
+
+    def _outgrew(self, req: Request, num_blocks: int) -> str:
+        # A reservation covers every token a request can hold unless its hint was short.
+        return (
+            f"request {req.request_id} outgrew its {self.config.kv_reservation} reservation "
+            f"(expected_output_tokens was too small): {num_blocks} more block(s), paged"
+        )
 
     def _rank(self, req: Request) -> tuple:
         return self.sort_key(req, self.step_count)
@@ -167,11 +179,14 @@ class ContinuousScheduler(SchedulerBase):
                 )
                 break
             found = self._found_in_cache(req, hits)  # before the hits change hands
-            if self.blocks.allocate_slots(req.request_id, cached + n, hits) is None:
+            reserve = reservation(self.config.kv_reservation, req, self.max_model_len)
+            room = max(cached + n, reserve.num_tokens if reserve else 0)
+            if self.blocks.allocate_slots(req.request_id, room, hits) is None:
                 plan.notes.append(
                     f"request {req.request_id} waits: needs "
-                    f"{self.blocks.num_new_blocks(req.request_id, cached + n) - len(hits)} "
+                    f"{self.blocks.num_new_blocks(req.request_id, room) - len(hits)} "
                     f"blocks, {self.blocks.num_free_blocks} free"
+                    + (f" ({reserve.mode} reservation)" if reserve else "")
                 )
                 break
             req.num_computed_tokens = cached
@@ -179,7 +194,8 @@ class ContinuousScheduler(SchedulerBase):
             what = f"{n}-token chunk" if n < uncomputed else f"{n}-token prompt"
             if req.output_token_ids:
                 what += " (recompute after preemption)"
-            why = f"admitted: {what} fits the remaining budget of {budget}{found}"
+            why = f"admitted: {what} fits the remaining budget of {budget}"
+            why += self._reserved(reserve, cached + n) + found
             plan.admitted.append(Decision(req.request_id, why, num_cached_tokens=cached))
             if self.blocks.enable_caching:
                 plan.prefix_query_tokens += req.num_tokens
@@ -187,6 +203,18 @@ class ContinuousScheduler(SchedulerBase):
             plan.scheduled.append(self._row(req, n))
             budget -= n
         return budget
+
+    def _reserved(self, reserve: Reservation | None, num_tokens: int) -> str:
+        """The reason's words for a reservation: "; reserves 9 blocks for 40 + 100 tokens
+        (max)" ("" when paged); a recompute may already be past it."""
+        if reserve is None:
+            return ""
+        if reserve.num_tokens < num_tokens:
+            return (
+                f"; already past its reservation of {reserve.prompt} + {reserve.output} "
+                f"tokens ({reserve.why}), it grows paged"
+            )
+        return "; " + reserve.words(self.config.block_size)
 
     def _found_in_cache(self, req: Request, hits: list[tuple[int, int]]) -> str:
         """The reason's words for a cache hit: "; 32 of 40 prompt tokens found in the

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from minicb.config import EngineConfig
-from minicb.scheduler.block_manager import BlockManager
+from minicb.scheduler.block_manager import BlockManager, blocks_needed
 from minicb.scheduler.plan import DECODE, Decision, ScheduledRequest, StepPlan
 
 if TYPE_CHECKING:
@@ -151,11 +151,13 @@ class Drafter:
         self.proposer, self.num_tokens, self.blocks = proposer, num_tokens, blocks
         self.max_model_len = max_model_len
         self.render = render or render_ids
+        self.held: dict[int, int] = {}  # request id -> blocks it held before this step's draft
 
     def add_drafts(self, plan: StepPlan, requests: dict[int, Request], budget: int) -> int:
         """Lengthen each greedy decode row by its draft, out of what is left of the token
         budget and of the unkeyed free blocks, so that a draft never preempts, evicts or
         delays anyone; returns the budget left."""
+        self.held.clear()
         for row in plan.scheduled:
             if budget == 0:
                 break
@@ -178,6 +180,7 @@ class Drafter:
         slots = self.blocks.spare_slots(req.request_id, row.context_len)
         d = min(len(draft.tokens), slots)
         if d:
+            self.held[req.request_id] = len(self.blocks.block_table(req.request_id))
             self.blocks.allocate_slots(req.request_id, row.context_len + d)
             extend_row(row, draft.tokens[:d], self.blocks.block_table(req.request_id))
         limit = None
@@ -187,6 +190,13 @@ class Drafter:
         reason = draft_reason(draft, d, slots, limit, self.render)
         plan.drafted.append(Decision(req.request_id, reason))
         return d
+
+    def roll_back(self, req: Request) -> None:
+        """After the step: give back the blocks taken only for guesses the model rejected,
+        keeping what the request's tokens need and what it held before (a reservation made
+        at admission stays whole)."""
+        need = blocks_needed(req.num_tokens, self.blocks.block_size)
+        self.blocks.trim(req.request_id, max(need, self.held.pop(req.request_id, 0)))
 
 
 def extend_row(row: ScheduledRequest, draft: list[int], block_table: list[int]) -> None:

@@ -2,7 +2,7 @@
 
 Nobody joins mid-batch. Each member reserves KV blocks for its whole prompt plus
 ``max_tokens`` up front (the worst-case reservation a server without paging must make,
-so it never needs preemption).
+so it never needs preemption; ``kv_reservation`` is a continuous-batching setting).
 Prompts are prefilled first (in chunks if they exceed the token budget), then all members
 decode in lockstep; a member that has stopped keeps its slot as a padding row that is
 really computed, as in a padded ``generate``, until the longest member ends. Only then do
@@ -31,7 +31,6 @@ from minicb.scheduler.plan import Decision, StepPlan
 
 class StaticScheduler(SchedulerBase):
     mode = "static"
-    trims_drafts = False  # a member's blocks are reserved for its whole output up front
 
     def _fill(self, plan: StepPlan) -> None:
         if not self.running:

@@ -52,6 +52,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from minicb.server.controls import handle_control
 from minicb.server.openai_request import CONTROLLER, VIEWER, APIError, Guard, error_handler
+from minicb.server.simulation import simulation_choices
 from minicb.telemetry.events import StepEvent, to_dict
 
 if TYPE_CHECKING:
@@ -182,6 +183,7 @@ class Hub:
             "delay_s": loop.delay_s if loop else 0.0,
             "rounds": loop.rounds if loop else 0,
             "workload": self.feeder.describe() if self.feeder else None,
+            "simulation": simulation_choices(loop),  # the simulated-GPU picker, or None
             "controls": {
                 "step": controls and loop is not None,
                 "workload": controls and self.feeder is not None,
@@ -239,6 +241,9 @@ def _replay_info(name: str, trace: Trace) -> dict[str, Any]:
         "block_size": config.get("block_size", 16),
         "has_tokenizer": True,
         "max_model_len": config.get("max_model_len"),
+        # the recorded runner (a simulated GPU says so) and whether it was one
+        "runner": trace.header.get("hardware") or {},
+        "simulated": bool((trace.header.get("hardware") or {}).get("simulated")),
         "step": 0,
     }
 

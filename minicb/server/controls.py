@@ -16,6 +16,9 @@ is refused, naming the limit, before any engine is rebuilt.
      "preemption_mode": "swap", "policy": "fcfs",
      "static_order": "length"}             rebuilds the engines (demo only)
     {"type": "prompt", "text": "...", "target": "both", "max_tokens": 32}
+    {"type": "simulate", "gpu": "H100-SXM", "model": "llama-3.1-8b"}
+                                          another simulated GPU (a --simulate demo only)
+    {"type": "pace", "speed": 0.5}        simulated seconds per wall second (the same)
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from minicb.config import POLICIES, PREEMPTION_MODES, STATIC_ORDERS, SamplingParams
+from minicb.runner.catalogue import read_catalogue
 from minicb.server.workload import LENGTHS, PRESETS, WorkloadSpec, encode_prompt
 
 if TYPE_CHECKING:
@@ -109,6 +113,7 @@ async def _workload(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
         rate=_number(msg, "rate", 0.01, 100.0, feeder.spec.rate, kind=float),
         lengths=_choice(msg, "lengths", LENGTHS, feeder.spec.lengths),
         count=_number(msg, "count", 1, 1000, feeder.spec.count),
+        max_outstanding=feeder.spec.max_outstanding,  # the demo's scale, kept
     )
     await loop.acall(lambda: feeder.configure(spec))
     return {"workload": feeder.describe()}
@@ -220,6 +225,34 @@ async def _prompt(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
     return {"ids": ids}
 
 
+async def _simulate(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
+    _only(msg, {"gpu", "model"})
+    catalogue = read_catalogue()  # names from the catalogue only: no paths from a browser
+    gpu = _choice(msg, "gpu", tuple(catalogue["gpus"]))
+    model = _choice(msg, "model", tuple(catalogue["models"]))
+    if gpu is None or model is None:
+        raise ControlError("simulate needs a gpu and a model from the catalogue")
+    if hub.mode != "demo" or not all(e.describe()["simulated"] for e in loop.engines.values()):
+        raise ControlError("this demo runs a real model; start one with --simulate GPU:MODEL")
+    try:
+        from minicb.server.simulation import resimulate
+
+        return {"engines": await loop.acall(lambda: resimulate(loop, f"{gpu}:{model}"))}
+    except ValueError as err:  # e.g. weights larger than the GPU's memory
+        raise ControlError(str(err)) from err
+
+
+async def _pace(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
+    _only(msg, {"speed"})
+    speed = _number(msg, "speed", 0.01, 1000.0, kind=float)
+    if speed is None:
+        raise ControlError("pace needs speed (simulated seconds per wall second)")
+    if loop.pacer is None:
+        raise ControlError("nothing is paced here: only a --simulate demo has a speed factor")
+    await loop.acall(lambda: setattr(loop.pacer, "speed", float(speed)))
+    return {"speed": speed}
+
+
 HANDLERS: dict[str, Callable[[Hub, EngineLoop, dict], Awaitable[dict]]] = {
     "pause": _pause,
     "resume": functools.partial(_pause, paused=False),
@@ -228,6 +261,8 @@ HANDLERS: dict[str, Callable[[Hub, EngineLoop, dict], Awaitable[dict]]] = {
     "workload": _workload,
     "settings": _settings,
     "prompt": _prompt,
+    "simulate": _simulate,
+    "pace": _pace,
 }
 
 

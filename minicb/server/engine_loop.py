@@ -9,7 +9,8 @@ Each round the loop runs the queued commands, lets its feeder (the demo's worklo
 any) add that round's arrivals, then steps every engine that has work, one iteration
 each, so that several engines (static beside continuous) advance together. ``pause()``
 holds the loop; ``step_once()`` runs exactly one round while paused; ``delay_s`` slows it
-for watching.
+for watching. With a ``pacer`` (pacing.py), engines on simulated time step only as fast as
+the wall clock times its speed factor allows.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 from minicb.config import SamplingParams
 from minicb.engine import LLMEngine
 from minicb.request import RequestOutput, TokenDelta
+from minicb.server.pacing import Pacer
 from minicb.telemetry.events import Event
 
 log = logging.getLogger(__name__)
@@ -72,6 +74,7 @@ class EngineLoop:
         self._commands: queue.Queue[Callable[[], None]] = queue.Queue()
         self.paused = False
         self.delay_s = 0.0
+        self.pacer: Pacer | None = None  # holds simulated engines to wall time x speed
         self.rounds = 0
         self._single_steps = 0
         self._stop = threading.Event()
@@ -177,9 +180,16 @@ class EngineLoop:
             if self.paused and self._single_steps == 0:
                 self._run_commands(IDLE_WAIT_S)
                 continue
+            if self.pacer is not None:
+                self.pacer.advance(self.engines)
             if self.feeder is not None:
                 self.feeder(self.engines)
             busy = [(n, e) for n, e in self.engines.items() if e.has_unfinished()]
+            if self.pacer is not None and not self._single_steps:
+                held, busy = busy, self.pacer.due(busy)
+                if held and not busy:  # every busy engine is ahead of the wall clock
+                    self._run_commands(min(max(self.pacer.wait_s(held), 0.001), IDLE_WAIT_S))
+                    continue
             if not busy and self._single_steps == 0:
                 self._run_commands(IDLE_WAIT_S)
                 continue

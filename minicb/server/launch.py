@@ -11,6 +11,10 @@
            -d '{"model": "SmolLM2-135M-Instruct", "prompt": "Hello", "max_tokens": 8}'
 
 - replay: the visualizer fed from recorded traces, with a scrub slider and no model.
+- demo --simulate GPU:MODEL: the same demo at data-centre scale on a GPU that is not
+  there (minicb/runner/simulated.py): 256 slots, the KV pool of that GPU, step times
+  predicted, paced against the wall clock by ``--speed`` (pacing.py). The page, its
+  title, the traces and the reports say "simulated" and name the profile.
 
 Who may connect: with no ``--api-key`` the server listens on loopback only (a
 non-loopback ``--host`` is refused unless ``--insecure-public``); with one, the
@@ -48,6 +52,7 @@ DEFAULT_HOST = "127.0.0.1"  # local only by default: the demo has controls anyon
 DEFAULT_PORT = 8000
 # Small enough to read on the projector and to move on two CPU cores.
 DEMO_DEFAULTS = dict(max_num_seqs=8, max_num_batched_tokens=256, num_kv_blocks=128)
+DEMO_WORKLOAD = dict(rate=0.7, burst=12, short=(4, 12), long=(24, 48), max_outstanding=48)
 SERVE_ENGINE = "api"  # the one engine's name in serve mode
 WS_MAX_BYTES = 2 << 20  # the largest WebSocket frame uvicorn reads
 
@@ -105,16 +110,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "demo", help="static vs continuous batching, live in the browser (the visualizer)"
     )
     add_engine_options(p)  # --batching is ignored: the demo runs both
-    p.set_defaults(**DEMO_DEFAULTS)
+    # Unset here, so that --simulate can pick its own defaults (resolve_demo_defaults).
+    p.set_defaults(**{name: None for name in DEMO_DEFAULTS})
     add_server_options(p)
     add_trace_option(p)
-    w = p.add_argument_group("workload (the same for both engines)")
+    s = p.add_argument_group("simulation (no weights: a named GPU's step times, predicted)")
+    s.add_argument(
+        "--simulate",
+        metavar="GPU:MODEL",
+        help="run on a simulated GPU, e.g. H100:llama-3.1-8b (catalogue: docs/simulation.md)",
+    )
+    s.add_argument(
+        "--speed", type=float, default=1.0, help="simulated seconds per wall second (default 1)"
+    )
+    w = p.add_argument_group("workload (the same for both engines; defaults depend on --simulate)")
     w.add_argument("--workload", default="poisson", choices=PRESETS, help="arrival pattern")
-    w.add_argument("--rate", type=float, default=0.7, help="poisson arrivals per second")
+    w.add_argument("--rate", type=float, help="poisson arrivals per second (0.7; simulated 60)")
     w.add_argument("--lengths", default="mixed", choices=LENGTHS, help="output lengths")
-    w.add_argument("--burst", type=int, default=12, help="requests arriving at the start")
-    w.add_argument("--short", type=int, nargs=2, default=(4, 12), metavar=("MIN", "MAX"))
-    w.add_argument("--long", type=int, nargs=2, default=(24, 48), metavar=("MIN", "MAX"))
+    w.add_argument("--burst", type=int, help="requests arriving at the start (12; simulated 256)")
+    w.add_argument("--short", type=int, nargs=2, metavar=("MIN", "MAX"), help="(4 12; 16 128)")
+    w.add_argument("--long", type=int, nargs=2, metavar=("MIN", "MAX"), help="(24 48; 256 768)")
+    w.add_argument(
+        "--max-outstanding", type=int, help="skip arrivals while an engine holds this many"
+    )
     w.add_argument("--delay", type=float, default=0.0, help="seconds to wait between rounds")
     w.add_argument("--paused", action="store_true", help="start paused (step it from the page)")
     p.set_defaults(func=run_demo)
@@ -180,25 +198,59 @@ def _app(
 
 
 # ---- demo ------------------------------------------------------------------------------
-def build_demo(args: argparse.Namespace) -> tuple[EngineLoop, FastAPI]:
-    """The engine loop (not started) and the app of a demo, from parsed options."""
+def resolve_demo_defaults(args: argparse.Namespace) -> None:
+    """Fill the engine and workload options left unset with the demo's defaults: small for
+    the real model on a CPU, a serving engine's scale for a simulated GPU."""
+    from minicb.server.simulation import SIMULATED_DEFAULTS, SIMULATED_WORKLOAD
+
+    simulated = getattr(args, "simulate", None)
+    engine = SIMULATED_DEFAULTS if simulated else DEMO_DEFAULTS
+    workload = SIMULATED_WORKLOAD if simulated else DEMO_WORKLOAD
+    for name, value in {**engine, **workload}.items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, value)
+
+
+def demo_engines(args: argparse.Namespace) -> dict[str, LLMEngine]:
+    """Static and continuous engines on one copy of the weights, or, with ``--simulate``,
+    on two simulated GPUs of that profile, each with its own virtual clock."""
     from minicb.config import EngineConfig
     from minicb.engine import LLMEngine
+
+    kwargs = engine_kwargs(args)
+    kwargs.pop("batching")
+    configs = {b: EngineConfig(batching=b, **kwargs) for b in ("static", "continuous")}
+    if args.simulate:
+        from minicb.server.simulation import simulated_engines
+
+        return simulated_engines(args.simulate, configs)
+    continuous = LLMEngine(args.model, configs["continuous"])
+    runner = continuous.runner.with_config(configs["static"])
+    return {"static": LLMEngine(config=configs["static"], runner=runner), "continuous": continuous}
+
+
+def build_demo(args: argparse.Namespace) -> tuple[EngineLoop, FastAPI]:
+    """The engine loop (not started) and the app of a demo, from parsed options."""
     from minicb.server.engine_loop import EngineLoop
+    from minicb.server.pacing import MAX_TICK_S, Pacer
     from minicb.server.workload import WorkloadFeeder, WorkloadSpec
 
     guard = server_guard(args)  # before the model loads: a refused host costs no wait
-    kwargs = engine_kwargs(args)
-    kwargs.pop("batching")
-    continuous = LLMEngine(args.model, EngineConfig(batching="continuous", **kwargs))
-    config = EngineConfig(batching="static", **kwargs)
-    static = LLMEngine(config=config, runner=continuous.runner.with_config(config))
-    spec = WorkloadSpec(preset=args.workload, rate=args.rate, lengths=args.lengths)
-    feeder = WorkloadFeeder(spec, short=tuple(args.short), long=tuple(args.long))
+    resolve_demo_defaults(args)
+    pacer = Pacer(args.speed) if args.simulate else None
+    engines = demo_engines(args)
+    spec = WorkloadSpec(
+        preset=args.workload,
+        rate=args.rate,
+        lengths=args.lengths,
+        max_outstanding=args.max_outstanding,
+    )
+    timing = dict(clock=pacer.now, max_tick_s=MAX_TICK_S * pacer.speed) if pacer else {}
+    feeder = WorkloadFeeder(spec, short=tuple(args.short), long=tuple(args.long), **timing)
     feeder.burst(args.burst)
-    loop = EngineLoop({"static": static, "continuous": continuous}, feeder=feeder)
-    loop.paused, loop.delay_s = args.paused, args.delay
-    return loop, _app(loop, "demo", "continuous", continuous.model_name, guard)
+    loop = EngineLoop(engines, feeder=feeder)
+    loop.paused, loop.delay_s, loop.pacer = args.paused, args.delay, pacer
+    return loop, _app(loop, "demo", "continuous", engines["continuous"].model_name, guard)
 
 
 def trace_paths(path: str) -> dict[str, Path]:
@@ -238,7 +290,10 @@ def record_demo(engines: dict[str, LLMEngine], path: str) -> Callable[[], None]:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    print("minicb demo: loading the model ...", flush=True)
+    if args.simulate:
+        print(f"minicb demo: SIMULATED {args.simulate} (no weights, predicted step times)")
+    else:
+        print("minicb demo: loading the model ...", flush=True)
     loop, app = build_demo(args)
     close_traces = record_demo(dict(loop.engines), args.trace) if args.trace else None
     try:

@@ -85,8 +85,12 @@ class WorkloadFeeder:
         long: tuple[int, int] = (48, 96),
         seed: int = 0,
         clock: Callable[[], float] = time.monotonic,
+        max_tick_s: float = MAX_TICK_S,
     ) -> None:
+        """``clock``: seconds that arrivals are counted in (a simulated demo's pacer gives
+        simulated ones); ``max_tick_s``: the most of them one round may add."""
         self.short, self.long = short, long
+        self.max_tick_s = max_tick_s
         self.rng = random.Random(seed)
         self.clock = clock
         self.sent = 0  # arrivals given to the engines
@@ -121,7 +125,7 @@ class WorkloadFeeder:
     def due(self) -> int:
         """How many requests arrive this round."""
         now = self.clock()
-        self._time += min(now - self._last, MAX_TICK_S)
+        self._time += min(now - self._last, self.max_tick_s)
         self._last = now
         count, self._burst_left = self._burst_left, 0
         if self.spec.preset == "poisson":

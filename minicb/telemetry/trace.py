@@ -94,6 +94,8 @@ def trace_header(engine: Any = None, **extra: Any) -> dict[str, Any]:
         header["config"] = engine.config.to_dict()
         header["model"] = engine.model_name
         header["hardware"].update(engine.runner.describe())
+        # A run on a simulated GPU (minicb/runner/simulated.py) is no measurement: say so.
+        header["simulated"] = bool(header["hardware"].get("simulated"))
     header.update(extra)
     return header
 
@@ -259,7 +261,7 @@ def _times(e: Event) -> tuple[float, ...]:
 def _other(header: dict[str, Any] | None) -> dict[str, Any]:
     if not header:
         return {}
-    keep = ("model", "schema_version", "config", "hardware", "versions")
+    keep = ("model", "simulated", "schema_version", "config", "hardware", "versions")
     return {k: header[k] for k in keep if k in header}
 
 

@@ -259,3 +259,19 @@ def test_every_draft_reason_has_a_chinese_pattern():
     assert all(any(k in r for r in seen) for k in kinds), seen
     patterns = _reason_patterns()
     assert sorted(r for r in seen if not any(p.match(r) for p in patterns)) == []
+
+
+def test_a_reservation_made_at_admission_survives_rejected_drafts():
+    engine = fake_engine(
+        speculative="ngram", num_speculative_tokens=6, block_size=2, kv_reservation="max"
+    )
+    engine.runner.token_fn = lambda rid, i: [4, 5][i] if i < 2 else 99
+    params = SamplingParams(max_tokens=20, temperature=0.0)
+    rid = engine.add_request([3, 4, 5, 6, 7, 8, 9, 10, 3], params)
+    engine.step()  # admitted with prompt 9 + max_tokens 20: 15 blocks
+    assert len(engine.block_table(rid)) == 15
+    plan = engine.step().plan  # drafts 5 6 7 8 9 10, the model says 5, 99
+    assert plan.scheduled[0].num_draft_tokens == 6 and plan.scheduled[0].num_accepted_tokens == 1
+    assert len(engine.block_table(rid)) == 15  # the drafts fit in it; nothing given back
+    notes = [n for _ in range(3) for n in engine.step().plan.notes]
+    assert not any("outgrew" in n for n in notes)

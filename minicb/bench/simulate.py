@@ -1,0 +1,116 @@
+"""Workloads through the simulated runner: the real engine on a GPU that is not there.
+
+A ``SimRequest`` gives lengths only: prompt, ``max_tokens`` (what the server is told, and
+what a ``max`` reservation or a static batch reserves), and the real output length (where
+the model would have said EOS; equal to ``max_tokens`` for a request that runs to its
+limit). ``run_simulated`` feeds the requests at their arrival times on a ``VirtualClock``,
+each with its real length as the ``expected_output_tokens`` hint (what Orca's Pow2 and
+Oracle reservations are granted to know), steps the real engine over a ``SimulatedRunner``
+until all are done, and measures the events with minicb's one ``MetricsCollector``. Every
+result it returns says ``simulated`` and names the profile. Pure Python: no torch.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from dataclasses import dataclass, replace
+from typing import Any
+
+from minicb.bench import step_row
+from minicb.config import EngineConfig, SamplingParams
+from minicb.engine import LLMEngine
+from minicb.runner import VirtualClock
+from minicb.runner.simulated import SimulatedRunner
+from minicb.runner.step_time import StepTimeModel
+from minicb.telemetry.metrics import MetricsCollector
+
+
+@dataclass(frozen=True)
+class SimRequest:
+    prompt_len: int
+    max_tokens: int
+    output_len: int  # the real output length, 1..max_tokens
+    arrival: float = 0.0  # seconds after the start
+
+
+def prompt_ids(index: int, length: int, vocab: int) -> list[int]:
+    """A prompt of ``length`` tokens whose first token differs from its neighbours', so no
+    two requests share a prefix block (the papers' systems had no prefix cache)."""
+    return [3 + index % (vocab - 3)] + [5] * (length - 1)
+
+
+def exponential_lengths(n: int, mean: float, cap: int, seed: int) -> list[int]:
+    """``n`` draws of an exponential of ``mean``, rounded, within [1, cap]."""
+    rng = random.Random(seed)
+    return [max(1, min(cap, round(rng.expovariate(1.0 / mean)))) for _ in range(n)]
+
+
+def lognormal_lengths(n: int, mean: float, sigma: float, cap: int, seed: int) -> list[int]:
+    """``n`` draws of a lognormal of ``mean`` and shape ``sigma``, rounded, within [1, cap]."""
+    rng, mu = random.Random(seed), math.log(mean) - sigma**2 / 2
+    return [max(1, min(cap, round(rng.lognormvariate(mu, sigma)))) for _ in range(n)]
+
+
+def poisson_arrivals(n: int, rate: float, seed: int) -> list[float]:
+    """``n`` arrival times of a Poisson process of ``rate`` requests per second, from 0."""
+    rng, t, out = random.Random(seed), 0.0, []
+    for _ in range(n):
+        out.append(t)
+        t += rng.expovariate(rate)
+    return out
+
+
+def with_arrivals(requests: list[SimRequest], times: list[float]) -> list[SimRequest]:
+    """The same requests arriving at ``times``."""
+    return [replace(r, arrival=t) for r, t in zip(requests, times, strict=True)]
+
+
+def run_simulated(
+    profile: StepTimeModel,
+    config: EngineConfig,
+    requests: list[SimRequest],
+    *,
+    keep_steps: bool = False,
+) -> dict[str, Any]:
+    """The requests through the engine on ``profile``: the metrics summary, the mean
+    normalized latency (each request's end-to-end seconds over its output tokens, as the
+    vLLM paper defines it), the runner's description and (``keep_steps``) each step as
+    ``step_row`` gives it."""
+    clock = VirtualClock()
+    runner = SimulatedRunner(profile, config, clock=clock)
+    engine = LLMEngine(config=config, runner=runner, clock=clock)
+    metrics, steps, finished = MetricsCollector(), [], []
+    engine.bus.subscribe(metrics)
+    engine.bus.subscribe(finished.append, kinds=["finished"])
+    if keep_steps:
+        engine.bus.subscribe(lambda e: steps.append(step_row(e, 0.0)), kinds=["step"])
+    order = deque(sorted(requests, key=lambda r: r.arrival))
+    arrivals: dict[int, float] = {}
+    while order or engine.has_unfinished():
+        while order and order[0].arrival <= clock():
+            r = order.popleft()
+            arrivals[_add(engine, runner, r, len(arrivals))] = r.arrival
+        if engine.has_unfinished():
+            engine.step()
+        elif order:  # idle until the next arrival
+            clock.advance(order[0].arrival - clock())
+    normalized = [(e.time - arrivals[e.request_id]) / e.num_output_tokens for e in finished]
+    return {"simulated": True, "runner": runner.describe(), "summary": metrics.summary(),
+            "normalized_latency_s": sum(normalized) / len(normalized) if normalized else None,
+            "steps": steps}  # fmt: skip
+
+
+def _add(engine: LLMEngine, runner: SimulatedRunner, r: SimRequest, index: int) -> int:
+    """Queue one request and return its id; one that stops before max_tokens stops as at
+    EOS (forced)."""
+    early = r.output_len < r.max_tokens
+    params = SamplingParams(max_tokens=r.max_tokens, temperature=0.0, ignore_eos=not early)
+    prompt = prompt_ids(index, r.prompt_len, runner.vocab_size)
+    rid = engine.add_request(
+        prompt, params, arrival_time=r.arrival, expected_output_tokens=r.output_len
+    )
+    if early:
+        runner.output_lengths[rid] = r.output_len
+    return rid

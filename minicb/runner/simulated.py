@@ -1,0 +1,101 @@
+"""SimulatedRunner: a GPU that is not there. No weights, no tensors, no torch.
+
+It is ``FakeRunner`` (the same deterministic tokens, the same forced output lengths) with
+two things of a real GPU: the KV pool a serving engine would size on it, and a step time
+predicted by the step-time model (minicb/runner/step_time.py) from each plan's rows. Each
+``execute`` advances the engine's ``VirtualClock`` by that time, so every event, metric and
+trace carries the times the GPU would have taken. The scheduler, block manager, events,
+metrics, traces, server and visualizer are the real ones: the simulator is the engine with
+another runner, ``LLMEngine(runner=SimulatedRunner(...), clock=that clock)``.
+
+A request's output length is its ``max_tokens`` when it ignores EOS; ``output_lengths``
+(request id -> tokens) makes a request that does not ignore EOS stop after that many
+tokens, as if the model had said EOS there (a workload's length distribution).
+``describe()`` says ``simulated`` and names the profile: traces, pages and reports read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from minicb.config import EngineConfig
+from minicb.runner import VirtualClock
+from minicb.runner.catalogue import load_profile
+from minicb.runner.fake import FakeRunner
+from minicb.runner.step_time import StepTimeModel
+
+GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of device memory for weights + KV
+ELEM_BYTES = {"auto": 2, "bfloat16": 2, "float16": 2, "float32": 4}
+
+
+class SimulatedRunner(FakeRunner):
+    """FakeRunner with the pool sizes of a GPU and a predicted step time per plan."""
+
+    def __init__(
+        self,
+        profile: StepTimeModel | str,
+        config: EngineConfig | None = None,
+        *,
+        clock: VirtualClock,
+        output_lengths: dict[int, int] | None = None,
+        gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
+        tokenizer: Any | None = None,
+    ) -> None:
+        """``profile``: a step-time model, or its name (``"H100:llama-3.1-8b"``, see
+        minicb.runner.catalogue.load_profile); ``config``: the engine's settings (its
+        block size, dtype, tensor-parallel degree, and pool sizes where it fixes them);
+        ``clock``: the engine's clock, advanced by each step's predicted time."""
+        config = config or EngineConfig()
+        tp = getattr(config, "tensor_parallel_size", 1)  # a setting other branches add
+        if isinstance(profile, str):
+            profile = load_profile(profile, tp)
+        profile = replace(profile, elem_bytes=ELEM_BYTES[config.dtype], tp=tp)
+        if not 0.0 < gpu_memory_utilization <= 1.0:
+            raise ValueError(
+                f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}"
+            )
+        blocks = config.num_kv_blocks or profile.num_kv_blocks(
+            config.block_size, gpu_memory_utilization
+        )
+        swap = config.num_swap_blocks if config.num_swap_blocks is not None else blocks
+        max_len = min(
+            config.max_model_len or profile.model.max_model_len, profile.model.max_model_len
+        )
+        super().__init__(
+            num_kv_blocks=blocks,
+            max_model_len=max_len,
+            num_swap_blocks=swap,
+            vocab_size=profile.model.vocab_size,
+            output_lengths=dict(output_lengths or {}),
+            clock=clock,
+            step_time_fn=profile,
+            model_name=profile.model.name,
+            tokenizer=tokenizer,
+        )
+        self.profile = profile
+        self.config = config
+        self.gpu_memory_utilization = gpu_memory_utilization
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "runner": "simulated",
+            "simulated": True,
+            **self.profile.describe(),
+            "device": f"simulated {self.profile.gpu.name}",
+            "dtype": "bfloat16" if self.config.dtype == "auto" else self.config.dtype,
+            "num_kv_blocks": self.num_kv_blocks,
+            "bytes_per_block": self.profile.block_bytes(self.config.block_size),
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+        }
+
+    def with_config(self, config: EngineConfig) -> SimulatedRunner:
+        """The same GPU and clock for new settings (the pool resized for them)."""
+        return SimulatedRunner(
+            self.profile,
+            config,
+            clock=self.clock,
+            output_lengths=self.output_lengths,
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            tokenizer=self.tokenizer,
+        )

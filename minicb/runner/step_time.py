@@ -1,0 +1,201 @@
+"""The step-time model of the simulated runner: how long one StepPlan takes on a named GPU.
+
+A step is one forward pass over all the plan's rows (T tokens in all, S rows that sample).
+Per GPU of a tensor-parallel group of ``tp``:
+
+    weights  = streamed parameters x element size / tp        (read once per step)
+    kv       = sum over rows of context_len x KV bytes per token / tp
+    flops    = (2 x layer matmul params x T + 2 x vocab x hidden x S
+                + 4 x layers x heads x head_dim x attended pairs) / tp
+    t_memory  = (weights + kv) / (HBM bandwidth x bandwidth efficiency)
+    t_compute = flops / (peak bf16 FLOP/s x FLOP efficiency)
+    t_comm    = 2 x layers x (latency + 2 (tp - 1) / tp x T x hidden x element size
+                              / (link bandwidth x link efficiency))      (0 when tp = 1)
+    step      = max(t_memory, t_compute) + step overhead + t_comm
+
+A row of n tokens whose context is c after the step attends n x c - n (n - 1) / 2 (query,
+key) pairs (causal: its i-th token sees c - n + i + 1 keys). Memory and compute overlap on
+a GPU (the roofline), the all-reduce does not (the next layer waits for it), and the step
+overhead (scheduling, input preparation, sampling, launches) is paid once per step.
+docs/simulation.md justifies every efficiency factor. Pure Python: no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from minicb.scheduler.plan import ScheduledRequest, StepPlan
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    name: str
+    memory_bytes: float  # device memory
+    bandwidth: float  # HBM bytes/s, the published peak
+    flops: float  # dense bf16 FLOP/s, the published peak
+    interconnect: float = 0.0  # bytes/s one way per GPU (NVLink or PCIe); 0: none
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    name: str
+    num_layers: int
+    hidden_size: int
+    intermediate_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    max_model_len: int
+    tie_word_embeddings: bool = False
+    gated_mlp: bool = True  # gate, up and down projections (Llama); False: two (OPT)
+
+    @property
+    def layer_params(self) -> int:
+        """Matmul parameters of one decoder layer (norms and biases are negligible)."""
+        h, d = self.hidden_size, self.head_dim
+        attention = h * self.num_heads * d * 2 + h * self.num_kv_heads * d * 2  # q, o; k, v
+        mlp = (3 if self.gated_mlp else 2) * h * self.intermediate_size
+        return attention + mlp
+
+    @property
+    def num_params(self) -> int:
+        """All parameters: layers, the embedding table and (untied) the lm_head."""
+        embeddings = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
+        return self.num_layers * self.layer_params + embeddings
+
+    @property
+    def streamed_params(self) -> int:
+        """Parameters a step reads whole: the layers and the lm_head (the embedding table is
+        only gathered, a row per token, unless it is the lm_head too)."""
+        return self.num_layers * self.layer_params + self.vocab_size * self.hidden_size
+
+    def kv_bytes_per_token(self, elem: int) -> int:
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * elem  # K and V
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Shares of the published peaks a serving engine reaches, and its fixed costs. The
+    values are the catalogue's (``efficiency``), justified in docs/simulation.md."""
+
+    bandwidth: float
+    flops: float
+    interconnect: float
+    step_overhead_s: float
+    allreduce_latency_s: float
+
+
+def attended_pairs(num_tokens: int, context_len: int) -> int:
+    """(query, key) pairs of a causal chunk of ``num_tokens`` ending at ``context_len``."""
+    return num_tokens * context_len - num_tokens * (num_tokens - 1) // 2
+
+
+@dataclass(frozen=True)
+class StepTimeModel:
+    """Predicted seconds of a step of a model shape on ``tp`` GPUs of one kind."""
+
+    gpu: GPUSpec
+    model: ModelShape
+    efficiency: Efficiency
+    elem_bytes: int = 2  # bf16
+    tp: int = 1
+
+    @property
+    def name(self) -> str:
+        tp = f" x{self.tp}" if self.tp > 1 else ""
+        return f"{self.gpu.name}{tp}:{self.model.name}"
+
+    # ---- memory ----------------------------------------------------------------------------
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of all the weights, over the whole tensor-parallel group."""
+        return self.model.num_params * self.elem_bytes
+
+    def block_bytes(self, block_size: int) -> int:
+        return block_size * self.model.kv_bytes_per_token(self.elem_bytes)
+
+    def num_kv_blocks(self, block_size: int, utilisation: float = 0.9) -> int:
+        """The pool as a serving engine sizes it: memory x utilisation minus the weights,
+        divided by the bytes of a block (each GPU holds 1/tp of both)."""
+        free = self.tp * self.gpu.memory_bytes * utilisation - self.weight_bytes
+        blocks = int(free // self.block_bytes(block_size))
+        if blocks < 1:
+            raise ValueError(
+                f"{self.name}: the weights ({self.weight_bytes / GIB:.1f} GiB) leave no room "
+                f"for a KV block in {utilisation:.0%} of {self.tp} x "
+                f"{self.gpu.memory_bytes / GIB:.0f} GiB; use a larger GPU or more of them"
+            )
+        return blocks
+
+    # ---- time ------------------------------------------------------------------------------
+    def terms(self, rows: Iterable[tuple[int, int, bool]]) -> dict[str, float]:
+        """Each term of the step time for rows of (num_tokens, context_len, samples)."""
+        return self.totals_terms(*step_totals(rows))
+
+    def totals_terms(
+        self, tokens: int, sampling: int, context: int, pairs: int
+    ) -> dict[str, float]:
+        """Each term of the step time of a step of ``tokens`` tokens, ``sampling`` rows that
+        sample, ``context`` context tokens over its rows and ``pairs`` attended pairs."""
+        m, e, tp = self.model, self.efficiency, self.tp
+        if tokens == 0:
+            return dict.fromkeys(("memory_s", "compute_s", "comm_s", "overhead_s", "step_s"), 0.0)
+        kv_bytes = context * m.kv_bytes_per_token(self.elem_bytes)
+        nbytes = m.streamed_params * self.elem_bytes + kv_bytes
+        flops = (
+            2 * m.num_layers * m.layer_params * tokens
+            + 2 * m.vocab_size * m.hidden_size * sampling
+            + 4 * m.num_layers * m.num_heads * m.head_dim * pairs
+        )
+        memory = nbytes / tp / (self.gpu.bandwidth * e.bandwidth)
+        compute = flops / tp / (self.gpu.flops * e.flops)
+        comm = 0.0
+        if tp > 1:  # two all-reduces per layer (after attention, after the MLP), ring
+            moved = 2 * (tp - 1) / tp * tokens * m.hidden_size * self.elem_bytes
+            link = self.gpu.interconnect * e.interconnect
+            comm = 2 * m.num_layers * (e.allreduce_latency_s + moved / link)
+        step = max(memory, compute) + e.step_overhead_s + comm
+        return {
+            "memory_s": memory,
+            "compute_s": compute,
+            "comm_s": comm,
+            "overhead_s": e.step_overhead_s,
+            "step_s": step,
+        }
+
+    def plan_terms(self, plan: StepPlan) -> dict[str, float]:
+        return self.terms(plan_rows(plan.scheduled))
+
+    def __call__(self, plan: StepPlan) -> float:
+        """Seconds the plan's step takes (FakeRunner's ``step_time_fn``)."""
+        return self.plan_terms(plan)["step_s"]
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "profile": self.name,
+            "gpu": self.gpu.name,
+            "model": self.model.name,
+            "tensor_parallel_size": self.tp,
+            "weight_gib": round(self.weight_bytes / GIB, 2),
+        }
+
+
+def plan_rows(scheduled: list[ScheduledRequest]) -> Iterable[tuple[int, int, bool]]:
+    """A plan's rows as the step-time model reads them: (num_tokens, context_len, samples)."""
+    return ((r.num_tokens, r.context_len, r.samples) for r in scheduled)
+
+
+def step_totals(rows: Iterable[tuple[int, int, bool]]) -> tuple[int, int, int, int]:
+    """(tokens, sampling rows, context tokens, attended pairs) of rows of (num_tokens,
+    context_len, samples): all the step-time model needs to know of a step."""
+    tokens = sampling = context = pairs = 0
+    for n, c, samples in rows:
+        tokens, sampling, context = tokens + n, sampling + samples, context + c
+        pairs += attended_pairs(n, c)
+    return tokens, sampling, context, pairs

@@ -1,0 +1,73 @@
+"""The simulated demo's engines: static and continuous batching on simulated GPUs, the
+picker's choices, and rebuilding both engines on another GPU.
+
+``minicb demo --simulate GPU:MODEL`` (launch.py) runs the demo on SimulatedRunner
+(minicb/runner/simulated.py): no weights, the KV pool of that GPU, predicted step times.
+Each engine has its own simulated GPU and its own VirtualClock, as two machines side by
+side would; the engine loop's Pacer (pacing.py) holds both to the wall clock. The page's
+picker (controls.py's ``simulate``) moves both to another catalogue profile. Pure Python.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from minicb.engine import LLMEngine
+from minicb.runner import VirtualClock
+from minicb.runner.catalogue import load_profile, read_catalogue
+from minicb.runner.simulated import SimulatedRunner
+
+if TYPE_CHECKING:
+    from minicb.config import EngineConfig
+    from minicb.server.engine_loop import EngineLoop
+
+# A serving engine's scale (vLLM's 256 slots; the pool sized from the GPU's memory), and a
+# workload that keeps 256 rows busy on an H100 with an 8B model.
+SIMULATED_DEFAULTS = dict(max_num_seqs=256, max_num_batched_tokens=2048, num_kv_blocks=None)
+SIMULATED_WORKLOAD = dict(
+    rate=60.0, burst=256, short=(16, 128), long=(256, 768), max_outstanding=2048
+)
+
+
+def simulated_engines(profile_name: str, configs: dict[str, EngineConfig]) -> dict[str, LLMEngine]:
+    """One engine per config (name -> config), each on its own simulated GPU and clock."""
+    profile = load_profile(profile_name)
+    engines = {}
+    for name, config in configs.items():
+        clock = VirtualClock()
+        runner = SimulatedRunner(profile, config, clock=clock)
+        engines[name] = LLMEngine(config=config, runner=runner, clock=clock)
+    return engines
+
+
+def simulation_choices(loop: EngineLoop | None) -> dict[str, Any] | None:
+    """The catalogue's GPUs and models, the profile now simulated and the speed factor,
+    for the page's picker; None unless the engines run on a simulated GPU (read in the
+    engine thread)."""
+    infos = loop.engine_infos() if loop else []
+    runner = next((i["runner"] for i in infos if i.get("simulated")), None)
+    if loop is None or runner is None:
+        return None
+    catalogue = read_catalogue()
+    return {
+        "gpus": list(catalogue["gpus"]),
+        "models": list(catalogue["models"]),
+        "gpu": runner.get("gpu"),
+        "model": runner.get("model"),
+        "speed": loop.pacer.speed if loop.pacer else None,
+    }
+
+
+def resimulate(loop: EngineLoop, profile_name: str) -> list[dict[str, Any]]:
+    """Rebuild every engine on a simulated GPU of ``profile_name``, its KV pool sized for
+    that GPU unless the settings fix it, with the same clock and bus (engine thread). Every
+    runner is built before any engine is touched, so a profile refused changes nothing."""
+    profile = load_profile(profile_name)
+    runners = {
+        name: SimulatedRunner(profile, engine.config, clock=engine.clock)
+        for name, engine in loop.engines.items()
+    }
+    for name, runner in runners.items():
+        engine = loop.engines[name]
+        loop.replace_engine(name, engine.rebuilt(engine.config, runner=runner))
+    return loop.engine_infos()
