@@ -57,6 +57,9 @@ class EngineConfig:
         0.5  # share of free memory the pool may take when sized automatically
     )
     use_cuda_graphs: bool = True
+    # Ranks the model is split over (Megatron-style tensor parallelism): rank 0 runs the
+    # engine, ranks 1..N-1 run their shard of every layer (minicb/runner/tp_group.py).
+    tensor_parallel_size: int = 1
     seed: int = 0
     # Speculative decoding (minicb/scheduler/speculative.py): "ngram" lets a greedy decode
     # propose up to num_speculative_tokens tokens that followed an earlier occurrence of its
@@ -86,6 +89,7 @@ class EngineConfig:
             raise ValueError(
                 f"ngram_min ({self.ngram_min}) must not exceed ngram_max ({self.ngram_max})"
             )
+        self._check_positive("tensor_parallel_size")
         if self.num_kv_blocks is not None:
             self._check_positive("num_kv_blocks")
         if self.num_swap_blocks is not None and self.num_swap_blocks < 0:
@@ -168,6 +172,12 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--num-speculative-tokens", type=int, default=4, help="drafts per step, at most")
     g.add_argument("--ngram-min", type=int, default=1, help="shortest n-gram the lookup matches")
     g.add_argument("--ngram-max", type=int, default=4, help="longest n-gram the lookup matches")
+    g.add_argument(
+        "--tensor-parallel-size",
+        type=int,
+        default=1,
+        help="split the model over this many processes (gloo on CPU, NCCL on CUDA)",
+    )
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -190,7 +200,23 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         num_speculative_tokens=args.num_speculative_tokens,
         ngram_min=args.ngram_min,
         ngram_max=args.ngram_max,
+        tensor_parallel_size=args.tensor_parallel_size,
     )
+
+
+def describe_choices(runner: dict[str, Any]) -> str:
+    """One line for the terminal: the dtype and attention backend an engine computes with,
+    and why, from its ``runner.describe()``."""
+    parts = [f"device {runner.get('device', '-')}"]
+    choices = (
+        ("dtype", "dtype", "dtype_reason"),
+        ("attention", "attention_backend", "attention_reason"),
+    )
+    for label, key, why in choices:
+        if key in runner:  # a simulated or fake runner has no dtype or kernels
+            reason = runner.get(why)
+            parts.append(f"{label} {runner[key]}" + (f" ({reason})" if reason else ""))
+    return "; ".join(parts)
 
 
 @dataclass

@@ -349,7 +349,14 @@ class LLMEngine:
             req.metrics.finished_time = now
             finished.append(self._output(req))
         event = events.StepEvent(
-            plan, wall_start, self.clock(), schedule_s, out.forward_s, out.sample_s
+            plan,
+            wall_start,
+            self.clock(),
+            schedule_s,
+            out.forward_s,
+            out.sample_s,
+            tensor_parallel_size=self.config.tensor_parallel_size,
+            collective_s=out.collective_s,
         )
         if self.bus.listening:  # nobody listens: build nothing
             if self.bus.wants("step"):

@@ -19,7 +19,9 @@ MAX_TOKENS = [
 @pytest.fixture(scope="module")
 def reference(tiny_llama_dir):
     """One request at a time: no batching at all."""
-    llm = LLM(model=tiny_llama_dir, max_num_seqs=1, num_kv_blocks=64, block_size=16)
+    llm = LLM(
+        model=tiny_llama_dir, dtype="float32", max_num_seqs=1, num_kv_blocks=64, block_size=16
+    )
     return greedy_tokens(llm, PROMPTS, MAX_TOKENS)
 
 
@@ -43,7 +45,7 @@ CONFIGS = {
 @pytest.mark.parametrize("name", CONFIGS)
 def test_same_tokens(name, tiny_llama_dir, reference):
     options = dict(num_kv_blocks=256, block_size=16) | CONFIGS[name]
-    llm = LLM(model=tiny_llama_dir, **options)
+    llm = LLM(model=tiny_llama_dir, dtype="float32", **options)
     priorities = [i % 3 for i in range(len(PROMPTS))]
     params = [SamplingParams(max_tokens=m, temperature=0.0, ignore_eos=True) for m in MAX_TOKENS]
     outs = llm.generate(PROMPTS, params, priorities=priorities)
@@ -57,6 +59,7 @@ def test_same_tokens_under_preemption(mode, policy, block_size, tiny_llama_dir, 
     # A pool of ~70 tokens for 16 requests of up to 62 tokens each: preemption is forced.
     num_blocks = 72 // block_size
     llm = LLM(
+        dtype="float32",
         model=tiny_llama_dir,
         num_kv_blocks=num_blocks,
         block_size=block_size,
@@ -75,6 +78,7 @@ def test_same_tokens_under_preemption(mode, policy, block_size, tiny_llama_dir, 
 
 def test_swap_falls_back_to_recompute_when_swap_space_is_full(tiny_llama_dir, reference):
     llm = LLM(
+        dtype="float32",
         model=tiny_llama_dir,
         num_kv_blocks=6,
         block_size=16,
@@ -144,6 +148,7 @@ SHARED_MAX = [3 + (5 * i) % 17 for i in range(len(SHARED))]
 @pytest.fixture(scope="module")
 def shared_reference(tiny_llama_dir):
     llm = LLM(
+        dtype="float32",
         model=tiny_llama_dir,
         max_num_seqs=1,
         num_kv_blocks=64,
@@ -168,7 +173,7 @@ def _cached_run(llm: LLM) -> tuple[list[list[int]], int]:
 @pytest.mark.parametrize("name", CONFIGS)
 def test_same_tokens_with_prefix_caching(name, tiny_llama_dir, shared_reference):
     options = dict(num_kv_blocks=256, block_size=16, max_num_seqs=4) | CONFIGS[name]
-    llm = LLM(model=tiny_llama_dir, enable_prefix_caching=True, **options)
+    llm = LLM(model=tiny_llama_dir, dtype="float32", enable_prefix_caching=True, **options)
     tokens, hit_tokens = _cached_run(llm)
     assert tokens == shared_reference
     # Static batching does not share prefixes (see docs/architecture.md); the rest must.
@@ -183,6 +188,7 @@ def test_same_tokens_with_prefix_caching_under_preemption(
 ):
     num_blocks = 96 // block_size  # 96 tokens for prompts of up to 49 + 19: preemption
     llm = LLM(
+        dtype="float32",
         model=tiny_llama_dir,
         num_kv_blocks=num_blocks,
         block_size=block_size,

@@ -45,7 +45,9 @@ class Watch:
 @pytest.fixture(scope="module")
 def reference(tiny_llama_dir):
     """One request at a time, no speculation."""
-    llm = LLM(model=tiny_llama_dir, max_num_seqs=1, num_kv_blocks=64, block_size=16)
+    llm = LLM(
+        dtype="float32", model=tiny_llama_dir, max_num_seqs=1, num_kv_blocks=64, block_size=16
+    )
     return greedy_tokens(llm, PROMPTS, MAX_TOKENS)
 
 
@@ -67,7 +69,7 @@ CONFIGS = {
 @pytest.mark.parametrize("name", CONFIGS)
 def test_same_tokens_with_speculation(name, tiny_llama_dir, reference):
     options = dict(num_kv_blocks=256, block_size=16) | SPEC | CONFIGS[name]
-    llm = LLM(model=tiny_llama_dir, **options)
+    llm = LLM(dtype="float32", model=tiny_llama_dir, **options)
     watch = Watch(llm)
     outs = llm.generate(PROMPTS, _params(), priorities=[i % 3 for i in range(len(PROMPTS))])
     assert [o.token_ids for o in outs] == reference
@@ -81,6 +83,7 @@ def test_same_tokens_with_speculation_under_preemption(mode, block_size, tiny_ll
     # A pool of ~70 tokens for requests of up to 66: preemption is forced.
     num_blocks = 72 // block_size
     llm = LLM(
+        dtype="float32",
         model=tiny_llama_dir,
         num_kv_blocks=num_blocks,
         block_size=block_size,
@@ -103,10 +106,11 @@ def test_a_request_preempted_while_it_speculates_keeps_its_tokens(mode, block_si
     """A looping request drafts and is accepted; then urgent requests squeeze the pool and
     it is the victim (the lowest priority); after it comes back it goes on drafting."""
     looping, others = PROMPTS[12], [PROMPTS[i] for i in (3, 6, 8)]
-    solo = LLM(model=tiny_llama_dir, max_num_seqs=1, num_kv_blocks=64)
+    solo = LLM(dtype="float32", model=tiny_llama_dir, max_num_seqs=1, num_kv_blocks=64)
     expected = greedy_tokens(solo, [looping], 30) + greedy_tokens(solo, others, 10)
     num_blocks = 80 // block_size
     llm = LLM(
+        dtype="float32",
         model=tiny_llama_dir,
         num_kv_blocks=num_blocks,
         block_size=block_size,
@@ -131,8 +135,10 @@ def test_a_request_preempted_while_it_speculates_keeps_its_tokens(mode, block_si
 def test_same_tokens_with_speculation_on_every_architecture(arch, tmp_path):
     folder = str(make_tiny_model_dir(arch, tmp_path, seed=1))
     prompts, max_tokens = PROMPTS[::2], MAX_TOKENS[::2]
-    expected = greedy_tokens(LLM(model=folder, num_kv_blocks=128), prompts, max_tokens)
-    llm = LLM(model=folder, num_kv_blocks=128, max_num_batched_tokens=48, **SPEC)
+    expected = greedy_tokens(
+        LLM(dtype="float32", model=folder, num_kv_blocks=128), prompts, max_tokens
+    )
+    llm = LLM(dtype="float32", model=folder, num_kv_blocks=128, max_num_batched_tokens=48, **SPEC)
     watch = Watch(llm)
     assert [o.token_ids for o in llm.generate(prompts, _params(max_tokens))] == expected
     assert watch.accepted > 0
@@ -147,6 +153,7 @@ def test_triton_backend_verifies_drafts_like_the_torch_backend(
     picks = [12, 9, 3]  # outputs that fall into loops
     options = dict(num_kv_blocks=64, block_size=block_size, max_num_batched_tokens=budget)
     llm = LLM(
+        dtype="float32",
         model=tiny_llama_dir,
         attention_backend="triton",
         speculative="ngram",
@@ -168,8 +175,8 @@ def test_seeded_sampling_is_unchanged_beside_speculating_requests(tiny_llama_dir
         SamplingParams(max_tokens=12, temperature=1.3, top_k=20, seed=9, ignore_eos=True),
     ]
     prompts = [PROMPTS[12], PROMPTS[9]] * 2  # outputs that fall into loops
-    plain = LLM(model=tiny_llama_dir, num_kv_blocks=128).generate(prompts, params)
-    llm = LLM(model=tiny_llama_dir, num_kv_blocks=128, **SPEC)
+    plain = LLM(dtype="float32", model=tiny_llama_dir, num_kv_blocks=128).generate(prompts, params)
+    llm = LLM(dtype="float32", model=tiny_llama_dir, num_kv_blocks=128, **SPEC)
     watch = Watch(llm)
     spec = llm.generate(prompts, params)
     assert [o.token_ids for o in spec] == [o.token_ids for o in plain]

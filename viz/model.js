@@ -182,6 +182,8 @@ export class PanelModel {
       blockTables: e.block_tables, swapTables: e.swap_tables,
       cachedBlocks: e.cached_blocks || [], // evictable blocks still holding a cached prefix
       written: Object.fromEntries(this.written),
+      // tensor parallelism (absent from older traces: one rank)
+      tp: e.tensor_parallel_size || 1, collectiveS: e.collective_s || 0,
     });
     this.current = null;
     if (e.kv_total) this.kvTotal = e.kv_total;

@@ -42,6 +42,9 @@ class RunnerOutput:
     sampled: dict[int, int | list[int]] = field(default_factory=dict)
     forward_s: float = 0.0
     sample_s: float = 0.0
+    # Tensor parallelism: seconds in collectives (sending the plan, and the all-reduces,
+    # which are also inside forward_s); 0 on one rank.
+    collective_s: float = 0.0
 
 
 class Runner(Protocol):

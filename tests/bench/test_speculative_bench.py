@@ -6,7 +6,7 @@ from minicb.bench.speculative import compare, copy_workload, render
 
 
 def test_compare_reports_both_modes_and_paired_ratios(tiny_llama_dir):
-    engine = LLM(model=tiny_llama_dir, num_kv_blocks=128, num_swap_blocks=0).engine
+    engine = LLM(dtype="float32", model=tiny_llama_dir, num_kv_blocks=128, num_swap_blocks=0).engine
     w = copy_workload(engine, 2, 12)
     assert len(w.requests) == 2 and all(r.max_tokens == 12 for r in w.requests)
     result = compare(engine, w, slots=2, repeats=2)
