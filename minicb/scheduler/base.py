@@ -233,14 +233,14 @@ class SchedulerBase:
         """A prefill chunk or decode of ``num_tokens`` tokens from where the request stands."""
         start = req.num_computed_tokens
         end = start + num_tokens
-        total = req.num_tokens
+        total = len(req.prompt_token_ids) + len(req.output_token_ids)  # once: on every row
         return ScheduledRequest(
             request_id=req.request_id,
             phase=PREFILL if (total - start > 1 or start == 0) else DECODE,
             num_tokens=num_tokens,
             start_position=start,
             context_len=end,
-            block_table=list(self.blocks.block_table(req.request_id)),
+            block_table=list(self.blocks.block_tables.get(req.request_id, ())),
             store_kv=True,
             samples=end == total,
             token_ids=req.token_slice(start, end),

@@ -143,6 +143,9 @@ class BlockManager:
         room), or None, with nothing changed, when the pool has too few free blocks. A hit
         on an evictable block costs a free block but no new one.
         """
+        table = self.block_tables.get(request_id)
+        if not cached and table is not None and len(table) * self.block_size >= num_tokens:
+            return []  # the common decode: its last block has room (checked every step)
         new = max(0, self.num_new_blocks(request_id, num_tokens) - len(cached))
         revived = sum(1 for b, _ in cached if self.ref_counts[b] == 0)
         if new + revived > self.num_free_blocks:

@@ -55,27 +55,24 @@ class ContinuousScheduler(SchedulerBase):
 
     # ---- 1. running requests -----------------------------------------------------------
     def _schedule_running(self, plan: StepPlan, budget: int) -> int:
-        ordered = self.ordered(self.running)
-        prefilling = [r.in_prefill for r in ordered]
-        queue = deque(
-            [r for r, p in zip(ordered, prefilling, strict=True) if not p]
-            + [r for r, p in zip(ordered, prefilling, strict=True) if p]
-        )
+        # (request, its uncomputed tokens), counted once: decodes (one token) first.
+        pending = [(r, r.num_uncomputed_tokens) for r in self.ordered(self.running)]
+        queue = deque([p for p in pending if p[1] <= 1] + [p for p in pending if p[1] > 1])
         waited = 0
         while queue:
-            req = queue.popleft()
+            req, uncomputed = queue.popleft()
             if budget == 0:
                 waited += 1
                 continue
-            n = min(req.num_uncomputed_tokens, budget)
+            n = min(uncomputed, budget)
             need = req.num_computed_tokens + n
             # Most decodes still have room in their last block and get [] back at once.
             while (added := self.blocks.allocate_slots(req.request_id, need)) is None:
-                victim = max(queue, key=self._rank) if queue else req
+                victim = max(queue, key=lambda p: self._rank(p[0]))[0] if queue else req
                 self._preempt(victim, plan, needer=req, need_tokens=need)
                 if victim is req:
                     break
-                queue.remove(victim)
+                queue = deque(p for p in queue if p[0] is not victim)
             else:
                 if added and self.config.kv_reservation != "paged":
                     plan.notes.append(self._outgrew(req, len(added)))

@@ -14,6 +14,7 @@ into the event, generated from these dataclass fields. Pure Python.
 from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field, fields
+from operator import attrgetter
 from typing import Any
 
 from minicb.config import SamplingParams
@@ -159,10 +160,12 @@ def _event_fields(cls: type) -> tuple:
 
 
 _EVENT_FIELDS = {cls: _event_fields(cls) for cls in (StepPlan, ScheduledRequest, Decision)}
+_ROW_NAMES = tuple(f.name for f in _EVENT_FIELDS[ScheduledRequest])
+_row_values = attrgetter(*_ROW_NAMES)  # one C call for a row's values: rows are many
 
 
 def _row_dict(row: ScheduledRequest) -> dict[str, Any]:
-    data = {f.name: getattr(row, f.name) for f in _EVENT_FIELDS[ScheduledRequest]}
+    data = dict(zip(_ROW_NAMES, _row_values(row), strict=True))
     data["block_table"] = list(row.block_table)
     return data
 

@@ -96,6 +96,11 @@ def jain_index(values: list[float]) -> float | None:
     return sum(values) ** 2 / (len(values) * squares) if squares > 0 else None
 
 
+def handlers(listener: object) -> dict[str, Any]:
+    """A listener's ``_on_<kind>`` methods by kind: looked up once, not by name per event."""
+    return {n[4:]: getattr(listener, n) for n in dir(listener) if n.startswith("_on_")}
+
+
 def _ratio(num: float, den: float) -> float | None:
     return num / den if den else None
 
@@ -163,19 +168,26 @@ class MetricsCollector:
         self.rejected = 0
         self.t_min: float | None = None
         self.t_max: float | None = None
+        self._handlers = handlers(self)
 
     def __call__(self, event: Event) -> None:
-        handler = getattr(self, "_on_" + event.kind, None)
+        handler = self._handlers.get(event.kind)
         if handler is not None:
             handler(event)
 
     def _seen(self, start: float, end: float) -> None:
-        self.t_min = start if self.t_min is None else min(self.t_min, start)
-        self.t_max = end if self.t_max is None else max(self.t_max, end)
+        if self.t_min is None or start < self.t_min:
+            self.t_min = start
+        if self.t_max is None or end > self.t_max:
+            self.t_max = end
 
     def _req(self, event: Any) -> _Request:
         self._seen(event.time, event.time)
-        return self.requests.setdefault((self.generation, event.request_id), _Request())
+        key = (self.generation, event.request_id)
+        r = self.requests.get(key)
+        if r is None:  # only now: setdefault would build a _Request for every event
+            r = self.requests[key] = _Request()
+        return r
 
     # ---- per-event updates ---------------------------------------------------------------
     def _on_step(self, e: Any) -> None:

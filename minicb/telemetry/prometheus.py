@@ -30,7 +30,7 @@ from prometheus_client import (
 )
 
 from minicb.telemetry.events import Event
-from minicb.telemetry.metrics import e2e, queue_time, tpot, ttft
+from minicb.telemetry.metrics import e2e, handlers, queue_time, tpot, ttft
 
 # Bucket edges (seconds), close to vLLM's, widened at the slow end for CPU runs.
 # fmt: off
@@ -112,6 +112,7 @@ class PrometheusMetrics:
         self.queue = hist(
             "minicb:request_queue_time_seconds", "Arrival to admission.", buckets=E2E_BUCKETS
         )
+        self._handlers = handlers(self)
 
     def _factory(self, cls: type) -> Callable[..., Any]:
         """Makes metrics of ``cls`` labelled with the model name, colon name if allowed."""
@@ -135,7 +136,7 @@ class PrometheusMetrics:
 
     # ---- events --------------------------------------------------------------------------
     def __call__(self, event: Event) -> None:
-        handler = getattr(self, "_on_" + event.kind, None)
+        handler = self._handlers.get(event.kind)
         if handler is not None:
             handler(event)
 
