@@ -12,7 +12,10 @@ Order of business each iteration, under a token budget and a slot limit:
    with prefix caching, the blocks a prompt begins with are looked up first, and only the
    tokens after them are scheduled and charged to the budget. With a ``kv_reservation``
    other than ``paged``, admission takes the request's whole reservation at once
-   (reservation.py); a request that outgrows it grows paged, and the plan says so.
+   (reservation.py); a request that outgrows it grows paged, and the plan says so;
+4. with speculative decoding on, greedy decode rows take drafts last, from what is left
+   of the budget and of the unkeyed free blocks, so a draft never delays, preempts or
+   evicts anyone (and there are none in an iteration that preempted).
 
 With chunked prefill off, an iteration that can admit waiting prompts runs them whole
 and alone ("prefill first", as early vLLM did; Orca's selective batching already mixed
@@ -46,7 +49,9 @@ class ContinuousScheduler(SchedulerBase):
             return
         budget = self._swap_in(plan, budget)
         if self.config.enable_chunked_prefill:
-            self._admit(plan, budget, chunked=True)
+            budget = self._admit(plan, budget, chunked=True)
+        if self.drafter is not None:  # last: drafts spend only what nobody else needs
+            self.drafter.add_drafts(plan, self.requests, budget)
 
     # ---- 1. running requests -----------------------------------------------------------
     def _schedule_running(self, plan: StepPlan, budget: int) -> int:
