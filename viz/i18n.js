@@ -159,6 +159,8 @@ const REASONS = [
 function cacheWords(m) {
   const parts = m[4].split(/, (?=\d+ (?:blocks|taken))/).map((p) => {
     const shared = p.match(/^(\d+) blocks shared with requests? (.+)$/);
+    const more = shared && shared[2].match(/^(.+) and (\d+) more$/);
+    if (more) return `与请求 ${more[1]} 等 ${more[1].split(", ").length + Number(more[2])} 个请求共享 ${shared[1]} 个块`;
     if (shared) return `与请求 ${shared[2]} 共享 ${shared[1]} 个块`;
     const back = p.match(/^(\d+) taken back from the evictable cached blocks$/);
     return back ? `${back[1]} 个取回自可回收的缓存块` : p;
