@@ -21,6 +21,7 @@ KV_RESERVATIONS = ("paged", "max", "pow2", "oracle")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 COMPILE_MODES = ("off", "on")
+SPECULATIVE_MODES = ("off", "ngram")
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,13 @@ class EngineConfig:
     # engine, ranks 1..N-1 run their shard of every layer (minicb/runner/tp_group.py).
     tensor_parallel_size: int = 1
     seed: int = 0
+    # Speculative decoding (minicb/scheduler/speculative.py): "ngram" lets a greedy decode
+    # propose up to num_speculative_tokens tokens that followed an earlier occurrence of its
+    # last ngram_min..ngram_max tokens, verified in the same forward pass as everyone else.
+    speculative: str = "off"
+    num_speculative_tokens: int = 4
+    ngram_min: int = 1
+    ngram_max: int = 4
 
     def __post_init__(self) -> None:
         self._check_choice("batching", BATCHING_MODES)
@@ -77,10 +85,18 @@ class EngineConfig:
         self._check_choice("attention_backend", ATTENTION_BACKENDS)
         self._check_choice("dtype", DTYPES)
         self._check_choice("compile", COMPILE_MODES)
+        self._check_choice("speculative", SPECULATIVE_MODES)
         self._check_positive("max_num_seqs")
         self._check_positive("max_num_batched_tokens")
         self._check_positive("block_size")
         self._check_positive("aging_steps")
+        self._check_positive("num_speculative_tokens")
+        self._check_positive("ngram_min")
+        self._check_positive("ngram_max")
+        if self.ngram_min > self.ngram_max:
+            raise ValueError(
+                f"ngram_min ({self.ngram_min}) must not exceed ngram_max ({self.ngram_max})"
+            )
         self._check_positive("tensor_parallel_size")
         if self.num_kv_blocks is not None:
             self._check_positive("num_kv_blocks")
@@ -168,6 +184,15 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         help="bfloat16 on CPU: linear layers on oneDNN-packed weights (on by default)",
     )
     g.add_argument(
+        "--speculative",
+        default="off",
+        choices=SPECULATIVE_MODES,
+        help="speculative decoding: 'ngram' drafts tokens by prompt lookup (greedy requests)",
+    )
+    g.add_argument("--num-speculative-tokens", type=int, default=4, help="drafts per step, at most")
+    g.add_argument("--ngram-min", type=int, default=1, help="shortest n-gram the lookup matches")
+    g.add_argument("--ngram-max", type=int, default=4, help="longest n-gram the lookup matches")
+    g.add_argument(
         "--tensor-parallel-size",
         type=int,
         default=1,
@@ -193,6 +218,10 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         attention_backend=args.attention_backend,
         compile=args.compile,
         packed_weights=args.packed_weights,
+        speculative=args.speculative,
+        num_speculative_tokens=args.num_speculative_tokens,
+        ngram_min=args.ngram_min,
+        ngram_max=args.ngram_max,
         tensor_parallel_size=args.tensor_parallel_size,
     )
 

@@ -2,7 +2,7 @@
 
     plan = scheduler.schedule()          # who runs this iteration, and why
     out = runner.execute(plan)           # one ragged batch through the model (or a fake)
-    scheduler.update(plan, out.sampled)  # append tokens, advance counters
+    scheduler.update(plan, out.sampled)  # append tokens (accepted drafts too), advance counters
     ... check stops, retire finished ... # finished requests leave the batch
     bus.emit(StepEvent(plan, timings))   # the one event path: metrics, traces, browsers
 
@@ -119,7 +119,11 @@ class LLMEngine:
         self.eos_token_ids = runner.stop_token_ids
         self.max_model_len = runner.max_model_len
         self.scheduler = make_scheduler(
-            self.config, runner.num_kv_blocks, self.max_model_len, runner.num_swap_blocks
+            self.config,
+            runner.num_kv_blocks,
+            self.max_model_len,
+            runner.num_swap_blocks,
+            self._render_tokens if self.tokenizer is not None else None,
         )
         self._ids = itertools.count()
         self._texts: dict[int, IncrementalDetokenizer] = {}  # output text, per live request
@@ -318,7 +322,13 @@ class LLMEngine:
             if metrics.first_scheduled_time is None:
                 metrics.first_scheduled_time = now
                 metrics.num_cached_tokens = decision.num_cached_tokens
-        new_tokens = [self._new_token(req, now) for req in self.scheduler.update(plan, out.sampled)]
+        new_tokens: list[TokenDelta] = []
+
+        def on_token(req: Request) -> bool:  # each accepted token in turn: stop right there?
+            new_tokens.append(self._new_token(req, now))
+            return req.finished
+
+        self.scheduler.update(plan, out.sampled, on_token)
         finished = []
         for req in self.scheduler.retire(plan):
             req.metrics.finished_time = now
@@ -352,6 +362,10 @@ class LLMEngine:
             self.scheduler.finish(req, status)
         index = len(req.output_token_ids) - 1
         return TokenDelta(req.request_id, req.output_token_ids[-1], text, index)
+
+    def _render_tokens(self, token_ids: list[int]) -> str:
+        """Token ids as quoted text, for the scheduler's reasons about drafts."""
+        return repr(self.tokenizer.decode(token_ids, skip_special_tokens=False))
 
     def _output(self, req: Request) -> RequestOutput:
         detok = self._texts.pop(req.request_id, None)

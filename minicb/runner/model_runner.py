@@ -7,7 +7,8 @@ It owns the model weights and the KV tensors: one device tensor of shape
 swapped-out blocks. Each iteration it copies blocks the plan swaps out, then those it
 swaps in, builds ``input_ids``/``positions``/AttentionMetadata for every scheduled
 token (no padding between requests), runs the model, and samples one token for each
-request whose uncomputed tokens are now all computed.
+request whose uncomputed tokens are now all computed (and, for a row that verifies
+speculative drafts, one after each draft too).
 
 With ``tensor_parallel_size`` N > 1 this runner is rank 0 of N: it holds 1/N of every
 layer (minicb.runner.tensor_parallel) and 1/N of the KV heads, sends each plan to the
@@ -248,16 +249,7 @@ class ModelRunner:
             if self.device.type == "cuda":
                 torch.cuda.synchronize()
         t1 = time.perf_counter()
-        sampled: dict[int, int] = {}
-        rows = [r for r in plan.scheduled if r.samples]
-        if rows:
-            tokens = sample(
-                logits,
-                [r.params for r in rows],
-                [r.num_output_tokens for r in rows],
-                self.generator,
-            )
-            sampled = {r.request_id: t for r, t in zip(rows, tokens, strict=True)}
+        sampled = self._sample(plan, logits)
         return RunnerOutput(
             sampled,
             forward_s=t1 - t0,
@@ -297,6 +289,26 @@ class ModelRunner:
     def _collective_s(self) -> float:
         return self.shard.timer.take() if self.shard is not None else 0.0
 
+    def _sample(self, plan: StepPlan, logits: torch.Tensor | None) -> dict[int, int | list[int]]:
+        """One token per sampling row; a row with d drafts samples at each of its last 1 + d
+        positions (the token after its last real token, then after each draft)."""
+        rows = [r for r in plan.scheduled if r.samples]
+        if not rows:
+            return {}
+        widths = [1 + r.num_draft_tokens for r in rows]
+        tokens = sample(
+            logits,
+            [r.params for r, w in zip(rows, widths, strict=True) for _ in range(w)],
+            [r.num_output_tokens + i for r, w in zip(rows, widths, strict=True) for i in range(w)],
+            self.generator,
+        )
+        sampled: dict[int, int | list[int]] = {}
+        at = 0
+        for r, w in zip(rows, widths, strict=True):
+            sampled[r.request_id] = tokens[at] if w == 1 else tokens[at : at + w]
+            at += w
+        return sampled
+
     def _prepare(self, plan: StepPlan):
         bs = self.config.block_size
         input_ids: list[int] = []
@@ -311,8 +323,8 @@ class ModelRunner:
                 slots += [row.block_table[p // bs] * bs + p % bs for p in span]
             else:
                 slots += [-1] * row.num_tokens
-            if row.samples:
-                sample_rows.append(len(input_ids) - 1)
+            if row.samples:  # the last token, and each draft before it (speculative rows)
+                sample_rows += range(len(input_ids) - 1 - row.num_draft_tokens, len(input_ids))
         meta = AttentionMetadata.build(
             query_lens=[r.num_tokens for r in plan.scheduled],
             context_lens=[r.context_len for r in plan.scheduled],

@@ -25,6 +25,10 @@ events in the same order give exactly the same figures, live or replayed. Defini
   requests (1 = all equal); longest wait = most time a request spent not running
   (queued, preempted or swapped out).
 - goodput under TTFT/TPOT targets: finished requests that met both, per second.
+- speculative decoding: draft tokens verified, accepted (kept as output); acceptance rate =
+  accepted / drafted; accepted tokens per step = accepted / iterations; tokens per decode
+  row = tokens the decode rows produced / decode rows (1 without speculation, at most
+  1 + num_speculative_tokens): the mean tokens per request per iteration.
 
 Pure Python: no torch.
 """
@@ -146,6 +150,10 @@ class _Steps:
     prefill_tokens: int = 0
     prefix_query_tokens: int = 0
     prefix_hit_tokens: int = 0
+    decode_rows: int = 0
+    drafted_rows: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
 
 
 class MetricsCollector:
@@ -200,6 +208,11 @@ class MetricsCollector:
             else:
                 s.prefill_tokens += row.num_tokens if row.phase == "prefill" else 0
                 s.useful_rows += 1
+            if row.phase == "decode":
+                s.decode_rows += 1
+                s.drafted_rows += row.num_draft_tokens > 0
+                s.draft_tokens += row.num_draft_tokens
+                s.accepted_tokens += row.num_accepted_tokens
             full = -(-row.context_len // bs)  # blocks the live tokens need
             s.kv_live += row.context_len
             s.kv_held += len(row.block_table) * bs
@@ -303,6 +316,7 @@ class MetricsCollector:
             "kv": self._kv(),
             "preemptions": self._preemptions(),
             "prefix_cache": self._prefix_cache(),
+            "speculative": self._speculative(),
             "fairness": self._fairness(done),
             "goodput": _goodput(done, ttfts, tpots, ttft_slo, tpot_slo, duration),
         }
@@ -324,6 +338,17 @@ class MetricsCollector:
             "hit_tokens": s.prefix_hit_tokens,
             "hit_rate": _ratio(s.prefix_hit_tokens, s.prefix_query_tokens),
             "prefill_tokens": s.prefill_tokens,
+        }
+
+    def _speculative(self) -> dict[str, Any]:
+        s = self.steps
+        return {
+            "drafted_rows": s.drafted_rows,
+            "draft_tokens": s.draft_tokens,
+            "accepted_tokens": s.accepted_tokens,
+            "acceptance_rate": _ratio(s.accepted_tokens, s.draft_tokens),
+            "accepted_tokens_per_step": _ratio(s.accepted_tokens, s.count),
+            "tokens_per_decode_row": _ratio(s.decode_rows + s.accepted_tokens, s.decode_rows),
         }
 
     def _batch(self) -> dict[str, Any]:
