@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from minicb.bench import suite
-from minicb.config import add_engine_options, engine_kwargs
+from minicb.config import add_engine_options, describe_choices, engine_kwargs
 from minicb.server import launch
 from minicb.telemetry.trace import add_trace_option, read_trace, traced
 
@@ -61,6 +61,7 @@ def generate(args: argparse.Namespace) -> int:
     from minicb import LLM, SamplingParams
 
     llm = LLM(model=args.model, **engine_kwargs(args))
+    print(f"minicb generate: {describe_choices(llm.engine.describe()['runner'])}", file=sys.stderr)
     params = SamplingParams(
         max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed
     )

@@ -109,7 +109,7 @@ def run_once(
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None)
-    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--dtype", default="auto")
     # One thread by default: on a small machine shared with other work, two torch threads
     # contend with everything else and single steps were seen to stall for seconds.
     ap.add_argument("--threads", type=int, default=1)

@@ -48,8 +48,8 @@ def test_generate_keeps_prompt_order_and_accepts_one_prompt(tiny_llama_dir):
 
 
 def test_two_engines_share_one_copy_of_the_weights(tiny_llama_dir):
-    continuous = LLMEngine(tiny_llama_dir, EngineConfig(num_kv_blocks=32))
-    static_config = EngineConfig(batching="static", num_kv_blocks=32)
+    continuous = LLMEngine(tiny_llama_dir, EngineConfig(dtype="float32", num_kv_blocks=32))
+    static_config = EngineConfig(dtype="float32", batching="static", num_kv_blocks=32)
     static = LLMEngine(config=static_config, runner=continuous.runner.with_config(static_config))
     assert static.runner.model is continuous.runner.model
     assert static.runner.kv_cache.data_ptr() != continuous.runner.kv_cache.data_ptr()

@@ -249,7 +249,7 @@ def test_attention_from_a_cached_prefix_matches_no_cache(backend, tiny_llama_dir
     system = list(range(3, 40))  # two full blocks of 16, and a bit
     prompts = [system + [50 + i] * (i + 1) for i in range(4)]
     params = SamplingParams(max_tokens=5, temperature=0.0, ignore_eos=True)
-    options = dict(num_kv_blocks=32, block_size=16, max_num_seqs=1)
+    options = dict(dtype="float32", num_kv_blocks=32, block_size=16, max_num_seqs=1)
     plain = LLM(
         model=tiny_llama_dir, attention_backend="torch", enable_prefix_caching=False, **options
     )

@@ -19,7 +19,9 @@ MAX_TOKENS = [
 @pytest.fixture(scope="module")
 def reference(tiny_llama_dir):
     """One request at a time: no batching at all."""
-    llm = LLM(model=tiny_llama_dir, max_num_seqs=1, num_kv_blocks=64, block_size=16)
+    llm = LLM(
+        model=tiny_llama_dir, dtype="float32", max_num_seqs=1, num_kv_blocks=64, block_size=16
+    )
     return greedy_tokens(llm, PROMPTS, MAX_TOKENS)
 
 
@@ -76,7 +78,8 @@ def runs(tiny_llama_dir) -> dict:
     """Every configuration run once: its outputs and the plans of its steps."""
     results = {}
     for name, config in CONFIGS.items():
-        llm = LLM(model=tiny_llama_dir, **(dict(num_kv_blocks=256, block_size=16) | config))
+        options = dict(num_kv_blocks=256, block_size=16) | config
+        llm = LLM(model=tiny_llama_dir, dtype="float32", **options)
         plans = record_plans(llm)
         results[name] = (generate(llm, PROMPTS, MAX_TOKENS, PRIORITIES), plans)
     return results
@@ -124,6 +127,7 @@ def test_same_tokens_under_preemption(mode, policy, block_size, tiny_llama_dir, 
     # A pool of ~70 tokens for 16 requests of up to 62 tokens each: preemption is forced.
     num_blocks = 72 // block_size
     llm = LLM(
+        dtype="float32",
         model=tiny_llama_dir,
         num_kv_blocks=num_blocks,
         block_size=block_size,
@@ -144,6 +148,7 @@ def test_same_tokens_under_preemption(mode, policy, block_size, tiny_llama_dir, 
 
 def test_swap_falls_back_to_recompute_when_swap_space_is_full(tiny_llama_dir, reference):
     llm = LLM(
+        dtype="float32",
         model=tiny_llama_dir,
         num_kv_blocks=6,
         block_size=16,
@@ -208,6 +213,7 @@ SHARED_MAX = [3 + (5 * i) % 17 for i in range(len(SHARED))]
 @pytest.fixture(scope="module")
 def shared_reference(tiny_llama_dir):
     llm = LLM(
+        dtype="float32",
         model=tiny_llama_dir,
         max_num_seqs=1,
         num_kv_blocks=64,
@@ -232,7 +238,7 @@ def _cached_run(llm: LLM) -> tuple[list[list[int]], int]:
 @pytest.mark.parametrize("name", CONFIGS)
 def test_same_tokens_with_prefix_caching(name, tiny_llama_dir, shared_reference):
     options = dict(num_kv_blocks=256, block_size=16, max_num_seqs=4) | CONFIGS[name]
-    llm = LLM(model=tiny_llama_dir, enable_prefix_caching=True, **options)
+    llm = LLM(model=tiny_llama_dir, dtype="float32", enable_prefix_caching=True, **options)
     tokens, hit_tokens = _cached_run(llm)
     assert tokens == shared_reference
     # Static batching does not share prefixes (see docs/architecture.md); the rest must.
@@ -247,6 +253,7 @@ def test_same_tokens_with_prefix_caching_under_preemption(
 ):
     num_blocks = 96 // block_size  # 96 tokens for prompts of up to 49 + 19: preemption
     llm = LLM(
+        dtype="float32",
         model=tiny_llama_dir,
         num_kv_blocks=num_blocks,
         block_size=block_size,

@@ -45,7 +45,9 @@ def _outgrew(plans) -> bool:
 @pytest.fixture(scope="module")
 def reference(tiny_llama_dir):
     """One request at a time: no batching at all."""
-    llm = LLM(model=tiny_llama_dir, max_num_seqs=1, num_kv_blocks=64, block_size=16)
+    llm = LLM(
+        model=tiny_llama_dir, dtype="float32", max_num_seqs=1, num_kv_blocks=64, block_size=16
+    )
     return greedy_tokens(llm, PROMPTS, MAX_TOKENS)
 
 
@@ -55,7 +57,9 @@ def reference(tiny_llama_dir):
     + [("oracle", "short"), ("oracle", "none")],
 )
 def test_same_tokens_in_every_reservation_mode(mode, hint, tiny_llama_dir, reference):
-    llm = LLM(model=tiny_llama_dir, num_kv_blocks=256, block_size=16, kv_reservation=mode)
+    llm = LLM(
+        model=tiny_llama_dir, dtype="float32", num_kv_blocks=256, block_size=16, kv_reservation=mode
+    )
     tokens, plans = _generate(llm, PROMPTS, MAX_TOKENS, HINTS[hint])
     assert tokens == reference
     reasons = [d.reason for p in plans for d in p.admitted]
@@ -70,6 +74,7 @@ def test_same_tokens_when_outgrown_reservations_force_preemption(
 ):
     # 5 blocks of 16 for requests of up to 62 tokens that reserve a third of their output.
     llm = LLM(
+        dtype="float32",
         model=tiny_llama_dir,
         num_kv_blocks=5,
         block_size=16,
@@ -85,7 +90,9 @@ def test_same_tokens_when_outgrown_reservations_force_preemption(
 
 def test_same_tokens_with_max_reservation_in_a_small_pool(tiny_llama_dir, reference):
     # Max reserves each request's worst case: it waits for room rather than preempting.
-    llm = LLM(model=tiny_llama_dir, num_kv_blocks=5, block_size=16, kv_reservation="max")
+    llm = LLM(
+        model=tiny_llama_dir, dtype="float32", num_kv_blocks=5, block_size=16, kv_reservation="max"
+    )
     tokens, plans = _generate(llm, PROMPTS, MAX_TOKENS, HINTS["none"])
     assert tokens == reference
     assert not any(p.preempted for p in plans)
@@ -95,6 +102,7 @@ def test_same_tokens_with_max_reservation_in_a_small_pool(tiny_llama_dir, refere
 @pytest.fixture(scope="module")
 def shared_reference(tiny_llama_dir):
     llm = LLM(
+        dtype="float32",
         model=tiny_llama_dir,
         max_num_seqs=1,
         num_kv_blocks=64,
@@ -111,6 +119,7 @@ def test_same_tokens_with_prefix_caching(preemption, mode, tiny_llama_dir, share
     if preemption:  # a pool of 96 tokens for prompts of up to 49 + 19, short hints
         options = dict(num_kv_blocks=6, preemption_mode=preemption, num_swap_blocks=6)
     llm = LLM(
+        dtype="float32",
         model=tiny_llama_dir,
         block_size=16,
         enable_prefix_caching=True,

@@ -232,7 +232,11 @@ function render(now) {
     app.lastSlow = now;
     for (const p of app.panels) {
       const c = formatCounters(countersAt(p.model, cursors.get(p.name)));
-      for (const dd of p.el.querySelectorAll("dd[data-c]")) setText(dd, c[dd.dataset.c]);
+      for (const dd of p.el.querySelectorAll("dd[data-c]")) {
+        const hidden = c[dd.dataset.c] == null; // shown only where it applies
+        if (dd.parentElement.hidden !== hidden) dd.parentElement.hidden = hidden;
+        setText(dd, c[dd.dataset.c] ?? "");
+      }
     }
     if (now - app.lastChart > app.chartEvery) { // at most a tenth of the time on the chart
       const start = performance.now();

@@ -13,7 +13,7 @@ export function countersAt(model, cursor) {
   const step = model.stepAt(cursor);
   const out = {
     toks: 0, occupancy: null, padding: null, ttft50: null, ttft99: null,
-    ttft50Pending: false, ttft99Pending: false, queue: 0, done: 0,
+    ttft50Pending: false, ttft99Pending: false, queue: 0, done: 0, tp: 1, collectiveS: 0,
   };
   if (!step) {
     out.queue = model.order.filter((r) => r.endStep == null).length;
@@ -45,6 +45,7 @@ export function countersAt(model, cursor) {
     out[`ttft${p}Pending`] = at ? at.pending : false;
   }
   out.queue = step.waiting + step.swapped;
+  out.tp = step.tp; out.collectiveS = step.collectiveS; // this step's time in collectives
   return out;
 }
 
@@ -56,5 +57,6 @@ export function formatCounters(c) {
     ttft50: (c.ttft50Pending ? "≥ " : "") + sec(c.ttft50),
     ttft99: (c.ttft99Pending ? "≥ " : "") + sec(c.ttft99),
     queue: String(c.queue), done: String(c.done),
+    parallel: c.tp > 1 ? `${c.tp} · ${(c.collectiveS * 1000).toFixed(1)} ms` : null, // null: hidden
   };
 }

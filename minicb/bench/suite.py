@@ -51,7 +51,7 @@ from minicb.bench.workloads import (
     make_workloads,
     sweep_workload,
 )
-from minicb.config import DTYPES
+from minicb.config import DTYPES, describe_choices
 from minicb.runner.catalogue import model_shape
 from minicb.runner.loader import load_hf_config, resolve_model_path
 from minicb.scheduler.block_manager import blocks_needed
@@ -61,7 +61,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("bench", help="benchmark batching modes and transformers")
     p.add_argument("--quick", action="store_true", help="small workloads, one repeat")
     p.add_argument("--model", default=None, help="model folder (default: embedded SmolLM2-135M)")
-    p.add_argument("--dtype", default="bfloat16", choices=[d for d in DTYPES if d != "auto"])
+    p.add_argument(
+        "--dtype", default="auto", choices=DTYPES,
+        help="auto: bfloat16 where the hardware computes it natively, else float32",
+    )  # fmt: skip
     p.add_argument("--device", default="auto", help="cpu, cuda, or auto")
     p.add_argument(
         "--threads", type=int, default=1,
@@ -135,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
     workloads = make_workloads(plan, vocab)
     cached = cache_workloads(plan, vocab) if MINICB[0] in plan.systems else []
     systems = build_systems(args.model, args.dtype, args.device, plan, workloads)
+    print(f"minicb bench: {describe_choices(systems.continuous.describe()['runner'])}")
     total = count_runs(plan, len(workloads), len(cached))
     with tqdm(total=total, unit="run", file=sys.stderr, disable=args.no_progress) as bar:
         suite = Suite(plan, systems, bar, args.trace)
@@ -177,7 +181,8 @@ def _meta(args: argparse.Namespace, plan: BenchPlan, systems: Systems, started: 
     return {
         "command": "minicb bench" + (" --quick" if args.quick else ""),
         "argv": sys.argv[1:], "quick": plan.quick, "model": systems.continuous.model_name,
-        "dtype": runner["dtype"], "device": runner["device"], "threads": torch.get_num_threads(),
+        "dtype": runner["dtype"], "dtype_reason": runner["dtype_reason"],
+        "device": runner["device"], "threads": torch.get_num_threads(),
         "max_num_seqs": plan.max_num_seqs, "repeats": plan.repeats, "ttft_slo": plan.ttft_slo,
         "tpot_slo": plan.tpot_slo, "num_kv_blocks": systems.num_kv_blocks,
         "hf_error": systems.hf_error, "plan": asdict(plan), "started": started,

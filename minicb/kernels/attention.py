@@ -10,7 +10,9 @@ tokens are the last ``query_len`` of that context, so query ``j`` sits at absolu
 ``get_backend(name, device)`` returns an object with ``store_kv`` and ``attention``; the
 model calls only those two, so a backend can be swapped without touching it. "auto" takes
 Triton on CUDA and the torch reference on CPU (where Triton would only run under its slow
-interpreter).
+interpreter). Triton is optional (it publishes wheels for Linux only): without it "auto"
+takes the torch reference on CUDA too and logs why once, and an explicit "triton" is
+refused with an error saying what is missing. Each backend carries a ``reason`` in words.
 
 The "triton" backend: ``store_kv`` scatters this step's K/V into the paged cache;
 ``attention`` takes the decode kernel when every request brings exactly one query token
@@ -25,12 +27,22 @@ the triton backend is asked for.
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 from dataclasses import dataclass
+from functools import cache
 from typing import Protocol
 
 import torch
 
 from minicb.kernels import reference
+from minicb.kernels.torch_attention import DecodeIndex, decode_attention
+
+log = logging.getLogger(__name__)
+TRITON_HINT = (
+    "Triton publishes wheels for Linux only: `pip install triton` there, "
+    "or use attention_backend='torch' (what 'auto' picks without it)"
+)
 
 
 @dataclass
@@ -84,6 +96,7 @@ class AttentionMetadata:
 
 class AttentionBackend(Protocol):
     name: str
+    reason: str  # why this backend, in words (runner.describe() reports it)
 
     def store_kv(
         self,
@@ -105,23 +118,64 @@ class AttentionBackend(Protocol):
 
 
 class TorchBackend:
+    """Plain torch. Decode-only steps gather through a ``DecodeIndex`` that the first layer
+    builds and every later layer of the same step reuses (the step's metadata object is the
+    key); steps with prompt chunks take the reference path."""
+
     name = "torch"
+
+    def __init__(self, reason: str = "asked for") -> None:
+        self.reason = reason
+        self._step: tuple[AttentionMetadata, DecodeIndex] | None = None
 
     def store_kv(self, key, value, k_cache, v_cache, slot_mapping) -> None:
         reference.store_kv(key, value, k_cache, v_cache, slot_mapping)
 
     def attention(self, query, k_cache, v_cache, meta, scale) -> torch.Tensor:
-        return reference.paged_attention(query, k_cache, v_cache, meta, scale)
+        if not meta.is_decode_only:
+            return reference.paged_attention(query, k_cache, v_cache, meta, scale)
+        if self._step is None or self._step[0] is not meta:
+            self._step = (meta, DecodeIndex.build(meta, k_cache.shape[1]))
+        return decode_attention(query, k_cache, v_cache, self._step[1], scale)
+
+
+def triton_missing() -> str | None:
+    """Why triton cannot be imported here, or None if it can. The module is looked up, not
+    imported: importing it fixes Triton's interpreter switch for the whole process."""
+    try:
+        found = importlib.util.find_spec("triton") is not None
+    except (ImportError, ValueError) as err:  # a blocked or broken installation
+        return str(err) or type(err).__name__
+    return None if found else "No module named 'triton'"
+
+
+@cache
+def _say_once(device_type: str, why: str) -> None:
+    message = f"triton is not importable ({why}): attention runs on the torch backend"
+    # On CUDA that costs speed, so warn; on CPU "auto" takes torch anyway.
+    log.log(logging.WARNING if device_type == "cuda" else logging.INFO, message)
 
 
 def get_backend(name: str, device: torch.device) -> AttentionBackend:
-    if name == "auto":
-        name = "triton" if device.type == "cuda" else "torch"
+    """The backend for ``name`` ("auto", "torch" or "triton") on ``device``."""
+    if name not in ("auto", "torch", "triton"):
+        raise ValueError(f"unknown attention_backend {name!r}; choose auto, torch or triton")
+    missing = triton_missing() if name != "torch" else None
+    if name == "triton":
+        if missing:
+            raise RuntimeError(
+                f"attention_backend='triton' needs the triton package, which cannot be "
+                f"imported here ({missing}). {TRITON_HINT}"
+            )
+        return TritonBackend()
     if name == "torch":
         return TorchBackend()
-    if name == "triton":
-        return TritonBackend()
-    raise ValueError(f"unknown attention_backend {name!r}; choose auto, torch or triton")
+    if missing:
+        _say_once(device.type, missing)
+        return TorchBackend(f"auto: triton cannot be imported here: {missing}")
+    if device.type == "cuda":
+        return TritonBackend("auto: Triton kernels on CUDA")
+    return TorchBackend("auto: on CPU Triton would run only under its slow interpreter")
 
 
 def kernels_are_interpreted() -> bool:
@@ -146,6 +200,9 @@ def _check_device(tensor: torch.Tensor) -> None:
 
 class TritonBackend:
     name = "triton"
+
+    def __init__(self, reason: str = "asked for") -> None:
+        self.reason = reason
 
     def store_kv(
         self,

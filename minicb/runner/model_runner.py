@@ -7,13 +7,22 @@ It owns the model weights and the KV tensors: one device tensor of shape
 swapped-out blocks. Each iteration it copies blocks the plan swaps out, then those it
 swaps in, builds ``input_ids``/``positions``/AttentionMetadata for every scheduled
 token (no padding between requests), runs the model, and samples one token for each
-request whose uncomputed tokens are now all computed.
+request whose uncomputed tokens are now all computed (and, for a row that verifies
+speculative drafts, one after each draft too).
+
+With ``tensor_parallel_size`` N > 1 this runner is rank 0 of N: it holds 1/N of every
+layer (minicb.runner.tensor_parallel) and 1/N of the KV heads, sends each plan to the
+workers (minicb.runner.tp_group) and samples; a worker runs the same class with its
+``shard``, through ``run_shard`` (minicb.runner.tp_worker).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -21,15 +30,18 @@ import torch
 from minicb.config import EngineConfig
 from minicb.kernels import AttentionMetadata, get_backend
 from minicb.runner import RunnerOutput
+from minicb.runner.compiled import CompiledLayers
 from minicb.runner.cuda_graphs import maybe_capture
-from minicb.runner.llama import LlamaModel, ModelConfig, RotaryEmbedding
+from minicb.runner.dtype import choose_dtype
+from minicb.runner.llama import EAGER, LlamaModel, ModelConfig, RotaryEmbedding
 from minicb.runner.loader import ModelFiles, iter_safetensors, open_model
+from minicb.runner.packed import PackedLinear, can_pack, pack_linears
 from minicb.runner.sampler import sample
+from minicb.runner.tensor_parallel import Shard, iter_shard, shard_config, shard_model
 from minicb.scheduler.plan import StepPlan
 
 CPU_KV_POOL_BYTES = 1 << 30  # ceiling of an automatically sized KV pool on CPU
 SWAP_SPACE_BYTES = 4 << 30  # ceiling of the default host swap space
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def resolve_device(name: str) -> torch.device:
@@ -39,13 +51,6 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device 'cuda' was asked for but torch sees no CUDA device")
     return device
-
-
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    if name == "auto":
-        # fp32 on CPU keeps greedy tokens equal to transformers'; bf16 where it is fast.
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return DTYPES[name]
 
 
 class ModelRunner:
@@ -59,15 +64,33 @@ class ModelRunner:
         *,
         files: ModelFiles | None = None,
         shared_model: LlamaModel | None = None,
+        shared_compiled: CompiledLayers | None = None,
+        shard: Shard | None = None,
+        tp_shared: int | None = None,
     ) -> None:
+        """``shard``: set on a tensor-parallel worker (rank 1..N-1); ``tp_shared``: the
+        handle of the rank-0 runner whose workers hold ``shared_model``'s shards."""
         self.config = config
         self.files = files or open_model(model)
         self.model_name = self.files.name
         self.tokenizer = self.files.tokenizer
         self.stop_token_ids = self.files.stop_token_ids
         self.device = resolve_device(config.device)
-        self.dtype = resolve_dtype(config.dtype, self.device)
+        self.dtype_choice = choose_dtype(config.dtype, self.device)  # "auto": by capability
+        self.dtype = self.dtype_choice.dtype
+        # Before the weights load: a backend that cannot run here is refused at once.
+        self.backend = get_backend(config.attention_backend, self.device)
         self.model_config = ModelConfig.from_hf(self.files.hf_config)
+        world = config.tensor_parallel_size
+        self.tp = None  # rank 0's handle on its workers (tp_group.TPGroup) when world > 1
+        if world > 1:
+            self.model_config = shard_config(self.model_config, world)  # this rank's part
+            if shard is None:
+                from minicb.runner.tp_group import get_group
+
+                self.tp = get_group(world, self.device)
+                shard = self.tp.shard
+        self.shard = shard
         cfg = self.model_config
         self.vocab_size = cfg.vocab_size
         self.max_model_len = min(
@@ -79,11 +102,24 @@ class ModelRunner:
             self.model = shared_model
         else:
             self.model = self._load_model(self.files)
-        self.backend = get_backend(config.attention_backend, self.device)
+        # Siblings on the same weights share the compiled functions (and their graphs).
+        self.compiled = (shared_compiled or CompiledLayers()) if config.compile == "on" else None
+        self.layer_fns = self.compiled.functions() if self.compiled else EAGER
         self._allocate_kv()
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(config.seed)
-        self.decode_graphs = maybe_capture(self)  # None on CPU or when turned off
+        # None on CPU or when turned off; and under tensor parallelism, whose all-reduces
+        # would have to be captured on every rank in step.
+        self.decode_graphs = maybe_capture(self) if world == 1 else None
+        if self.tp is not None:
+            self._open_workers(tp_shared)
+
+    def _open_workers(self, shared: int | None) -> None:
+        """Have every worker build its shard, with the pool sizes rank 0 chose."""
+        sizes = dict(num_kv_blocks=self.num_kv_blocks, num_swap_blocks=self.num_swap_blocks)
+        config = self.config.with_(**sizes)
+        self.tp_handle = self.tp.open(str(self.files.path), config, shared)
+        weakref.finalize(self, self.tp.release, self.tp_handle)
 
     def _allocate_kv(self) -> None:
         """The paged KV pool on the device and its swap twin in host memory."""
@@ -112,11 +148,21 @@ class ModelRunner:
         # Skeleton on the meta device (no memory), materialised on the target, then filled.
         with torch.device("meta"):
             model = LlamaModel(cfg, rope=None)
+        if self.shard is not None:
+            shard_model(model, self.shard)
         model = model.to_empty(device=self.device)
-        if cfg.tie_word_embeddings:  # to_empty gives each module its own tensor: tie again
+        if cfg.tie_word_embeddings and model.lm_head is not None:
+            # to_empty gives each module its own tensor: tie again
             model.lm_head.weight = model.model.embed_tokens.weight
-        model.load_weights(iter_safetensors(files.path))
+        if self.shard is None:
+            model.load_weights(iter_safetensors(files.path))
+        else:  # only this rank's slices are read from the files
+            full, names = ModelConfig.from_hf(files.hf_config), set(model.state_dict())
+            rank, world = self.shard.rank, self.shard.world
+            model.load_weights(iter_shard(files.path, full, rank, world, names))
         model = model.to(self.dtype).eval()
+        if self.config.packed_weights and can_pack(self.device, self.dtype):
+            pack_linears(model)  # after the cast: the packed copies are made in this dtype
         # Rope tables are attached after the dtype cast so they stay fp32, as in transformers.
         rope = RotaryEmbedding(files.hf_config, cfg.head_dim, self.max_model_len)
         model.rope = rope.to(self.device)
@@ -124,24 +170,44 @@ class ModelRunner:
 
     def with_config(self, config: EngineConfig) -> ModelRunner:
         """A runner for ``config`` on these weights: only the KV cache is new."""
-        return ModelRunner(None, config, files=self.files, shared_model=self.model)
+        shared = self.tp_handle if self.tp is not None else None
+        return ModelRunner(
+            None,
+            config,
+            files=self.files,
+            shared_model=self.model,
+            shared_compiled=self.compiled,
+            tp_shared=shared,
+        )
 
     def describe(self) -> dict[str, Any]:
         """Where and how it computes, for trace headers and the visualizer."""
         info: dict[str, Any] = {
             "runner": "model",
             "device": str(self.device),
-            "dtype": str(self.dtype).removeprefix("torch."),
+            "dtype": self.dtype_choice.name,
+            "dtype_reason": self.dtype_choice.reason,
+            "attention_backend": self.backend.name,
+            "attention_reason": self.backend.reason,
             "num_kv_blocks": self.num_kv_blocks,
             "bytes_per_block": self.bytes_per_block(),
             "torch_threads": torch.get_num_threads(),
+            "tensor_parallel_size": self.config.tensor_parallel_size,
+            "linear": "onednn-packed" if isinstance(self.model.lm_head, PackedLinear) else "plain",
+            "compile": self.compiled.describe() if self.compiled else "eager",
         }
+        if self.tp is not None:
+            info["tensor_parallel_backend"] = self.tp.backend
         if self.device.type == "cuda":
             info["gpu"] = torch.cuda.get_device_name(self.device)
         return info
 
     def _check_shareable(self, model: LlamaModel) -> None:
-        weight = model.lm_head.weight
+        if model.cfg != self.model_config:
+            raise ValueError(
+                "cannot share weights split for another tensor_parallel_size; build a new engine"
+            )
+        weight = model.model.embed_tokens.weight
         if weight.device != self.device or weight.dtype != self.dtype:
             raise ValueError(
                 f"cannot share weights held as {weight.dtype} on {weight.device} with an engine "
@@ -173,31 +239,75 @@ class ModelRunner:
     # ---- one iteration ---------------------------------------------------------------------
     @torch.inference_mode()
     def execute(self, plan: StepPlan) -> RunnerOutput:
+        with self._tp_step(plan):
+            self._copy_swaps(plan)
+            if plan.is_empty:
+                return RunnerOutput(collective_s=self._collective_s())
+            t0 = time.perf_counter()
+            hidden, sample_rows = self._forward(plan)
+            logits = self.model.logits(hidden[sample_rows]) if sample_rows else None
+            if self.device.type == "cuda":
+                torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        sampled = self._sample(plan, logits)
+        return RunnerOutput(
+            sampled,
+            forward_s=t1 - t0,
+            sample_s=time.perf_counter() - t1,
+            collective_s=self._collective_s(),
+        )
+
+    @torch.inference_mode()
+    def run_shard(self, plan: StepPlan) -> None:
+        """A tensor-parallel worker's part of a step: the swaps and the forward, no sampling."""
         self._copy_swaps(plan)
-        if plan.is_empty:
-            return RunnerOutput()
-        t0 = time.perf_counter()
+        if not plan.is_empty:
+            self._forward(plan)
+
+    def _forward(self, plan: StepPlan) -> tuple[torch.Tensor, list[int]]:
+        """(T, hidden) final hidden states of the plan's ragged batch, and the sampling rows."""
         input_ids, positions, meta, sample_rows = self._prepare(plan)
         graphs = self.decode_graphs
         if graphs is not None and meta.is_decode_only and graphs.can_run(meta.num_requests):
-            hidden = graphs.run(input_ids, positions, meta)
-        else:
-            hidden = self.model(input_ids, positions, meta, self.kv_caches, self.backend)
-        logits = self.model.logits(hidden[sample_rows]) if sample_rows else None
-        if self.device.type == "cuda":
-            torch.cuda.synchronize()
-        t1 = time.perf_counter()
-        sampled: dict[int, int] = {}
+            return graphs.run(input_ids, positions, meta), sample_rows
+        hidden = self.model(
+            input_ids, positions, meta, self.kv_caches, self.backend, self.layer_fns
+        )
+        return hidden, sample_rows
+
+    @contextlib.contextmanager
+    def _tp_step(self, plan: StepPlan) -> Iterator[None]:
+        """Under tensor parallelism: send the plan to the workers, and turn a failed
+        collective into an error that names the rank. Otherwise: nothing."""
+        if self.tp is None:
+            yield
+            return
+        self.tp.command(("step", self.tp_handle, plan))
+        with self.tp.guard():
+            yield
+
+    def _collective_s(self) -> float:
+        return self.shard.timer.take() if self.shard is not None else 0.0
+
+    def _sample(self, plan: StepPlan, logits: torch.Tensor | None) -> dict[int, int | list[int]]:
+        """One token per sampling row; a row with d drafts samples at each of its last 1 + d
+        positions (the token after its last real token, then after each draft)."""
         rows = [r for r in plan.scheduled if r.samples]
-        if rows:
-            tokens = sample(
-                logits,
-                [r.params for r in rows],
-                [r.num_output_tokens for r in rows],
-                self.generator,
-            )
-            sampled = {r.request_id: t for r, t in zip(rows, tokens, strict=True)}
-        return RunnerOutput(sampled, forward_s=t1 - t0, sample_s=time.perf_counter() - t1)
+        if not rows:
+            return {}
+        widths = [1 + r.num_draft_tokens for r in rows]
+        tokens = sample(
+            logits,
+            [r.params for r, w in zip(rows, widths, strict=True) for _ in range(w)],
+            [r.num_output_tokens + i for r, w in zip(rows, widths, strict=True) for i in range(w)],
+            self.generator,
+        )
+        sampled: dict[int, int | list[int]] = {}
+        at = 0
+        for r, w in zip(rows, widths, strict=True):
+            sampled[r.request_id] = tokens[at] if w == 1 else tokens[at : at + w]
+            at += w
+        return sampled
 
     def _prepare(self, plan: StepPlan):
         bs = self.config.block_size
@@ -213,8 +323,8 @@ class ModelRunner:
                 slots += [row.block_table[p // bs] * bs + p % bs for p in span]
             else:
                 slots += [-1] * row.num_tokens
-            if row.samples:
-                sample_rows.append(len(input_ids) - 1)
+            if row.samples:  # the last token, and each draft before it (speculative rows)
+                sample_rows += range(len(input_ids) - 1 - row.num_draft_tokens, len(input_ids))
         meta = AttentionMetadata.build(
             query_lens=[r.num_tokens for r in plan.scheduled],
             context_lens=[r.context_len for r in plan.scheduled],

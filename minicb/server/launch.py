@@ -36,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from minicb.config import add_engine_options, engine_kwargs
+from minicb.config import add_engine_options, describe_choices, engine_kwargs
 from minicb.server.openai_request import LOOPBACK, Guard
 from minicb.server.workload import LENGTHS, PRESETS
 from minicb.telemetry.trace import add_trace_option, traced
@@ -295,6 +295,8 @@ def run_demo(args: argparse.Namespace) -> int:
     else:
         print("minicb demo: loading the model ...", flush=True)
     loop, app = build_demo(args)
+    runner = loop.engines["continuous"].describe()["runner"]
+    print(f"minicb demo: {describe_choices(runner)}", flush=True)
     close_traces = record_demo(dict(loop.engines), args.trace) if args.trace else None
     try:
         run_server(app, args, "minicb demo", loop)
@@ -325,6 +327,7 @@ def build_serve(args: argparse.Namespace) -> tuple[FastAPI, EngineLoop, LLMEngin
 
 def run_serve(args: argparse.Namespace) -> int:
     app, loop, engine, model_name = build_serve(args)
+    print(f"minicb serve: {describe_choices(engine.describe()['runner'])}", flush=True)
     logging.basicConfig(level=args.log_level.upper())
     with traced(engine, args, served_model_name=model_name):
         what = f"minicb serve: {model_name} (visualizer at /, API at /v1)"

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 # the step); v1 carried block counts only and cannot draw the exact KV map.
 SCHEMA_VERSION = 2
 STEP_TIMING_FIELDS = ("wall_start", "wall_end", "schedule_s", "forward_s", "sample_s")
+# Tensor parallelism, with defaults (traces written before them read as one rank).
+STEP_PARALLEL_FIELDS = ("tensor_parallel_size", "collective_s")
 
 
 # ---- one iteration ---------------------------------------------------------------------
@@ -46,6 +48,8 @@ class StepEvent:
     schedule_s: float  # seconds in Scheduler.schedule()
     forward_s: float  # seconds the runner spent on the forward pass
     sample_s: float  # seconds the runner spent sampling
+    tensor_parallel_size: int = 1  # ranks the model is split over
+    collective_s: float = 0.0  # seconds in tensor-parallel collectives (within the above)
 
 
 # ---- one request's life ----------------------------------------------------------------
@@ -129,6 +133,8 @@ class RequestFinished(StepRequestEvent):
     num_prompt_tokens: int
     num_output_tokens: int
     num_preemptions: int
+    num_draft_tokens: int = 0  # speculative tokens verified for it over its life
+    num_accepted_tokens: int = 0  # of those, the ones kept as output
 
 
 @dataclass(kw_only=True)
@@ -190,6 +196,7 @@ def to_dict(event: Event) -> dict[str, Any]:
     A step event is flat: the plan's fields, then the timings."""
     if isinstance(event, StepEvent):
         timings = {name: getattr(event, name) for name in STEP_TIMING_FIELDS}
+        timings.update((name, getattr(event, name)) for name in STEP_PARALLEL_FIELDS)
         return {"type": event.kind, **event.plan.to_dict(), **timings}
     data = {"type": event.kind, **vars(event)}
     for name in ("params", "info"):
@@ -212,6 +219,7 @@ def from_dict(data: dict[str, Any]) -> Event:
         if missing:
             raise ValueError(f"step event lacks field(s): {', '.join(missing)}")
         timings = {name: values.pop(name) for name in STEP_TIMING_FIELDS}
+        timings.update((name, values.pop(name)) for name in STEP_PARALLEL_FIELDS if name in values)
         return StepEvent(plan=StepPlan.from_dict(values), **timings)
     check_keys(cls, values, kind)
     return cls(**values)
@@ -296,4 +304,6 @@ def _finished_events(
             num_prompt_tokens=len(out.prompt_token_ids),
             num_output_tokens=len(out.token_ids),
             num_preemptions=out.metrics.num_preemptions,
+            num_draft_tokens=out.metrics.num_draft_tokens,
+            num_accepted_tokens=out.metrics.num_accepted_tokens,
         )

@@ -16,7 +16,7 @@ PROMPTS = [[5, 6, 7, 8], [9, 10], [11] * 12]
 
 @pytest.fixture(scope="module")
 def offline(tiny_llama_dir):
-    return LLM(tiny_llama_dir, num_kv_blocks=64)
+    return LLM(tiny_llama_dir, dtype="float32", num_kv_blocks=64)
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from minicb.scheduler.plan import Decision, ScheduledRequest, StepPlan
 from minicb.telemetry.events import (
     EVENT_TYPES,
     SCHEMA_VERSION,
+    STEP_PARALLEL_FIELDS,
     STEP_TIMING_FIELDS,
     EngineReset,
     RequestAborted,
@@ -205,6 +206,7 @@ def test_the_step_dict_is_generated_from_the_plan(real_steps):
     marked = {f.name for f in fields(ScheduledRequest) if f.metadata.get("runner_only")}
     assert marked == RUNNER_ONLY
     step_keys = {f.name for f in fields(StepPlan)} | set(STEP_TIMING_FIELDS) | {"type"}
+    step_keys |= set(STEP_PARALLEL_FIELDS)
     row_keys = {f.name for f in fields(ScheduledRequest)} - RUNNER_ONLY
     for event in real_steps:
         data = to_dict(event)
@@ -327,3 +329,12 @@ def test_rejected_and_aborted_requests():
     # the scheduler's record of the abort is in the next step; no "finished" event repeats it
     assert "aborted" in seen[-1].plan.finished[0].reason
     assert not [e for e in seen if e.kind == "finished"]
+
+
+def test_a_step_event_without_the_parallel_fields_reads_as_one_rank(real_steps):
+    data = to_dict(real_steps[0])
+    assert data["tensor_parallel_size"] == 1 and data["collective_s"] == 0.0
+    for name in STEP_PARALLEL_FIELDS:  # a trace written before they existed
+        del data[name]
+    event = from_dict(data)
+    assert event.tensor_parallel_size == 1 and event.collective_s == 0.0
