@@ -34,7 +34,8 @@ torch.set_num_threads(_threads_per_worker())
 
 def pytest_sessionstart(session):
     """In the main process (xdist's controller, or pytest alone), when slow tests may run:
-    the embedded default model's cache, built here if absent (a minute, once per machine)."""
+    the embedded default model's cache, built here if absent (a minute, once per machine),
+    so that the workers do not each convert it (they could: the loader is safe for that)."""
     if hasattr(session.config, "workerinput") or "not slow" in session.config.option.markexpr:
         return
     from minicb.runner.loader import default_model_dir
