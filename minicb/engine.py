@@ -319,8 +319,8 @@ class LLMEngine:
         now = self.clock()
         for decision in plan.admitted:
             metrics = self.scheduler.requests[decision.request_id].metrics
-            if metrics.first_scheduled_time is None:
-                metrics.first_scheduled_time = now
+            if metrics.first_scheduled_time is None:  # the step's start, as its admitted event
+                metrics.first_scheduled_time = wall_start
                 metrics.num_cached_tokens = decision.num_cached_tokens
         new_tokens: list[TokenDelta] = []
 
