@@ -7,9 +7,13 @@ PY := $(VENV)/bin/python
 # Re-install only when the project's dependencies change.
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
+# Test files run on both cores (pytest-xdist); a file stays on one worker, so the fixtures
+# its tests share (a model, a server, a browser) are built once for it.
+PYTEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 DEMO_ARGS ?=
 
-.PHONY: setup browser demo test lint clean
+.PHONY: setup browser demo test test-fast lint clean
 
 setup: $(STAMP)
 
@@ -36,7 +40,11 @@ demo: setup
 	$(VENV)/bin/minicb demo $(DEMO_ARGS)
 
 test: setup browser
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
+
+# The quick loop: everything but the default model and the browser (a few minutes).
+test-fast: setup
+	$(PYTEST) -m "not slow and not browser" $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check minicb tests scripts

@@ -20,6 +20,8 @@ PREEMPTION_MODES = ("recompute", "swap")
 KV_RESERVATIONS = ("paged", "max", "pow2", "oracle")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+COMPILE_MODES = ("off", "on")
+SPECULATIVE_MODES = ("off", "ngram")
 
 
 @dataclass(frozen=True)
@@ -56,10 +58,23 @@ class EngineConfig:
         0.5  # share of free memory the pool may take when sized automatically
     )
     use_cuda_graphs: bool = True
+    # "on": torch.compile of the decoder layers' elementwise work (minicb.runner.compiled),
+    # falling back to eager where it fails; "off": eager.
+    compile: str = "off"
+    # bfloat16 on CPU: linear layers read weights packed once for oneDNN
+    # (minicb.runner.packed); False keeps plain nn.Linear, the reference.
+    packed_weights: bool = True
     # Ranks the model is split over (Megatron-style tensor parallelism): rank 0 runs the
     # engine, ranks 1..N-1 run their shard of every layer (minicb/runner/tp_group.py).
     tensor_parallel_size: int = 1
     seed: int = 0
+    # Speculative decoding (minicb/scheduler/speculative.py): "ngram" lets a greedy decode
+    # propose up to num_speculative_tokens tokens that followed an earlier occurrence of its
+    # last ngram_min..ngram_max tokens, verified in the same forward pass as everyone else.
+    speculative: str = "off"
+    num_speculative_tokens: int = 4
+    ngram_min: int = 1
+    ngram_max: int = 4
 
     def __post_init__(self) -> None:
         self._check_choice("batching", BATCHING_MODES)
@@ -69,10 +84,19 @@ class EngineConfig:
         self._check_choice("static_order", STATIC_ORDERS)
         self._check_choice("attention_backend", ATTENTION_BACKENDS)
         self._check_choice("dtype", DTYPES)
+        self._check_choice("compile", COMPILE_MODES)
+        self._check_choice("speculative", SPECULATIVE_MODES)
         self._check_positive("max_num_seqs")
         self._check_positive("max_num_batched_tokens")
         self._check_positive("block_size")
         self._check_positive("aging_steps")
+        self._check_positive("num_speculative_tokens")
+        self._check_positive("ngram_min")
+        self._check_positive("ngram_max")
+        if self.ngram_min > self.ngram_max:
+            raise ValueError(
+                f"ngram_min ({self.ngram_min}) must not exceed ngram_max ({self.ngram_max})"
+            )
         self._check_positive("tensor_parallel_size")
         if self.num_kv_blocks is not None:
             self._check_positive("num_kv_blocks")
@@ -148,6 +172,27 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--attention-backend", default="auto", choices=ATTENTION_BACKENDS)
     g.add_argument(
+        "--compile",
+        default="off",
+        choices=COMPILE_MODES,
+        help="torch.compile the decoder layers' elementwise work (falls back to eager)",
+    )
+    g.add_argument(
+        "--packed-weights",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="bfloat16 on CPU: linear layers on oneDNN-packed weights (on by default)",
+    )
+    g.add_argument(
+        "--speculative",
+        default="off",
+        choices=SPECULATIVE_MODES,
+        help="speculative decoding: 'ngram' drafts tokens by prompt lookup (greedy requests)",
+    )
+    g.add_argument("--num-speculative-tokens", type=int, default=4, help="drafts per step, at most")
+    g.add_argument("--ngram-min", type=int, default=1, help="shortest n-gram the lookup matches")
+    g.add_argument("--ngram-max", type=int, default=4, help="longest n-gram the lookup matches")
+    g.add_argument(
         "--tensor-parallel-size",
         type=int,
         default=1,
@@ -171,6 +216,12 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         kv_reservation=args.kv_reservation,
         static_order=args.static_order,
         attention_backend=args.attention_backend,
+        compile=args.compile,
+        packed_weights=args.packed_weights,
+        speculative=args.speculative,
+        num_speculative_tokens=args.num_speculative_tokens,
+        ngram_min=args.ngram_min,
+        ngram_max=args.ngram_max,
         tensor_parallel_size=args.tensor_parallel_size,
     )
 

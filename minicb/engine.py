@@ -2,7 +2,7 @@
 
     plan = scheduler.schedule()          # who runs this iteration, and why
     out = runner.execute(plan)           # one ragged batch through the model (or a fake)
-    scheduler.update(plan, out.sampled)  # append tokens, advance counters
+    scheduler.update(plan, out.sampled)  # append tokens (accepted drafts too), advance counters
     ... check stops, retire finished ... # finished requests leave the batch
     bus.emit(StepEvent(plan, timings))   # the one event path: metrics, traces, browsers
 
@@ -21,13 +21,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from minicb.config import EngineConfig, SamplingParams
-from minicb.request import (
-    Request,
-    RequestOutput,
-    RequestStatus,
-    TokenDelta,
-    find_stop_string,
-)
+from minicb.detokenizer import IncrementalDetokenizer
+from minicb.request import Request, RequestOutput, RequestStatus, TokenDelta
 from minicb.scheduler import RequestRejected, make_scheduler
 from minicb.scheduler.plan import StepPlan
 from minicb.telemetry import events
@@ -98,14 +93,6 @@ def _check_hint(expected: int | None, max_tokens: int) -> None:
         )
 
 
-def _stop_prefix_len(text: str, stops: list[str]) -> int:
-    """Length of the longest end of ``text`` that is the beginning of a stop string."""
-    for n in range(min(len(text), max((len(s) for s in stops), default=1) - 1), 0, -1):
-        if any(s.startswith(text[-n:]) for s in stops):
-            return n
-    return 0
-
-
 class LLMEngine:
     def __init__(
         self,
@@ -132,11 +119,14 @@ class LLMEngine:
         self.eos_token_ids = runner.stop_token_ids
         self.max_model_len = runner.max_model_len
         self.scheduler = make_scheduler(
-            self.config, runner.num_kv_blocks, self.max_model_len, runner.num_swap_blocks
+            self.config,
+            runner.num_kv_blocks,
+            self.max_model_len,
+            runner.num_swap_blocks,
+            self._render_tokens if self.tokenizer is not None else None,
         )
         self._ids = itertools.count()
-        self._texts: dict[int, str] = {}  # decoded output text so far, per live request
-        self._shown: dict[int, int] = {}  # how much of that text token deltas have carried
+        self._texts: dict[int, IncrementalDetokenizer] = {}  # output text, per live request
 
     @property
     def model_name(self) -> str:
@@ -211,7 +201,7 @@ class LLMEngine:
             if self.bus.wants("rejected"):
                 self.bus.emit(events.rejected(prompt, str(err), self.clock()))
             raise
-        self._texts[req.request_id], self._shown[req.request_id] = "", 0
+        self._texts[req.request_id] = IncrementalDetokenizer(self.tokenizer, list(params.stop))
         if self.bus.wants("arrived"):
             self.bus.emit(events.arrived(req))
         return req.request_id
@@ -241,7 +231,6 @@ class LLMEngine:
             return False
         req.metrics.finished_time = self.clock()
         self._texts.pop(request_id, None)
-        self._shown.pop(request_id, None)
         if self.bus.wants("aborted"):
             self.bus.emit(
                 events.RequestAborted(
@@ -335,10 +324,16 @@ class LLMEngine:
         now = self.clock()
         for decision in plan.admitted:
             metrics = self.scheduler.requests[decision.request_id].metrics
-            if metrics.first_scheduled_time is None:
-                metrics.first_scheduled_time = now
+            if metrics.first_scheduled_time is None:  # the step's start, as its admitted event
+                metrics.first_scheduled_time = wall_start
                 metrics.num_cached_tokens = decision.num_cached_tokens
-        new_tokens = [self._new_token(req, now) for req in self.scheduler.update(plan, out.sampled)]
+        new_tokens: list[TokenDelta] = []
+
+        def on_token(req: Request) -> bool:  # each accepted token in turn: stop right there?
+            new_tokens.append(self._new_token(req, now))
+            return req.finished
+
+        self.scheduler.update(plan, out.sampled, on_token)
         finished = []
         for req in self.scheduler.retire(plan):
             req.metrics.finished_time = now
@@ -364,36 +359,22 @@ class LLMEngine:
         if req.metrics.first_token_time is None:
             req.metrics.first_token_time = now
         status = req.check_stop(self.eos_token_ids, self.max_model_len)
-        rid, stops = req.request_id, req.params.stop
-        text = self._decode(req)
-        cut = find_stop_string(text, stops) if stops else None
-        if cut is not None:  # the text ends where the stop string begins, as OpenAI's does
-            text, status = text[:cut], RequestStatus.FINISHED_STOPPED
-        self._texts[rid] = text
-        # What the token deltas have shown so far, and what they may show now: while the
-        # request goes on, a tail that could still begin a stop string is held back, so
-        # the deltas of a request always add up to its final text.
-        shown = self._shown[rid]
-        end = len(text) if status is not None else len(text) - _stop_prefix_len(text, stops)
-        end = max(end, shown)
-        self._shown[rid] = end
+        detok = self._texts[req.request_id]
+        text = detok.add(req.output_token_ids, final=status is not None)
+        if detok.stopped:  # the text ends where the stop string begins, as OpenAI's does
+            status = RequestStatus.FINISHED_STOPPED
         if status is not None:
             self.scheduler.finish(req, status)
-        return TokenDelta(
-            rid, req.output_token_ids[-1], text[shown:end], len(req.output_token_ids) - 1
-        )
+        index = len(req.output_token_ids) - 1
+        return TokenDelta(req.request_id, req.output_token_ids[-1], text, index)
 
-    def _decode(self, req: Request) -> str:
-        """The output so far as text; while a multi-byte character is incomplete, the text
-        as it was (the tokenizer shows the missing half as U+FFFD)."""
-        if self.tokenizer is None:
-            return ""
-        text = self.tokenizer.decode(req.output_token_ids, skip_special_tokens=True)
-        return self._texts[req.request_id] if text.endswith("\ufffd") else text
+    def _render_tokens(self, token_ids: list[int]) -> str:
+        """Token ids as quoted text, for the scheduler's reasons about drafts."""
+        return repr(self.tokenizer.decode(token_ids, skip_special_tokens=False))
 
     def _output(self, req: Request) -> RequestOutput:
-        text = self._texts.pop(req.request_id, "")
-        self._shown.pop(req.request_id, None)
+        detok = self._texts.pop(req.request_id, None)
+        text = detok.text if detok is not None else ""
         return RequestOutput(
             request_id=req.request_id,
             prompt=req.prompt,

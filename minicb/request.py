@@ -49,6 +49,9 @@ class RequestMetrics:
     num_prompt_tokens: int = 0
     num_generated_tokens: int = 0
     num_cached_tokens: int = 0  # prompt tokens found in the prefix cache at first admission
+    # Speculative decoding: draft tokens verified for this request, and those kept as output.
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
 
     @property
     def ttft(self) -> float | None:

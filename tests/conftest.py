@@ -3,6 +3,12 @@
 Triton reads TRITON_INTERPRET when it is first imported (loading a transformers model
 imports it), so the interpreter switch for machines without a GPU is set here, before
 anything else is imported.
+
+Under pytest-xdist (``make test`` runs ``-n 2``) each worker is its own process: torch
+gets the cores divided among the workers (two workers with two threads each on two cores
+would fight over them), and so do the processes the tests start (servers, notebook
+kernels), through OMP_NUM_THREADS. The default model's cache is built once, before the
+workers start, so that two of them never build it at the same time.
 """
 
 import os
@@ -11,10 +17,30 @@ import shutil
 if shutil.which("nvidia-smi") is None:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+
+def _threads_per_worker() -> int:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return max(1, min(2, (cores or 1) // workers))
+
+
+os.environ.setdefault("OMP_NUM_THREADS", str(_threads_per_worker()))
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-torch.set_num_threads(min(2, torch.get_num_threads()))
+torch.set_num_threads(_threads_per_worker())
+
+
+def pytest_sessionstart(session):
+    """In the main process (xdist's controller, or pytest alone), when slow tests may run:
+    the embedded default model's cache, built here if absent (a minute, once per machine),
+    so that the workers do not each convert it (they could: the loader is safe for that)."""
+    if hasattr(session.config, "workerinput") or "not slow" in session.config.option.markexpr:
+        return
+    from minicb.runner.loader import default_model_dir
+
+    default_model_dir()
 
 
 def pytest_collection_modifyitems(config, items):

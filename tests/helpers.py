@@ -1,5 +1,8 @@
 """Helpers shared by the tests: prompt sets, greedy runs, and the real engine over FakeRunner.
 
+``wait_for`` is the one way tests wait for another thread (a server, the engine loop): it
+polls a condition, and its timeout only bounds a hang; no test asserts a duration.
+
 ``fake_engine`` is the one way tests drive the engine without a model: the real
 LLMEngine, scheduler, block manager and events over ``FakeRunner`` (token 7 every time,
 no torch), on a ``VirtualClock`` that each step advances by the next scripted step time,
@@ -10,7 +13,8 @@ read ``engine.scheduler`` for what the engine's views do not show.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 from minicb import LLM
 from minicb.config import EngineConfig, SamplingParams
@@ -73,3 +77,12 @@ def add(
     """Queue a greedy request of ``prompt_len`` copies of ``token``; returns its id."""
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
     return engine.add_request([token] * prompt_len, params, priority, arrival_time=arrival)
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 20.0) -> None:
+    """Return once ``predicate()`` is true; fail if it is not within ``timeout`` seconds
+    (a bound on a hang, never a measurement)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "the awaited condition never came true"
+        time.sleep(0.01)

@@ -211,3 +211,18 @@ def test_token_texts_add_up_to_the_final_text(stops, final, reason):
     assert outputs[0].finish_reason == reason
     if stops == ["cax"]:
         assert deltas[:5] == ["a", "b", "", "", "cab"]  # "c", then "ca", might begin "cax"
+
+
+def test_first_scheduled_time_is_the_start_of_the_admitting_step():
+    # The same moment as the request's admitted event (queue time excludes that step's
+    # forward pass): steps of 0.5 s on the engine's virtual clock.
+    engine = fake_engine(step_time=0.5)
+    admitted = []
+    engine.bus.subscribe(admitted.append, kinds=["admitted"])
+    engine.add_request([1, 2, 3], SamplingParams(max_tokens=2))
+    engine.step()
+    rid = engine.add_request([4, 5, 6], SamplingParams(max_tokens=2))
+    outputs = {o.request_id: o for o in engine.run_until_done()}
+    assert [e.time for e in admitted] == [0.0, 0.5]
+    assert outputs[rid].metrics.first_scheduled_time == 0.5
+    assert outputs[rid].metrics.first_token_time == 1.0

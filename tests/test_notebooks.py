@@ -65,8 +65,8 @@ def _execute(nb, kernel_name: str, cwd: Path) -> None:
     client.execute()
 
 
-def test_there_are_nine_notebooks():
-    assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(1, 10)], NOTEBOOKS
+def test_there_are_ten_notebooks():
+    assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(1, 11)], NOTEBOOKS
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

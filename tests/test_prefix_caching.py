@@ -121,7 +121,8 @@ def test_swapping_out_a_sharer_copies_the_shared_block_and_drops_one_reference()
     pairs = bm.swap_out(2)
     assert [d for d, _ in pairs] == b  # the shared blocks are copied too
     assert bm.block_table(1) == a and [bm.ref_counts[x] for x in a] == [1, 1, 1]
-    assert bm.swap_in(2, 9) is not None
+    back = bm.swap_in(2, 9)  # (cpu block, device block) pairs: every swapped block returns
+    assert [cpu for cpu, _ in back] == [cpu for _, cpu in pairs]
     bm.commit(2, 8, _slice(_tokens(8) + [50]))  # the originals are still keyed
     assert set(bm.block_table(2)).isdisjoint(a)
     bm.check()

@@ -25,31 +25,99 @@ def reference(tiny_llama_dir):
     return greedy_tokens(llm, PROMPTS, MAX_TOKENS)
 
 
+PRIORITIES = [i % 3 for i in range(len(PROMPTS))]
+
+# Each configuration must make a schedule of its own (asserted below): where the default
+# limits would never bind on these 16 short prompts, the configuration tightens them.
 CONFIGS = {
-    "continuous": dict(),
+    "budget-64": dict(max_num_batched_tokens=64),
     "static": dict(batching="static"),
     "chunk-1": dict(max_num_batched_tokens=1),
     "chunk-3": dict(max_num_batched_tokens=3),
     "chunk-16": dict(max_num_batched_tokens=16),
     "unlimited": dict(max_num_batched_tokens=100_000),
-    "no-chunking": dict(enable_chunked_prefill=False),
-    "block-1": dict(block_size=1, num_kv_blocks=4096),
-    "priority": dict(policy="priority", aging_steps=2),
-    "static-priority": dict(batching="static", policy="priority"),
+    "no-chunking": dict(enable_chunked_prefill=False, max_num_batched_tokens=80),
+    # A pool of 400 one-token blocks: requests wait for blocks a few tokens at a time.
+    "block-1": dict(block_size=1, num_kv_blocks=400),
+    # Four slots, so the policy decides who goes first (asserted: priority 0 does).
+    "priority": dict(policy="priority", aging_steps=2, max_num_seqs=4),
+    "static-priority": dict(batching="static", policy="priority", max_num_seqs=4),
     # Small batches, so sorting by length really regroups the requests.
     "static-arrival-4": dict(batching="static", max_num_seqs=4),
     "static-length-4": dict(batching="static", max_num_seqs=4, static_order="length"),
 }
 
 
+def record_plans(llm: LLM) -> list:
+    """Subscribe to ``llm``'s step events; the list fills with every step's plan."""
+    plans: list = []
+    llm.engine.bus.subscribe(lambda e: plans.append(e.plan), kinds=["step"])
+    return plans
+
+
+def schedule_of(plans: list) -> tuple:
+    """What the scheduler decided, step by step: (request, phase, tokens) rows."""
+    return tuple(tuple((r.request_id, r.phase, r.num_tokens) for r in p.scheduled) for p in plans)
+
+
+def first_admissions(plans: list) -> list[int]:
+    """Request ids in the order they were first admitted (a preempted one comes back later)."""
+    order: list[int] = []
+    for plan in plans:
+        order += [d.request_id for d in plan.admitted if d.request_id not in order]
+    return order
+
+
+def generate(llm: LLM, prompts, max_tokens: list[int], priorities: list[int]) -> list:
+    params = [SamplingParams(max_tokens=m, temperature=0.0, ignore_eos=True) for m in max_tokens]
+    return llm.generate(prompts, params, priorities=priorities)
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_llama_dir) -> dict:
+    """Every configuration run once: its outputs and the plans of its steps."""
+    results = {}
+    for name, config in CONFIGS.items():
+        options = dict(num_kv_blocks=256, block_size=16) | config
+        llm = LLM(model=tiny_llama_dir, dtype="float32", **options)
+        plans = record_plans(llm)
+        results[name] = (generate(llm, PROMPTS, MAX_TOKENS, PRIORITIES), plans)
+    return results
+
+
 @pytest.mark.parametrize("name", CONFIGS)
-def test_same_tokens(name, tiny_llama_dir, reference):
-    options = dict(num_kv_blocks=256, block_size=16) | CONFIGS[name]
-    llm = LLM(model=tiny_llama_dir, dtype="float32", **options)
-    priorities = [i % 3 for i in range(len(PROMPTS))]
-    params = [SamplingParams(max_tokens=m, temperature=0.0, ignore_eos=True) for m in MAX_TOKENS]
-    outs = llm.generate(PROMPTS, params, priorities=priorities)
+def test_same_tokens(name, runs, reference):
+    outs, plans = runs[name]
     assert [o.token_ids for o in outs] == reference
+    prio = {o.request_id: p for o, p in zip(outs, PRIORITIES, strict=True)}
+    order = first_admissions(plans)
+    assert sorted(order) == sorted(prio)
+    if CONFIGS[name].get("policy") == "priority":
+        # The policy reordered: the four slots went to priority-0 requests first.
+        assert [prio[r] for r in order[:4]] == [0, 0, 0, 0]
+        assert order != sorted(order)
+    elif CONFIGS[name].get("static_order") != "length":
+        assert order == sorted(order)  # first come, first served
+
+
+def test_every_configuration_schedules_differently(runs):
+    """No configuration repeats another's schedule: each exercises a mode of its own."""
+    schedules = {name: schedule_of(plans) for name, (_, plans) in runs.items()}
+    same = [(a, b) for a in schedules for b in schedules if a < b and schedules[a] == schedules[b]]
+    assert not same
+
+
+def assert_preempted_as(plans: list, mode: str) -> None:
+    """Preemption happened in ``mode`` (swap falls back to recompute when the swap space is
+    full, recompute never swaps); swapped-out requests were swapped back in."""
+    modes = {d.mode for p in plans for d in p.preempted}
+    assert mode in modes and modes <= {"swap", "recompute"}
+    if mode == "recompute":
+        assert modes == {"recompute"}
+    swapped_out = [d.request_id for p in plans for d in p.swapped_out]
+    swapped_in = [d.request_id for p in plans for d in p.swapped_in]
+    assert sorted(swapped_out) == sorted(swapped_in)
+    assert bool(swapped_out) == (mode == "swap")
 
 
 @pytest.mark.parametrize("mode", ["recompute", "swap"])
@@ -68,10 +136,12 @@ def test_same_tokens_under_preemption(mode, policy, block_size, tiny_llama_dir, 
         max_num_batched_tokens=32,
         num_swap_blocks=num_blocks,
     )
-    params = [SamplingParams(max_tokens=m, temperature=0.0, ignore_eos=True) for m in MAX_TOKENS]
-    outs = llm.generate(PROMPTS, params, priorities=[i % 3 for i in range(len(PROMPTS))])
+    plans = record_plans(llm)
+    outs = generate(llm, PROMPTS, MAX_TOKENS, PRIORITIES)
     assert [o.token_ids for o in outs] == reference
-    assert sum(o.metrics.num_preemptions for o in outs) > 0
+    assert_preempted_as(plans, mode)
+    order = first_admissions(plans)
+    assert (order == sorted(order)) == (policy == "fcfs")
     llm.engine.scheduler.blocks.check()  # the block manager's own invariants
     assert llm.engine.kv_snapshot().num_used == 0
 
@@ -86,19 +156,11 @@ def test_swap_falls_back_to_recompute_when_swap_space_is_full(tiny_llama_dir, re
         num_swap_blocks=0,
         max_num_batched_tokens=32,
     )
-    seen_modes = set()
-    swap_copies = []
-
-    def watch(event):
-        seen_modes.update(d.mode for d in event.plan.preempted)
-        swap_copies.extend(event.plan.swap_out_map)
-
-    llm.engine.bus.subscribe(watch, kinds=["step"])
-    params = [SamplingParams(max_tokens=m, temperature=0.0, ignore_eos=True) for m in MAX_TOKENS]
-    outs = llm.generate(PROMPTS, params)
+    plans = record_plans(llm)
+    outs = generate(llm, PROMPTS, MAX_TOKENS, PRIORITIES)
     assert [o.token_ids for o in outs] == reference
-    assert seen_modes == {"recompute"}
-    assert not swap_copies
+    assert_preempted_as(plans, "recompute")
+    assert not [pair for p in plans for pair in p.swap_out_map]
 
 
 @pytest.mark.slow
@@ -106,13 +168,13 @@ def test_swap_falls_back_to_recompute_when_swap_space_is_full(tiny_llama_dir, re
     "options",
     [
         dict(batching="static"),
-        dict(max_num_batched_tokens=5),
-        dict(num_kv_blocks=5, preemption_mode="recompute", max_num_batched_tokens=64),
-        dict(num_kv_blocks=5, preemption_mode="swap", max_num_batched_tokens=64, policy="priority"),
+        dict(num_kv_blocks=5, preemption_mode="swap", max_num_batched_tokens=5, policy="priority"),
     ],
-    ids=["static", "chunk-5", "recompute", "swap-priority"],
+    ids=["static", "chunk-5-swap-priority"],
 )
 def test_same_tokens_on_default_model(options, default_llm):
+    """Depth: the real model, static, and continuous with every mode at once (the breadth of
+    modes, each alone and recompute included, runs on the tiny model above)."""
     prompts = [
         "The capital of France is",
         "Once upon a time",
@@ -122,10 +184,13 @@ def test_same_tokens_on_default_model(options, default_llm):
     ]
     expected = greedy_tokens(default_llm, prompts, 24)
     llm = LLM(dtype="float32", block_size=16, **({"num_kv_blocks": 64} | options))
-    outs = llm.generate(prompts, SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True))
+    plans = record_plans(llm)
+    outs = generate(llm, prompts, [24] * len(prompts), priorities=[2, 1, 0, 1, 0])
     assert [o.token_ids for o in outs] == expected
     if "preemption_mode" in options:
-        assert sum(o.metrics.num_preemptions for o in outs) > 0
+        assert_preempted_as(plans, options["preemption_mode"])
+    if options.get("policy") == "priority":
+        assert first_admissions(plans)[:2] == [2, 4]  # the priority-0 requests first
 
 
 # ---- prefix caching: the same tokens with caching on as off --------------------------------
@@ -198,25 +263,23 @@ def test_same_tokens_with_prefix_caching_under_preemption(
         num_swap_blocks=num_blocks,
         enable_prefix_caching=True,
     )
-    preemptions = []
-    llm.engine.bus.subscribe(lambda e: preemptions.extend(e.plan.preempted), kinds=["step"])
+    plans = record_plans(llm)
     tokens, hit_tokens = _cached_run(llm)
     assert tokens == shared_reference
-    assert hit_tokens > 0 and preemptions
+    assert hit_tokens > 0
+    assert_preempted_as(plans, mode)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "options",
     [
-        dict(),
-        dict(max_num_batched_tokens=5),
-        dict(num_kv_blocks=5, preemption_mode="recompute", max_num_batched_tokens=64),
-        dict(num_kv_blocks=5, preemption_mode="swap", max_num_batched_tokens=64, policy="priority"),
+        dict(num_kv_blocks=5, preemption_mode="swap", max_num_batched_tokens=16, policy="priority"),
     ],
-    ids=["continuous", "chunk-5", "recompute", "swap-priority"],
+    ids=["chunk-16-swap-priority"],
 )
 def test_same_tokens_with_prefix_caching_on_default_model(options, default_llm):
+    """Depth: the real model, with chunks, swap and priority at once (breadth: tiny model)."""
     system = "You are a helpful assistant who answers in one short sentence. Question: "
     prompts = [system + q for q in ("What is water?", "Why is the sky blue?", "Who was Ada?")]
     prompts += [prompts[0], system + "What is water? Answer simply."]
@@ -235,8 +298,9 @@ def test_same_tokens_with_prefix_caching_on_default_model(options, default_llm):
     )
     hits = []
     llm.engine.bus.subscribe(lambda e: hits.append(e.plan.prefix_hit_tokens), kinds=["step"])
+    plans = record_plans(llm)
     outs = llm.generate(prompts, SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True))
     assert [o.token_ids for o in outs] == expected
     assert sum(hits) > 0
     if "preemption_mode" in options:
-        assert sum(o.metrics.num_preemptions for o in outs) > 0
+        assert_preempted_as(plans, options["preemption_mode"])

@@ -110,6 +110,9 @@ const STRINGS = {
 };
 
 // [English pattern, Chinese template]; $1.. are the pattern's groups.
+// The limits a speculative draft can run into (scheduler/speculative.py).
+const LIMITS = { "the token budget": "token 预算", max_tokens: "max_tokens", "the context": "上下文" };
+
 const REASONS = [
   // An admission that found part of its prompt in the prefix cache: its words, then the cache's.
   [/^(.+); (\d+) of (\d+) (?:prompt )?tokens found in the cache: (.+)$/, (m) => translateReason(m[1]) + cacheWords(m)],
@@ -148,6 +151,10 @@ const REASONS = [
   [/^token id (.+) is outside the vocabulary of (\d+) tokens$/, "token id $1 超出了 $2 个 token 的词表"],
   [/^messages is empty; give at least one message$/, "messages 为空；至少需要一条消息"],
   [/^this model has no chat template; give a plain prompt instead$/, "该模型没有对话模板；请改用普通提示词"],
+  [/^drafts nothing: the n-gram (.+) appeared at position (\d+), but no free KV block is left for drafts$/, "不起草：n-gram $1 之前出现在位置 $2，但已没有空闲的 KV 块可放草稿"],
+  [/^drafts (\d+) tokens?: the n-gram (.+) appeared at position (\d+); trimmed from (\d+): the free KV blocks hold (\d+) more$/, "起草 $1 个 token：n-gram $2 之前出现在位置 $3；从 $4 个削减：空闲的 KV 块只能再放 $5 个"],
+  [/^drafts (\d+) tokens?: the n-gram (.+) appeared at position (\d+); (the token budget|max_tokens|the context) leaves room for (\d+)$/, (m) => `起草 ${m[1]} 个 token：n-gram ${m[2]} 之前出现在位置 ${m[3]}；${LIMITS[m[4]]}只留得下 ${m[5]} 个`],
+  [/^drafts (\d+) tokens?: the n-gram (.+) appeared at position (\d+)$/, "起草 $1 个 token：n-gram $2 之前出现在位置 $3"],
   [/^request (\d+) (.+)$/, (m) => `请求 ${m[1]} ${translateReason(m[2])}`],
 ];
 
@@ -156,6 +163,8 @@ const REASONS = [
 function cacheWords(m) {
   const parts = m[4].split(/, (?=\d+ (?:blocks|taken))/).map((p) => {
     const shared = p.match(/^(\d+) blocks shared with requests? (.+)$/);
+    const more = shared && shared[2].match(/^(.+) and (\d+) more$/);
+    if (more) return `与请求 ${more[1]} 等 ${more[1].split(", ").length + Number(more[2])} 个请求共享 ${shared[1]} 个块`;
     if (shared) return `与请求 ${shared[2]} 共享 ${shared[1]} 个块`;
     const back = p.match(/^(\d+) taken back from the evictable cached blocks$/);
     return back ? `${back[1]} 个取回自可回收的缓存块` : p;

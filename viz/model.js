@@ -20,6 +20,7 @@ class Req {
     // requests then cost nothing per iteration.
     this.cells = [];
     this.cellsFrom = null;
+    this.produced = []; // tokens a speculative decode cell produced (1 + accepted drafts), by k - startStep
     this.state = PHASE.waiting; // what it is doing when not scheduled
     this.arrival = null; // wall seconds
     this.prompt = null;
@@ -144,7 +145,7 @@ export class PanelModel {
     for (const d of e.swapped_out) this.req(d.request_id).state = PHASE.swapped;
     for (const d of [...e.admitted, ...e.swapped_in]) this.req(d.request_id).state = PHASE.waiting;
     why(e.admitted, "admitted"); why(e.preempted, "preempted"); why(e.swapped_out, "swapped");
-    why(e.swapped_in, "swapped_in"); why(e.finished, "finished");
+    why(e.swapped_in, "swapped_in"); why(e.drafted || [], "drafted"); why(e.finished, "finished");
     // rows for occupancy; tokens for padding waste (docs/events.md: padding tokens / all
     // tokens computed, so a prefill chunk weighs its tokens)
     let useful = 0, padding = 0, tokens = 0, paddingTokens = 0;
@@ -157,6 +158,7 @@ export class PanelModel {
       const r = this.req(row.request_id);
       const code = PHASE[row.phase] ?? PHASE.decode;
       r.setCell(k, code);
+      if (row.num_draft_tokens) r.produced[k - r.startStep] = 1 + (row.num_accepted_tokens || 0);
       ran.add(row.request_id);
       const n = row.num_tokens ?? 1;
       tokens += n;

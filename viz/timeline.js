@@ -92,6 +92,9 @@ export class Timeline {
         ctx.fillRect(x0, y, Math.max(x1 - x0, 0.5), Math.max(rowH - gap, 0.25));
         k = j + 1;
       }
+      if (rowH >= 9 && r.produced.length) {
+        this.drawProduced(ctx, model, scale, r, y, rowH, Math.max(r.startStep, kFrom), last, px);
+      }
       if ((r.mine || r.lit) && rowH >= 3) { // typed in this tab, or named by the narration
         ctx.strokeStyle = r.lit ? "#f59e0b" : "#1d4ed8"; ctx.lineWidth = r.lit ? 2.5 : 1.5;
         const x0 = px(span(model, Math.max(r.startStep, kFrom), scale)[0]);
@@ -99,6 +102,20 @@ export class Timeline {
       }
     }
     this.drawAxis(ctx, w, h, scale);
+  }
+
+  // Speculative decoding: a decode cell that produced more than one token (accepted drafts
+  // plus the model's own) shows how many, where the cell is wide enough for a digit.
+  drawProduced(ctx, model, scale, r, y, rowH, from, last, px) {
+    ctx.fillStyle = "#ffffff"; ctx.font = `${Math.min(rowH - 3, 11)}px system-ui, sans-serif`;
+    ctx.textBaseline = "middle"; ctx.textAlign = "center";
+    for (let k = from; k <= last; k++) {
+      const n = r.produced[k - r.startStep];
+      if (!(n > 1)) continue;
+      const [a, b] = span(model, k, scale), x0 = px(a), x1 = px(b);
+      if (x1 - x0 >= 8) ctx.fillText(String(n), (x0 + x1) / 2, y + rowH / 2);
+    }
+    ctx.textAlign = "start";
   }
 
   hatchFor(ctx) { // padding: computed but useless, drawn striped

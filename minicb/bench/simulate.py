@@ -3,7 +3,8 @@
 A ``SimRequest`` gives lengths only: prompt, ``max_tokens`` (what the server is told, and
 what a ``max`` reservation or a static batch reserves), and the real output length (where
 the model would have said EOS; equal to ``max_tokens`` for a request that runs to its
-limit). ``run_simulated`` feeds the requests at their arrival times on a ``VirtualClock``,
+limit). ``run_simulated`` feeds the requests at their arrival times on a ``VirtualClock`` (the
+bench's one arrival loop, ``systems.feed``),
 each with its real length as the ``expected_output_tokens`` hint (what Orca's Pow2 and
 Oracle reservations are granted to know), steps the real engine over a ``SimulatedRunner``
 until all are done, and measures the events with minicb's one ``MetricsCollector``. Every
@@ -14,11 +15,11 @@ from __future__ import annotations
 
 import math
 import random
-from collections import deque
 from dataclasses import dataclass, replace
 from typing import Any
 
 from minicb.bench import step_row
+from minicb.bench.systems import feed
 from minicb.config import EngineConfig, SamplingParams
 from minicb.engine import LLMEngine
 from minicb.runner import VirtualClock
@@ -86,30 +87,28 @@ def run_simulated(
     engine.bus.subscribe(finished.append, kinds=["finished"])
     if keep_steps:
         engine.bus.subscribe(lambda e: steps.append(step_row(e, 0.0)), kinds=["step"])
-    order = deque(sorted(requests, key=lambda r: r.arrival))
     arrivals: dict[int, float] = {}
-    while order or engine.has_unfinished():
-        while order and order[0].arrival <= clock():
-            r = order.popleft()
-            arrivals[_add(engine, runner, r, len(arrivals))] = r.arrival
-        if engine.has_unfinished():
-            engine.step()
-        elif order:  # idle until the next arrival
-            clock.advance(order[0].arrival - clock())
+
+    def add(r: SimRequest, arrival: float) -> None:
+        arrivals[_add(engine, runner, r, len(arrivals), arrival)] = arrival
+
+    feed(engine, requests, add, clock.advance)
     normalized = [(e.time - arrivals[e.request_id]) / e.num_output_tokens for e in finished]
     return {"simulated": True, "runner": runner.describe(), "summary": metrics.summary(),
             "normalized_latency_s": sum(normalized) / len(normalized) if normalized else None,
             "steps": steps}  # fmt: skip
 
 
-def _add(engine: LLMEngine, runner: SimulatedRunner, r: SimRequest, index: int) -> int:
+def _add(
+    engine: LLMEngine, runner: SimulatedRunner, r: SimRequest, index: int, arrival: float
+) -> int:
     """Queue one request and return its id; one that stops before max_tokens stops as at
     EOS (forced)."""
     early = r.output_len < r.max_tokens
     params = SamplingParams(max_tokens=r.max_tokens, temperature=0.0, ignore_eos=not early)
     prompt = prompt_ids(index, r.prompt_len, runner.vocab_size)
     rid = engine.add_request(
-        prompt, params, arrival_time=r.arrival, expected_output_tokens=r.output_len
+        prompt, params, arrival_time=arrival, expected_output_tokens=r.output_len
     )
     if early:
         runner.output_lengths[rid] = r.output_len

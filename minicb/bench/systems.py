@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,28 +60,44 @@ def _record(
 
 
 # ---- minicb --------------------------------------------------------------------------------
-def drive(
-    engine: LLMEngine, workload: Workload, sleep: Callable[[float], None] = time.sleep
+def feed(
+    engine: LLMEngine,
+    requests: Iterable[Any],
+    add: Callable[[Any, float], None],
+    sleep: Callable[[float], None] = time.sleep,
 ) -> tuple[float, float]:
-    """Feed the requests at their arrival times and step until all are done: (start, end).
-
-    Before each step every request whose time has come on the engine's clock is added with
-    exact lengths (``ignore_eos``), stamped with its scheduled arrival (a request that
-    arrived while a step ran is charged for the wait); when nothing runs, ``sleep`` waits
-    for the next arrival (give a VirtualClock's ``advance`` with a virtual clock)."""
-    clock, temp = engine.clock, workload.temperature
-    order = deque(sorted(workload.requests, key=lambda r: r.arrival))
+    """The one arrival loop of the bench (real, fake or simulated runner): before each step,
+    ``add(request, arrival_time)`` every request (anything with an ``arrival`` in seconds
+    after the start) whose time has come on the engine's clock, stamped with its scheduled
+    arrival (a request that arrived while a step ran is charged for the wait); step until
+    all are done; when nothing runs, ``sleep`` until the next arrival (a VirtualClock's
+    ``advance`` with a virtual clock). Returns (start, end) on the engine's clock."""
+    clock = engine.clock
+    order = deque(sorted(requests, key=lambda r: r.arrival))
     start = clock()
     while order or engine.has_unfinished():
         while order and start + order[0].arrival <= clock():
             r = order.popleft()
-            params = SamplingParams(max_tokens=r.max_tokens, temperature=temp, ignore_eos=True)
-            engine.add_request(r.prompt, params, arrival_time=start + r.arrival)
+            add(r, start + r.arrival)
         if engine.has_unfinished():
             engine.step()
         elif order:  # idle: wait for the next arrival rather than spin
             sleep(max(0.0, start + order[0].arrival - clock()))
     return start, clock()
+
+
+def drive(
+    engine: LLMEngine, workload: Workload, sleep: Callable[[float], None] = time.sleep
+) -> tuple[float, float]:
+    """Feed a workload's requests with exact lengths (``ignore_eos``) and step until all are
+    done: (start, end). See ``feed``."""
+    temp = workload.temperature
+
+    def add(r: RequestSpec, arrival: float) -> None:
+        params = SamplingParams(max_tokens=r.max_tokens, temperature=temp, ignore_eos=True)
+        engine.add_request(r.prompt, params, arrival_time=arrival)
+
+    return feed(engine, workload.requests, add, sleep)
 
 
 def run_minicb(

@@ -1,7 +1,9 @@
 """The runner: the one seam between deciding (the scheduler) and computing (a model).
 
 The engine hands a runner each iteration's StepPlan and gets back one sampled token per
-request whose uncomputed tokens are now all computed. Who the runner is, the engine does
+request whose uncomputed tokens are now all computed; for a row that verifies speculative
+drafts (``num_draft_tokens > 0``), the tokens sampled at each of its last ``1 + d``
+positions, as a list. Who the runner is, the engine does
 not know or care:
 
 - ``ModelRunner`` (minicb.runner.model_runner): the real model, paged KV tensors, torch or
@@ -35,7 +37,9 @@ if TYPE_CHECKING:
 class RunnerOutput:
     """What one ``execute`` gives back."""
 
-    sampled: dict[int, int] = field(default_factory=dict)  # request id -> new token id
+    # request id -> new token id; for a row with d drafts, the 1 + d tokens sampled after its
+    # last real token and after each draft (a runner that gives one int verifies nothing).
+    sampled: dict[int, int | list[int]] = field(default_factory=dict)
     forward_s: float = 0.0
     sample_s: float = 0.0
     # Tensor parallelism: seconds in collectives (sending the plan, and the all-reduces,

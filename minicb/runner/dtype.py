@@ -2,7 +2,8 @@
 
 ``dtype="auto"`` is decided here, once per engine, from the hardware:
 
-- CUDA: bfloat16 (tensor cores compute it natively; half the bytes of float32 to read).
+- CUDA: bfloat16 (tensor cores compute it natively; half the bytes of float32 to read), or
+  float16 on a GPU older than Ampere, which has fp16 tensor cores but only emulates bf16.
 - CPU with AMX-BF16 or AVX-512 BF16 (recent Intel Xeons, AMD Zen 4 and later): bfloat16,
   since oneDNN's bf16 matmul runs on those instructions. Measured on a 2-core Xeon with AMX:
   a 32 x 576 x 1536 linear layer at 423 GFLOP/s in bf16 against 66 in fp32.
@@ -70,7 +71,10 @@ def choose_dtype(
             raise ValueError(f"unknown dtype {name!r}; choose auto or one of {', '.join(DTYPES)}")
         return DtypeChoice(DTYPES[name], "asked for")
     if device.type == "cuda":
-        return DtypeChoice(torch.bfloat16, "auto: native bf16 tensor cores on CUDA")
+        if torch.cuda.is_bf16_supported(including_emulation=False):
+            return DtypeChoice(torch.bfloat16, "auto: native bf16 tensor cores on CUDA")
+        # Before Ampere (a T4, a V100) bf16 is emulated, slowly; fp16 tensor cores exist.
+        return DtypeChoice(torch.float16, "auto: this GPU has no native bf16; fp16 tensor cores")
     if device.type != "cpu":
         return DtypeChoice(torch.float32, f"auto: float32 on {device.type}")
     caps = cpu_capabilities() if capabilities is None else capabilities

@@ -1,7 +1,9 @@
 """FakeRunner: a runner with no model and no torch, for tests and for timing the scheduler.
 
 Every request's n-th token is ``token_fn(request_id, n)`` (7 by default), so outputs are
-known in advance. ``output_lengths`` forces a request to stop after that many tokens (its
+known in advance (a row that verifies speculative drafts gets the tokens of the indices it
+reaches: the fake's "model" does not depend on the context, so acceptance can be scripted
+through ``token_fn``). ``output_lengths`` forces a request to stop after that many tokens (its
 last token is then the stop token). With a ``VirtualClock``, each step advances it by the
 next of ``step_times`` (or by ``step_time``): every timestamp in the events is then known
 exactly, and metrics can be worked out by hand. ``step_time_fn`` instead computes each
@@ -60,11 +62,15 @@ class FakeRunner:
             seconds = self.step_time_fn(plan) if self.step_time_fn else self.step_time
         if self.clock is not None:
             self.clock.advance(seconds)
-        sampled = {
-            r.request_id: self._token(r.request_id, r.num_output_tokens)
-            for r in plan.scheduled
-            if r.samples
-        }
+        sampled: dict[int, int | list[int]] = {}
+        for r in plan.scheduled:
+            if r.samples and r.num_draft_tokens:  # the "model's" token after each position
+                n = r.num_output_tokens
+                sampled[r.request_id] = [
+                    self._token(r.request_id, n + i) for i in range(1 + r.num_draft_tokens)
+                ]
+            elif r.samples:
+                sampled[r.request_id] = self._token(r.request_id, r.num_output_tokens)
         return RunnerOutput(sampled, forward_s=seconds)
 
     def _token(self, request_id: int, index: int) -> int:

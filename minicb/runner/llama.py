@@ -12,8 +12,9 @@ q and k per head).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -93,6 +94,9 @@ def rope_inv_freq(hf: Any, head_dim: int) -> tuple[torch.Tensor, float]:
     return inv_freq.float(), float(scaling)
 
 
+RopeTables = tuple[torch.Tensor, torch.Tensor]  # (cos, sin), each (T, 1, head_dim)
+
+
 class RotaryEmbedding(nn.Module):
     """cos/sin tables for every position, indexed by each token's own position."""
 
@@ -104,13 +108,19 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", angles.cos() * scaling, persistent=False)
         self.register_buffer("sin", angles.sin() * scaling, persistent=False)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        # x: (T, heads, head_dim); rotate the two halves ("rotate_half" convention).
-        cos = self.cos[positions].unsqueeze(1).to(x.dtype)
-        sin = self.sin[positions].unsqueeze(1).to(x.dtype)
-        half = x.shape[-1] // 2
-        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-        return x * cos + rotated * sin
+    def tables(self, positions: torch.Tensor, dtype: torch.dtype) -> RopeTables:
+        """cos and sin of this step's tokens, (T, 1, head_dim) each, in ``dtype``: gathered
+        once per step and shared by every layer (not once per layer for q and for k)."""
+        cos, sin = self.cos[positions], self.sin[positions]
+        return cos.unsqueeze(1).to(dtype), sin.unsqueeze(1).to(dtype)
+
+
+def apply_rope(x: torch.Tensor, tables: RopeTables) -> torch.Tensor:
+    """Rotate x (T, heads, head_dim) by its tokens' angles ("rotate_half" convention)."""
+    cos, sin = tables
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
 
 
 class Attention(nn.Module):
@@ -127,20 +137,15 @@ class Attention(nn.Module):
             self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
         self.scale = cfg.head_dim**-0.5
 
-    def forward(self, x, positions, rope, meta, kv_cache, backend: AttentionBackend):
-        cfg = self.cfg
-        num_tokens = x.shape[0]
-        q = self.q_proj(x).view(num_tokens, cfg.num_heads, cfg.head_dim)
-        k = self.k_proj(x).view(num_tokens, cfg.num_kv_heads, cfg.head_dim)
-        v = self.v_proj(x).view(num_tokens, cfg.num_kv_heads, cfg.head_dim)
-        if cfg.qk_norm:
+    def project(self, x: torch.Tensor, rope: RopeTables) -> tuple[torch.Tensor, ...]:
+        """q (T, heads, head_dim), k and v (T, kv_heads, head_dim), rotated and normed."""
+        num_tokens, head_dim = x.shape[0], self.cfg.head_dim
+        q = self.q_proj(x).view(num_tokens, -1, head_dim)
+        k = self.k_proj(x).view(num_tokens, -1, head_dim)
+        v = self.v_proj(x).view(num_tokens, -1, head_dim)
+        if self.cfg.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = rope(q, positions), rope(k, positions)
-        k_cache, v_cache = kv_cache
-        # Store first, then attend: each chunk sees its own keys through the cache.
-        backend.store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
-        out = backend.attention(q, k_cache, v_cache, meta, self.scale)
-        return self.o_proj(out.reshape(num_tokens, -1))
+        return apply_rope(q, rope), apply_rope(k, rope), v
 
 
 class MLP(nn.Module):
@@ -162,9 +167,47 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, positions, rope, meta, kv_cache, backend):
-        x = x + self.self_attn(self.input_layernorm(x), positions, rope, meta, kv_cache, backend)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(
+        self,
+        x: torch.Tensor,  # (T, hidden)
+        rope: RopeTables,
+        meta: AttentionMetadata,
+        kv_cache: tuple[torch.Tensor, torch.Tensor],
+        backend: AttentionBackend,
+        fns: LayerFunctions,
+    ) -> torch.Tensor:  # (T, hidden)
+        q, k, v = fns.attention_inputs(self, x, rope)
+        k_cache, v_cache = kv_cache
+        # Store first, then attend: each chunk sees its own keys through the cache.
+        backend.store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+        out = backend.attention(q, k_cache, v_cache, meta, self.self_attn.scale)
+        return fns.layer_output(self, x, out.flatten(1))
+
+
+def attention_inputs(
+    layer: DecoderLayer, x: torch.Tensor, rope: RopeTables
+) -> tuple[torch.Tensor, ...]:
+    """The layer's work before attention: RMSNorm, q/k/v projections, rope."""
+    return layer.self_attn.project(layer.input_layernorm(x), rope)
+
+
+def layer_output(layer: DecoderLayer, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+    """The layer's work after attention (attn: (T, heads * head_dim)): output projection,
+    residual add, RMSNorm, gated MLP, residual add."""
+    x = x + layer.self_attn.o_proj(attn)
+    return x + layer.mlp(layer.post_attention_layernorm(x))
+
+
+class LayerFunctions(NamedTuple):
+    """The two halves of a decoder layer around attention. Plain functions of (layer,
+    tensors), so one compiled version serves every layer (minicb.runner.compiled); the
+    attention between them stays eager, since it loops over requests."""
+
+    attention_inputs: Callable[..., tuple[torch.Tensor, ...]]
+    layer_output: Callable[..., torch.Tensor]
+
+
+EAGER = LayerFunctions(attention_inputs, layer_output)
 
 
 class Backbone(nn.Module):
@@ -194,14 +237,18 @@ class LlamaModel(nn.Module):
         meta: AttentionMetadata,
         kv_caches: list[tuple[torch.Tensor, torch.Tensor]],  # per layer (k_cache, v_cache)
         backend: AttentionBackend,
+        fns: LayerFunctions = EAGER,
     ) -> torch.Tensor:  # (T, hidden)
         x = self.model.embed_tokens(input_ids)
+        rope = self.rope.tables(positions, x.dtype)
         for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
-            x = layer(x, positions, self.rope, meta, kv_cache, backend)
+            x = layer(x, rope, meta, kv_cache, backend, fns)
         return self.model.norm(x)
 
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:  # (N, hidden) -> (N, vocab) fp32
-        return self.lm_head(hidden).float()
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(N, hidden) -> (N, vocab) in the model's dtype: the sampler takes greedy argmaxes
+        on these as they are and converts only the rows it samples to fp32."""
+        return self.lm_head(hidden)
 
     def load_weights(self, named_tensors) -> None:
         """Copy checkpoint tensors in by name; complain about anything missing."""

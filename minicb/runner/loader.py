@@ -14,6 +14,7 @@ import importlib.util
 import json
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,10 +53,14 @@ def _default_gguf_path() -> Path:
     return path
 
 
+def _is_complete(folder: Path) -> bool:
+    return (folder / "model.safetensors").is_file() and (folder / "config.json").is_file()
+
+
 def default_model_dir() -> Path:
     """The cached safetensors folder of the default model, built from the GGUF on first use."""
     target = cache_dir() / DEFAULT_MODEL_NAME
-    if (target / "model.safetensors").is_file() and (target / "config.json").is_file():
+    if _is_complete(target):
         return target
     gguf = _default_gguf_path()
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -67,12 +72,22 @@ def default_model_dir() -> Path:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    tmp = target.with_name(target.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    shutil.rmtree(target, ignore_errors=True)
-    tmp.rename(target)  # atomic: a half-written cache is never mistaken for a good one
+    # A folder of this process's own, renamed into place at the end (atomic): a half-written
+    # cache is never mistaken for a good one, and two processes building it at once (two
+    # test workers, two first commands) never write into or delete each other's folder.
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if not _is_complete(target):  # else another process finished first: use its cache
+            shutil.rmtree(target, ignore_errors=True)  # an incomplete earlier attempt
+            tmp.rename(target)
+    except OSError:
+        if not _is_complete(target):  # a rename lost to another process's is no error
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 

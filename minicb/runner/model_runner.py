@@ -7,7 +7,8 @@ It owns the model weights and the KV tensors: one device tensor of shape
 swapped-out blocks. Each iteration it copies blocks the plan swaps out, then those it
 swaps in, builds ``input_ids``/``positions``/AttentionMetadata for every scheduled
 token (no padding between requests), runs the model, and samples one token for each
-request whose uncomputed tokens are now all computed.
+request whose uncomputed tokens are now all computed (and, for a row that verifies
+speculative drafts, one after each draft too).
 
 With ``tensor_parallel_size`` N > 1 this runner is rank 0 of N: it holds 1/N of every
 layer (minicb.runner.tensor_parallel) and 1/N of the KV heads, sends each plan to the
@@ -29,10 +30,12 @@ import torch
 from minicb.config import EngineConfig
 from minicb.kernels import AttentionMetadata, get_backend
 from minicb.runner import RunnerOutput
+from minicb.runner.compiled import CompiledLayers
 from minicb.runner.cuda_graphs import maybe_capture
 from minicb.runner.dtype import choose_dtype
-from minicb.runner.llama import LlamaModel, ModelConfig, RotaryEmbedding
+from minicb.runner.llama import EAGER, LlamaModel, ModelConfig, RotaryEmbedding
 from minicb.runner.loader import ModelFiles, iter_safetensors, open_model
+from minicb.runner.packed import PackedLinear, can_pack, pack_linears
 from minicb.runner.sampler import sample
 from minicb.runner.tensor_parallel import Shard, iter_shard, shard_config, shard_model
 from minicb.scheduler.plan import StepPlan
@@ -61,6 +64,7 @@ class ModelRunner:
         *,
         files: ModelFiles | None = None,
         shared_model: LlamaModel | None = None,
+        shared_compiled: CompiledLayers | None = None,
         shard: Shard | None = None,
         tp_shared: int | None = None,
     ) -> None:
@@ -98,6 +102,9 @@ class ModelRunner:
             self.model = shared_model
         else:
             self.model = self._load_model(self.files)
+        # Siblings on the same weights share the compiled functions (and their graphs).
+        self.compiled = (shared_compiled or CompiledLayers()) if config.compile == "on" else None
+        self.layer_fns = self.compiled.functions() if self.compiled else EAGER
         self._allocate_kv()
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(config.seed)
@@ -154,6 +161,8 @@ class ModelRunner:
             rank, world = self.shard.rank, self.shard.world
             model.load_weights(iter_shard(files.path, full, rank, world, names))
         model = model.to(self.dtype).eval()
+        if self.config.packed_weights and can_pack(self.device, self.dtype):
+            pack_linears(model)  # after the cast: the packed copies are made in this dtype
         # Rope tables are attached after the dtype cast so they stay fp32, as in transformers.
         rope = RotaryEmbedding(files.hf_config, cfg.head_dim, self.max_model_len)
         model.rope = rope.to(self.device)
@@ -163,7 +172,12 @@ class ModelRunner:
         """A runner for ``config`` on these weights: only the KV cache is new."""
         shared = self.tp_handle if self.tp is not None else None
         return ModelRunner(
-            None, config, files=self.files, shared_model=self.model, tp_shared=shared
+            None,
+            config,
+            files=self.files,
+            shared_model=self.model,
+            shared_compiled=self.compiled,
+            tp_shared=shared,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -179,6 +193,8 @@ class ModelRunner:
             "bytes_per_block": self.bytes_per_block(),
             "torch_threads": torch.get_num_threads(),
             "tensor_parallel_size": self.config.tensor_parallel_size,
+            "linear": "onednn-packed" if isinstance(self.model.lm_head, PackedLinear) else "plain",
+            "compile": self.compiled.describe() if self.compiled else "eager",
         }
         if self.tp is not None:
             info["tensor_parallel_backend"] = self.tp.backend
@@ -233,16 +249,7 @@ class ModelRunner:
             if self.device.type == "cuda":
                 torch.cuda.synchronize()
         t1 = time.perf_counter()
-        sampled: dict[int, int] = {}
-        rows = [r for r in plan.scheduled if r.samples]
-        if rows:
-            tokens = sample(
-                logits,
-                [r.params for r in rows],
-                [r.num_output_tokens for r in rows],
-                self.generator,
-            )
-            sampled = {r.request_id: t for r, t in zip(rows, tokens, strict=True)}
+        sampled = self._sample(plan, logits)
         return RunnerOutput(
             sampled,
             forward_s=t1 - t0,
@@ -263,7 +270,10 @@ class ModelRunner:
         graphs = self.decode_graphs
         if graphs is not None and meta.is_decode_only and graphs.can_run(meta.num_requests):
             return graphs.run(input_ids, positions, meta), sample_rows
-        return self.model(input_ids, positions, meta, self.kv_caches, self.backend), sample_rows
+        hidden = self.model(
+            input_ids, positions, meta, self.kv_caches, self.backend, self.layer_fns
+        )
+        return hidden, sample_rows
 
     @contextlib.contextmanager
     def _tp_step(self, plan: StepPlan) -> Iterator[None]:
@@ -279,6 +289,26 @@ class ModelRunner:
     def _collective_s(self) -> float:
         return self.shard.timer.take() if self.shard is not None else 0.0
 
+    def _sample(self, plan: StepPlan, logits: torch.Tensor | None) -> dict[int, int | list[int]]:
+        """One token per sampling row; a row with d drafts samples at each of its last 1 + d
+        positions (the token after its last real token, then after each draft)."""
+        rows = [r for r in plan.scheduled if r.samples]
+        if not rows:
+            return {}
+        widths = [1 + r.num_draft_tokens for r in rows]
+        tokens = sample(
+            logits,
+            [r.params for r, w in zip(rows, widths, strict=True) for _ in range(w)],
+            [r.num_output_tokens + i for r, w in zip(rows, widths, strict=True) for i in range(w)],
+            self.generator,
+        )
+        sampled: dict[int, int | list[int]] = {}
+        at = 0
+        for r, w in zip(rows, widths, strict=True):
+            sampled[r.request_id] = tokens[at] if w == 1 else tokens[at : at + w]
+            at += w
+        return sampled
+
     def _prepare(self, plan: StepPlan):
         bs = self.config.block_size
         input_ids: list[int] = []
@@ -293,8 +323,8 @@ class ModelRunner:
                 slots += [row.block_table[p // bs] * bs + p % bs for p in span]
             else:
                 slots += [-1] * row.num_tokens
-            if row.samples:
-                sample_rows.append(len(input_ids) - 1)
+            if row.samples:  # the last token, and each draft before it (speculative rows)
+                sample_rows += range(len(input_ids) - 1 - row.num_draft_tokens, len(input_ids))
         meta = AttentionMetadata.build(
             query_lens=[r.num_tokens for r in plan.scheduled],
             context_lens=[r.context_len for r in plan.scheduled],

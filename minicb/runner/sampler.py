@@ -1,8 +1,21 @@
 """Sampler: one new token per request that finished its uncomputed tokens this step.
 
-Greedy rows take the argmax. Sampled rows apply temperature, top-k and top-p, then draw.
-A request with a ``seed`` draws its n-th token from a generator seeded by (seed, n), so
-its tokens do not depend on which other requests share the batch, nor on preemption.
+Greedy rows take the argmax of the logits as the model made them (bf16 stays bf16: no fp32
+copy of a (rows, vocab) tensor just to find its largest entry). Sampled rows are converted
+to fp32 and filtered together: temperature, top-k and top-p as tensor operations over all
+of them at once (``filter_rows``), then drawn. ``filter_logits`` is the plain one-row
+reference they are tested against.
+
+Each sampled row draws one uniform number and takes the token where the row's cumulative
+distribution passes it (inverse CDF: one ``cumsum`` and one ``searchsorted`` for all rows;
+``multinomial`` drew one exponential per vocabulary entry, ~1 ms a row here). A request
+with a ``seed`` draws its n-th token's uniform from a generator seeded by (seed, n), so its
+tokens do not depend on which other requests share the batch, nor on preemption (exactly
+in float32; in bfloat16 the batch's shape changes the logits' rounding, which can move a
+draw that falls within a rounding error of a token boundary, as it can flip a greedy token
+at a near tie); rows without a seed draw theirs together from the engine's generator.
+(Before the sampler was vectorised, each row called ``multinomial``: the same
+distributions, other tokens for the same seed.)
 """
 
 from __future__ import annotations
@@ -19,7 +32,7 @@ def _token_generator(seed: int, token_index: int, device: torch.device) -> torch
 
 
 def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """Temperature, top-k and top-p on one row of fp32 logits (vocab,)."""
+    """Temperature, top-k and top-p on one row of fp32 logits (vocab,): the reference."""
     logits = logits / params.temperature
     if params.top_k > 0 and params.top_k < logits.shape[-1]:
         kth = torch.topk(logits, params.top_k).values[-1]
@@ -34,21 +47,67 @@ def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     return logits
 
 
+def filter_rows(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
+    """``filter_logits`` on every row of fp32 logits (N, vocab) at once, row i by params[i]."""
+    vocab, device = logits.shape[-1], logits.device
+    temps = torch.tensor([p.temperature for p in params], device=device)
+    logits = logits / temps[:, None]
+    ks = [p.top_k if 0 < p.top_k < vocab else vocab for p in params]
+    if min(ks) < vocab:
+        # The k-th largest of each row, from one top-k at the largest k asked for.
+        top = torch.topk(logits, max(ks), dim=-1).values  # (N, max_k)
+        kth = top.gather(1, torch.tensor(ks, device=device)[:, None] - 1)  # (N, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    top_p = torch.tensor([p.top_p for p in params], device=device)[:, None]  # (N, 1)
+    if bool((top_p < 1.0).any()):
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = sorted_logits.softmax(-1)
+        # Drop a token when the tokens ranked above it already cover top_p of the mass;
+        # rows with top_p = 1 drop nothing.
+        drop = (probs.cumsum(-1) - probs >= top_p) & (top_p < 1.0)
+        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+        logits = torch.full_like(logits, float("-inf")).scatter(1, order, sorted_logits)
+    return logits
+
+
 def sample(
-    logits: torch.Tensor,  # (N, vocab) fp32, one row per sampling request
+    logits: torch.Tensor,  # (N, vocab) in the model's dtype, one row per sampling request
     params: list[SamplingParams],
     num_output_tokens: list[int],
     generator: torch.Generator,
 ) -> list[int]:
-    tokens = logits.argmax(dim=-1).tolist()
-    for i, p in enumerate(params):
-        if p.greedy:
-            continue
-        probs = filter_logits(logits[i], p).softmax(-1)
-        gen = (
-            generator
-            if p.seed is None
-            else _token_generator(p.seed, num_output_tokens[i], logits.device)
-        )
-        tokens[i] = int(torch.multinomial(probs, 1, generator=gen).item())
+    # max() returns the first index of the largest value, as argmax does, and is faster.
+    tokens = logits.max(dim=-1).indices.tolist()
+    drawn = [i for i, p in enumerate(params) if not p.greedy]
+    if not drawn:
+        return tokens
+    rows = torch.tensor(drawn, device=logits.device)
+    probs = filter_rows(logits[rows].float(), [params[i] for i in drawn]).softmax(-1)
+    uniform = torch.empty((len(drawn), 1), device=logits.device)  # one draw per row
+    shared = [j for j, i in enumerate(drawn) if params[i].seed is None]
+    if shared:
+        uniform[shared] = torch.rand((len(shared), 1), generator=generator, device=logits.device)
+    for j, i in enumerate(drawn):
+        seed = params[i].seed
+        if seed is not None:
+            gen = _token_generator(seed, num_output_tokens[i], logits.device)
+            uniform[j] = torch.rand(1, generator=gen, device=logits.device)
+    return _inverse_cdf(probs, uniform, tokens, drawn)
+
+
+def _inverse_cdf(
+    probs: torch.Tensor,  # (N, vocab), rows summing to 1
+    uniform: torch.Tensor,  # (N, 1) in [0, 1)
+    tokens: list[int],
+    drawn: list[int],
+) -> list[int]:
+    """Row j's token: the first whose cumulative probability exceeds uniform[j] (of the row's
+    total, which rounding leaves near 1). A zero-probability token never is: the sum does
+    not grow there. One uniform per row instead of ``multinomial``'s one exponential per
+    vocabulary entry: the same distribution, 20x less work at 49152 tokens."""
+    cdf = probs.cumsum(-1)
+    picks = torch.searchsorted(cdf, uniform * cdf[:, -1:], right=True)
+    picks = picks.clamp_(max=probs.shape[-1] - 1)[:, 0].tolist()
+    for j, token in zip(range(len(drawn)), picks, strict=True):
+        tokens[drawn[j]] = token
     return tokens

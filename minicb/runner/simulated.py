@@ -47,7 +47,7 @@ class SimulatedRunner(FakeRunner):
         block size, dtype, tensor-parallel degree, and pool sizes where it fixes them);
         ``clock``: the engine's clock, advanced by each step's predicted time."""
         config = config or EngineConfig()
-        tp = getattr(config, "tensor_parallel_size", 1)  # a setting other branches add
+        tp = config.tensor_parallel_size
         if isinstance(profile, str):
             profile = load_profile(profile, tp)
         profile = replace(profile, elem_bytes=ELEM_BYTES[config.dtype], tp=tp)

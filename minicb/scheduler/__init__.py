@@ -7,14 +7,19 @@ from minicb.config import EngineConfig
 from minicb.scheduler.base import RequestRejected, SchedulerBase
 from minicb.scheduler.continuous import ContinuousScheduler
 from minicb.scheduler.plan import DECODE, PADDING, PREFILL, Decision, ScheduledRequest, StepPlan
+from minicb.scheduler.speculative import RenderTokens
 from minicb.scheduler.static import StaticScheduler
 
 
 def make_scheduler(
-    config: EngineConfig, num_kv_blocks: int, max_model_len: int, num_swap_blocks: int | None = None
+    config: EngineConfig,
+    num_kv_blocks: int,
+    max_model_len: int,
+    num_swap_blocks: int | None = None,
+    render_tokens: RenderTokens | None = None,
 ) -> SchedulerBase:
     cls = ContinuousScheduler if config.batching == "continuous" else StaticScheduler
-    return cls(config, num_kv_blocks, max_model_len, num_swap_blocks)
+    return cls(config, num_kv_blocks, max_model_len, num_swap_blocks, render_tokens)
 
 
 __all__ = [

@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from minicb.config import EngineConfig
 from minicb.request import Request, RequestStatus
+from minicb.scheduler import speculative
 from minicb.scheduler.block_manager import BlockManager, blocks_needed
 from minicb.scheduler.plan import DECODE, PADDING, PREFILL, Decision, ScheduledRequest, StepPlan
 
@@ -61,7 +62,10 @@ class SchedulerBase:
         num_kv_blocks: int,
         max_model_len: int,
         num_swap_blocks: int | None = None,
+        render_tokens: speculative.RenderTokens | None = None,
     ) -> None:
+        """``render_tokens``: token ids -> text for the reasons (the engine passes its
+        tokenizer's decode; without one, reasons show the ids)."""
         self.config = config
         self.max_model_len = max_model_len
         num_swap = num_swap_blocks if num_swap_blocks is not None else config.num_swap_blocks
@@ -69,6 +73,8 @@ class SchedulerBase:
         caching = config.enable_prefix_caching and self.shares_prefixes
         self.blocks = BlockManager(num_kv_blocks, config.block_size, num_swap, caching)
         self.sort_key = get_policy(config.policy, config.aging_steps)
+        # None when speculation is off; else it adds drafts to the decode rows of a plan.
+        self.drafter = speculative.make_drafter(config, self.blocks, max_model_len, render_tokens)
         self.requests: dict[int, Request] = {}
         self.waiting: list[Request] = []
         self.running: list[Request] = []
@@ -127,20 +133,54 @@ class SchedulerBase:
     def _fill(self, plan: StepPlan) -> None:
         raise NotImplementedError
 
-    def update(self, plan: StepPlan, sampled: dict[int, int]) -> list[Request]:
-        """Advance computed counts, append sampled tokens; return requests that got one."""
+    def update(
+        self,
+        plan: StepPlan,
+        sampled: dict[int, int | list[int]],
+        on_token: Callable[[Request], bool] | None = None,
+    ) -> list[Request]:
+        """Advance computed counts, append sampled tokens; return requests that got one.
+
+        A row that verified drafts gets the tokens greedy acceptance keeps, appended one at
+        a time: ``on_token(req)`` is called after each, and True (the request stopped) ends
+        that row's tokens there. Rejected drafts are dropped from the computed tokens, and
+        the blocks allocated only for them go back to the pool."""
         got_token = []
         for row in plan.scheduled:
             if row.phase == PADDING:
                 continue
             req = self.requests[row.request_id]
-            req.num_computed_tokens += row.num_tokens
+            if not row.samples:
+                req.num_computed_tokens += row.num_tokens
+                self.blocks.commit(req.request_id, req.num_computed_tokens, req.token_slice)
+                continue
+            tokens = self._accepted(row, sampled[row.request_id])
+            kept = 0
+            for token in tokens:
+                req.output_token_ids.append(token)
+                kept += 1
+                if on_token is not None and on_token(req):
+                    break
+            req.metrics.num_generated_tokens = len(req.output_token_ids)
+            # KV was written for all the row's tokens; of its drafts, the kept ones are valid.
+            req.num_computed_tokens += row.num_tokens - row.num_draft_tokens + kept - 1
             self.blocks.commit(req.request_id, req.num_computed_tokens, req.token_slice)
-            if row.samples:
-                req.output_token_ids.append(sampled[row.request_id])
-                req.metrics.num_generated_tokens = len(req.output_token_ids)
-                got_token.append(req)
+            if row.num_draft_tokens:
+                row.num_accepted_tokens = kept - 1
+                req.metrics.num_draft_tokens += row.num_draft_tokens
+                req.metrics.num_accepted_tokens += kept - 1
+                self.drafter.roll_back(req)
+            got_token.append(req)
         return got_token
+
+    @staticmethod
+    def _accepted(row: ScheduledRequest, sampled: int | list[int]) -> list[int]:
+        """The new tokens of a sampling row: one, or what greedy acceptance keeps of its drafts
+        (a runner that did not verify them gives one token: no draft is accepted)."""
+        verified = sampled if isinstance(sampled, list) else [sampled]
+        if not row.num_draft_tokens:
+            return verified[:1]
+        return speculative.accept_greedy(row.token_ids[-row.num_draft_tokens :], verified)
 
     def finish(self, req: Request, status: RequestStatus) -> None:
         """Mark a request stopped. It leaves the batch at ``retire()``."""
@@ -193,14 +233,14 @@ class SchedulerBase:
         """A prefill chunk or decode of ``num_tokens`` tokens from where the request stands."""
         start = req.num_computed_tokens
         end = start + num_tokens
-        total = req.num_tokens
+        total = len(req.prompt_token_ids) + len(req.output_token_ids)  # once: on every row
         return ScheduledRequest(
             request_id=req.request_id,
             phase=PREFILL if (total - start > 1 or start == 0) else DECODE,
             num_tokens=num_tokens,
             start_position=start,
             context_len=end,
-            block_table=list(self.blocks.block_table(req.request_id)),
+            block_table=list(self.blocks.block_tables.get(req.request_id, ())),
             store_kv=True,
             samples=end == total,
             token_ids=req.token_slice(start, end),

@@ -114,6 +114,13 @@ class BlockManager:
         held = len(self.block_tables.get(request_id, ()))
         return max(0, blocks_needed(num_tokens, self.block_size) - held)
 
+    def spare_slots(self, request_id: int, num_tokens: int) -> int:
+        """Tokens the request could add beyond ``num_tokens`` without evicting a cached
+        prefix: the room left in its blocks plus the unkeyed free blocks. Speculative drafts
+        take only these: a guess is not worth another prompt's cached blocks."""
+        held = len(self.block_tables.get(request_id, ()))
+        return max(0, (held + self.device.num_free) * self.block_size - num_tokens)
+
     def lookup(self, token_slice: TokenSlice, num_tokens: int) -> list[tuple[int, int]]:
         """(block, key) of the cached full blocks that the first ``num_tokens`` tokens
         begin with; [] with caching off. At most ``(num_tokens - 1) // block_size``
@@ -136,6 +143,9 @@ class BlockManager:
         room), or None, with nothing changed, when the pool has too few free blocks. A hit
         on an evictable block costs a free block but no new one.
         """
+        table = self.block_tables.get(request_id)
+        if not cached and table is not None and len(table) * self.block_size >= num_tokens:
+            return []  # the common decode: its last block has room (checked every step)
         new = max(0, self.num_new_blocks(request_id, num_tokens) - len(cached))
         revived = sum(1 for b, _ in cached if self.ref_counts[b] == 0)
         if new + revived > self.num_free_blocks:
@@ -164,6 +174,17 @@ class BlockManager:
         for i in range(len(chain), num_computed // bs):
             tokens = tuple(token_slice(i * bs, (i + 1) * bs))
             chain.append(self.cache.register(table[i], chain[-1] if chain else None, tokens))
+
+    def trim(self, request_id: int, keep: int) -> int:
+        """Give back the request's blocks after its first ``keep`` (the blocks a step took
+        for speculative drafts the model rejected); returns how many. They were never
+        committed: ``commit`` keys computed tokens only."""
+        table = self.block_tables.get(request_id, [])
+        tail = table[keep:]
+        if tail:
+            del table[keep:]
+            self._drop(tail)
+        return len(tail)
 
     def free(self, request_id: int) -> int:
         """Release every device and swap block of the request; returns how many."""

@@ -14,6 +14,7 @@ into the event, generated from these dataclass fields. Pure Python.
 from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field, fields
+from operator import attrgetter
 from typing import Any
 
 from minicb.config import SamplingParams
@@ -34,6 +35,10 @@ class ScheduledRequest:
     block_table: list[int]  # the KV blocks it holds this step, in order
     store_kv: bool  # padding rows recompute an old token and must not overwrite it
     samples: bool  # True when this step ends the uncomputed tokens: a new token is drawn
+    # Speculative decoding: the last num_draft_tokens of the row's tokens are guesses,
+    # sampled at every position; num_accepted_tokens of them became output (after the step).
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
     token_ids: list[int] = field(default_factory=list, compare=False, metadata=RUNNER_ONLY)
     params: SamplingParams | None = field(default=None, compare=False, metadata=RUNNER_ONLY)
     # Tokens generated so far: the index of the token drawn next (seeded sampling).
@@ -51,7 +56,7 @@ class Decision:
     num_cached_tokens: int = 0
 
 
-DECISION_LISTS = ("admitted", "preempted", "swapped_out", "swapped_in", "finished")
+DECISION_LISTS = ("admitted", "preempted", "swapped_out", "swapped_in", "drafted", "finished")
 
 
 @dataclass
@@ -64,6 +69,7 @@ class StepPlan:
     preempted: list[Decision] = field(default_factory=list)
     swapped_out: list[Decision] = field(default_factory=list)
     swapped_in: list[Decision] = field(default_factory=list)
+    drafted: list[Decision] = field(default_factory=list)  # speculative drafts, and whence
     finished: list[Decision] = field(default_factory=list)  # filled after the step ran
     notes: list[str] = field(default_factory=list)  # other reasons: why nobody was admitted
     # (device block, cpu block) copies before the step; (cpu block, device block) after those.
@@ -95,6 +101,14 @@ class StepPlan:
         return sum(r.num_tokens for r in self.scheduled)
 
     @property
+    def num_draft_tokens(self) -> int:
+        return sum(r.num_draft_tokens for r in self.scheduled)
+
+    @property
+    def num_accepted_tokens(self) -> int:
+        return sum(r.num_accepted_tokens for r in self.scheduled)
+
+    @property
     def is_empty(self) -> bool:
         return not self.scheduled
 
@@ -103,6 +117,7 @@ class StepPlan:
         lines = [f"request {d.request_id} {d.reason}" for d in self.admitted]
         lines += [f"request {d.request_id} {d.reason}" for d in self.preempted]
         lines += [f"request {d.request_id} {d.reason}" for d in self.swapped_in]
+        lines += [f"request {d.request_id} {d.reason}" for d in self.drafted]
         lines += list(self.notes)
         lines += [f"request {d.request_id} {d.reason}" for d in self.finished]
         return lines
@@ -145,10 +160,12 @@ def _event_fields(cls: type) -> tuple:
 
 
 _EVENT_FIELDS = {cls: _event_fields(cls) for cls in (StepPlan, ScheduledRequest, Decision)}
+_ROW_NAMES = tuple(f.name for f in _EVENT_FIELDS[ScheduledRequest])
+_row_values = attrgetter(*_ROW_NAMES)  # one C call for a row's values: rows are many
 
 
 def _row_dict(row: ScheduledRequest) -> dict[str, Any]:
-    data = {f.name: getattr(row, f.name) for f in _EVENT_FIELDS[ScheduledRequest]}
+    data = dict(zip(_ROW_NAMES, _row_values(row), strict=True))
     data["block_table"] = list(row.block_table)
     return data
 

@@ -53,6 +53,11 @@ class StaticScheduler(SchedulerBase):
         for req in self.running:
             row = self._padding_row(req) if req.finished else self._row(req, 1)
             plan.scheduled.append(row)
+        if self.drafter is not None:  # drafts fit in the reserved blocks: only budget limits
+            self.drafter.add_drafts(plan, self.requests, budget=self._budget_left(plan))
+
+    def _budget_left(self, plan: StepPlan) -> int:
+        return max(0, self.config.max_num_batched_tokens - plan.num_tokens)
 
     def _form_batch(self, plan: StepPlan) -> None:
         size = min(self.config.max_num_seqs, self.config.max_num_batched_tokens)

@@ -39,6 +39,9 @@ class EventBus:
         self._sync: tuple[tuple[Listener, frozenset[str] | None], ...] = ()
         self._async: tuple[Subscription, ...] = ()
         self._wanted: frozenset[str] = frozenset()
+        # kind -> who gets it, in order: sync listeners first, then the queues' puts. Built
+        # when subscriptions change, so emitting is one dict lookup and the calls.
+        self._routes: dict[str, tuple[Listener, ...]] = {}
         self._lock = threading.Lock()
 
     # ---- subscribing ---------------------------------------------------------------------
@@ -73,6 +76,11 @@ class EventBus:
         wanted: set[str] = set()
         for kinds in [k for _, k in self._sync] + [s.kinds for s in self._async]:
             wanted |= EVENT_KINDS if kinds is None else kinds
+        targets = [*self._sync, *((sub.put, sub.kinds) for sub in self._async)]
+        self._routes = {
+            kind: tuple(fn for fn, kinds in targets if kinds is None or kind in kinds)
+            for kind in wanted
+        }
         self._wanted = frozenset(wanted)
 
     @property
@@ -83,13 +91,8 @@ class EventBus:
         return kind in self._wanted
 
     def emit(self, event: Event) -> None:
-        kind = event.kind
-        for listener, kinds in self._sync:
-            if kinds is None or kind in kinds:
-                listener(event)
-        for sub in self._async:
-            if sub.kinds is None or kind in sub.kinds:
-                sub.put(event)
+        for deliver in self._routes.get(event.kind, ()):
+            deliver(event)
 
 
 def _kinds(kinds: Iterable[str] | None) -> frozenset[str] | None:
@@ -120,6 +123,7 @@ class Subscription:
         self.closed = False
         self._queue: deque[Event] = deque()
         self._cond = threading.Condition(threading.Lock())
+        self._getters = 0  # threads blocked in get(): put() notifies only when there are some
         self._waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future] | None = None
         self._on_close = on_close
 
@@ -134,7 +138,8 @@ class Subscription:
                 self._queue.popleft()
                 self.dropped += 1
             self._queue.append(event)
-            self._cond.notify()
+            if self._getters:
+                self._cond.notify()
             waiter, self._waiter = self._waiter, None
         if waiter is not None:
             _wake(waiter)
@@ -143,7 +148,11 @@ class Subscription:
     def get(self, timeout: float | None = None) -> Event | None:
         """The oldest queued event; waits up to ``timeout`` s; None on timeout or when closed."""
         with self._cond:
-            self._cond.wait_for(lambda: self._queue or self.closed, timeout)
+            self._getters += 1
+            try:
+                self._cond.wait_for(lambda: self._queue or self.closed, timeout)
+            finally:
+                self._getters -= 1
             return self._queue.popleft() if self._queue else None
 
     def drain(self, max_items: int | None = None) -> list[Event]:

@@ -133,6 +133,8 @@ class RequestFinished(StepRequestEvent):
     num_prompt_tokens: int
     num_output_tokens: int
     num_preemptions: int
+    num_draft_tokens: int = 0  # speculative tokens verified for it over its life
+    num_accepted_tokens: int = 0  # of those, the ones kept as output
 
 
 @dataclass(kw_only=True)
@@ -302,4 +304,6 @@ def _finished_events(
             num_prompt_tokens=len(out.prompt_token_ids),
             num_output_tokens=len(out.token_ids),
             num_preemptions=out.metrics.num_preemptions,
+            num_draft_tokens=out.metrics.num_draft_tokens,
+            num_accepted_tokens=out.metrics.num_accepted_tokens,
         )

@@ -25,6 +25,10 @@ events in the same order give exactly the same figures, live or replayed. Defini
   requests (1 = all equal); longest wait = most time a request spent not running
   (queued, preempted or swapped out).
 - goodput under TTFT/TPOT targets: finished requests that met both, per second.
+- speculative decoding: draft tokens verified, accepted (kept as output); acceptance rate =
+  accepted / drafted; accepted tokens per step = accepted / iterations; tokens per decode
+  row = tokens the decode rows produced / decode rows (1 without speculation, at most
+  1 + num_speculative_tokens): the mean tokens per request per iteration.
 
 Pure Python: no torch.
 """
@@ -92,6 +96,11 @@ def jain_index(values: list[float]) -> float | None:
     return sum(values) ** 2 / (len(values) * squares) if squares > 0 else None
 
 
+def handlers(listener: object) -> dict[str, Any]:
+    """A listener's ``_on_<kind>`` methods by kind: looked up once, not by name per event."""
+    return {n[4:]: getattr(listener, n) for n in dir(listener) if n.startswith("_on_")}
+
+
 def _ratio(num: float, den: float) -> float | None:
     return num / den if den else None
 
@@ -141,6 +150,10 @@ class _Steps:
     prefill_tokens: int = 0
     prefix_query_tokens: int = 0
     prefix_hit_tokens: int = 0
+    decode_rows: int = 0
+    drafted_rows: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
 
 
 class MetricsCollector:
@@ -155,19 +168,26 @@ class MetricsCollector:
         self.rejected = 0
         self.t_min: float | None = None
         self.t_max: float | None = None
+        self._handlers = handlers(self)
 
     def __call__(self, event: Event) -> None:
-        handler = getattr(self, "_on_" + event.kind, None)
+        handler = self._handlers.get(event.kind)
         if handler is not None:
             handler(event)
 
     def _seen(self, start: float, end: float) -> None:
-        self.t_min = start if self.t_min is None else min(self.t_min, start)
-        self.t_max = end if self.t_max is None else max(self.t_max, end)
+        if self.t_min is None or start < self.t_min:
+            self.t_min = start
+        if self.t_max is None or end > self.t_max:
+            self.t_max = end
 
     def _req(self, event: Any) -> _Request:
         self._seen(event.time, event.time)
-        return self.requests.setdefault((self.generation, event.request_id), _Request())
+        key = (self.generation, event.request_id)
+        r = self.requests.get(key)
+        if r is None:  # only now: setdefault would build a _Request for every event
+            r = self.requests[key] = _Request()
+        return r
 
     # ---- per-event updates ---------------------------------------------------------------
     def _on_step(self, e: Any) -> None:
@@ -188,6 +208,11 @@ class MetricsCollector:
             else:
                 s.prefill_tokens += row.num_tokens if row.phase == "prefill" else 0
                 s.useful_rows += 1
+            if row.phase == "decode":
+                s.decode_rows += 1
+                s.drafted_rows += row.num_draft_tokens > 0
+                s.draft_tokens += row.num_draft_tokens
+                s.accepted_tokens += row.num_accepted_tokens
             full = -(-row.context_len // bs)  # blocks the live tokens need
             s.kv_live += row.context_len
             s.kv_held += len(row.block_table) * bs
@@ -291,6 +316,7 @@ class MetricsCollector:
             "kv": self._kv(),
             "preemptions": self._preemptions(),
             "prefix_cache": self._prefix_cache(),
+            "speculative": self._speculative(),
             "fairness": self._fairness(done),
             "goodput": _goodput(done, ttfts, tpots, ttft_slo, tpot_slo, duration),
         }
@@ -312,6 +338,17 @@ class MetricsCollector:
             "hit_tokens": s.prefix_hit_tokens,
             "hit_rate": _ratio(s.prefix_hit_tokens, s.prefix_query_tokens),
             "prefill_tokens": s.prefill_tokens,
+        }
+
+    def _speculative(self) -> dict[str, Any]:
+        s = self.steps
+        return {
+            "drafted_rows": s.drafted_rows,
+            "draft_tokens": s.draft_tokens,
+            "accepted_tokens": s.accepted_tokens,
+            "acceptance_rate": _ratio(s.accepted_tokens, s.draft_tokens),
+            "accepted_tokens_per_step": _ratio(s.accepted_tokens, s.count),
+            "tokens_per_decode_row": _ratio(s.decode_rows + s.accepted_tokens, s.decode_rows),
         }
 
     def _batch(self) -> dict[str, Any]:

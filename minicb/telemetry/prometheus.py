@@ -30,7 +30,7 @@ from prometheus_client import (
 )
 
 from minicb.telemetry.events import Event
-from minicb.telemetry.metrics import e2e, queue_time, tpot, ttft
+from minicb.telemetry.metrics import e2e, handlers, queue_time, tpot, ttft
 
 # Bucket edges (seconds), close to vLLM's, widened at the slow end for CPU runs.
 # fmt: off
@@ -83,6 +83,16 @@ class PrometheusMetrics:
             "minicb:prefix_cache_hits", "Prompt tokens found in the prefix cache."
         )
         self.iterations = counter("minicb:iterations", "Engine iterations.")
+        # As vLLM's spec_decode counters: acceptance rate = accepted / draft tokens.
+        self.spec_drafts = counter(
+            "minicb:spec_decode_num_drafts", "Decode rows that verified speculative drafts."
+        )
+        self.spec_draft_tokens = counter(
+            "minicb:spec_decode_num_draft_tokens", "Speculative tokens proposed and verified."
+        )
+        self.spec_accepted_tokens = counter(
+            "minicb:spec_decode_num_accepted_tokens", "Speculative tokens kept as output."
+        )
         self.success = counter("minicb:request_success", "Finished requests.", ["finished_reason"])
         self.rejected = counter("minicb:request_rejected", "Requests refused at the door.")
         self.ttft = hist(
@@ -102,6 +112,7 @@ class PrometheusMetrics:
         self.queue = hist(
             "minicb:request_queue_time_seconds", "Arrival to admission.", buckets=E2E_BUCKETS
         )
+        self._handlers = handlers(self)
 
     def _factory(self, cls: type) -> Callable[..., Any]:
         """Makes metrics of ``cls`` labelled with the model name, colon name if allowed."""
@@ -125,7 +136,7 @@ class PrometheusMetrics:
 
     # ---- events --------------------------------------------------------------------------
     def __call__(self, event: Event) -> None:
-        handler = getattr(self, "_on_" + event.kind, None)
+        handler = self._handlers.get(event.kind)
         if handler is not None:
             handler(event)
 
@@ -141,6 +152,11 @@ class PrometheusMetrics:
         if plan.prefix_query_tokens:
             self.prefix_queries.inc(plan.prefix_query_tokens)
             self.prefix_hits.inc(plan.prefix_hit_tokens)
+        drafted = plan.num_draft_tokens
+        if drafted:
+            self.spec_drafts.inc(sum(1 for r in plan.scheduled if r.num_draft_tokens))
+            self.spec_draft_tokens.inc(drafted)
+            self.spec_accepted_tokens.inc(plan.num_accepted_tokens)
 
     # Request counts follow each request's own events, so they are right between steps too
     # (an arrival, an abort) and after the last step; requests that arrived before this

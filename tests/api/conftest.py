@@ -9,7 +9,10 @@ from tests.api.live import api_server
 
 
 def tiny_engine(model_dir: str, **config) -> LLMEngine:
+    """The tiny model's engine, in float32 as the offline references (tokens compared
+    exactly; bfloat16's greedy tokens may differ at near-ties)."""
     config.setdefault("num_kv_blocks", 256)
+    config.setdefault("dtype", "float32")
     return LLMEngine(model_dir, EngineConfig(**config))
 
 

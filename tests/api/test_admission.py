@@ -5,7 +5,6 @@ checked both on the declared length and while reading a chunked upload."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import httpx
 import openai
@@ -14,6 +13,7 @@ import pytest
 from minicb.server.openai_request import Guard
 from tests.api.conftest import tiny_engine
 from tests.api.live import api_server
+from tests.helpers import wait_for
 
 KEY = "sk-test-minicb"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -27,13 +27,6 @@ def live(tiny_llama_dir):
         yield server
 
 
-def _wait_for(predicate, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-
-
 def test_a_full_queue_answers_429_with_retry_after(live):
     gate = live.app.state.openai.gate
     url = live.url + "/v1/completions"
@@ -42,7 +35,7 @@ def test_a_full_queue_answers_429_with_retry_after(live):
         live.loop.pause()  # nothing is admitted: the first two requests stay waiting
         async with httpx.AsyncClient(headers=AUTH, timeout=20) as client:
             held = [asyncio.create_task(client.post(url, json=BODY)) for _ in range(2)]
-            await asyncio.to_thread(_wait_for, lambda: gate.waiting == 2)
+            await asyncio.to_thread(wait_for, lambda: gate.waiting == 2)
             refused = await client.post(url, json=BODY)
             sdk = openai.AsyncOpenAI(base_url=live.url + "/v1", api_key=KEY, max_retries=0)
             with pytest.raises(openai.RateLimitError, match="queue is full"):

@@ -15,10 +15,14 @@ PROMPTS = [[5, 6, 7, 8], [9, 10], [11] * 12]
 
 
 @pytest.fixture(scope="module")
-def expected(tiny_llama_dir):
-    llm = LLM(tiny_llama_dir, num_kv_blocks=64)
+def offline(tiny_llama_dir):
+    return LLM(tiny_llama_dir, dtype="float32", num_kv_blocks=64)
+
+
+@pytest.fixture(scope="module")
+def expected(offline):
     params = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
-    return [out.token_ids for out in llm.generate(PROMPTS, params)]
+    return [out.token_ids for out in offline.generate(PROMPTS, params)]
 
 
 @pytest.fixture(scope="module")
@@ -65,10 +69,24 @@ def test_streaming_tokens_equal_the_offline_engine_and_usage_comes_last(client, 
     assert len({c.id for c in chunks}) == 1
 
 
-def test_batch_form_with_one_prompt_and_stop_at_eos(client):
-    out = client.completions.create(model="tiny", prompt=[PROMPTS[1]], max_tokens=3)
-    assert out.choices[0].finish_reason in ("stop", "length")
-    assert out.usage.completion_tokens <= 3
+@pytest.mark.parametrize("max_tokens, reason", [(3, "length"), (40, "stop")])
+def test_batch_form_with_one_prompt_stops_where_the_offline_engine_does(
+    client, offline, max_tokens, reason
+):
+    """eos honoured: this prompt's greedy tokens reach eos after 39 tokens on the tiny model,
+    so 3 ends on "length" and 40 on "stop", as offline."""
+    want = offline.generate([PROMPTS[1]], SamplingParams(max_tokens=max_tokens, temperature=0))
+    assert want[0].finish_reason == reason
+    out = client.completions.create(
+        model="tiny",
+        prompt=[PROMPTS[1]],
+        max_tokens=max_tokens,
+        temperature=0,
+        extra_body={"return_token_ids": True},
+    )
+    assert out.choices[0].finish_reason == want[0].finish_reason
+    assert _ids(out.choices[0]) == want[0].token_ids
+    assert out.usage.completion_tokens == len(want[0].token_ids)
 
 
 def test_models_health_and_metrics(tiny_api, client):

@@ -5,7 +5,7 @@ use once idle, as /metrics shows, and the server goes on answering."""
 from __future__ import annotations
 
 import asyncio
-import time
+import threading
 
 import httpx
 import openai
@@ -14,6 +14,7 @@ import pytest
 from minicb.telemetry.events import StepEvent
 from tests.api.conftest import tiny_engine
 from tests.api.live import api_server, metric
+from tests.helpers import wait_for
 
 N_CLIENTS = 64
 
@@ -71,34 +72,52 @@ async def _cut_stream(client: httpx.AsyncClient, url: str, keep: int) -> int:
     return got
 
 
-async def _impatient(client: httpx.AsyncClient, url: str) -> None:
-    body = {"model": "tiny", "prompt": [7, 8], "max_tokens": 450, "ignore_eos": True}
-    with pytest.raises(httpx.ReadTimeout):
-        await client.post(url, json=body, timeout=httpx.Timeout(10.0, read=0.5))
+IMPATIENT_TOKENS = 450  # far more than can run before the client gives up
+
+
+async def _impatient(client: httpx.AsyncClient, url: str, all_arrived: threading.Event) -> None:
+    """A non-streaming client that hangs up once every impatient request is in the engine
+    (seen on its bus), long before any could finish: no clock decides."""
+    body = {"model": "tiny", "prompt": [7, 8], "max_tokens": IMPATIENT_TOKENS}
+    task = asyncio.create_task(client.post(url, json={**body, "ignore_eos": True}))
+    assert await asyncio.to_thread(all_arrived.wait, 30), "the requests never arrived"
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
 
 
 def test_abort_storm_frees_every_block_and_the_server_keeps_answering(live):
     url = live.url + "/v1/completions"
+    arrived, all_arrived = [], threading.Event()
+
+    def watch(e) -> None:  # in the engine thread
+        arrived.append(e.max_tokens == IMPATIENT_TOKENS)
+        if sum(arrived) == 8:
+            all_arrived.set()
+
+    live.bus.subscribe(watch, kinds=["arrived"])
 
     async def storm():
         limits = httpx.Limits(max_connections=100)
         async with httpx.AsyncClient(limits=limits, timeout=30) as client:
             cut = [_cut_stream(client, url, keep=1 + i % 5) for i in range(40)]
-            impatient = [_impatient(client, url) for _ in range(8)]
+            impatient = [_impatient(client, url, all_arrived) for _ in range(8)]
             await asyncio.gather(*cut, *impatient)
 
     asyncio.run(storm())
-    deadline = time.monotonic() + 10
-    while True:
-        page = httpx.get(live.url + "/metrics").text
-        idle = metric(page, "minicb:num_requests_running") == 0
-        if idle and metric(page, "minicb:num_requests_waiting") == 0:
-            break
-        assert time.monotonic() < deadline, "requests still in the engine after the storm"
-        time.sleep(0.1)
+    live.bus.unsubscribe(watch)
+
+    def idle() -> bool:  # every request of the storm has left the engine
+        text = httpx.get(live.url + "/metrics").text
+        return all(metric(text, f"minicb:num_requests_{s}") == 0 for s in ("running", "waiting"))
+
+    wait_for(idle)
+    page = httpx.get(live.url + "/metrics").text
     assert metric(page, "minicb:kv_cache_usage_perc") == 0.0
     assert live.used_blocks() == 0
     aborted = 'minicb:request_success_total{finished_reason="abort",model_name="tiny"}'
     assert metric(page, aborted) == 48
-    after = httpx.post(url, json={"model": "tiny", "prompt": [5], "max_tokens": 3}).json()
-    assert after["usage"]["completion_tokens"] >= 1
+    body = {"model": "tiny", "prompt": [5], "max_tokens": 3, "ignore_eos": True}
+    after = httpx.post(url, json=body).json()
+    assert after["usage"]["completion_tokens"] == 3
+    assert after["choices"][0]["finish_reason"] == "length"

@@ -111,16 +111,41 @@ CASES = [
 # fmt: on
 
 
+# The error ``code`` of each case where it is not the usual "invalid_value".
+CODES = {
+    "bad json": "invalid_json",
+    "content number": "invalid_type",
+    "echo": "unsupported_parameter",
+    "empty body": "invalid_json",
+    "integer too long": "invalid_json",
+    "invalid utf-8": "invalid_encoding",
+    "logprobs": "unsupported_parameter",
+    "lone surrogate": "invalid_encoding",
+    "messages missing": "missing_required_parameter",
+    "missing model": "missing_required_parameter",
+    "missing prompt": "missing_required_parameter",
+    "misspelled field": "unrecognized_argument",
+    "n of 2": "unsupported_parameter",
+    "nested too deep": "invalid_json",
+    "not an object": "invalid_json",
+    "penalty": "unsupported_parameter",
+    "prompt bools": "invalid_type",
+    "prompt mixed list": "invalid_type",
+    "prompt object": "invalid_type",
+    "stream_options alone": "unsupported_parameter",
+    "tools": "unsupported_parameter",
+    "unknown model": "model_not_found",
+}
+
+
 @pytest.fixture(scope="module")
 def http(tiny_api):
     with httpx.Client(base_url=tiny_api.url, timeout=10) as client:
         yield client
 
 
-@pytest.mark.parametrize(
-    "path, body, status, words, param", [c[1:] for c in CASES], ids=[c[0] for c in CASES]
-)
-def test_malformed_request_gets_its_4xx_and_message(http, path, body, status, words, param):
+@pytest.mark.parametrize("name, path, body, status, words, param", CASES, ids=[c[0] for c in CASES])
+def test_malformed_request_gets_its_4xx_and_message(http, name, path, body, status, words, param):
     if isinstance(body, bytes):
         r = http.post(path, content=body, headers={"content-type": "application/json"})
     else:
@@ -131,11 +156,14 @@ def test_malformed_request_gets_its_4xx_and_message(http, path, body, status, wo
     assert error["type"] == "invalid_request_error"
     assert error["param"] == param
     assert set(error) == {"message", "type", "param", "code"}
+    assert error["code"] == CODES.get(name, "invalid_value")
 
 
 def test_wrong_method_and_unknown_path_are_openai_style_404s(http):
     for r in (http.get(C), http.post("/v1/engines/tiny/completions", json=OK)):
-        assert r.status_code == 404 and "no route" in r.json()["error"]["message"]
+        error = r.json()["error"]
+        assert r.status_code == 404 and "no route" in error["message"]
+        assert (error["type"], error["code"]) == ("invalid_request_error", "unknown_url")
 
 
 def test_the_server_answers_correctly_after_the_whole_table(http, tiny_api):
@@ -143,8 +171,10 @@ def test_the_server_answers_correctly_after_the_whole_table(http, tiny_api):
     assert r.status_code == 200
     body = r.json()
     assert len(body["choices"][0]["token_ids"]) == 2 and body["usage"]["prompt_tokens"] == 3
-    stream = http.post(C, json={**OK, "stream": True}).text
+    stream = http.post(C, json={**OK, "stream": True, "ignore_eos": True}).text
     assert stream.endswith("data: [DONE]\n\n")
-    assert [json.loads(x[6:]) for x in stream.split("\n\n") if x.startswith("data: {")]
+    chunks = [json.loads(x[6:]) for x in stream.split("\n\n") if x.startswith("data: {")]
+    # one chunk per token (the tiny model has no tokenizer: empty text), then the finish
+    assert [c["choices"][0]["finish_reason"] for c in chunks] == [None, None, "length"]
     assert tiny_api.used_blocks() == 0
     assert tiny_api.loop.call(lambda: tiny_api.engine.has_unfinished()).result(5) is False

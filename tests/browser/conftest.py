@@ -124,3 +124,9 @@ def wait_for(page, expr: str, timeout_s: float = 60.0):
     """Wait until the JS expression is truthy; returns its value."""
     page.wait_for_function(expr, timeout=timeout_s * 1000)
     return page.evaluate(expr)
+
+
+def next_frame(page) -> None:
+    """Wait until the page has drawn two more animation frames: what it holds is painted
+    (for a screenshot), without guessing a delay."""
+    page.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")

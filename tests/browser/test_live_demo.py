@@ -4,10 +4,11 @@ map changes, a typed prompt becomes a row whose tokens stream in, the language s
 
 import pytest
 
-from tests.browser.conftest import js, server, shot, wait_for
+from tests.browser.conftest import js, next_frame, server, shot, wait_for
 
 PANELS = "window.minicb.panels"
 PANELS_TEXT = "document.querySelector('#panels').innerText"
+DONE = "(p => Number(p.el.querySelector('dd[data-c=done]').textContent))"
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,9 @@ def test_rows_appear_and_leave_on_both_panels_and_counters_move(tab, demo_url):
     wait_for(page, f"{PANELS}.every(p => p.model.order.filter(r => r.endStep != null).length >= 3)")
     first = panel_state(page)
     wait_for(page, f"{PANELS}.every(p => p.model.lastStep > {max(s['step'] for s in first)} + 5)")
-    page.wait_for_timeout(600)  # counters refresh a few times a second
+    # the counters refresh a few times a second: wait until one shows more requests done
+    done_before = [int(s["done"]) for s in first]
+    wait_for(page, f"{PANELS}.some((p, i) => {DONE}(p) > {done_before}[i])")
     later = panel_state(page)
     for a, b in zip(first, later, strict=True):
         assert b["rows"] >= a["rows"] and b["left"] > 0
@@ -67,24 +70,27 @@ def test_single_step_advances_exactly_one_iteration_and_the_kv_map_changes(tab, 
     assert not page.errors
 
 
-def _single_steps(page) -> None:
-    page.wait_for_timeout(800)
-    held = panel_state(page)
-    page.wait_for_timeout(800)
-    assert [s["step"] for s in panel_state(page)] == [s["step"] for s in held]  # pause holds
-    # a prompt typed while paused waits in both engines, so both have work for the step
-    # (a workload burst is not enough: the feeder skips arrivals while an engine is full)
+def _type_prompt(page, count: int) -> None:
+    """Type a prompt and wait until both panels show ``count`` typed rows: the engine thread
+    took it, and every event it sent before the arrivals has come over the socket."""
     page.fill("#prompt-text", "one step at a time")
     page.fill("#prompt-max", "12")
     page.click("#prompt-form button[type=submit]")
-    wait_for(page, "document.querySelectorAll('#mine li').length >= 2")
+    wait_for(page, f"{PANELS}.every(p => p.model.order.filter(r => r.mine).length === {count})")
+
+
+def _single_steps(page) -> None:
+    # a prompt typed while paused waits in both engines, so both have work for the step
+    # (a workload burst is not enough: the feeder skips arrivals while an engine is full)
+    _type_prompt(page, 1)
+    held = panel_state(page)
+    _type_prompt(page, 2)  # the engine thread went round between the two prompts
+    assert [s["step"] for s in panel_state(page)] == [s["step"] for s in held]  # pause holds
     page.click("#step")
     wait_for(page, "document.querySelector('#decisions h4') !== null")
     base = [s["step"] for s in held]
     wait_for(page, f"{PANELS}.every((p, i) => p.model.lastStep === {base}[i] + 1)")
-    page.wait_for_timeout(500)
-    after = panel_state(page)
-    assert [s["step"] for s in after] == [s["step"] + 1 for s in held]
+    # (exactly one: each click below must then land on exactly base + n, never beyond)
     decisions = page.inner_text("#decisions")
     assert "static batching" in decisions and "continuous batching" in decisions
     shot(page, "single-step")
@@ -92,7 +98,7 @@ def _single_steps(page) -> None:
     for n in range(2, 40):
         page.click("#step")
         wait_for(page, f"{PANELS}.every((p, i) => p.model.lastStep === {base}[i] + {n})")
-        page.wait_for_timeout(100)
+        next_frame(page)  # the KV map is drawn on the next frame
         now = panel_state(page)
         if any(a["kv"] != b["kv"] for a, b in zip(held, now, strict=True)):
             break
@@ -135,7 +141,7 @@ def test_the_language_toggle_changes_the_labels(tab, demo_url):
     # panel titles are drawn on the next animation frame: wait for it, then look
     wait_for(page, f"{PANELS_TEXT}.includes('静态批处理')", 5)
     assert "槽位占用率" in page.inner_text("#panels")
-    page.wait_for_timeout(500)
+    next_frame(page)
     shot(page, "live-demo-zh")
     page.click("#lang")
     assert page.inner_text("#pause") == "Pause"

@@ -1,13 +1,14 @@
 """Replay in Chromium: a demo recorded with --trace, opened with ``minicb replay --serve``
 (no model loaded), draws the same rows the trace describes, and the slider scrubs it."""
 
-import time
+from collections import Counter
 
 import pytest
 
 from minicb.server.launch import trace_paths
 from minicb.telemetry.trace import read_trace
-from tests.browser.conftest import js, server, shot, wait_for
+from tests.browser.conftest import js, next_frame, server, shot, wait_for
+from tests.server.conftest import receive, ws_connect
 
 PANELS = "window.minicb.panels"
 
@@ -17,8 +18,15 @@ def recorded(tiny_llama_dir, tmp_path_factory):
     path = tmp_path_factory.mktemp("replay") / "demo.jsonl"
     args = ["demo", "--model", tiny_llama_dir, "--max-num-seqs", "4", "--num-kv-blocks", "48"]
     args += ["--burst", "6", "--rate", "2", "--short", "3", "6", "--long", "10", "16"]
-    with server(*args, "--delay", "0.02", "--trace", str(path)):
-        time.sleep(8)  # let it run; stopping the server closes the trace files
+    with server(*args, "--delay", "0.02", "--trace", str(path)) as url:
+        # Watch its events until each engine has finished six requests; then stopping the
+        # server closes the trace files.
+        finished: Counter = Counter()
+        with ws_connect("ws" + url.removeprefix("http") + "ws") as ws:
+            while min(finished["static"], finished["continuous"]) < 6:
+                msg = receive(ws, timeout=120)
+                if msg["type"] == "events":
+                    finished[msg["engine"]] += sum(e["type"] == "finished" for e in msg["events"])
     return path
 
 
@@ -48,13 +56,15 @@ def test_replay_draws_the_recorded_rows_and_scrubs(tab, recorded):
             assert len(want) >= 6 and sorted(drawn) == want
             last = max(e.plan.step for e in traces[name].events if e.kind == "step")
             wait_for(page, f"Number({PANELS}[{i}].el.dataset.step) === {last}")
-        page.wait_for_timeout(500)
+        next_frame(page)
         shot(page, "replay-end")
         end_rows = js(page, f"{PANELS}.map(p => p.timeline.rows.length)")
         page.eval_on_selector(
             "#scrub", "el => { el.value = 300; el.dispatchEvent(new Event('input')); }"
         )
-        page.wait_for_timeout(500)
+        lasts = [max(e.plan.step for e in t.events if e.kind == "step") for t in traces.values()]
+        wait_for(page, f"{PANELS}.every(p => Number(p.el.dataset.step) < {max(lasts)})")
+        next_frame(page)
         steps = js(page, f"{PANELS}.map(p => Number(p.el.dataset.step))")
         for i, name in enumerate(["static", "continuous"]):
             last = max(e.plan.step for e in traces[name].events if e.kind == "step")

@@ -34,9 +34,30 @@ def test_no_flags_at_all_gives_float32():
     assert choose_dtype("auto", CPU, {}).dtype == torch.float32
 
 
-def test_cuda_gets_bfloat16_whatever_the_cpu():
+@pytest.fixture
+def gpu_bf16(monkeypatch):
+    """Whether the (pretend) GPU computes bf16 natively: Ampere and later do."""
+
+    def pretend(native: bool) -> None:
+        def is_bf16_supported(including_emulation: bool = True) -> bool:
+            assert not including_emulation  # emulated bf16 is what auto must avoid
+            return native
+
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", is_bf16_supported)
+
+    return pretend
+
+
+def test_cuda_gets_bfloat16_whatever_the_cpu(gpu_bf16):
+    gpu_bf16(True)
     choice = choose_dtype("auto", CUDA, LAPTOP)
     assert choice.dtype == torch.bfloat16 and "CUDA" in choice.reason
+
+
+def test_a_gpu_without_native_bf16_gets_float16(gpu_bf16):
+    gpu_bf16(False)  # a T4 or a V100
+    choice = choose_dtype("auto", CUDA, XEON_AMX)
+    assert choice.dtype == torch.float16 and "no native bf16" in choice.reason
 
 
 @pytest.mark.parametrize("name", list(DTYPES))

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from minicb import LLM, SamplingParams
-from minicb.runner.sampler import filter_logits, sample
+from minicb.runner.sampler import filter_logits, filter_rows, sample
 
 
 def test_top_k_and_top_p_keep_the_right_tokens():
@@ -31,8 +31,58 @@ def test_greedy_rows_take_the_argmax_and_seeded_rows_repeat():
     assert a[1:] == b[1:]
 
 
+MIXED = [
+    SamplingParams(temperature=0.7),
+    SamplingParams(temperature=1.0, top_k=5),
+    SamplingParams(temperature=1.3, top_p=0.6),
+    SamplingParams(temperature=0.9, top_k=40, top_p=0.8, seed=3),
+    SamplingParams(temperature=0.0),
+    SamplingParams(temperature=1.0, top_k=1),
+]
+
+
+def test_filter_rows_equals_the_one_row_reference_on_every_row():
+    logits = torch.randn(len(MIXED) - 1, 1000, generator=torch.Generator().manual_seed(1)) * 3
+    params = [p for p in MIXED if not p.greedy]
+    batched = filter_rows(logits, params)
+    for i, p in enumerate(params):
+        assert torch.equal(batched[i], filter_logits(logits[i], p))
+
+
+def test_vectorised_sample_keeps_greedy_exact_seeded_rows_alone_and_draws_in_the_filter():
+    logits = torch.randn(len(MIXED), 1000, generator=torch.Generator().manual_seed(2)) * 3
+    counts = list(range(len(MIXED)))
+    tokens = sample(logits, MIXED, counts, torch.Generator().manual_seed(0))
+    assert tokens[4] == int(logits[4].argmax()) and tokens[5] == int(logits[5].argmax())
+    # The seeded row: what it draws alone, whatever the shared generator's state.
+    alone = sample(logits[3:4], MIXED[3:4], counts[3:4], torch.Generator().manual_seed(99))
+    assert tokens[3] == alone[0]
+    # Every sampled row: a token the row's own filter keeps.
+    for i in (0, 1, 2, 3):
+        assert filter_logits(logits[i], MIXED[i])[tokens[i]].isfinite()
+    assert tokens[1] in torch.topk(logits[1], 5).indices.tolist()
+
+
+def test_inverse_cdf_never_draws_a_filtered_token_and_follows_the_distribution():
+    # Three tokens at 1:0:3 odds behind zeros: token 1 and the zeros are never drawn.
+    logits = torch.full((4000, 6), float("-inf"))
+    logits[:, 2], logits[:, 4] = 0.0, float(torch.log(torch.tensor(3.0)))
+    params = [SamplingParams(temperature=1.0)] * 4000
+    tokens = sample(logits, params, [0] * 4000, torch.Generator().manual_seed(5))
+    assert set(tokens) == {2, 4}
+    assert 0.72 < tokens.count(4) / 4000 < 0.78  # 0.75, 5 standard deviations either side
+
+
+def test_greedy_argmax_on_bf16_logits_needs_no_fp32_copy_and_picks_the_first_maximum():
+    logits = torch.randn(4, 300).bfloat16()
+    logits[2, 7] = logits[2, 250] = 50.0  # a tie: the first index wins, as in argmax
+    tokens = sample(logits, [SamplingParams(temperature=0.0)] * 4, [0] * 4, torch.Generator())
+    assert tokens == logits.float().argmax(-1).tolist() and tokens[2] == 7
+
+
 def test_seeded_request_gets_the_same_tokens_whatever_shares_its_batch(tiny_llama_dir):
-    llm = LLM(model=tiny_llama_dir, num_kv_blocks=64)
+    # float32: in bf16 the batch's shape changes the logits' rounding (see sampler.py).
+    llm = LLM(model=tiny_llama_dir, num_kv_blocks=64, dtype="float32")
     seeded = SamplingParams(max_tokens=12, temperature=1.0, top_p=0.9, seed=1234, ignore_eos=True)
     alone = llm.generate([[5, 6, 7]], seeded)[0].token_ids
     others = SamplingParams(max_tokens=12, temperature=1.0, ignore_eos=True)

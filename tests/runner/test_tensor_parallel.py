@@ -53,7 +53,7 @@ def model_dirs(tmp_path_factory):
 
 def _run(path: str, tp: int, **options):
     """Greedy tokens of PROMPTS and the logits of every sampling row, in step order."""
-    llm = LLM(model=path, tensor_parallel_size=tp, num_kv_blocks=64, **options)
+    llm = LLM(dtype="float32", model=path, tensor_parallel_size=tp, num_kv_blocks=64, **options)
     model, seen = llm.engine.runner.model, []
     real = model.logits
 
@@ -96,7 +96,9 @@ MODES = {
 def test_same_tokens_in_every_mode(mode, model_dirs):
     path, options = model_dirs["llama"], MODES[mode]
     reference = _run(path, 1)[0]
-    engine = LLM(model=path, tensor_parallel_size=2, **({"num_kv_blocks": 64} | options)).engine
+    engine = LLM(
+        dtype="float32", model=path, tensor_parallel_size=2, **({"num_kv_blocks": 64} | options)
+    ).engine
     params = [SamplingParams(max_tokens=m, temperature=0.0, ignore_eos=True) for m in MAX_TOKENS]
     ids = [engine.add_request(p, s) for p, s in zip(PROMPTS, params, strict=True)]
     preempted, done = 0, {}
@@ -111,7 +113,7 @@ def test_same_tokens_in_every_mode(mode, model_dirs):
 
 
 def test_the_step_event_carries_the_degree_and_the_collective_time(model_dirs):
-    llm = LLM(model=model_dirs["llama"], tensor_parallel_size=2, num_kv_blocks=64)
+    llm = LLM(dtype="float32", model=model_dirs["llama"], tensor_parallel_size=2, num_kv_blocks=64)
     seen = []
     llm.engine.bus.subscribe(seen.append, kinds=("step",))
     greedy_tokens(llm, PROMPTS[:2], 2)
@@ -120,7 +122,7 @@ def test_the_step_event_carries_the_degree_and_the_collective_time(model_dirs):
 
 
 def test_a_second_engine_on_the_same_weights_shares_the_shards(model_dirs):
-    llm = LLM(model=model_dirs["llama"], tensor_parallel_size=2, num_kv_blocks=64)
+    llm = LLM(dtype="float32", model=model_dirs["llama"], tensor_parallel_size=2, num_kv_blocks=64)
     static = llm.engine.rebuilt(llm.engine.config.with_(batching="static"))
     assert static.runner.model is llm.engine.runner.model
     reference = _run(model_dirs["llama"], 1)[0]
@@ -140,7 +142,9 @@ def test_a_split_that_does_not_divide_is_refused_naming_the_limit(model_dirs):
     with pytest.raises(ValueError, match="must divide the MLP width 128"):
         shard_config(dataclasses.replace(cfg, num_heads=6, num_kv_heads=2), 6)
     with pytest.raises(ValueError, match="must divide the 4 attention heads"):
-        LLM(model=model_dirs["llama"], tensor_parallel_size=3)  # refused before any spawn
+        LLM(
+            dtype="float32", model=model_dirs["llama"], tensor_parallel_size=3
+        )  # refused before any spawn
 
 
 @pytest.mark.parametrize("name", ["qwen2", "llama-1kv"])  # q/k/v biases; one KV head

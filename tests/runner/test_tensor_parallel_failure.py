@@ -36,7 +36,7 @@ def _fresh_group():
 
 
 def _engine(path: str):
-    engine = LLM(model=path, tensor_parallel_size=2, num_kv_blocks=64).engine
+    engine = LLM(dtype="float32", model=path, tensor_parallel_size=2, num_kv_blocks=64).engine
     engine.add_request([5, 6, 7], PARAMS)
     engine.step()  # the workers are up and have run a step
     return engine
@@ -67,8 +67,12 @@ def test_a_worker_killed_between_steps_is_named_and_a_new_engine_starts_anew(tin
             engine.step()
     with pytest.raises(TensorParallelError, match="rank 1"):  # and at once after that
         engine.step()
-    reference = greedy_tokens(LLM(model=tiny_llama_dir, num_kv_blocks=64), [[5, 6, 7]], 6)
-    llm = LLM(model=tiny_llama_dir, tensor_parallel_size=2, num_kv_blocks=64)  # a new group
+    reference = greedy_tokens(
+        LLM(dtype="float32", model=tiny_llama_dir, num_kv_blocks=64), [[5, 6, 7]], 6
+    )
+    llm = LLM(
+        dtype="float32", model=tiny_llama_dir, tensor_parallel_size=2, num_kv_blocks=64
+    )  # a new group
     assert greedy_tokens(llm, [[5, 6, 7]], 6) == reference
 
 

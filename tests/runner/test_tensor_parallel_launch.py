@@ -26,7 +26,7 @@ from minicb.runner import tp_group
 from tests.helpers import greedy_tokens
 
 if __name__ == "__main__":
-    llm = LLM(model=sys.argv[1], tensor_parallel_size=2, num_kv_blocks=64)
+    llm = LLM(dtype="float32", model=sys.argv[1], tensor_parallel_size=2, num_kv_blocks=64)
     tokens = greedy_tokens(llm, json.loads(sys.argv[2]), 5)
     print(json.dumps({"tokens": tokens, "workers": tp_group.worker_pids()}))
 """
@@ -62,7 +62,9 @@ def _gone(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_spawned_workers_leave_when_rank_0_ends(script, tiny_llama_dir):
-    reference = greedy_tokens(LLM(model=tiny_llama_dir, num_kv_blocks=64), PROMPTS, 5)
+    reference = greedy_tokens(
+        LLM(dtype="float32", model=tiny_llama_dir, num_kv_blocks=64), PROMPTS, 5
+    )
     out = _run([sys.executable, str(script), tiny_llama_dir, json.dumps(PROMPTS)])
     assert out["tokens"] == reference
     (worker,) = out["workers"]
@@ -74,7 +76,9 @@ def test_spawned_workers_leave_when_rank_0_ends(script, tiny_llama_dir):
 
 @pytest.mark.slow
 def test_under_torchrun_every_rank_runs_the_script(script, tiny_llama_dir):
-    reference = greedy_tokens(LLM(model=tiny_llama_dir, num_kv_blocks=64), PROMPTS, 5)
+    reference = greedy_tokens(
+        LLM(dtype="float32", model=tiny_llama_dir, num_kv_blocks=64), PROMPTS, 5
+    )
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     out = _run(
         [*torchrun, "--nproc-per-node", "2", str(script), tiny_llama_dir, json.dumps(PROMPTS)]

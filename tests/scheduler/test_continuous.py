@@ -1,5 +1,6 @@
 """Continuous batching decisions, step by step, on the real engine over FakeRunner."""
 
+from minicb.request import RequestStatus
 from minicb.scheduler.plan import DECODE, PREFILL
 from tests.helpers import add, fake_engine
 
@@ -56,12 +57,17 @@ def test_preemption_by_recompute_picks_the_latest_arrival_and_explains():
     add(engine, 4, 8)
     add(engine, 4, 8)
     engine.step()  # both prefilled: 1 block each, 2 free
-    plans = [engine.step().plan for _ in range(6)]
-    preempted = [d for p in plans for d in p.preempted]
-    assert preempted and preempted[0].request_id == 1 and preempted[0].mode == "recompute"
+    plans = [engine.step().plan]
+    while not plans[-1].preempted:
+        assert len(plans) < 6, "nobody was preempted"
+        plans.append(engine.step().plan)
+    preempted = plans[-1].preempted
+    assert [(d.request_id, d.mode) for d in preempted] == [(1, "recompute")]
     assert "victim is the latest arrival" in preempted[0].reason
-    sched = engine.scheduler  # the scheduler's own bookkeeping of the victim
-    assert sched.requests[1].num_computed_tokens == 0 or sched.requests[1] in sched.running
+    sched = engine.scheduler  # the scheduler's own bookkeeping of the victim, right after
+    victim = sched.requests[1]
+    assert victim.num_computed_tokens == 0 and sched.waiting == [victim]
+    assert victim.status == RequestStatus.WAITING and not sched.blocks.block_table(1)
 
 
 def test_preemption_by_swap_copies_blocks_out_and_back():
@@ -73,7 +79,10 @@ def test_preemption_by_swap_copies_blocks_out_and_back():
     ins = [p for p in plans if p.swap_in_map]
     assert outs and ins
     assert outs[0].swapped_out[0].request_id == 1
-    assert sorted(g for _, g in ins[0].swap_in_map)  # copied back into device blocks
+    # the CPU copies made on the way out are the ones copied back, into distinct blocks
+    assert [cpu for cpu, _ in ins[0].swap_in_map] == [cpu for _, cpu in outs[0].swap_out_map]
+    device = [d for _, d in ins[0].swap_in_map]
+    assert len(set(device)) == len(device) and set(device) <= set(range(4))
     kv = engine.kv_snapshot()
     assert kv.num_used == 0 and kv.num_swapped == 0
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import pytest
 from fastapi.testclient import TestClient
@@ -23,6 +22,7 @@ from minicb.server.openai_api import install_openai_routes
 from minicb.server.workload import WorkloadFeeder, WorkloadSpec
 from minicb.telemetry.trace import read_trace
 from tests.api.live import metric
+from tests.helpers import wait_for
 from tests.server.conftest import control, events_until, fake_engine
 
 BODY = {"model": "fake", "prompt": [5, 6, 7], "max_tokens": 4, "ignore_eos": True}
@@ -57,13 +57,6 @@ def in_thread(fn):
 def sse_chunks(client, body):
     text = client.post("/v1/completions", json={**body, "stream": True}).text
     return [json.loads(x[6:]) for x in text.split("\n\n") if x.startswith("data: {")], text
-
-
-def wait_for(predicate, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 def test_a_rebuild_resets_in_order_and_every_subscriber_goes_on(demo):

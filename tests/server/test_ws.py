@@ -2,8 +2,6 @@
 (one step is exactly one iteration, pause holds), a disconnected or slow browser never
 disturbs the engine, and malformed controls get an error and change nothing."""
 
-import time
-
 import pytest
 from fastapi.testclient import TestClient
 
@@ -12,6 +10,7 @@ from minicb.server.app import create_app
 from minicb.server.engine_loop import EngineLoop
 from minicb.server.workload import WorkloadFeeder, WorkloadSpec
 from minicb.telemetry.trace import Trace
+from tests.helpers import wait_for
 from tests.server.conftest import control, events_until
 
 PARAMS = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
@@ -36,6 +35,17 @@ def demo(tiny_llama_dir):
 
 def add(loop, engine, prompt=(5, 6, 7), params=PARAMS):
     return loop.call(lambda: loop.engines[engine].add_request(list(prompt), params)).result(5)
+
+
+def rounds_over_passes(loop, passes: int = 20) -> set[int]:
+    """``loop.rounds`` as read in the engine thread by ``passes`` commands, each sent only
+    after the previous one ran, so the loop goes round between them: a round that ran
+    (while paused, say) shows as a second value. No sleep: the loop's passes are the window."""
+    return {loop.call(lambda: loop.rounds).result(5) for _ in range(passes)}
+
+
+def idle(loop, engine: str) -> bool:
+    return not loop.call(loop.engines[engine].has_unfinished).result(5)
 
 
 def test_hello_then_events_in_order_for_each_engine(demo):
@@ -64,11 +74,19 @@ def test_hello_then_events_in_order_for_each_engine(demo):
             assert kinds.index("admitted") < kinds.index("first_token") < kinds.index("token")
             tokens = [e["index"] for e in mine if e["type"] == "token" and e["request_id"] == rid]
             assert tokens == [0, 1, 2, 3]
-        # every step event carries the block ids: each row's, and every request's after it
+        # every step event carries the block ids: each row's, and every request's after it.
+        # 3 prompt tokens + 4 new fit one 16-token block: each request holds one block of the
+        # 32, its own, the same in its rows as in the map, until it finishes.
         stepped = [e for e in mine if e["type"] == "step"]
-        rows = [b for e in stepped for r in e["scheduled"] for b in r["block_table"]]
-        tables = [b for e in stepped for table in e["block_tables"].values() for b in table]
-        assert rows and tables and all(isinstance(b, int) for b in rows + tables)
+        for e in stepped:
+            tables = {int(rid): table for rid, table in e["block_tables"].items()}
+            assert all(len(t) == 1 and 0 <= t[0] < 32 for t in tables.values()), tables
+            assert len({t[0] for t in tables.values()}) == len(tables)  # nobody shares
+            for row in e["scheduled"]:
+                assert row["block_table"] == tables.get(row["request_id"], row["block_table"])
+                assert len(row["block_table"]) == 1
+        held = [set(e["block_tables"]) for e in stepped]
+        assert set().union(*held) == {"0", "1", "2"} and held[-1] == set()
 
 
 def test_step_runs_exactly_one_iteration_and_explains_it(demo):
@@ -85,7 +103,7 @@ def test_step_runs_exactly_one_iteration_and_explains_it(demo):
         assert loop.rounds == before + 1
         assert set(reply["explain"]) == {"static", "continuous"}
         assert any("admitted" in line for line in reply["explain"]["continuous"])
-        time.sleep(0.3)
+        assert rounds_over_passes(loop) == {before + 1}  # and no second one after it
         more, _ = control(ws, type="speed", delay_s=0.0)  # a barrier: what came, came
         events += more
         steps = [(n, e["step"]) for n, e in events if e["type"] == "step"]
@@ -101,7 +119,7 @@ def test_pause_holds_and_resume_goes_on(demo):
         control(ws, type="pause")
         add(loop, "continuous")
         rounds = loop.rounds
-        time.sleep(0.5)
+        assert rounds_over_passes(loop) == {rounds}
         events, _ = control(ws, type="speed", delay_s=0.0)
         assert loop.rounds == rounds
         assert not [e for _, e in events if e["type"] == "step"]
@@ -117,10 +135,7 @@ def test_a_disconnected_client_is_dropped_and_the_engine_goes_on(demo):
         ws.receive_json()
         add(loop, "continuous", params=SamplingParams(max_tokens=40, ignore_eos=True))
         events_until(ws, lambda n, e: e["type"] == "token")
-    deadline = time.time() + 5
-    while hub.clients and time.time() < deadline:
-        time.sleep(0.02)
-    assert not hub.clients
+    wait_for(lambda: not hub.clients)
     # the browser's subscriptions are forgotten: nobody else on the buses asks for arrivals
     assert all(not e.bus.wants("arrived") for e in loop.engines.values())
     with client.websocket_connect("/ws") as ws:  # the engine serves the next one as before
@@ -137,11 +152,8 @@ def test_a_slow_client_loses_old_events_and_never_slows_the_engine(demo):
     client = hub.connect()  # a browser that never reads
     for i in range(6):
         add(loop, "continuous", (5, 6, i + 3))
-    deadline = time.time() + 20
-    while loop.call(loop.engines["continuous"].has_unfinished).result() and time.time() < deadline:
-        time.sleep(0.02)
+    wait_for(lambda: idle(loop, "continuous"))
     sub = client.subs["continuous"]
-    assert not loop.engines["continuous"].has_unfinished()
     assert len(sub) <= 8 and sub.dropped > 0
     hub.disconnect(client)
 
@@ -252,8 +264,7 @@ def test_replay_mode_sends_the_whole_trace(demo, tmp_path):
     path = tmp_path / "run.jsonl"
     with record_trace(loop.engines["continuous"], path):
         add(loop, "continuous")
-        while loop.call(loop.engines["continuous"].has_unfinished).result():
-            time.sleep(0.02)
+        wait_for(lambda: idle(loop, "continuous"))
     trace: Trace = read_trace(path)
     replay_app = create_app(None, mode="replay", replay={"continuous": trace})
     with TestClient(replay_app) as rc, rc.websocket_connect("/ws") as ws:

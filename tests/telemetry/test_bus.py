@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections import deque
 
 import pytest
@@ -176,8 +175,7 @@ def test_a_consumer_thread_gets_every_event_in_order():
     consumer = threading.Thread(target=consume)
     consumer.start()
     engine.run_until_done()
-    time.sleep(0.05)
-    sub.close()  # wakes the consumer, which then stops
+    sub.close()  # wakes the consumer, which takes what is still queued, then stops
     consumer.join(timeout=5)
     assert got == expected and sub.dropped == 0
 
@@ -199,10 +197,12 @@ def test_drain_async_is_woken_from_the_engine_thread():
 
     async def main():
         task = asyncio.create_task(consume())
-        await asyncio.sleep(0.01)  # the consumer is now waiting on an empty queue
+        # One turn of the event loop runs the consumer up to its first await: it is now
+        # waiting on an empty queue, to be woken from the engine thread.
+        await asyncio.sleep(0)
+        assert not task.done() and sub.received == 0
         await asyncio.to_thread(engine.run_until_done)
-        await asyncio.sleep(0.01)
-        await asyncio.to_thread(sub.close)
+        await asyncio.to_thread(sub.close)  # what is still queued is drained before []
         return await asyncio.wait_for(task, timeout=5)
 
     assert asyncio.run(main()) == expected

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import fields, replace
+from pathlib import Path
 
 import pytest
 
@@ -158,8 +159,11 @@ def test_malformed_events_are_refused_with_a_clear_message(data, message):
         from_dict(data)
 
 
-def test_schema_version_is_an_integer():
-    assert isinstance(SCHEMA_VERSION, int) and SCHEMA_VERSION >= 1
+def test_schema_version_is_the_documented_one():
+    """Bumping the version is a change of the documented schema: docs/events.md says which."""
+    assert SCHEMA_VERSION == 2
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "events.md").read_text("utf-8")
+    assert f"`minicb.telemetry.events.SCHEMA_VERSION` is **{SCHEMA_VERSION}**" in docs
 
 
 # ---- the step event is the plan ----------------------------------------------------------

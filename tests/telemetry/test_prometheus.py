@@ -90,13 +90,15 @@ def test_preemptions_and_aborts_are_counted():
         num_kv_blocks=6, step_time=0.1, block_size=4, max_num_batched_tokens=64, max_num_seqs=4
     )
     engine.bus.subscribe(prom)
+    preempted = []  # the scheduler's own decisions, to count against
+    engine.bus.subscribe(lambda e: preempted.extend(e.plan.preempted), kinds=["step"])
     for _ in range(3):
         add(engine, 8, 8, token=1)
     victim = add(engine, 2, 2, token=1)
     engine.abort_request(victim)
     engine.run_until_done()
     s = samples(prom)
-    assert s["minicb:num_preemptions_total"] >= 1
+    assert s["minicb:num_preemptions_total"] == len(preempted) >= 1
     assert s["minicb:request_success_total{finished_reason=abort}"] == 1
     assert s["minicb:num_requests_waiting"] == s["minicb:num_requests_running"] == 0
 

@@ -1,0 +1,163 @@
+"""What the host side of a step costs, outside the model: detokenizing and instrumentation.
+
+- ``time_detokenize``: seconds per token to turn one request's output into text as it
+  grows, token by token to ``num_tokens``: minicb's ``IncrementalDetokenizer`` against
+  decoding the whole output again for every token (what the engine did before), in the
+  same run on the same ids.
+- ``time_instrumentation``: CPU seconds per ``engine.step()`` over a ``FakeRunner`` (no model:
+  the step is all host work) with nothing subscribed and with the full set of listeners
+  (metrics, Prometheus, a JSONL trace, an async queue nobody reads), in alternating blocks
+  of steps on the same engine, so that the machine's load falls on both alike. The
+  difference is what the events cost: building them and every listener handling them.
+
+``schedule()`` on its own is ``minicb.bench.theory.time_schedule``. Run all three with
+
+    python -m minicb.bench.host
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from minicb.config import EngineConfig, SamplingParams
+from minicb.detokenizer import REPLACEMENT_CHAR, IncrementalDetokenizer
+from minicb.engine import LLMEngine
+from minicb.runner.fake import FakeRunner
+from minicb.scheduler.block_manager import blocks_needed
+from minicb.telemetry.metrics import MetricsCollector
+from minicb.telemetry.prometheus import PrometheusMetrics
+from minicb.telemetry.trace import TraceWriter, trace_header
+
+
+def _full_decode(tokenizer: Any, ids: list[int]) -> None:
+    """The engine's old way, for the baseline: decode everything for every new token."""
+    text = ""
+    for n in range(1, len(ids) + 1):
+        new = tokenizer.decode(ids[:n], skip_special_tokens=True)
+        text = text if new.endswith(REPLACEMENT_CHAR) else new
+
+
+def _incremental(tokenizer: Any, ids: list[int]) -> None:
+    detok = IncrementalDetokenizer(tokenizer, [])
+    for n in range(1, len(ids) + 1):
+        detok.add(ids[:n], final=n == len(ids))
+
+
+def time_detokenize(tokenizer: Any, num_tokens: int = 500, repeats: int = 3) -> dict[str, Any]:
+    """Seconds per token over one output of ``num_tokens`` random ids (best of repeats)."""
+    rng = random.Random(0)
+    ids = [rng.randrange(len(tokenizer)) for _ in range(num_tokens)]
+    best = {"full_decode_s": float("inf"), "incremental_s": float("inf")}
+    for _ in range(repeats):
+        for key, fn in (("full_decode_s", _full_decode), ("incremental_s", _incremental)):
+            t0 = time.perf_counter()
+            fn(tokenizer, ids)
+            best[key] = min(best[key], (time.perf_counter() - t0) / num_tokens)
+    speedup = best["full_decode_s"] / best["incremental_s"]
+    return {"num_tokens": num_tokens, **best, "speedup": speedup}
+
+
+def _subscribe_all(engine: LLMEngine, folder: Path) -> Any:
+    """The full instrumentation on ``engine``'s bus; returns how to undo it."""
+    bus = engine.bus
+    writer = TraceWriter(folder / "host.jsonl", trace_header(engine))
+    listeners = [MetricsCollector(), PrometheusMetrics(engine.model_name), writer]
+    for listener in listeners:
+        bus.subscribe(listener)
+    queue = bus.subscribe_async(maxsize=256)
+
+    def undo() -> None:  # unsubscribe first: the trace file must not be written once closed
+        for listener in listeners:
+            bus.unsubscribe(listener)
+        queue.close()
+        writer.close()
+
+    return undo
+
+
+class _SteadyLoad:
+    """An engine over a FakeRunner that always holds ``num_running`` requests: each one
+    that finishes is replaced by a new one (prompts of 32 tokens that share no prefix, 16 to
+    64 new tokens),
+    so every kind of event comes each step and contexts stay short, as in serving."""
+
+    def __init__(self, num_running: int) -> None:
+        self.count = 0
+        blocks = num_running * blocks_needed(32 + 64, 16)
+        config = EngineConfig(
+            max_num_seqs=num_running, num_kv_blocks=blocks, num_swap_blocks=0,
+            max_num_batched_tokens=max(512, num_running),
+        )  # fmt: skip
+        self.engine = LLMEngine(config=config, runner=FakeRunner(blocks, num_swap_blocks=0))
+        for _ in range(num_running):
+            self._add()
+
+    def _add(self) -> None:
+        max_tokens = 16 + (self.count * 13) % 49  # spread, so that some finish every step
+        params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+        c = self.count  # its first two tokens are its own: no prompt shares a block
+        prompt = [3 + c % 250, 3 + c // 250 % 250] + [3 + (7 * c + j) % 250 for j in range(30)]
+        self.engine.add_request(prompt, params)
+        self.count += 1
+
+    def step(self) -> float:
+        """One step and the arrivals that replace what finished; CPU seconds it took."""
+        t0 = time.thread_time()
+        for _ in self.engine.step().finished:
+            self._add()
+        return time.thread_time() - t0
+
+
+def time_instrumentation(num_running: int = 16, steps: int = 400) -> dict[str, Any]:
+    """Median CPU seconds per step of two engines under the same load, one with nothing
+    subscribed and one with the full instrumentation, stepped in turns (first one, then
+    the other, alternately) so that the machine's load falls on both alike. CPU time of
+    the engine's thread, not wall time: on a shared machine a wall-clock step also counts
+    the time other processes held the core."""
+    loads = {"off": _SteadyLoad(num_running), "full": _SteadyLoad(num_running)}
+    times: dict[str, list[float]] = {"off": [], "full": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        undo = _subscribe_all(loads["full"].engine, Path(tmp))
+        for i in range(steps + 100):  # the first 100: warm-up, to a steady state
+            for mode in ("off", "full") if i % 2 else ("full", "off"):
+                seconds = loads[mode].step()
+                if i >= 100:
+                    times[mode].append(seconds)
+        undo()
+    off, full = (statistics.median(times[m]) for m in ("off", "full"))
+    return {"num_running": num_running, "steps": steps, "off_s": off, "full_s": full,
+            "instrumentation_s": full - off}  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tokens", type=int, default=500, help="output length to detokenize")
+    ap.add_argument("--running", type=int, nargs="+", default=[16, 256])
+    args = ap.parse_args()
+    from minicb.bench.theory import time_schedule
+    from minicb.runner.loader import default_model_dir, load_tokenizer
+
+    d = time_detokenize(load_tokenizer(default_model_dir()), args.tokens)
+    print(f"detokenize, {d['num_tokens']} tokens of the default tokenizer, per token: "
+          f"full decode {d['full_decode_s'] * 1e6:.1f} us, incremental "
+          f"{d['incremental_s'] * 1e6:.1f} us ({d['speedup']:.1f}x)")  # fmt: skip
+    for n in args.running:
+        s = time_schedule(n)
+        print(f"schedule() with {n} running: median {s['median_s'] * 1e3:.3f} ms, "
+              f"p90 {s['p90_s'] * 1e3:.3f} ms")  # fmt: skip
+    for n in args.running:
+        r = time_instrumentation(n)
+        print(f"engine.step() CPU time, {n} running over FakeRunner, median of {r['steps']}: "
+              f"off {r['off_s'] * 1e6:.0f} us, full instrumentation {r['full_s'] * 1e6:.0f} us, "
+              f"instrumentation {r['instrumentation_s'] * 1e6:.0f} us per step "
+              f"({r['full_s'] / r['off_s']:.2f}x)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,205 @@
+"""Speculative decoding's benchmark: where n-gram drafts help, and where they cost.
+
+``python -m minicb.bench.speculative [--quick]`` runs two workloads on minicb continuous,
+each with speculation off and on, at light load (one slot: a single stream, the batch of
+one where a decode step is all weight reads and drafts ride along almost free) and at a
+full batch (every request at once: the step is busier, drafts lengthen every row, and the
+gain shrinks or turns into a cost):
+
+- ``copy``: rewrite or repeat code and text given in the prompt (chat-templated when the
+  model has a tokenizer): the output copies much of the input, the case prompt lookup is
+  for;
+- ``capped-exp``: the suite's headline workload (random token ids): drafts are rarely
+  accepted, so this is what speculation costs when it does not pay.
+
+Each repeat runs off and on back to back, in an order that alternates, on siblings that
+share the weights (a fresh KV pool each); figures are medians over the repeats and the
+on/off ratios are paired repeat by repeat, so a slow spell on a shared machine falls on both.
+Greedy, ``ignore_eos``, exact lengths: both modes do the same work and, by the oracle, emit
+the same tokens. Prints markdown; ``--out`` also writes the figures as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from minicb.bench import RunRecord, paired_ratio, spread
+from minicb.bench.systems import run_minicb, sibling
+from minicb.bench.workloads import FULL, QUICK, RequestSpec, Workload, make_workloads
+from minicb.engine import LLMEngine
+
+SNIPPETS = [
+    'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n    a, b = 0, 1\n'
+    "    for i in range(n):\n        a, b = b, a + b\n    return a\n",
+    "for i in range(len(items)):\n    if items[i] > best:\n        best = items[i]\n"
+    "        index = i\nprint(best, index)\n",
+    "The quick brown fox jumps over the lazy dog. The dog does not move; the fox jumps "
+    "again, higher this time, and lands on the other side of the fence.",
+    "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, x):\n"
+    "        self.items.append(x)\n\n    def pop(self):\n        return self.items.pop()\n",
+]
+ASKS = [
+    "Repeat the following text exactly, with no comment:\n\n",
+    "Rewrite the following, keeping every line, and add nothing:\n\n",
+]
+FIGURES = (
+    "output_tok_s", "tpot_p50", "steps", "mean_forward_s", "acceptance_rate",
+    "tokens_per_decode_row",
+)  # fmt: skip
+
+
+def copy_workload(engine: LLMEngine, n: int, max_tokens: int) -> Workload:
+    """``n`` requests to copy a snippet (cycling through SNIPPETS and ASKS)."""
+    reqs = []
+    for i in range(n):
+        text = ASKS[i % len(ASKS)] + SNIPPETS[i % len(SNIPPETS)]
+        if engine.tokenizer is not None and getattr(engine.tokenizer, "chat_template", None):
+            ids = engine.apply_chat_template([{"role": "user", "content": text}])
+        elif engine.tokenizer is not None:
+            ids = engine.tokenize(text)
+        else:  # a model without a tokenizer (tests): a prompt that repeats itself
+            ids = [3 + (i * 7 + j) % 50 for j in range(24)] * 2
+        reqs.append(RequestSpec(ids, max_tokens))
+    description = (
+        f"{n} requests to repeat or rewrite one of {len(SNIPPETS)} code and text snippets "
+        f"given in the prompt, {max_tokens} output tokens each"
+    )
+    return Workload("copy", description, reqs, params=dict(n=n, max_tokens=max_tokens))
+
+
+def _figures(record: RunRecord) -> dict[str, float | None]:
+    spec, batch = record.summary.get("speculative", {}), record.summary.get("batch", {})
+    return {
+        "output_tok_s": record.figures.get("output_tok_s"),
+        "tpot_p50": record.figures.get("tpot_p50"),
+        "steps": batch.get("steps"),  # iterations: exact, whatever the machine's load
+        "mean_forward_s": batch.get("mean_forward_s"),  # the price of one (longer) step
+        "acceptance_rate": spec.get("acceptance_rate"),
+        "tokens_per_decode_row": spec.get("tokens_per_decode_row"),
+    }
+
+
+def compare(engine: LLMEngine, workload: Workload, slots: int, repeats: int) -> dict[str, Any]:
+    """``workload`` with speculation off and on, ``slots`` requests at a time."""
+    runs: dict[str, list[RunRecord]] = {"off": [], "on": []}
+    for r in range(repeats):
+        for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
+            spec = "ngram" if mode == "on" else "off"
+            eng = sibling(engine, speculative=spec, max_num_seqs=slots)
+            runs[mode].append(run_minicb(eng, workload, f"minicb-spec-{mode}"))
+    figures = {
+        mode: {k: spread(_figures(rec)[k] for rec in recs) for k in FIGURES}
+        for mode, recs in runs.items()
+    }
+    return {
+        "slots": slots,
+        "figures": figures,
+        "throughput_on_over_off": paired_ratio(runs["on"], runs["off"], "output_tok_s"),
+        "tpot_on_over_off": paired_ratio(runs["on"], runs["off"], "tpot_p50"),
+    }
+
+
+def run_bench(engine: LLMEngine, quick: bool, repeats: int | None = None) -> dict[str, Any]:
+    """Both workloads at one slot and at a full batch (one slot per request)."""
+    plan = QUICK if quick else FULL
+    n, max_tokens = (4, 48) if quick else (8, 96)
+    headline = make_workloads(plan, engine.runner.vocab_size)[0]
+    # as many requests as the copy workload, under the headline's own name
+    headline = replace(headline.head(n, max_tokens=max_tokens), name=headline.name)
+    repeats = repeats or plan.repeats
+    results: dict[str, Any] = {"repeats": repeats, "workloads": {}}
+    warm = copy_workload(engine, 1, 4)
+    for mode in ("off", "ngram"):  # first touches of weights and allocator, unmeasured
+        run_minicb(sibling(engine, speculative=mode), warm, "warm-up")
+    for w in (copy_workload(engine, n, max_tokens), headline):
+        results["workloads"][w.name] = {
+            "definition": w.describe(),
+            "batch_1": compare(engine, w, 1, repeats),
+            "full_batch": compare(engine, w, n, repeats),
+        }
+    return results
+
+
+def _median(value: dict[str, float] | None, fmt: str) -> str:
+    return "–" if not value else format(value["median"], fmt)
+
+
+def _ms(value: dict[str, float] | None) -> str:
+    return "–" if not value else f"{value['median'] * 1000:.0f}"
+
+
+def render(results: dict[str, Any]) -> str:
+    """A markdown table: one line per workload and load, off against on."""
+    lines = [
+        "| workload | load | tok/s off | tok/s on | on / off | TPOT p50 off (s) | "
+        "TPOT p50 on (s) | on / off | steps off -> on | forward per step off -> on (ms) | "
+        "acceptance | tokens per decode row |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, w in results["workloads"].items():
+        for load in ("batch_1", "full_batch"):
+            c = w[load]
+            off, on = c["figures"]["off"], c["figures"]["on"]
+            label = "1 slot" if load == "batch_1" else f"{c['slots']} slots, all at once"
+            lines.append(
+                f"| {name} | {label} | {_median(off['output_tok_s'], '.1f')} | "
+                f"{_median(on['output_tok_s'], '.1f')} | "
+                f"{_median(c['throughput_on_over_off'], '.2f')}x | "
+                f"{_median(off['tpot_p50'], '.3f')} | {_median(on['tpot_p50'], '.3f')} | "
+                f"{_median(c['tpot_on_over_off'], '.2f')}x | "
+                f"{_median(off['steps'], '.0f')} -> {_median(on['steps'], '.0f')} | "
+                f"{_ms(off['mean_forward_s'])} -> {_ms(on['mean_forward_s'])} | "
+                f"{_median(on['acceptance_rate'], '.0%')} | "
+                f"{_median(on['tokens_per_decode_row'], '.2f')} |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m minicb.bench.speculative", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="4 requests of 48 tokens, one repeat")
+    p.add_argument("--model", default=None, help="model folder (default: embedded SmolLM2-135M)")
+    p.add_argument("--device", default="auto", help="cpu, cuda, or auto")
+    p.add_argument("--dtype", default="auto", help="float32, bfloat16, float16 or auto")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--repeats", type=int, default=None, help="measured repeats")
+    p.add_argument("--num-speculative-tokens", type=int, default=4)
+    p.add_argument("--out", default=None, help="also write the figures to this JSON file")
+    args = p.parse_args(argv)
+    import torch
+
+    from minicb.config import EngineConfig
+
+    torch.set_num_threads(args.threads)
+    config = EngineConfig(
+        device=args.device,
+        dtype=args.dtype,
+        num_kv_blocks=512,
+        num_swap_blocks=0,
+        num_speculative_tokens=args.num_speculative_tokens,
+    )
+    engine = LLMEngine(args.model, config)
+    results = run_bench(engine, args.quick, args.repeats)
+    results["meta"] = {
+        "model": engine.model_name,
+        "runner": engine.runner.describe(),
+        "num_speculative_tokens": args.num_speculative_tokens,
+        "threads": args.threads,
+        "median_prompt_len": {
+            k: statistics.median(w["definition"]["prompt_lens"])
+            for k, w in results["workloads"].items()
+        },
+    }
+    print(render(results))
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=1), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,66 @@
+"""Linear layers with their weights packed once for oneDNN, for bfloat16 on CPU.
+
+A decode step of a small model on a CPU is mostly matrix-vector products (batch 1) or thin
+matrix products (batch 32). ``nn.functional.linear`` in bfloat16 hands oneDNN a plain
+row-major weight on every call, which it re-lays out into its blocked format (the one its
+AMX / AVX-512 BF16 microkernels read) each time: measured here, half the time of the
+product. ``PackedLinear`` does that re-layout once, at load, and calls oneDNN's linear on
+the packed copy; the plain ``weight`` parameter stays (state dict, tied embeddings, sizes)
+and is what the reference path and transformers read. Results equal ``F.linear``'s up to
+bf16 rounding (oneDNN may block a long input differently); tests check greedy tokens.
+
+Used where ``EngineConfig.packed_weights`` allows it, the device is CPU, the dtype is
+bfloat16 and torch was built with oneDNN; fp32 keeps MKL's ``linear`` (faster at batch 1).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+@torch.library.custom_op("minicb::packed_linear", mutates_args=())
+def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """(T, in) -> (T, out) through oneDNN's linear on a packed weight. An operator of its own,
+    opaque to torch.compile (which cannot lower the packed layout itself), so a compiled
+    layer can fuse the elementwise work around it (minicb.runner.compiled)."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+@packed_linear.register_fake
+def _(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return x.new_empty((x.shape[0], packed.shape[0]))  # packed: (out, in), like the weight
+
+
+class PackedLinear(nn.Module):
+    """``nn.Linear`` whose forward reads a oneDNN-packed copy of the weight."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.weight = linear.weight  # (out, in), kept: ties, state dict, size accounting
+        self.bias = linear.bias
+        # Packed for one row at a time (decode); oneDNN takes any number of rows.
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (T, in) -> (T, out)
+        if torch.compiler.is_compiling():  # the operator: opaque to the compiler
+            return packed_linear(x, self.packed, self.bias)
+        # Eager: straight to oneDNN, without the custom operator's ~4 us of dispatch.
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+
+
+def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
+    return device.type == "cpu" and dtype == torch.bfloat16 and torch.backends.mkldnn.is_available()
+
+
+def pack_linears(model: nn.Module) -> int:
+    """Replace every plain ``nn.Linear`` of ``model`` by a PackedLinear; how many."""
+    targets = [
+        (parent, name, child)
+        for parent in model.modules()
+        for name, child in parent.named_children()
+        if type(child) is nn.Linear  # subclasses (e.g. sharded layers) keep their own forward
+    ]
+    for parent, name, child in targets:
+        setattr(parent, name, PackedLinear(child))
+    return len(targets)
