@@ -148,6 +148,10 @@ def _event_ids(record: SideRecord, event: str) -> list[int]:
     """The request ids of every ``event`` so far, one per occurrence."""
     if event == "cache_hit":
         return [d.request_id for s in record.steps for d in s.plan.admitted if d.num_cached_tokens]
+    if event == "accepted_draft":
+        return [
+            r.request_id for s in record.steps for r in s.plan.scheduled if r.num_accepted_tokens
+        ]
     return [e.request_id for e in record.requests[event]]
 
 

@@ -17,7 +17,8 @@ from minicb.config import EngineConfig
 
 LANGUAGES = ("en", "zh")
 # Events a narration point may wait for (the engine's request events; "cache_hit" is an
-# admission that found part of its prompt in the prefix cache).
+# admission that found part of its prompt in the prefix cache, "accepted_draft" a step that
+# kept at least one of a request's speculative draft tokens).
 TRIGGER_EVENTS = (
     "arrived",
     "admitted",
@@ -27,6 +28,7 @@ TRIGGER_EVENTS = (
     "swapped_in",
     "finished",
     "cache_hit",
+    "accepted_draft",
 )
 BLOCK_HIGHLIGHTS = ("none", "requests", "shared")
 # "side.metric" or "side.metric:request" (metrics.py lists the metrics).
