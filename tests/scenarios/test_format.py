@@ -95,3 +95,22 @@ def test_not_json_says_so(tmp_path):
     path.write_text("{", encoding="utf-8")
     with pytest.raises(ScenarioError, match="cannot read it as JSON"):
         load_scenario(path)
+
+
+def test_each_notebook_names_a_shipped_scenario_in_both_languages():
+    import re
+
+    notebooks = sorted((HERE.parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert notebooks
+    for path in notebooks:
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        for cell in cells[:2]:  # the English cell, then its Chinese translation
+            named = re.findall(r"--scenario ([\w-]+)", "".join(cell["source"]))
+            assert named and set(named) <= set(NAMES), (path.name, named)
+
+
+def test_teaching_md_links_every_scenario_in_both_languages():
+    for doc in ("docs/teaching.md", "docs/zh/teaching.md"):
+        text = (HERE.parents[1] / doc).read_text(encoding="utf-8")
+        for name in NAMES:
+            assert f"`{name}`" in text, (doc, name)
