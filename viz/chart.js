@@ -2,9 +2,11 @@
 // Occupancy = rows doing useful work / max sequences: padding rows do not count.
 
 import { t } from "./i18n.js";
+import { scenarioLabel } from "./narration.js";
 
 const MAX_POINTS = 1500; // older points are thinned so a long run stays quick to redraw
 const LINE = { static: "#6b7280", continuous: "#2563eb" };
+const BY_SIDE = ["#6b7280", "#2563eb"]; // a scenario's two sides, left then right
 
 export class OccupancyChart {
   constructor(el) {
@@ -16,7 +18,7 @@ export class OccupancyChart {
     if (!window.Plotly) return;
     const traces = [];
     let key = `${scale.mode}|${t("occupancyChart")}`;
-    for (const p of panels) {
+    for (const [n, p] of panels.entries()) {
       const steps = p.model.steps;
       const end = p.model.stepPos(cursors.get(p.name));
       const every = Math.max(1, Math.ceil((end + 1) / MAX_POINTS));
@@ -28,7 +30,8 @@ export class OccupancyChart {
       }
       key += `|${p.name}:${end}:${p.model.version}`;
       traces.push({
-        x, y, name: t(p.model.batching) || p.name, mode: "lines", line: { shape: "hv", width: 2, color: LINE[p.model.batching] },
+        x, y, name: scenarioLabel(p.name) || t(p.model.batching) || p.name, mode: "lines",
+        line: { shape: "hv", width: 2, color: scenarioLabel(p.name) ? BY_SIDE[n] : LINE[p.model.batching] },
       });
     }
     if (key === this.lastKey) return;
