@@ -18,6 +18,9 @@ PURE_MODULES = [
     "minicb.engine",
     "minicb.runner",
     "minicb.runner.fake",
+    "minicb.scenarios",
+    "minicb.scenarios.player",
+    "minicb.scenarios.metrics",
 ]
 
 # A fresh interpreter (this one has torch from conftest): import the modules, then run a
