@@ -1,16 +1,21 @@
 """The figures a scenario's claims compare, computed from one side's events, and the claims.
 
-Every time is on the engine's own clock: the simulated GPU's VirtualClock, or the wall
-clock for the real model. A claim such as ``"chunked.max_tbt < 0.5 * whole.max_tbt"``
-reads a figure of each side (or a number) and holds or not; ``check_claim`` says which,
-with both figures, so a failing test shows what the run really did. Pure Python.
+Every time is on the side's own clock: the seconds its engine spent in its own steps
+before that moment. On a simulated GPU that is its VirtualClock (it moves only in steps);
+for the real model it leaves out the other side's steps, which the demo's one thread runs
+in between on the same CPU (the wall clock would charge one side the other's stall). A
+claim such as ``"chunked.max_tbt < 0.5 * whole.max_tbt"`` reads a figure of each side (or
+a number) and holds or not; ``check_claim`` says which, with both figures, so a failing
+test shows what the run really did. Pure Python.
 """
 
 from __future__ import annotations
 
+import bisect
 import operator
 from collections import defaultdict
 from collections.abc import Callable
+from itertools import accumulate
 from typing import Any
 
 from minicb.scenarios.schema import CLAIM
@@ -52,6 +57,8 @@ class SideRecord:
         self.groups = groups  # request id -> its group's name
         self.steps: list[Any] = []  # StepEvents
         self.requests: dict[str, list[Any]] = defaultdict(list)  # kind -> request events
+        self._ends: list[float] | None = None  # steps' ends, and own seconds by each
+        self._busy: list[float] = []
 
     def __call__(self, event: Any) -> None:
         """A bus listener: keep the event."""
@@ -60,11 +67,23 @@ class SideRecord:
         else:
             self.requests[event.kind].append(event)
 
+    def own(self, t: float) -> float:
+        """Seconds of this side's own steps before engine time ``t``."""
+        if self._ends is None or len(self._ends) != len(self.steps):
+            self._ends = [s.wall_end for s in self.steps]
+            self._busy = list(accumulate(s.wall_end - s.wall_start for s in self.steps))
+        i = bisect.bisect_right(self._ends, t)  # steps ended by t
+        done = self._busy[i - 1] if i else 0.0
+        if i < len(self.steps) and self.steps[i].wall_start < t:  # one under way at t
+            done += t - self.steps[i].wall_start
+        return done
+
     def first(self, kind: str) -> dict[int, float]:
-        """The time of each request's first event of ``kind``."""
+        """The own-clock time of each request's first event of ``kind``."""
         times: dict[int, float] = {}
         for e in self.requests[kind]:
-            times.setdefault(e.request_id, e.time)
+            if e.request_id not in times:
+                times[e.request_id] = self.own(e.time)
         return times
 
     def token_gaps(self) -> dict[int, float]:
@@ -72,9 +91,10 @@ class SideRecord:
         last: dict[int, float] = {}
         worst: dict[int, float] = defaultdict(float)
         for e in self.requests["token"]:
+            now = self.own(e.time)
             if e.request_id in last:
-                worst[e.request_id] = max(worst[e.request_id], e.time - last[e.request_id])
-            last[e.request_id] = e.time
+                worst[e.request_id] = max(worst[e.request_id], now - last[e.request_id])
+            last[e.request_id] = now
         return dict(worst)
 
 
@@ -111,7 +131,8 @@ def side_metric(record: SideRecord, metric: str) -> float:
         return max(record.token_gaps().values(), default=0.0)
     if metric in ("makespan", "throughput"):
         start = min(record.first("arrived").values(), default=0.0)
-        span = max((e.time for e in record.requests["finished"]), default=start) - start
+        ends = (record.own(e.time) for e in record.requests["finished"])
+        span = max(ends, default=start) - start
         tokens = sum(e.num_output_tokens for e in record.requests["finished"])
         return span if metric == "makespan" else tokens / span if span > 0 else 0.0
     if metric == "decode_step_s":

@@ -78,3 +78,18 @@ def test_the_metrics_read_the_events(runs):
     swap = result.records["swap"]
     assert side_metric(swap, "swaps") == len(swap.requests["swapped_out"]) >= 1
     assert side_metric(swap, "steps") == len(swap.steps)
+
+
+def test_a_sides_own_clock_leaves_out_the_other_sides_steps():
+    from types import SimpleNamespace as NS
+
+    from minicb.scenarios.metrics import SideRecord
+
+    record = SideRecord({})
+    # Its steps ran 0-1 and 3-4 on the shared wall clock; the other side ran 1-3.
+    record.steps = [NS(wall_start=0.0, wall_end=1.0), NS(wall_start=3.0, wall_end=4.0)]
+    assert [record.own(t) for t in (0.0, 0.5, 1.0, 2.0, 3.0, 3.5, 4.0, 9.0)] == [
+        0.0, 0.5, 1.0, 1.0, 1.0, 1.5, 2.0, 2.0,
+    ]  # fmt: skip
+    record.requests["token"] = [NS(request_id=0, time=1.0), NS(request_id=0, time=4.0)]
+    assert record.token_gaps() == {0: 1.0}  # not the 3 s of the wall clock
