@@ -37,7 +37,8 @@ def _ratio(results: dict[str, Any], workload: str, other: str) -> float | None:
 
 
 def evaluate(results: dict[str, Any], headline: str, control: str) -> list[dict[str, Any]]:
-    """The six goals: theory, three ratios to transformers, the roofline, schedule()."""
+    """The goals (issue 14's): theory, three ratios to transformers, the roofline at batch 1
+    and 32, schedule()."""
     theory = results["workloads"].get(headline, {}).get("theory") or {}
     err = theory.get("relative_error")
     name = f"{headline}: continuous/static within 15 % of theory"
@@ -50,16 +51,17 @@ def evaluate(results: dict[str, Any], headline: str, control: str) -> list[dict[
         if not goals[0]["met"]:
             goals[0]["note"] += f", {(abs(err) - 0.15) * 100:.0f} points beyond the 15 % allowed"
     for name, workload, other, target in (
-        (f"{headline}: minicb continuous >= 3x hf-continuous (generate_batch)", headline,
-         "hf-continuous", 3.0),
+        (f"{headline}: minicb continuous >= 1.5x hf-continuous (generate_batch)", headline,
+         "hf-continuous", 1.5),
         (f"{headline}: minicb continuous >= 2x hf padded generate", headline, "hf-padded", 2.0),
         (f"{control}: minicb continuous >= hf padded generate", control, "hf-padded", 1.0),
     ):  # fmt: skip
         goals.append(_goal(name, _ratio(results, workload, other), target, "x"))
-    at32 = {p["batch"]: p["fraction"] for p in results.get("roofline", {}).get("points", [])}
+    ceiling = {p["batch"]: p["fraction"] for p in results.get("roofline", {}).get("points", [])}
     s256 = {s["num_running"]: s["median_s"] * 1000 for s in results.get("scheduler", [])}
     return goals + [
-        _goal("decode at batch 32 >= 60 % of the hardware ceiling", at32.get(32), 0.60),
+        _goal("decode at batch 1 >= 60 % of the hardware ceiling", ceiling.get(1), 0.60),
+        _goal("decode at batch 32 >= 70 % of the hardware ceiling", ceiling.get(32), 0.70),
         _goal("schedule() with 256 running < 0.5 ms (median)", s256.get(256), 0.5, " ms", True),
     ]
 

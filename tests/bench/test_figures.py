@@ -123,14 +123,14 @@ def test_goals_report_met_and_missed_with_the_gap():
     results = {
         "workloads": {
             "capped-exp": {
-                "ratios": {"minicb-continuous / hf-continuous": cell(1.5),
+                "ratios": {"minicb-continuous / hf-continuous": cell(1.2),
                            "minicb-continuous / hf-padded": cell(2.5)},
                 "theory": {"relative_error": -0.2, "measured_ratio": cell(2.0),
                            "predicted": {"ratio": 2.5}},
             },
             "fixed": {"ratios": {"minicb-continuous / hf-padded": cell(1.1)}},
         },
-        "roofline": {"points": [{"batch": 32, "fraction": 0.3}]},
+        "roofline": {"points": [{"batch": 1, "fraction": 0.65}, {"batch": 32, "fraction": 0.3}]},
         "scheduler": [{"num_running": 256, "median_s": 0.0004}],
     }  # fmt: skip
     goals = {
@@ -138,7 +138,7 @@ def test_goals_report_met_and_missed_with_the_gap():
         for i, g in enumerate(evaluate(results, "capped-exp", "fixed"))
     }
     met = [g["met"] for g in goals.values()]
-    assert met == [False, False, True, True, False, True]
+    assert met == [False, False, True, True, True, False, True]
     theory = list(goals.values())[0]
     assert "off by 20 %, 5 points beyond" in theory["note"]
-    assert "missed by 50 %" in list(goals.values())[1]["note"]
+    assert "missed by 20 %" in list(goals.values())[1]["note"]  # 1.2x against 1.5x
