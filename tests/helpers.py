@@ -86,3 +86,36 @@ def wait_for(predicate: Callable[[], object], timeout: float = 20.0) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "the awaited condition never came true"
         time.sleep(0.01)
+
+
+class ShadowKV:
+    """Which token each device and CPU KV slot holds, written as a runner would write it,
+    for property tests over FakeRunner: a row must read only slots holding its own tokens.
+    ``run(plan, seq_of)``: ``seq_of(row)`` is the row's whole token sequence so far."""
+
+    def __init__(self, block_size: int) -> None:
+        self.bs = block_size
+        self.device: dict[int, int] = {}
+        self.cpu: dict[int, int] = {}
+
+    def copy(self, pairs, src: dict[int, int], dst: dict[int, int]) -> None:
+        for a, b in pairs:
+            for i in range(self.bs):
+                if a * self.bs + i in src:
+                    dst[b * self.bs + i] = src[a * self.bs + i]
+
+    def slot(self, table: list[int], pos: int) -> int:
+        return table[pos // self.bs] * self.bs + pos % self.bs
+
+    def run(self, plan, seq_of: Callable) -> None:
+        self.copy(plan.swap_out_map, self.device, self.cpu)
+        self.copy(plan.swap_in_map, self.cpu, self.device)
+        for row in plan.scheduled:  # reads first: no row may see another's write
+            seq = seq_of(row)
+            for pos in range(row.start_position):
+                held = self.device.get(self.slot(row.block_table, pos))
+                assert held == seq[pos], f"request {row.request_id} reads a foreign or stale slot"
+        for row in plan.scheduled:
+            if row.store_kv:
+                for i, tok in enumerate(row.token_ids):
+                    self.device[self.slot(row.block_table, row.start_position + i)] = tok

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from minicb import SamplingParams
 from minicb.runner.fake import FAKE_TOKEN
 from minicb.scheduler import RequestRejected
-from tests.helpers import fake_engine
+from tests.helpers import ShadowKV, fake_engine
 
 request_st = st.tuples(
     st.integers(0, 2),  # which shared prefix
@@ -38,36 +38,6 @@ config_st = st.fixed_dictionaries(
 )
 
 PREFIXES = [[3 + (i * 7 + j * 5) % 200 for j in range(30)] for i in range(3)]
-
-
-class ShadowKV:
-    """Which token each device and CPU slot holds, written as the runner would."""
-
-    def __init__(self, block_size: int) -> None:
-        self.bs = block_size
-        self.device: dict[int, int] = {}
-        self.cpu: dict[int, int] = {}
-
-    def copy(self, pairs, src: dict[int, int], dst: dict[int, int]) -> None:
-        for a, b in pairs:
-            for i in range(self.bs):
-                if a * self.bs + i in src:
-                    dst[b * self.bs + i] = src[a * self.bs + i]
-
-    def slot(self, table: list[int], pos: int) -> int:
-        return table[pos // self.bs] * self.bs + pos % self.bs
-
-    def run(self, plan, prompts: dict[int, list[int]]) -> None:
-        self.copy(plan.swap_out_map, self.device, self.cpu)
-        self.copy(plan.swap_in_map, self.cpu, self.device)
-        for row in plan.scheduled:  # reads first: no row may see another's write
-            seq = prompts[row.request_id] + [FAKE_TOKEN] * row.num_output_tokens
-            for pos in range(row.start_position):
-                held = self.device.get(self.slot(row.block_table, pos))
-                assert held == seq[pos], f"request {row.request_id} reads a foreign slot"
-        for row in plan.scheduled:
-            for i, tok in enumerate(row.token_ids):
-                self.device[self.slot(row.block_table, row.start_position + i)] = tok
 
 
 @settings(max_examples=150, deadline=None)
@@ -99,7 +69,7 @@ def test_shared_prefixes_keep_every_block_accounted(config, pool_tokens, request
             if abort and i % 2:
                 engine.abort_request(rid)
         plan = engine.step().plan
-        shadow.run(plan, prompts)
+        shadow.run(plan, lambda r: prompts[r.request_id] + [FAKE_TOKEN] * r.num_output_tokens)
         hits += plan.prefix_hit_tokens
         step += 1
         assert step < 5000, "the scheduler stopped making progress"

@@ -27,7 +27,7 @@ from minicb.runner.fake import FAKE_STOP_TOKEN
 from minicb.scheduler import RequestRejected
 from minicb.scheduler.block_manager import blocks_needed
 from minicb.scheduler.speculative import Draft
-from tests.helpers import fake_engine
+from tests.helpers import ShadowKV, fake_engine
 
 ALPHABET = [3, 4, 5]  # the fake model's tokens; the proposer also guesses FAKE_STOP_TOKEN
 
@@ -48,37 +48,6 @@ class RandomProposer:
         n = self.rng.randint(1, max_tokens)
         guesses = [self.rng.choice([*ALPHABET, FAKE_STOP_TOKEN]) for _ in range(n)]
         return Draft(guesses, [token_ids[-1]], len(token_ids) - 1)
-
-
-class ShadowKV:
-    """Which token each device and CPU slot holds, written as the runner would."""
-
-    def __init__(self, block_size: int) -> None:
-        self.bs = block_size
-        self.device: dict[int, int] = {}
-        self.cpu: dict[int, int] = {}
-
-    def copy(self, pairs, src: dict[int, int], dst: dict[int, int]) -> None:
-        for a, b in pairs:
-            for i in range(self.bs):
-                if a * self.bs + i in src:
-                    dst[b * self.bs + i] = src[a * self.bs + i]
-
-    def slot(self, table: list[int], pos: int) -> int:
-        return table[pos // self.bs] * self.bs + pos % self.bs
-
-    def run(self, plan, seqs: dict[int, list[int]]) -> None:
-        self.copy(plan.swap_out_map, self.device, self.cpu)
-        self.copy(plan.swap_in_map, self.cpu, self.device)
-        for row in plan.scheduled:  # what a row attends to, besides its own new tokens
-            seq = seqs[row.request_id]
-            for pos in range(row.start_position):
-                held = self.device.get(self.slot(row.block_table, pos))
-                assert held == seq[pos], f"request {row.request_id} reads a stale slot"
-        for row in plan.scheduled:
-            if row.store_kv:
-                for i, tok in enumerate(row.token_ids):
-                    self.device[self.slot(row.block_table, row.start_position + i)] = tok
 
 
 request_st = st.tuples(
@@ -137,7 +106,7 @@ def _run(config: dict, pool_tokens: int, requests: list, speculative: bool, seed
         result = engine.step()
         plan = result.plan
         _check_plan(plan, config)
-        shadow.run(plan, seqs)
+        shadow.run(plan, lambda r: seqs[r.request_id])
         for delta in result.new_tokens:
             rid = delta.request_id
             assert rid not in stopped, f"request {rid} emitted a token after its stop"
