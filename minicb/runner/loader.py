@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -181,8 +182,9 @@ def open_model(model: str | os.PathLike | None) -> ModelFiles:
     return ModelFiles(path, hf_config, load_tokenizer(path), stop_token_ids(path, hf_config), name)
 
 
-def iter_safetensors(path: Path):
-    """Yield (name, tensor) for every tensor in the folder's safetensors files."""
+def open_safetensors(path: Path) -> Iterator[Any]:
+    """Each of the folder's safetensors files in turn, opened with ``safe_open`` (which reads
+    a tensor, or a slice of one, only when asked)."""
     from safetensors import safe_open
 
     files = sorted(path.glob("*.safetensors"))
@@ -190,8 +192,14 @@ def iter_safetensors(path: Path):
         raise ModelLoadError(f"no .safetensors weight files in {path}")
     for file in files:
         with safe_open(file, framework="pt") as f:
-            for name in f.keys():
-                yield name, f.get_tensor(name)
+            yield f
+
+
+def iter_safetensors(path: Path):
+    """Yield (name, tensor) for every tensor in the folder's safetensors files."""
+    for f in open_safetensors(path):
+        for name in f.keys():
+            yield name, f.get_tensor(name)
 
 
 # ---- tiny random models, for tests with no download ---------------------------------

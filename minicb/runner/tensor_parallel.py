@@ -158,22 +158,16 @@ def iter_shard(
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield (name, tensor) of ``rank``'s slice of every checkpoint tensor in ``wanted``,
     reading only that slice from the safetensors files (``get_slice``)."""
-    from safetensors import safe_open
+    from minicb.runner.loader import open_safetensors
 
-    from minicb.runner.loader import ModelLoadError
-
-    files = sorted(path.glob("*.safetensors"))
-    if not files:
-        raise ModelLoadError(f"no .safetensors weight files in {path}")
-    for file in files:
-        with safe_open(file, framework="pt") as f:
-            for name in f.keys():
-                if name not in wanted:
-                    continue
-                span = _slice_of(name, cfg, rank, world)
-                if span is None:
-                    yield name, f.get_tensor(name)
-                    continue
-                dim, start, stop = span
-                part = f.get_slice(name)
-                yield name, part[start:stop] if dim == 0 else part[:, start:stop]
+    for f in open_safetensors(path):
+        for name in f.keys():
+            if name not in wanted:
+                continue
+            span = _slice_of(name, cfg, rank, world)
+            if span is None:
+                yield name, f.get_tensor(name)
+                continue
+            dim, start, stop = span
+            part = f.get_slice(name)
+            yield name, part[start:stop] if dim == 0 else part[:, start:stop]
