@@ -18,6 +18,7 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -103,12 +104,8 @@ def run_simulated_bench(args: argparse.Namespace) -> int:
     results = run_all(args.reproduce or list(REPRODUCTIONS), args.simulate, size)
     markdown = render(results)
     print(markdown)
-    out = Path(args.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "reproductions.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
-    (out / "reproductions.md").write_text(markdown, encoding="utf-8")
-    (out / "reproductions.html").write_text(render_html(results, markdown), encoding="utf-8")
-    print(f"\nwrote {out / 'reproductions.json'}, .md and .html (SIMULATED)")
+    write_outputs(Path(args.out_dir), "reproductions", results, markdown, render_html)
+    print("(SIMULATED)")
     return 0
 
 
@@ -163,13 +160,20 @@ def run(args: argparse.Namespace) -> int:
     results["meta"]["duration_s"] = time.time() - started
     markdown = render(results) + calibration.render(results["calibration"])
     print(markdown)
-    out = Path(args.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
-    (out / "bench.md").write_text(markdown, encoding="utf-8")
-    (out / "bench.html").write_text(render_html(results, markdown), encoding="utf-8")
-    print(f"\nwrote {out / 'bench.json'}, {out / 'bench.md'} and {out / 'bench.html'}")
+    write_outputs(Path(args.out_dir), "bench", results, markdown, render_html)
     return 0
+
+
+def write_outputs(
+    out: Path, stem: str, results: dict, markdown: str, render_html: Callable[[dict, str], str]
+) -> None:
+    """``stem``.json, .md and .html (the offline plotly page) in ``out``, and say where."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{stem}.{ext}" for ext in ("json", "md", "html")]
+    paths[0].write_text(json.dumps(results, indent=1), encoding="utf-8")
+    paths[1].write_text(markdown, encoding="utf-8")
+    paths[2].write_text(render_html(results, markdown), encoding="utf-8")
+    print(f"\nwrote {paths[0]}, {paths[1]} and {paths[2]}")
 
 
 def _meta(args: argparse.Namespace, plan: BenchPlan, systems: Systems, started: float) -> dict:
