@@ -347,6 +347,8 @@ class LLMEngine:
             out.sample_s,
             tensor_parallel_size=self.config.tensor_parallel_size,
             collective_s=out.collective_s,
+            bandwidth_util=out.bandwidth_util,
+            flop_util=out.flop_util,
         )
         if self.bus.listening:  # nobody listens: build nothing
             if self.bus.wants("step"):

@@ -45,6 +45,10 @@ class RunnerOutput:
     # Tensor parallelism: seconds in collectives (sending the plan, and the all-reduces,
     # which are also inside forward_s); 0 on one rank.
     collective_s: float = 0.0
+    # How busy the hardware was, 0..1 of the peaks over the step (None: not known, as on a
+    # fake): bytes streamed / HBM bandwidth and FLOPs / peak FLOP/s, each over the step's time.
+    bandwidth_util: float | None = None
+    flop_util: float | None = None
 
 
 class Runner(Protocol):

@@ -20,10 +20,11 @@ from dataclasses import replace
 from typing import Any
 
 from minicb.config import EngineConfig
-from minicb.runner import VirtualClock
+from minicb.runner import RunnerOutput, VirtualClock
 from minicb.runner.catalogue import load_profile
 from minicb.runner.fake import FakeRunner
 from minicb.runner.step_time import StepTimeModel
+from minicb.scheduler.plan import StepPlan
 
 GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of device memory for weights + KV
 ELEM_BYTES = {"auto": 2, "bfloat16": 2, "float16": 2, "float32": 4}
@@ -69,13 +70,25 @@ class SimulatedRunner(FakeRunner):
             vocab_size=profile.model.vocab_size,
             output_lengths=dict(output_lengths or {}),
             clock=clock,
-            step_time_fn=profile,
+            step_time_fn=self._step_time,
             model_name=profile.model.name,
             tokenizer=tokenizer,
         )
         self.profile = profile
         self.config = config
         self.gpu_memory_utilization = gpu_memory_utilization
+        self._terms: dict[str, float] = {}  # the last step's terms, for its utilisation
+
+    def _step_time(self, plan: StepPlan) -> float:
+        self._terms = self.profile.plan_terms(plan)
+        return self._terms["step_s"]
+
+    def execute(self, plan: StepPlan) -> RunnerOutput:
+        """FakeRunner's step, with the model's bandwidth and FLOP utilisation of it."""
+        out = super().execute(plan)
+        out.bandwidth_util = self._terms["bandwidth_util"]
+        out.flop_util = self._terms["flop_util"]
+        return out
 
     def describe(self) -> dict[str, Any]:
         return {

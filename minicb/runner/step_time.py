@@ -12,6 +12,8 @@ Per GPU of a tensor-parallel group of ``tp``:
     t_comm    = 2 x layers x (latency + 2 (tp - 1) / tp x T x hidden x element size
                               / (link bandwidth x link efficiency))      (0 when tp = 1)
     step      = max(t_memory, t_compute) + step overhead + t_comm
+    bandwidth_util = (weights + kv) / HBM bandwidth / step        (of the published peaks,
+    flop_util      = flops / peak bf16 FLOP/s / step               over the whole step: 0..1)
 
 A row of n tokens whose context is c after the step attends n x c - n (n - 1) / 2 (query,
 key) pairs (causal: its i-th token sees c - n + i + 1 keys). Memory and compute overlap on
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from minicb.scheduler.plan import ScheduledRequest, StepPlan
 
 GIB = 1 << 30
+TERMS = ("memory_s", "compute_s", "comm_s", "overhead_s", "step_s", "bandwidth_util", "flop_util")
 
 
 @dataclass(frozen=True)
@@ -145,7 +148,7 @@ class StepTimeModel:
         sample, ``context`` context tokens over its rows and ``pairs`` attended pairs."""
         m, e, tp = self.model, self.efficiency, self.tp
         if tokens == 0:
-            return dict.fromkeys(("memory_s", "compute_s", "comm_s", "overhead_s", "step_s"), 0.0)
+            return dict.fromkeys(TERMS, 0.0)
         kv_bytes = context * m.kv_bytes_per_token(self.elem_bytes)
         nbytes = m.streamed_params * self.elem_bytes + kv_bytes
         flops = (
@@ -167,6 +170,9 @@ class StepTimeModel:
             "comm_s": comm,
             "overhead_s": e.step_overhead_s,
             "step_s": step,
+            # how busy the hardware is: the peak's time for the work over the step's time
+            "bandwidth_util": nbytes / tp / self.gpu.bandwidth / step,
+            "flop_util": flops / tp / self.gpu.flops / step,
         }
 
     def plan_terms(self, plan: StepPlan) -> dict[str, float]:

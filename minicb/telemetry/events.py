@@ -32,6 +32,9 @@ SCHEMA_VERSION = 2
 STEP_TIMING_FIELDS = ("wall_start", "wall_end", "schedule_s", "forward_s", "sample_s")
 # Tensor parallelism, with defaults (traces written before them read as one rank).
 STEP_PARALLEL_FIELDS = ("tensor_parallel_size", "collective_s")
+# How busy the hardware was, 0..1, with defaults (None: unknown, and in older traces).
+STEP_UTILISATION_FIELDS = ("bandwidth_util", "flop_util")
+STEP_OPTIONAL_FIELDS = STEP_PARALLEL_FIELDS + STEP_UTILISATION_FIELDS
 
 
 # ---- one iteration ---------------------------------------------------------------------
@@ -50,6 +53,8 @@ class StepEvent:
     sample_s: float  # seconds the runner spent sampling
     tensor_parallel_size: int = 1  # ranks the model is split over
     collective_s: float = 0.0  # seconds in tensor-parallel collectives (within the above)
+    bandwidth_util: float | None = None  # bytes streamed / (peak bandwidth x step seconds)
+    flop_util: float | None = None  # FLOPs / (peak FLOP/s x step seconds)
 
 
 # ---- one request's life ----------------------------------------------------------------
@@ -196,7 +201,7 @@ def to_dict(event: Event) -> dict[str, Any]:
     A step event is flat: the plan's fields, then the timings."""
     if isinstance(event, StepEvent):
         timings = {name: getattr(event, name) for name in STEP_TIMING_FIELDS}
-        timings.update((name, getattr(event, name)) for name in STEP_PARALLEL_FIELDS)
+        timings.update((name, getattr(event, name)) for name in STEP_OPTIONAL_FIELDS)
         return {"type": event.kind, **event.plan.to_dict(), **timings}
     data = {"type": event.kind, **vars(event)}
     for name in ("params", "info"):
@@ -219,7 +224,7 @@ def from_dict(data: dict[str, Any]) -> Event:
         if missing:
             raise ValueError(f"step event lacks field(s): {', '.join(missing)}")
         timings = {name: values.pop(name) for name in STEP_TIMING_FIELDS}
-        timings.update((name, values.pop(name)) for name in STEP_PARALLEL_FIELDS if name in values)
+        timings.update((name, values.pop(name)) for name in STEP_OPTIONAL_FIELDS if name in values)
         return StepEvent(plan=StepPlan.from_dict(values), **timings)
     check_keys(cls, values, kind)
     return cls(**values)

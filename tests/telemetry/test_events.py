@@ -16,6 +16,7 @@ from minicb.scheduler.plan import Decision, ScheduledRequest, StepPlan
 from minicb.telemetry.events import (
     EVENT_TYPES,
     SCHEMA_VERSION,
+    STEP_OPTIONAL_FIELDS,
     STEP_PARALLEL_FIELDS,
     STEP_TIMING_FIELDS,
     EngineReset,
@@ -206,7 +207,7 @@ def test_the_step_dict_is_generated_from_the_plan(real_steps):
     marked = {f.name for f in fields(ScheduledRequest) if f.metadata.get("runner_only")}
     assert marked == RUNNER_ONLY
     step_keys = {f.name for f in fields(StepPlan)} | set(STEP_TIMING_FIELDS) | {"type"}
-    step_keys |= set(STEP_PARALLEL_FIELDS)
+    step_keys |= set(STEP_OPTIONAL_FIELDS)
     row_keys = {f.name for f in fields(ScheduledRequest)} - RUNNER_ONLY
     for event in real_steps:
         data = to_dict(event)
@@ -338,3 +339,9 @@ def test_a_step_event_without_the_parallel_fields_reads_as_one_rank(real_steps):
         del data[name]
     event = from_dict(data)
     assert event.tensor_parallel_size == 1 and event.collective_s == 0.0
+
+
+def test_a_runner_that_does_not_know_its_utilisation_says_none(real_steps):
+    data = to_dict(real_steps[0])  # the model runner does not measure it (only a simulated GPU)
+    assert data["bandwidth_util"] is None and data["flop_util"] is None
+    assert from_dict(data).bandwidth_util is None
