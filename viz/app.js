@@ -9,7 +9,7 @@ import { PanelModel, PHASE_NAMES } from "./model.js";
 import { COLORS, Timeline } from "./timeline.js";
 import { drawKvMap } from "./kvmap.js";
 import { countersAt, formatCounters } from "./counters.js";
-import { OccupancyChart } from "./chart.js";
+import { OccupancyChart, UTILISATION } from "./chart.js";
 import { fillSettings, fillSimulation, fillWorkload, handleReply, showMessage, wireControls } from "./controls.js";
 import { showSimulation } from "./simulation.js";
 import { showTooltip, hideTooltip } from "./tooltip.js";
@@ -24,6 +24,7 @@ const app = {
   scale: { mode: "iter", window: "300", x0: 0, x1: 1, t0: 0 },
   replay: null, // {tMin, tMax, t, playing}
   chart: new OccupancyChart($("chart")),
+  utilChart: new OccupancyChart($("util-chart"), { measures: UTILISATION, title: "utilChart", hideEmpty: true }),
   lastSlow: 0, slowPending: true, lastChart: 0, chartEvery: 250,
 };
 const SLOW_MS = 250; // counters and the chart: a few times a second
@@ -248,6 +249,7 @@ function render(now) {
     if (now - app.lastChart > app.chartEvery) { // at most a tenth of the time on the chart
       const start = performance.now();
       app.chart.update(app.panels, app.scale, cursors);
+      app.utilChart.update(app.panels, app.scale, cursors);
       app.lastChart = now;
       app.chartEvery = Math.max(SLOW_MS, 10 * (performance.now() - start));
     } else app.slowPending = true; // the chart's turn comes later
@@ -306,7 +308,7 @@ function renderMine(cursors) {
 $("lang").onclick = () => {
   setLang(getLang() === "zh" ? "en" : "zh");
   $("lang").textContent = getLang() === "zh" ? "English" : "中文";
-  legend(); showSimulation(app.simInfo, app.panels); renderLesson(app); app.dirty = true; app.chart.lastKey = "";
+  legend(); showSimulation(app.simInfo, app.panels); renderLesson(app); app.dirty = true; app.chart.lastKey = app.utilChart.lastKey = "";
 };
 $("xmode").onchange = () => { app.scale.mode = $("xmode").value; app.dirty = true; };
 $("window").onchange = () => { app.scale.window = $("window").value; app.dirty = true; };

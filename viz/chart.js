@@ -1,5 +1,7 @@
-// Slot occupancy over time, one line per engine, drawn with plotly.js (served locally).
-// Occupancy = rows doing useful work / max sequences: padding rows do not count.
+// A share over time (in %), one line per engine and measure, drawn with plotly.js (served
+// locally). Slot occupancy = rows doing useful work / max sequences: padding rows do not
+// count. GPU utilisation = a step's bytes / (peak bandwidth x its time) and FLOPs / (peak
+// FLOP/s x its time), from the step events (null where the runner does not know it).
 
 import { t } from "./i18n.js";
 import { scenarioLabel } from "./narration.js";
@@ -7,32 +9,55 @@ import { scenarioLabel } from "./narration.js";
 const MAX_POINTS = 1500; // older points are thinned so a long run stays quick to redraw
 const LINE = { static: "#6b7280", continuous: "#2563eb" };
 const BY_SIDE = ["#6b7280", "#2563eb"]; // a scenario's two sides, left then right
+const pct = (v) => (v == null ? null : 100 * v);
+// measures: i18n key of its name ("" for the chart's only one), value of a step, line dash
+export const OCCUPANCY = [{ label: "", value: (s) => (s.slotsLimit ? s.useful / s.slotsLimit : 0) }];
+export const UTILISATION = [
+  { label: "bandwidthUtil", value: (s) => s.bandwidthUtil, dash: "solid" },
+  { label: "flopUtil", value: (s) => s.flopUtil, dash: "dot" },
+];
 
 export class OccupancyChart {
-  constructor(el) {
+  // title: the i18n key of its heading; hideEmpty: its card hides while no step has a value
+  constructor(el, { measures = OCCUPANCY, title = "occupancyChart", hideEmpty = false } = {}) {
     this.el = el;
+    this.measures = measures;
+    this.title = title;
+    this.hideEmpty = hideEmpty;
     this.lastKey = "";
   }
 
   update(panels, scale, cursors) {
     if (!window.Plotly) return;
     const traces = [];
-    let key = `${scale.mode}|${t("occupancyChart")}`;
+    let key = `${scale.mode}|${t(this.title)}`;
+    let any = false;
     for (const [n, p] of panels.entries()) {
       const steps = p.model.steps;
       const end = p.model.stepPos(cursors.get(p.name));
       const every = Math.max(1, Math.ceil((end + 1) / MAX_POINTS));
-      const x = [], y = [];
+      const x = [];
+      const ys = this.measures.map(() => []);
       for (let i = 0; i <= end; i += every) {
         const s = steps[i];
         x.push(scale.mode === "iter" ? s.step : s.wallEnd - scale.t0);
-        y.push(s.slotsLimit ? (100 * s.useful) / s.slotsLimit : 0);
+        this.measures.forEach((m, j) => ys[j].push(pct(m.value(s))));
       }
       key += `|${p.name}:${end}:${p.model.version}`;
-      traces.push({
-        x, y, name: scenarioLabel(p.name) || t(p.model.batching) || p.name, mode: "lines",
-        line: { shape: "hv", width: 2, color: scenarioLabel(p.name) ? BY_SIDE[n] : LINE[p.model.batching] },
+      const name = scenarioLabel(p.name) || t(p.model.batching) || p.name;
+      const color = scenarioLabel(p.name) ? BY_SIDE[n] : LINE[p.model.batching];
+      this.measures.forEach((m, j) => {
+        any ||= ys[j].some((v) => v != null);
+        traces.push({
+          x, y: ys[j], name: m.label ? `${name} · ${t(m.label)}` : name, mode: "lines",
+          line: { shape: "hv", width: 2, color, dash: m.dash },
+        });
       });
+    }
+    if (this.hideEmpty) { // nothing to show (a runner that does not know it): no chart at all
+      const card = this.el.closest(".card");
+      if (card.hidden === any) card.hidden = !any;
+      if (!any) return;
     }
     if (key === this.lastKey) return;
     this.lastKey = key;
@@ -41,7 +66,8 @@ export class OccupancyChart {
       height: this.el.clientHeight || 200,
       xaxis: { title: { text: scale.mode === "iter" ? t("iterations") : t(document.body.classList.contains("simulated") ? "simtime" : "walltime") }, range: [scale.x0, scale.x1] },
       yaxis: { title: { text: "%" }, range: [0, 105] },
-      legend: { orientation: "h", x: 0, y: 1.12 },
+      // several measures per engine: their longer legend goes below, clear of the lines
+      legend: this.measures.length > 1 ? { orientation: "h", x: 0, y: -0.4 } : { orientation: "h", x: 0, y: 1.12 },
       paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "#fff",
     };
     window.Plotly.react(this.el, traces, layout, { displayModeBar: false, responsive: true, staticPlot: false });

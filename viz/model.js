@@ -184,6 +184,8 @@ export class PanelModel {
       written: Object.fromEntries(this.written),
       // tensor parallelism (absent from older traces: one rank)
       tp: e.tensor_parallel_size || 1, collectiveS: e.collective_s || 0,
+      // how busy the GPU was, 0..1 (a simulated GPU's model; null: unknown, older traces)
+      bandwidthUtil: e.bandwidth_util ?? null, flopUtil: e.flop_util ?? null,
     });
     this.current = null;
     if (e.kv_total) this.kvTotal = e.kv_total;

@@ -1,0 +1,53 @@
+"""GPU occupancy on the page: beside slot occupancy, a chart of each iteration's bandwidth
+and FLOP utilisation, one line per engine and measure. A simulated GPU's steps carry them
+(the step-time model's), so the chart appears with values in (0, 1]; a real model runner's
+do not, so the card stays hidden."""
+
+from __future__ import annotations
+
+from tests.browser.conftest import js, next_frame, server, shot, wait_for
+
+PANELS = "window.minicb.panels"
+ARGS = ["demo", "--simulate", "H100:llama-3.1-8b", "--paused", "--workload", "off"]
+ARGS += ["--burst", "64", "--short", "8", "32", "--long", "32", "96"]
+# each utilisation trace: its name and the values it draws (in %; null where unknown)
+TRACES = """() => (document.getElementById('util-chart').data || [])
+  .map(t => ({ name: t.name, y: t.y.filter(v => v != null) }))"""
+CARD_SHOWN = "!document.getElementById('util-card').hidden"
+
+
+def test_a_simulated_gpus_utilisation_is_charted_for_both_engines(tab):
+    page = tab
+    with server(*ARGS) as url:
+        page.goto(url)
+        wait_for(page, f"{PANELS}.length === 2")
+        assert not js(page, CARD_SHOWN)  # no step yet: nothing to chart
+        page.click("#resume")
+        wait_for(page, f"{PANELS}.every(p => p.model.steps.length > 20)", 120)
+        wait_for(page, f"{CARD_SHOWN} && ({TRACES})().length === 4", 60)
+        next_frame(page)
+        traces = js(page, TRACES)
+        shot(page, "occupancy-simulated")
+        names = [t["name"] for t in traces]
+        for engine in ("static", "continuous"):  # en labels: "static · memory bandwidth", ...
+            assert sum(n.lower().startswith(engine) for n in names) == 2, names
+        for trace in traces:
+            assert trace["y"], trace["name"]
+            assert all(0 < v / 100 <= 1 for v in trace["y"]), trace
+        assert page.locator("#util-card h3").inner_text().startswith("GPU utilisation")
+        page.click("#lang")  # both languages label it
+        wait_for(page, "document.querySelector('#util-card h3').innerText.includes('利用率')")
+        assert not page.errors, page.errors
+
+
+def test_a_runner_that_does_not_know_it_shows_no_chart(tab, tiny_llama_dir):
+    page = tab
+    args = ["demo", "--model", tiny_llama_dir, "--max-num-seqs", "4", "--num-kv-blocks", "48"]
+    args += ["--burst", "4", "--short", "3", "6", "--long", "10", "16", "--delay", "0.02"]
+    with server(*args) as url:
+        page.goto(url)
+        wait_for(page, f"{PANELS}.length === 2 && {PANELS}.every(p => p.model.steps.length > 5)")
+        next_frame(page)
+        assert js(page, "!!document.getElementById('chart').data")  # slot occupancy is drawn
+        assert not js(page, CARD_SHOWN)
+        assert not page.errors, page.errors
