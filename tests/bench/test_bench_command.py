@@ -44,7 +44,11 @@ def test_bench_quick_runs_end_to_end(tiny_llama_dir, tmp_path, capsys):
     assert {p["system"] for p in results["rate_sweep"]} == {
         "minicb-continuous", "minicb-static", "minicb-static-sorted"
     }  # fmt: skip
-    assert len(results["goals"]) == 6
+    assert [g["goal"].split(" >= ")[-1] for g in results["goals"][-3:]] == [
+        "60 % of the hardware ceiling", "70 % of the hardware ceiling",
+        "schedule() with 256 running < 0.5 ms (median)",
+    ]  # fmt: skip
+    assert len(results["goals"]) == 7  # theory, three peers, batch 1, batch 32, schedule()
     assert set(results["prefix_caching"]) == {"shared-system", "multi-turn"}
     for name, pc in results["prefix_caching"].items():
         off, on = pc["figures"]["off"], pc["figures"]["on"]
