@@ -127,6 +127,7 @@ class LLMEngine:
         )
         self._ids = itertools.count()
         self._texts: dict[int, IncrementalDetokenizer] = {}  # output text, per live request
+        self.busy_s = 0.0  # seconds spent in this engine's own steps: its own clock
 
     @property
     def model_name(self) -> str:
@@ -196,6 +197,7 @@ class LLMEngine:
                 prompt=prompt if isinstance(prompt, str) else None,
                 expected_output_tokens=expected_output_tokens,
             )
+            req.metrics.arrival_busy_s = self.busy_s
             self.scheduler.add(req)
         except ValueError as err:
             if self.bus.wants("rejected"):
@@ -291,6 +293,8 @@ class LLMEngine:
                 "num_prompt_tokens": r.num_prompt_tokens,
                 "max_tokens": r.params.max_tokens,
                 "first_token_time": r.metrics.first_token_time,
+                "arrival_busy_s": r.metrics.arrival_busy_s,
+                "first_token_busy_s": r.metrics.first_token_busy_s,
             }
             for r in self.scheduler.requests.values()
         ]
@@ -312,6 +316,7 @@ class LLMEngine:
             "has_tokenizer": self.tokenizer is not None,
             "max_model_len": self.max_model_len,
             "step": self.step_count,  # iterations run before this description
+            "busy_s": self.busy_s,  # its own clock: seconds of its steps so far
         }
 
     # ---- the iteration -------------------------------------------------------------------
@@ -338,10 +343,12 @@ class LLMEngine:
         for req in self.scheduler.retire(plan):
             req.metrics.finished_time = now
             finished.append(self._output(req))
+        wall_end = self.clock()
+        self.busy_s += wall_end - wall_start
         event = events.StepEvent(
             plan,
             wall_start,
-            self.clock(),
+            wall_end,
             schedule_s,
             out.forward_s,
             out.sample_s,
@@ -349,7 +356,12 @@ class LLMEngine:
             collective_s=out.collective_s,
             bandwidth_util=out.bandwidth_util,
             flop_util=out.flop_util,
+            busy_s=self.busy_s,
         )
+        for delta in new_tokens:  # first tokens, on the own clock of the step's end
+            req = self.scheduler.requests.get(delta.request_id)
+            if delta.index == 0 and req is not None:
+                req.metrics.first_token_busy_s = self.busy_s
         if self.bus.listening:  # nobody listens: build nothing
             if self.bus.wants("step"):
                 self.bus.emit(event)

@@ -52,6 +52,10 @@ class RequestMetrics:
     # Speculative decoding: draft tokens verified for this request, and those kept as output.
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
+    # The engine's own clock (LLMEngine.busy_s) at arrival and at the first token's step end,
+    # for a page that joins mid-run (the wall clock would charge it other engines' steps).
+    arrival_busy_s: float = 0.0
+    first_token_busy_s: float | None = None
 
     @property
     def ttft(self) -> float | None:

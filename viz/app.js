@@ -90,8 +90,11 @@ function onHello(msg) {
       const r = p.model.req(q.request_id);
       r.startStep = Math.min(r.startStep, q.start_step);
       r.arrival = q.arrival; r.prompt = q.prompt; r.numPrompt = q.num_prompt_tokens;
-      r.maxTokens = q.max_tokens;
-      if (q.first_token_time != null) { r.firstTokenTime = q.first_token_time; r.firstTokenStep = p.model.baseStep; }
+      r.maxTokens = q.max_tokens; r.arrivalOwn = q.arrival_busy_s;
+      if (q.first_token_time != null) {
+        r.firstTokenTime = q.first_token_time; r.firstTokenOwn = q.first_token_busy_s;
+        r.firstTokenStep = p.model.baseStep;
+      }
     }
   }
   app.setPaused(msg.paused);

@@ -1,5 +1,6 @@
 // The live counters of one panel, computed from its model at any iteration (live: the
 // latest; replay: wherever the slider is), so a scrubbed trace shows what the room saw.
+// Times are on the side's own clock (PanelModel.ownNow), as the scenarios' figures.
 
 const RATE_WINDOW_S = 5; // output tokens/s is measured over the last few seconds
 
@@ -19,21 +20,22 @@ export function countersAt(model, cursor) {
     out.queue = model.order.filter((r) => r.endStep == null).length;
     return out;
   }
-  // tokens/s over a trailing window of wall time, ending at this step
-  let tokens = 0, from = step.wallEnd, computed = 0, pads = 0;
+  // tokens/s over a trailing window of the side's own time (model.ownNow), ending at this
+  // step: the other side's steps, run in between by the same thread, are not charged here
+  let tokens = 0, from = step.ownEnd, computed = 0, pads = 0;
   for (let i = model.steps.length - 1; i >= 0; i--) {
     const s = model.steps[i];
     if (s.step > step.step) continue;
     computed += s.tokens; pads += s.paddingTokens;
-    if (s.wallEnd >= step.wallEnd - RATE_WINDOW_S) { tokens += model.tokensAt.get(s.step) || 0; from = s.wallStart; }
+    if (s.ownEnd >= step.ownEnd - RATE_WINDOW_S) { tokens += model.tokensAt.get(s.step) || 0; from = s.ownStart; }
   }
-  const span = step.wallEnd - from;
+  const span = step.ownEnd - from;
   out.toks = span > 0 ? tokens / span : 0;
   out.occupancy = step.slotsLimit ? step.useful / step.slotsLimit : null;
   out.padding = computed ? pads / computed : 0;
   const ttfts = [];
   for (const r of model.order) {
-    const seen = r.ttftAt(step.step, step.wallEnd);
+    const seen = r.ttftAt(step.step, step.ownEnd);
     if (seen && seen.value != null) ttfts.push(seen);
     if (r.endStep != null && r.endStep <= step.step) out.done++;
   }

@@ -22,7 +22,8 @@ class Req {
     this.cellsFrom = null;
     this.produced = []; // tokens a speculative decode cell produced (1 + accepted drafts), by k - startStep
     this.state = PHASE.waiting; // what it is doing when not scheduled
-    this.arrival = null; // wall seconds
+    this.arrival = null; // seconds on the engine's clock
+    this.arrivalOwn = null; // seconds on the side's own clock (PanelModel.ownNow)
     this.prompt = null;
     this.numPrompt = null;
     this.maxTokens = null;
@@ -30,6 +31,7 @@ class Req {
     this.tokenIds = [];
     this.firstTokenStep = null;
     this.firstTokenTime = null;
+    this.firstTokenOwn = null;
     this.reasons = []; // [step, reason]
     this.finishReason = null;
     this.mine = false; // typed in this tab
@@ -55,21 +57,21 @@ class Req {
   }
 
   // TTFT as docs/events.md defines it ("Latency: one definition of each figure"):
-  // first token time - arrival time, both on the engine's clock.
+  // first token time - arrival time, both on the side's own clock (PanelModel.ownNow).
   ttft() {
-    return this.firstTokenTime != null && this.arrival != null
-      ? this.firstTokenTime - this.arrival : null;
+    return this.firstTokenOwn != null && this.arrivalOwn != null
+      ? this.firstTokenOwn - this.arrivalOwn : null;
   }
 
-  // TTFT as seen at `step`, ending at engine time `now`: the real one once its first token
+  // TTFT as seen at `step`, ending at own time `now`: the real one once its first token
   // came, else the wait so far (a lower bound: leaving waiting requests out would make a
   // long queue, static batching's, look fast). pending says which; null: not counted
-  // (not arrived yet, or gone without a first token, e.g. aborted).
+  // (not arrived by then, or gone without a first token, e.g. aborted).
   ttftAt(step, now) {
     if (this.firstTokenStep != null && this.firstTokenStep <= step) return { value: this.ttft(), pending: false };
-    if (this.arrival == null || this.arrival > now) return null;
+    if (this.arrivalOwn == null || this.startStep > step) return null;
     if (this.endStep != null && this.endStep <= step) return null;
-    return { value: now - this.arrival, pending: true };
+    return { value: now - this.arrivalOwn, pending: true };
   }
 }
 
@@ -98,6 +100,16 @@ export class PanelModel {
     this.baseStep = info.step || 0; // iterations the engine ran before this page joined
     this.firstKnown = this.baseStep + 1; // cells before this iteration were never seen here
     this.current = null; // the step being applied: requests first seen in it start there
+  }
+
+  // The side's own clock (docs/events.md: the seconds of its own steps, each step event's
+  // busy_s) for an event at engine time t, which comes after the latest step: the demo's one
+  // thread runs the other side's steps in between, and the wall clock would charge them to
+  // this side. Traces written before busy_s: the engine's clock.
+  ownNow(t) {
+    const s = this.steps.at(-1);
+    if (!s) return this.info.busy_s ?? t;
+    return s.hasOwn ? s.ownEnd : t;
   }
 
   get lastStep() { return this.steps.length ? this.steps[this.steps.length - 1].step : this.baseStep; }
@@ -171,7 +183,10 @@ export class PanelModel {
     }
     for (const d of e.finished) this.end(d.request_id, k);
     this.steps.push({
-      step: k, wallStart: e.wall_start, wallEnd: e.wall_end, useful, padding, tokens, paddingTokens,
+      step: k, wallStart: e.wall_start, wallEnd: e.wall_end,
+      // the step on the side's own clock (ownNow); older traces: the engine's
+      hasOwn: e.busy_s != null, ownEnd: e.busy_s ?? e.wall_end,
+      ownStart: (e.busy_s ?? e.wall_end) - (e.wall_end - e.wall_start), useful, padding, tokens, paddingTokens,
       slotsLimit: e.slots_limit, budgetUsed: e.budget_used, budgetLimit: e.budget_limit,
       kvUsed: e.kv_used, kvFree: e.kv_free, kvTotal: e.kv_total, kvSwapped: e.kv_swapped,
       waiting: e.num_waiting, swapped: e.num_swapped, finished: e.finished.length,
@@ -205,13 +220,13 @@ const HANDLERS = {
   step: (m, e) => m.onStep(e),
   arrived: (m, e) => {
     const r = m.req(e.request_id);
-    r.arrival = e.time; r.prompt = e.prompt; r.numPrompt = e.num_prompt_tokens;
+    r.arrival = e.time; r.arrivalOwn = m.ownNow(e.time); r.prompt = e.prompt; r.numPrompt = e.num_prompt_tokens;
     r.maxTokens = e.max_tokens;
     if (m.t0 == null) m.t0 = e.time;
   },
   first_token: (m, e) => {
     const r = m.req(e.request_id);
-    r.firstTokenStep = e.step; r.firstTokenTime = e.time;
+    r.firstTokenStep = e.step; r.firstTokenTime = e.time; r.firstTokenOwn = m.ownNow(e.time);
   },
   token: (m, e) => {
     const r = m.req(e.request_id);

@@ -1,7 +1,8 @@
 """The figures a scenario's claims compare, computed from one side's events, and the claims.
 
 Every time is on the side's own clock: the seconds its engine spent in its own steps
-before that moment. On a simulated GPU that is its VirtualClock (it moves only in steps);
+before that moment (each step event's ``busy_s``, which the engine keeps and the page's
+counters read too). On a simulated GPU that is its VirtualClock (it moves only in steps);
 for the real model it leaves out the other side's steps, which the demo's one thread runs
 in between on the same CPU (the wall clock would charge one side the other's stall). A
 claim such as ``"chunked.max_tbt < 0.5 * whole.max_tbt"`` reads a figure of each side (or
@@ -15,7 +16,6 @@ import bisect
 import operator
 from collections import defaultdict
 from collections.abc import Callable
-from itertools import accumulate
 from typing import Any
 
 from minicb.scenarios.schema import CLAIM
@@ -57,8 +57,7 @@ class SideRecord:
         self.groups = groups  # request id -> its group's name
         self.steps: list[Any] = []  # StepEvents
         self.requests: dict[str, list[Any]] = defaultdict(list)  # kind -> request events
-        self._ends: list[float] | None = None  # steps' ends, and own seconds by each
-        self._busy: list[float] = []
+        self._ends: list[float] | None = None  # steps' ends, for own()
 
     def __call__(self, event: Any) -> None:
         """A bus listener: keep the event."""
@@ -68,12 +67,13 @@ class SideRecord:
             self.requests[event.kind].append(event)
 
     def own(self, t: float) -> float:
-        """Seconds of this side's own steps before engine time ``t``."""
+        """Seconds of this side's own steps before engine time ``t``: the engine's own clock
+        (each step event's ``busy_s``, the page's counters read the same), and the part of
+        a step under way at ``t``."""
         if self._ends is None or len(self._ends) != len(self.steps):
             self._ends = [s.wall_end for s in self.steps]
-            self._busy = list(accumulate(s.wall_end - s.wall_start for s in self.steps))
         i = bisect.bisect_right(self._ends, t)  # steps ended by t
-        done = self._busy[i - 1] if i else 0.0
+        done = self.steps[i - 1].busy_s if i else 0.0
         if i < len(self.steps) and self.steps[i].wall_start < t:  # one under way at t
             done += t - self.steps[i].wall_start
         return done

@@ -34,7 +34,9 @@ STEP_TIMING_FIELDS = ("wall_start", "wall_end", "schedule_s", "forward_s", "samp
 STEP_PARALLEL_FIELDS = ("tensor_parallel_size", "collective_s")
 # How busy the hardware was, 0..1, with defaults (None: unknown, and in older traces).
 STEP_UTILISATION_FIELDS = ("bandwidth_util", "flop_util")
-STEP_OPTIONAL_FIELDS = STEP_PARALLEL_FIELDS + STEP_UTILISATION_FIELDS
+# The engine's own clock, seconds of its steps (None in older traces): docs/events.md.
+STEP_CLOCK_FIELDS = ("busy_s",)
+STEP_OPTIONAL_FIELDS = STEP_PARALLEL_FIELDS + STEP_UTILISATION_FIELDS + STEP_CLOCK_FIELDS
 
 
 # ---- one iteration ---------------------------------------------------------------------
@@ -55,6 +57,9 @@ class StepEvent:
     collective_s: float = 0.0  # seconds in tensor-parallel collectives (within the above)
     bandwidth_util: float | None = None  # bytes streamed / (peak bandwidth x step seconds)
     flop_util: float | None = None  # FLOPs / (peak FLOP/s x step seconds)
+    # Seconds this engine spent in its own steps, this one included: its own clock at the
+    # step's end, which leaves out the other engines' steps that one thread runs in between.
+    busy_s: float | None = None
 
 
 # ---- one request's life ----------------------------------------------------------------

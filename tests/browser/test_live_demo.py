@@ -56,6 +56,42 @@ def test_rows_appear_and_leave_on_both_panels_and_counters_move(tab, demo_url):
     assert not page.errors
 
 
+# Each panel's steps on its own clock (PanelModel.ownNow: the step events' busy_s), and the
+# counters' TTFT p50 recomputed here from the requests' times, on that clock and on the wall.
+OWN_CLOCK = """import('/viz/counters.js').then(({ countersAt }) => window.minicb.panels.map(p => {
+    const st = p.model.steps, last = st.at(-1);
+    const grows = st.slice(1).every((s, i) =>
+        Math.abs(s.ownEnd - st[i].ownEnd - (s.wallEnd - s.wallStart)) < 1e-6);
+    const seen = p.model.order.filter(r => r.startStep <= last.step
+        && (r.endStep == null || r.firstTokenStep != null));
+    const p50 = (f) => {
+        const v = seen.map(f).sort((a, b) => a - b);
+        return v[Math.ceil(v.length / 2) - 1];
+    };
+    const first = (r) => r.firstTokenStep != null && r.firstTokenStep <= last.step;
+    return { own: st.every(s => s.hasOwn), grows, start: st[0].wallStart, end: last.wallEnd,
+             span: last.ownEnd - st[0].ownStart, shown: countersAt(p.model, last.step).ttft50,
+             ownP50: p50(r => (first(r) ? r.firstTokenOwn : last.ownEnd) - r.arrivalOwn),
+             wallP50: p50(r => (first(r) ? r.firstTokenTime : last.wallEnd) - r.arrival) };
+}))"""
+
+
+def test_the_counters_charge_each_side_only_its_own_steps(tab, demo_url):
+    page = tab
+    page.goto(demo_url)
+    wait_for(page, f"{PANELS}.every(p => p.model.order.filter(r => r.endStep != null).length >= 3)")
+    sides = page.evaluate(OWN_CLOCK)  # one synchronous read: no event lands in between
+    for side in sides:
+        assert side["own"] and side["grows"], side
+        assert abs(side["shown"] - side["ownP50"]) < 1e-9, side
+    # one thread ran both: their own times do not overlap, so together they fit in the wall
+    # time they shared (on the wall clock each side would be charged nearly all of it)
+    wall = max(s["end"] for s in sides) - min(s["start"] for s in sides)
+    assert sum(s["span"] for s in sides) <= wall + 1e-6, sides
+    assert any(s["shown"] < s["wallP50"] for s in sides), sides
+    assert not page.errors
+
+
 def test_single_step_advances_exactly_one_iteration_and_the_kv_map_changes(tab, demo_url):
     page = tab
     page.goto(demo_url)
