@@ -88,7 +88,8 @@ def test_a_sides_own_clock_leaves_out_the_other_sides_steps():
     record = SideRecord({})
     # Its steps ran 0-1 and 3-4 on the shared wall clock; the other side ran 1-3.
     record.steps = [
-        NS(wall_start=0.0, wall_end=1.0, busy_s=1.0), NS(wall_start=3.0, wall_end=4.0, busy_s=2.0)
+        NS(wall_start=0.0, wall_end=1.0, busy_s=1.0),
+        NS(wall_start=3.0, wall_end=4.0, busy_s=2.0),
     ]
     assert [record.own(t) for t in (0.0, 0.5, 1.0, 2.0, 3.0, 3.5, 4.0, 9.0)] == [
         0.0, 0.5, 1.0, 1.0, 1.0, 1.5, 2.0, 2.0,
