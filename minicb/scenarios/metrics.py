@@ -46,6 +46,7 @@ METRICS = {
     "padding_tokens": "tokens computed for padding rows (static batching)",
     "idle_slots": "mean share of batch slots holding no real row, over the iterations",
     "decode_step_s": "mean seconds of an iteration that only decodes",
+    "full_decode_step_s": "mean seconds of an iteration that only decodes, every slot a real row",
     "mean_rows": "mean real rows per iteration",
 }
 
@@ -135,9 +136,11 @@ def side_metric(record: SideRecord, metric: str) -> float:
         span = max(ends, default=start) - start
         tokens = sum(e.num_output_tokens for e in record.requests["finished"])
         return span if metric == "makespan" else tokens / span if span > 0 else 0.0
-    if metric == "decode_step_s":
+    if metric in ("decode_step_s", "full_decode_step_s"):
+        full = metric == "full_decode_step_s"  # the step time at the batch's full size
         decode = [s for s, rows in zip(steps, real, strict=True)
-                  if rows and all(r.phase == DECODE for r in rows)]  # fmt: skip
+                  if rows and all(r.phase == DECODE for r in rows)
+                  and (not full or len(rows) == s.plan.slots_limit)]  # fmt: skip
         return _mean([s.wall_end - s.wall_start for s in decode])
     counts: dict[str, Callable[[], float]] = {
         "steps": lambda: len(steps),
