@@ -72,7 +72,8 @@ export function fillWorkload(w) {
 }
 
 // The simulated-GPU picker: the catalogue's GPUs and models (hello's "simulation"; null
-// hides it: a real model, or a viewer). Choosing one rebuilds both engines on that GPU.
+// hides it: a real model, a lesson, whose scenario fixes the runner, or a viewer). Choosing
+// one rebuilds both engines on that GPU.
 export function fillSimulation(sim) {
   $("sim-picker").hidden = !sim;
   if (!sim) return;

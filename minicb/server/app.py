@@ -201,7 +201,8 @@ class Hub:
             "delay_s": loop.delay_s if loop else 0.0,
             "rounds": loop.rounds if loop else 0,
             "workload": self.feeder.describe() if self.feeder else None,
-            "simulation": simulation_choices(loop),  # the simulated-GPU picker, or None
+            # the simulated-GPU picker, or None (a real model; a lesson fixes its runner)
+            "simulation": None if self.lesson else simulation_choices(loop),
             "scenario": self._scenario(),  # the lesson played, with its narration, or None
             "controls": {
                 "step": controls and loop is not None,

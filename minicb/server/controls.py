@@ -234,6 +234,11 @@ async def _simulate(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
     model = _choice(msg, "model", tuple(catalogue["models"]))
     if gpu is None or model is None:
         raise ControlError("simulate needs a gpu and a model from the catalogue")
+    if hub.lesson is not None:
+        raise ControlError(
+            f"lesson {hub.lesson.scenario.name} fixes its runner; choose another lesson, "
+            "or start a free demo with --simulate GPU:MODEL"
+        )
     if hub.mode != "demo" or not all(e.describe()["simulated"] for e in loop.engines.values()):
         raise ControlError("this demo runs a real model; start one with --simulate GPU:MODEL")
     try:

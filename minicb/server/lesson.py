@@ -65,6 +65,12 @@ class Lesson:
     def __init__(self, loop: EngineLoop, scenario: Scenario, model: str | None = None) -> None:
         self.loop, self.model = loop, model
         self.notify: Callable[[dict[str, Any]], None] = lambda message: None
+        # the model by device, once loaded: kept while other lessons play, for the next one
+        self.real: dict[str, Runner] = {
+            e.runner.describe()["device"]: e.runner
+            for e in loop.engines.values()
+            if not e.describe()["simulated"]
+        }
         self._start(scenario)
 
     def _start(self, scenario: Scenario) -> None:
@@ -105,17 +111,22 @@ class Lesson:
             "choices": scenario_names(),
         }
 
+    def _real_runner(self, scenario: Scenario) -> Runner:
+        """The model on the device the scenario's settings name ("auto": CUDA where there is
+        one; 02b asks for the CPU it speaks of), loaded the first time and kept."""
+        from minicb.runner.model_runner import ModelRunner, resolve_device
+
+        config = EngineConfig.from_kwargs(**scenario.sides[0].engine)
+        device = str(resolve_device(config.device))
+        if device not in self.real:
+            self.real[device] = ModelRunner(self.model, config)
+        return self.real[device]
+
     def switch(self, name: str) -> dict[str, Any]:
         """Play scenario ``name`` from its start: both engines rebuilt with its settings on
-        its runner (the model is loaded the first time a real-model lesson needs it)."""
+        its runner (the model is loaded the first time a lesson needs it on that device)."""
         scenario = load_scenario(name)
-        real = next(
-            (e.runner for e in self.loop.engines.values() if not e.describe()["simulated"]), None
-        )
-        if not scenario.simulated and real is None:
-            from minicb.runner.model_runner import ModelRunner
-
-            real = ModelRunner(self.model, EngineConfig.from_kwargs(**scenario.sides[0].engine))
+        real = None if scenario.simulated else self._real_runner(scenario)
         built = runners(scenario, real)  # every runner before any engine changes
         for panel, side in zip(PANELS, scenario.sides, strict=True):
             runner, clock = built[panel]

@@ -40,6 +40,7 @@ def test_scenario_runs_its_lesson_in_both_languages(tab, name):
         wait_for(page, f"{PANELS}.length === 2")
         js(page, "window.minicb.send({type: 'speed', delay_s: 0})")  # no time to watch here
         assert page.locator("#lesson").is_visible()
+        assert not page.locator("#sim-picker").is_visible()  # the scenario fixes the runner
         assert page.locator("#lesson-title").inner_text() == scenario.title["en"]
         labels = [page.locator(".panel-title").nth(i).inner_text() for i in range(2)]
         assert labels == [s.label["en"] for s in scenario.sides]
@@ -74,5 +75,61 @@ def test_scenario_runs_its_lesson_in_both_languages(tab, name):
             text_shown(page)
             == scenario.narration[-2 if len(scenario.narration) > 1 else 0].text["en"]
         )
+    assert not page.errors, page.errors
+    assert not console, console
+
+
+SIMULATED = "04b-recompute-vs-swap"  # its first point fires within a few rounds
+
+
+def run_to_first_point(page, name: str, timeout_s: float = 90) -> None:
+    """With lesson ``name`` just loaded: its title and panels shown, then run to point 0."""
+    scenario = load_scenario(name)
+    wait_for(
+        page, f"document.querySelector('#lesson-title').textContent === {scenario.title['en']!r}"
+    )
+    labels = [s.label["en"] for s in scenario.sides]
+    wait_for(page, f"[...document.querySelectorAll('.panel-title')].map(e => e.textContent)"
+                   f".join('|') === {'|'.join(labels)!r}")  # fmt: skip
+    wait_for(
+        page, f"{PANELS}.every(p => p.model.info.simulated === {str(scenario.simulated).lower()})"
+    )
+    assert not page.locator("#sim-picker").is_visible()
+    page.click("#lesson-next")
+    wait_for(page, "document.querySelector('#lesson-text').dataset.index === '0'", timeout_s)
+    assert text_shown(page) == scenario.narration[0].text["en"]
+
+
+def test_a_simulated_lesson_hides_the_gpu_picker_a_free_demo_shows_it(tab):
+    page = tab
+    with server("demo", "--scenario", SIMULATED, "--paused") as url:
+        page.goto(url)
+        wait_for(page, f"{PANELS}.length === 2")
+        assert js(page, f"{PANELS}.every(p => p.model.info.simulated)")
+        run_to_first_point(page, SIMULATED)
+    free = ["demo", "--simulate", "H100:llama-3.1-8b", "--paused", "--workload", "off"]
+    with server(*free) as url:  # leaving the lesson for a free simulated demo
+        page.goto(url)
+        wait_for(page, f"{PANELS}.length === 2")
+        assert page.locator("#sim-picker").is_visible()
+        assert not page.locator("#lesson").is_visible()
+    assert not page.errors, page.errors
+
+
+@pytest.mark.slow
+def test_the_menu_switches_real_then_simulated_then_real(tab):
+    """The model is loaded once: the second real lesson plays on it again."""
+    page = tab
+    console: list[str] = []
+    page.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
+    with server("demo", "--scenario", "01-static-vs-continuous", "--paused") as url:
+        page.goto(url)
+        wait_for(page, f"{PANELS}.length === 2")
+        js(page, "window.minicb.send({type: 'speed', delay_s: 0})")
+        run_to_first_point(page, "01-static-vs-continuous")
+        for name in (SIMULATED, "03-chunked-prefill"):
+            page.select_option("#lesson-pick", name)
+            run_to_first_point(page, name, timeout_s=180)
+            assert js(page, "document.querySelector('#lesson-pick').value") == name
     assert not page.errors, page.errors
     assert not console, console

@@ -73,6 +73,15 @@ def test_hello_describes_the_scenario_and_the_loop_pauses_at_its_first_point(les
         assert [p["index"] for p in fired] == [0, 1]
 
 
+def test_a_lesson_fixes_its_runner_no_gpu_picker_and_no_simulate(lesson_demo):
+    loop, app = lesson_demo
+    with TestClient(app).websocket_connect("/ws") as ws:
+        assert ws.receive_json()["simulation"] is None  # the page hides its picker
+        _, reply = control(ws, type="simulate", gpu="L4", model="llama-3.1-8b")
+        assert reply["type"] == "error" and f"lesson {NAME} fixes its runner" in reply["message"]
+    assert all(e.describe()["runner"]["gpu"] == "A100-80GB" for e in loop.engines.values())
+
+
 def test_the_menu_switches_to_another_scenario_and_refuses_unknown_ones(lesson_demo):
     loop, app = lesson_demo
     with TestClient(app).websocket_connect("/ws") as ws:
