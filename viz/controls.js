@@ -57,7 +57,7 @@ export function handleReply(reply, app) {
 }
 
 export function fillSettings(config) {
-  for (const key of ["max_num_seqs", "max_num_batched_tokens", "num_kv_blocks", "preemption_mode", "policy", "static_order"]) {
+  for (const key of ["max_num_seqs", "max_num_batched_tokens", "num_kv_blocks", "preemption_mode", "policy", "static_order", "speculative"]) {
     const el = $(`st-${key}`);
     if (el && config[key] != null) el.value = config[key];
   }
@@ -102,7 +102,7 @@ export function wireControls(app) {
     const msg = { type: "settings", enable_chunked_prefill: $("st-enable_chunked_prefill").checked,
       enable_prefix_caching: $("st-enable_prefix_caching").checked,
       preemption_mode: $("st-preemption_mode").value, policy: $("st-policy").value,
-      static_order: $("st-static_order").value };
+      static_order: $("st-static_order").value, speculative: $("st-speculative").value };
     for (const key of ["max_num_seqs", "max_num_batched_tokens", "num_kv_blocks"]) {
       const v = $(`st-${key}`).value;
       if (v !== "") msg[key] = Number(v);

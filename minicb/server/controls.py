@@ -14,7 +14,8 @@ is refused, naming the limit, before any engine is rebuilt.
     {"type": "settings", "max_num_seqs": 8, "max_num_batched_tokens": 256,
      "enable_chunked_prefill": true, "enable_prefix_caching": true, "num_kv_blocks": 128,
      "preemption_mode": "swap", "policy": "fcfs",
-     "static_order": "length"}             rebuilds the engines (demo only)
+     "static_order": "length", "speculative": "ngram"}
+                                          rebuilds the engines (demo only)
     {"type": "prompt", "text": "...", "target": "both", "max_tokens": 32}
     {"type": "simulate", "gpu": "H100-SXM", "model": "llama-3.1-8b"}
                                           another simulated GPU (a --simulate demo only)
@@ -32,7 +33,13 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from minicb.config import POLICIES, PREEMPTION_MODES, STATIC_ORDERS, SamplingParams
+from minicb.config import (
+    POLICIES,
+    PREEMPTION_MODES,
+    SPECULATIVE_MODES,
+    STATIC_ORDERS,
+    SamplingParams,
+)
 from minicb.runner.catalogue import read_catalogue
 from minicb.server.workload import LENGTHS, PRESETS, WorkloadSpec, encode_prompt
 
@@ -130,6 +137,7 @@ SETTINGS: dict[str, Callable[[dict, str], Any]] = {  # each field's check, given
     "preemption_mode": lambda m, k: _choice(m, k, PREEMPTION_MODES),
     "policy": lambda m, k: _choice(m, k, POLICIES),
     "static_order": lambda m, k: _choice(m, k, STATIC_ORDERS),
+    "speculative": lambda m, k: _choice(m, k, SPECULATIVE_MODES),
 }
 
 

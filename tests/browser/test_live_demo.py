@@ -183,3 +183,25 @@ def test_the_language_toggle_changes_the_labels(tab, demo_url):
     assert page.inner_text("#pause") == "Pause"
     wait_for(page, f"{PANELS_TEXT}.includes('static batching')", 5)
     assert not page.errors
+
+
+def test_the_settings_form_switches_speculative_decoding_on_and_off(tab, demo_url):
+    page = tab
+    page.goto(demo_url)
+    wait_for(page, f"{PANELS}.length === 2")
+    configs = f"{PANELS}.map(p => p.model.info.config.speculative)"
+    assert js(page, configs) == ["off", "off"]
+    assert page.locator("#st-speculative").input_value() == "off"
+    page.click("#lang")  # its label and choices in Chinese too
+    assert "投机解码" in page.inner_text("#settings-form")
+    assert "n-gram 草稿" in page.inner_text("#st-speculative")
+    page.click("#lang")
+    try:
+        page.select_option("#st-speculative", "ngram")
+        page.click("#settings-form button[type=submit]")
+        wait_for(page, f"{configs}.every(s => s === 'ngram')", 60)  # both engines rebuilt
+    finally:  # the demo is shared with the tests after this one: leave it as it was
+        page.select_option("#st-speculative", "off")
+        page.click("#settings-form button[type=submit]")
+        wait_for(page, f"{configs}.every(s => s === 'off')", 60)
+    assert not page.errors

@@ -34,6 +34,7 @@ ROWS = [
     ("token budget as a float", [settings(max_num_batched_tokens=1e300)], "an integer"),
     ("flag as a string", [settings(enable_chunked_prefill="yes")], "true or false"),
     ("unknown policy", [settings(policy="lottery")], "policy must be one of"),
+    ("unknown drafter", [settings(speculative="eagle")], "speculative must be one of off, ngram"),
     ("unknown setting", [settings(block_size=1)], "unknown field(s): block_size"),
     ("no setting", [settings()], "settings needs at least one of"),
     ("negative delay", ['{"type": "speed", "delay_s": -5}'], "delay_s must be a number"),

@@ -175,6 +175,7 @@ BAD = [
     '{"type": "settings", "enable_chunked_prefill": "yes"}',
     '{"type": "settings", "enable_prefix_caching": 1}',
     '{"type": "settings", "policy": "lottery"}',
+    '{"type": "settings", "speculative": "draft"}',
     '{"type": "prompt", "text": ""}',
     '{"type": "prompt", "text": "hi", "target": "mars"}',
     '{"type": "prompt", "text": "hi", "max_tokens": 0}',
@@ -209,7 +210,12 @@ def test_settings_rebuild_both_engines_on_the_same_weights(demo):
     with client.websocket_connect("/ws") as ws:
         ws.receive_json()
         events, reply = control(
-            ws, type="settings", max_num_seqs=2, preemption_mode="swap", enable_prefix_caching=False
+            ws,
+            type="settings",
+            max_num_seqs=2,
+            preemption_mode="swap",
+            enable_prefix_caching=False,
+            speculative="ngram",
         )
         assert reply["type"] == "ack", reply
         assert [e["config"]["max_num_seqs"] for e in reply["engines"]] == [2, 2]
@@ -218,6 +224,7 @@ def test_settings_rebuild_both_engines_on_the_same_weights(demo):
             assert engine.config.batching == old[name].config.batching
             assert engine.config.preemption_mode == "swap"
             assert engine.config.enable_prefix_caching is False
+            assert engine.config.speculative == "ngram"
         add(loop, "continuous")
         resets = [n for n, e in events if e["type"] == "reset"]
         seen = events_until(ws, lambda n, e: e["type"] == "finished")
