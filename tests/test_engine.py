@@ -126,6 +126,7 @@ def test_describe_and_live_requests():
         "has_tokenizer": False,
         "max_model_len": 256,
         "step": 0,
+        "busy_s": 0.0,
     }
     engine.step()
     first = engine.live_requests()[0]
@@ -137,6 +138,8 @@ def test_describe_and_live_requests():
         "num_prompt_tokens": 8,
         "max_tokens": 8,
         "first_token_time": 0.1,
+        "arrival_busy_s": 0.0,
+        "first_token_busy_s": 0.1,  # its own clock: one 0.1 s step
     }
 
 
