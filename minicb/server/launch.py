@@ -111,6 +111,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "demo", help="static vs continuous batching, live in the browser (the visualizer)"
     )
     add_engine_options(p)  # --batching is ignored: the demo runs both
+    p.set_defaults(measure_utilisation=True)  # the page charts each step's utilisation
     # Unset here, so that --simulate can pick its own defaults (resolve_demo_defaults).
     p.set_defaults(**{name: None for name in DEMO_DEFAULTS})
     add_server_options(p)
@@ -155,6 +156,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add_engine_options(p)
+    p.set_defaults(measure_utilisation=True)
     add_trace_option(p)
     p.set_defaults(func=run_serve)
 
