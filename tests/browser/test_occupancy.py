@@ -1,7 +1,9 @@
 """GPU occupancy on the page: beside slot occupancy, a chart of each iteration's bandwidth
 and FLOP utilisation, one line per engine and measure. A simulated GPU's steps carry them
 (the step-time model's), so the chart appears with values in (0, 1]; a real model runner's
-do not, so the card stays hidden."""
+carry them measured against this machine's probes (the demo's default), drawn at most at
+100 % and labelled with the probed rates; with --no-measure-utilisation the card stays
+hidden."""
 
 from __future__ import annotations
 
@@ -40,10 +42,41 @@ def test_a_simulated_gpus_utilisation_is_charted_for_both_engines(tab):
         assert not page.errors, page.errors
 
 
+REAL = ["demo", "--max-num-seqs", "4", "--num-kv-blocks", "48", "--burst", "4"]
+REAL += ["--short", "3", "6", "--long", "10", "16", "--delay", "0.02"]
+# each utilisation trace's drawn values and the measured ones kept for the hover (in %)
+DRAWN = """() => document.getElementById('util-chart').data.map(t => ({
+  y: t.y.filter(v => v != null), raw: t.customdata.filter(v => v != null) }))"""
+
+
+def test_the_real_engines_utilisation_is_measured_against_the_probes(tab, tiny_llama_dir):
+    page = tab
+    with server(*REAL, "--model", tiny_llama_dir) as url:
+        page.goto(url)
+        wait_for(page, f"{PANELS}.length === 2 && {PANELS}.every(p => p.model.steps.length > 5)")
+        wait_for(page, f"{CARD_SHOWN} && ({TRACES})().length === 4", 60)
+        next_frame(page)
+        shot(page, "occupancy-real")
+        assert (
+            page.locator("#util-title")
+            .inner_text()
+            .startswith("Utilisation per iteration, measured")
+        )
+        rates = page.locator("#util-rates").inner_text()
+        assert "GB/s" in rates and "GFLOP/s" in rates, rates
+        traces = js(page, DRAWN)
+        assert all(t["y"] and all(0 < v <= 100 for v in t["y"]) for t in traces), traces
+        above = any(v > 100 for t in traces for v in t["raw"])  # a tiny model: in cache
+        assert js(page, "!document.querySelector('#util-card .cap-note').hidden") == above
+        page.click("#lang")
+        wait_for(page, "document.getElementById('util-title').innerText.includes('实测')")
+        assert "本机探测" in page.locator("#util-rates").inner_text()
+        assert not page.errors, page.errors
+
+
 def test_a_runner_that_does_not_know_it_shows_no_chart(tab, tiny_llama_dir):
     page = tab
-    args = ["demo", "--model", tiny_llama_dir, "--max-num-seqs", "4", "--num-kv-blocks", "48"]
-    args += ["--burst", "4", "--short", "3", "6", "--long", "10", "16", "--delay", "0.02"]
+    args = [*REAL, "--model", tiny_llama_dir, "--no-measure-utilisation"]
     with server(*args) as url:
         page.goto(url)
         wait_for(page, f"{PANELS}.length === 2 && {PANELS}.every(p => p.model.steps.length > 5)")
