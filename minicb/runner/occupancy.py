@@ -15,9 +15,10 @@ config, as the simulated GPU counts them: the weights once per step (the layers 
 lm_head), whatever the runner keeps (packed bf16 weights are a second copy in memory, not a
 second read), plus each row's KV context.
 
-A model whose weights fit in a CPU's caches (a tiny test model) reads them faster than the
-DRAM copy runs: its ``bandwidth_util`` can exceed 1. It is reported as measured; the page
-draws it at 100 % and says so (docs/events.md).
+Two things put ``bandwidth_util`` above 1: weights that fit in a CPU's caches, read faster
+than the DRAM copy runs, and a probe slowed by other work on a shared machine (the rates
+are measured once, at start-up). It is reported as measured; the page draws it at 100 %
+and says so (docs/simulation.md).
 """
 
 from __future__ import annotations
