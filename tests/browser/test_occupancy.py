@@ -7,6 +7,11 @@ hidden."""
 
 from __future__ import annotations
 
+from minicb import LLMEngine, SamplingParams
+from minicb.config import EngineConfig
+from minicb.runner.model_runner import ModelRunner
+from minicb.runner.probes import MachineRates
+from minicb.telemetry.trace import TraceWriter, trace_header
 from tests.browser.conftest import js, next_frame, server, shot, wait_for
 
 PANELS = "window.minicb.panels"
@@ -83,4 +88,34 @@ def test_a_runner_that_does_not_know_it_shows_no_chart(tab, tiny_llama_dir):
         next_frame(page)
         assert js(page, "!!document.getElementById('chart').data")  # slot occupancy is drawn
         assert not js(page, CARD_SHOWN)
+        assert not page.errors, page.errors
+
+
+def test_a_step_above_the_probed_roofline_is_drawn_at_100_and_explained(
+    tab, tiny_llama_dir, tmp_path
+):
+    # A probe that read very low (1 MB/s, 1 MFLOP/s: a machine busy at start-up) puts every
+    # step of the tiny model far above it; replayed, the page caps the line and says why.
+    config = EngineConfig(device="cpu", dtype="float32", num_kv_blocks=32, measure_utilisation=True)
+    rates = MachineRates(copy_bandwidth=1e6, matmul_flops=1e6)
+    engine = LLMEngine(
+        config=config, runner=ModelRunner(tiny_llama_dir, config, machine_rates=rates)
+    )
+    path = tmp_path / "above.jsonl"
+    writer = TraceWriter(path, trace_header(engine, command="demo", panel="continuous"))
+    engine.bus.subscribe(writer)
+    engine.add_request([5, 6, 7, 8], SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True))
+    engine.run_until_done()
+    writer.close()
+    page = tab
+    with server("replay", str(path), "--serve") as url:
+        page.goto(url)
+        wait_for(page, f"{PANELS}.length === 1 && window.minicb.replay !== null")
+        wait_for(page, f"{CARD_SHOWN} && ({TRACES})().length === 2", 60)
+        next_frame(page)
+        traces = js(page, DRAWN)
+        assert all(max(t["raw"]) > 100 and max(t["y"]) == 100 for t in traces), traces
+        assert js(page, "!document.querySelector('#util-card .cap-note').hidden")
+        rates_text = page.locator("#util-rates").inner_text()  # the trace's header names them
+        assert rates_text.startswith("Probed on this machine") and "GFLOP/s" in rates_text
         assert not page.errors, page.errors
