@@ -155,7 +155,7 @@ def predict(
 
 
 # ---- the roofline --------------------------------------------------------------------------
-# The probes (copy bandwidth, matmul FLOP/s) are minicb.runner.probes', shared with the model
+# The probes (copy bandwidth, matmul FLOP/s) live in minicb.runner.probes, shared with the model
 # runner's per-step utilisation; the bytes and FLOPs are the step-time model's.
 def model_sizes(shape: ModelShape, elem: int) -> dict[str, int]:
     """Bytes of weights a decode step streams (the layers and the lm_head: an untied
