@@ -149,7 +149,7 @@ class Subscription:
         self.dropped = 0  # events lost because the consumer fell behind
         self.received = 0  # events offered to this subscription, kept or not
         self.closed = False
-        self._queue: deque[Event] = deque()
+        self._queue: deque[Event] = deque(maxlen=maxsize)  # full: append drops the oldest
         self._cond = threading.Condition(threading.Lock())
         self._getters = 0  # threads blocked in get(): put() notifies only when there are some
         self._waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future] | None = None
@@ -167,12 +167,8 @@ class Subscription:
             if self.closed:
                 return
             self.received += len(events)
-            queue = self._queue
-            queue.extend(events)
-            over = len(queue) - self.maxsize
-            for _ in range(over):  # the oldest, from the left end: O(1) each
-                queue.popleft()
-            self.dropped += max(over, 0)
+            self.dropped += max(len(self._queue) + len(events) - self.maxsize, 0)
+            self._queue.extend(events)  # beyond maxlen, the deque drops from the left (C)
             if self._getters:
                 self._cond.notify(len(events))
             waiter, self._waiter = self._waiter, None

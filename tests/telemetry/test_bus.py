@@ -147,7 +147,7 @@ def test_putting_into_a_full_queue_stays_cheap():
     # No stopwatch: a put into a full queue may touch only the queue's ends (O(1)), so it
     # costs the same whether 10 or 100 000 events are queued.
     sub = Subscription(maxsize=100_000)
-    sub._queue = EndsOnly()
+    sub._queue = EndsOnly(maxlen=100_000)
     for i in range(100_000):
         sub.put(event(i))
     sub._queue.armed = True
