@@ -353,7 +353,8 @@ class LLMEngine:
         if self.bus.listening:  # nobody listens: build nothing
             batch: list[events.Event] = [event] if self.bus.wants("step") else []
             batch += events.step_request_events(event, new_tokens, finished, self.bus.wants)
-            self.bus.emit_many(batch)  # the step's events at once: one call per listener
+            if batch:  # the step's events at once: one call per listener
+                self.bus.emit_many(batch)
         return StepResult(event, new_tokens, finished)
 
     def _new_token(self, req: Request, now: float) -> TokenDelta:

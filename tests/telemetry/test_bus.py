@@ -43,6 +43,14 @@ def test_nothing_is_built_when_nobody_listens(monkeypatch):
     engine.run_until_done()
 
 
+def test_a_step_with_nothing_wanted_delivers_nothing(monkeypatch):
+    engine = busy_engine()
+    engine.bus.subscribe(lambda e: pytest.fail("a reset came"), kinds=["reset"])
+    monkeypatch.setattr(EventBus, "emit_many", lambda self, events: pytest.fail("delivered"))
+    assert engine.bus.listening
+    engine.run_until_done()
+
+
 def test_only_the_kinds_asked_for_are_built(monkeypatch):
     engine = busy_engine()
     bus = engine.bus
