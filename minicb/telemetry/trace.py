@@ -126,8 +126,10 @@ class TraceWriter:
         self.num_events += 1
 
     def on_events(self, events: Sequence[Event]) -> None:
-        """A step's events, the same lines as one call each, in one write."""
-        self._file.write(b"".join([_encode_line(to_dict(e)) for e in events]))
+        """A step's events, the same lines as one call each."""
+        write = self._file.write
+        for event in events:
+            write(_encode_line(to_dict(event)))
         self.num_events += len(events)
 
     def close(self) -> None:
