@@ -333,8 +333,11 @@ class LLMEngine:
                 metrics.first_scheduled_time = wall_start
                 metrics.num_cached_tokens = decision.num_cached_tokens
         new_tokens: list[TokenDelta] = []
+        firsts: list[Request] = []  # requests given their first token in this step
 
         def on_token(req: Request) -> bool:  # each accepted token in turn: stop right there?
+            if req.metrics.first_token_time is None:
+                firsts.append(req)
             new_tokens.append(self._new_token(req, now))
             return req.finished
 
@@ -358,10 +361,8 @@ class LLMEngine:
             flop_util=out.flop_util,
             busy_s=self.busy_s,
         )
-        for delta in new_tokens:  # first tokens, on the own clock of the step's end
-            req = self.scheduler.requests.get(delta.request_id)
-            if delta.index == 0 and req is not None:
-                req.metrics.first_token_busy_s = self.busy_s
+        for req in firsts:  # their first token on the own clock: the step's end
+            req.metrics.first_token_busy_s = self.busy_s
         if self.bus.listening:  # nobody listens: build nothing
             batch: list[events.Event] = [event] if self.bus.wants("step") else []
             batch += events.step_request_events(event, new_tokens, finished, self.bus.wants)
