@@ -82,8 +82,9 @@ def test_scenario_runs_its_lesson_in_both_languages(tab, name):
 SIMULATED = "04b-recompute-vs-swap"  # its first point fires within a few rounds
 
 
-def run_to_first_point(page, name: str, timeout_s: float = 90) -> None:
-    """With lesson ``name`` just loaded: its title and panels shown, then run to point 0."""
+def run_to_first_point(page, name: str, timeout_s: float = 90, start: bool = True) -> None:
+    """With lesson ``name`` just loaded: its title and panels shown, then run to point 0
+    (``start``: press Next; a lesson chosen from the menu starts by itself)."""
     scenario = load_scenario(name)
     wait_for(
         page, f"document.querySelector('#lesson-title').textContent === {scenario.title['en']!r}"
@@ -95,7 +96,8 @@ def run_to_first_point(page, name: str, timeout_s: float = 90) -> None:
         page, f"{PANELS}.every(p => p.model.info.simulated === {str(scenario.simulated).lower()})"
     )
     assert not page.locator("#sim-picker").is_visible()
-    page.click("#lesson-next")
+    if start:
+        page.click("#lesson-next")
     wait_for(page, "document.querySelector('#lesson-text').dataset.index === '0'", timeout_s)
     assert text_shown(page) == scenario.narration[0].text["en"]
 
@@ -129,7 +131,7 @@ def test_the_menu_switches_real_then_simulated_then_real(tab):
         run_to_first_point(page, "01-static-vs-continuous")
         for name in (SIMULATED, "03-chunked-prefill"):
             page.select_option("#lesson-pick", name)
-            run_to_first_point(page, name, timeout_s=180)
+            run_to_first_point(page, name, timeout_s=180, start=False)
             assert js(page, "document.querySelector('#lesson-pick').value") == name
     assert not page.errors, page.errors
     assert not console, console
