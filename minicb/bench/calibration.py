@@ -4,7 +4,7 @@ The ``cpu`` profile is the step-time model (minicb/runner/step_time.py) of this 
 the copy bandwidth and matmul FLOP/s the bench measured (``hardware``), memory and compute
 added rather than overlapped (one core does both in turn), and three figures read off a
 probe of the same engine taken just before each workload (``probe_steps``; the roofline's
-batch-1 point alone where there is none):
+batch-1 point alone where there is none: efficiency 1, no mixed-step cost):
 
 - the FLOP efficiency: the slope of the step time from a batch-1 decode to a decode of
   ``max_num_seqs - 1`` rows, less the memory term's own slope, is the time the extra
@@ -46,27 +46,37 @@ STEP_TARGET, RATIO_TARGET = 0.25, 0.10
 KINDS = ("decode", "prefill", "mixed")
 
 
-def probe_steps(engine: LLMEngine, prompt_len: int, pairs: int) -> list[dict[str, float]]:
-    """``max_num_seqs - 1`` requests decoding, and every other step a prompt of
-    ``prompt_len`` tokens that ends after its first token: ``pairs`` pure decode steps and
-    as many mixed ones (``step_row`` of each), the decode rows' own prompts left out."""
-    decodes = max(1, engine.config.max_num_seqs - 1)
+def probe_steps(narrow: LLMEngine, wide: LLMEngine, prompt_len: int, pairs: int) -> dict[str, Any]:
+    """The probe the ``cpu`` profile reads: ``narrow`` decodes one request while ``wide``
+    decodes ``max_num_seqs - 1``, and every other step ``wide`` takes in a prompt of
+    ``prompt_len`` tokens that ends after its first token; the two engines step in turn,
+    so a change in the machine's load falls on both alike. The batch-1 point (``step_s``,
+    its median; ``context``) and ``steps``: ``wide``'s step rows, ``pairs`` pure decode
+    steps and as many mixed ones (the decode rows' own prompts left out)."""
     long = SamplingParams(max_tokens=2 * pairs + 4, temperature=0.0, ignore_eos=True)
     one = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
-    for i in range(decodes):  # distinct prompts, so no two requests are alike
-        engine.add_request([3 + (7 * i + j) % 200 for j in range(prompt_len)], long)
-    while any(r.num_tokens > 1 for r in engine.step().event.plan.scheduled):
-        pass  # the decode rows' prompts
-    steps = []
+    for engine, n in ((narrow, 1), (wide, max(1, wide.config.max_num_seqs - 1))):
+        for i in range(n):  # distinct prompts, so no two requests are alike
+            engine.add_request([3 + (7 * i + j) % 200 for j in range(prompt_len)], long)
+        while any(r.num_tokens > 1 for r in engine.step().event.plan.scheduled):
+            pass  # the decode rows' prompts
+    batch1, steps = [], []
     for k in range(2 * pairs):
+        batch1.append(narrow.step().event)
         if k % 2 == 0:
-            engine.add_request([5 + (11 * k + j) % 200 for j in range(prompt_len)], one)
-        event = engine.step().event
+            wide.add_request([5 + (11 * k + j) % 200 for j in range(prompt_len)], one)
+        event = wide.step().event
         steps.append(step_row(event, event.wall_start))
-    engine.abort_all()
-    while engine.has_unfinished():
-        engine.step()
-    return steps
+    for engine in (narrow, wide):
+        engine.abort_all()
+        while engine.has_unfinished():
+            engine.step()
+    return {
+        "batch": 1,
+        "step_s": statistics.median(e.wall_end - e.wall_start for e in batch1),
+        "context": statistics.fmean(e.plan.scheduled[0].context_len for e in batch1),
+        "steps": steps,
+    }
 
 
 def step_kind(s: dict[str, float]) -> str:
@@ -97,8 +107,8 @@ def cpu_profile(
         wide = _median_step(decode)
         terms = base.totals_terms(*(int(wide[k]) for k in STEP_TOTALS))
         slope_s = wide["dt"] - probe["step_s"] - (terms["memory_s"] - one["memory_s"])
-        if slope_s > 0:
-            eff = replace(eff, flops=(terms["compute_s"] - one["compute_s"]) / slope_s)
+        if slope_s > 0:  # no faster than the square matmul (a noisy slope can look so)
+            eff = replace(eff, flops=min(1.0, (terms["compute_s"] - one["compute_s"]) / slope_s))
     eff = replace(eff, step_overhead_s=max(0.0, probe["step_s"] - one["memory_s"]
                                            - one["compute_s"] / eff.flops))  # fmt: skip
     profile = replace(base, efficiency=eff)

@@ -331,20 +331,17 @@ class Suite:
         }
 
     def calibration_probe(self, what: str) -> dict[str, Any]:
-        """Pure batch-1 decode steps, then decode steps of ``max_num_seqs - 1`` rows
-        alternating with mixed ones, just before a workload: the simulated runner's cpu
-        profile reads its FLOP rate, step overhead and mixed-step cost off them
-        (calibration.py), so a change in the shared machine's load since the roofline
-        sweep does not pass for a model error."""
+        """Batch-1 decode steps in turn with decode steps of ``max_num_seqs - 1`` rows
+        and mixed ones (calibration.probe_steps), just before a workload: the simulated
+        runner's cpu profile reads its FLOP rate, step overhead and mixed-step cost off
+        them, so a change in the shared machine's load since the roofline sweep does not
+        pass for a model error."""
         self._tick(f"{what}: decode and mixed-step probe for the calibration")
-        p = self.plan
-        per_req = blocks_needed(p.decode_prompt + p.decode_warm + p.decode_steps + 2, p.block_size)
-        engine = sibling(self.systems.continuous, max_num_seqs=1, num_kv_blocks=per_req + 1)
-        args = (p.decode_prompt, p.decode_warm, p.decode_steps)
-        point = {"batch": 1, **theory.time_decode(engine, 1, *args)}
-        per_req = blocks_needed(p.decode_prompt + 2 * p.decode_steps + 6, p.block_size)
+        p, pairs = self.plan, 2 * self.plan.decode_steps
+        per_req = blocks_needed(p.decode_prompt + 2 * pairs + 6, p.block_size)
+        narrow = sibling(self.systems.continuous, max_num_seqs=1, num_kv_blocks=per_req + 1)
         wide = sibling(self.systems.continuous, num_kv_blocks=(p.max_num_seqs + 1) * per_req)
-        return {**point, "steps": calibration.probe_steps(wide, p.decode_prompt, p.decode_steps)}
+        return calibration.probe_steps(narrow, wide, p.decode_prompt, pairs)
 
     def theory(self, w: Workload, runs: dict[str, list[RunRecord]]) -> dict[str, Any] | None:
         pair = MINICB[:2]  # the model predicts continuous against unsorted static

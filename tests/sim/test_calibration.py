@@ -79,12 +79,18 @@ def test_step_errors_are_predicted_over_measured_overall_and_per_kind():
 
 
 def test_the_probe_alternates_decode_and_mixed_steps():
-    engine = fake_engine(num_kv_blocks=64, max_num_seqs=4, block_size=4)
-    steps = probe_steps(engine, prompt_len=6, pairs=3)
+    narrow = fake_engine(num_kv_blocks=16, max_num_seqs=1, block_size=4)
+    wide = fake_engine(num_kv_blocks=64, max_num_seqs=4, block_size=4, step_time=0.5)
+    probe = probe_steps(narrow, wide, prompt_len=6, pairs=3)
+    steps = probe["steps"]
     assert [step_kind(s) for s in steps] == ["mixed", "decode"] * 3
-    assert all(s["decode_rows"] == 3 for s in steps)
+    assert all(s["decode_rows"] == 3 and s["dt"] == 0.5 for s in steps)
     assert [s["prefill_tokens"] for s in steps] == [6, 0] * 3
-    assert not engine.has_unfinished() and engine.kv_snapshot().num_free == 64
+    # after its prompt and a first decode (context 7), the batch-1 request's six probed
+    # decodes see contexts 8 to 13, mean 10.5
+    assert (probe["batch"], probe["step_s"], probe["context"]) == (1, 0.0, 10.5)
+    for engine, blocks in ((narrow, 16), (wide, 64)):
+        assert not engine.has_unfinished() and engine.kv_snapshot().num_free == blocks
 
 
 def test_the_simulated_ratio_favours_continuous_batching():
