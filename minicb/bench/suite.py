@@ -337,7 +337,7 @@ class Suite:
         them, so a change in the shared machine's load since the roofline sweep does not
         pass for a model error."""
         self._tick(f"{what}: decode and mixed-step probe for the calibration")
-        p, pairs = self.plan, 2 * self.plan.decode_steps
+        p, pairs = self.plan, max(8, 2 * self.plan.decode_steps)  # 16 at full size
         per_req = blocks_needed(p.decode_prompt + 2 * pairs + 6, p.block_size)
         narrow = sibling(self.systems.continuous, max_num_seqs=1, num_kv_blocks=per_req + 1)
         wide = sibling(self.systems.continuous, num_kv_blocks=(p.max_num_seqs + 1) * per_req)
