@@ -4,14 +4,15 @@ The ``cpu`` profile is the step-time model (minicb/runner/step_time.py) of this 
 the copy bandwidth and matmul FLOP/s the bench measured (``hardware``), memory and compute
 added rather than overlapped (one core does both in turn), and three figures read off a
 probe of the same engine taken just before each workload (``probe_steps``; the roofline's
-batch-1 point alone where there is none: efficiency 1, no mixed-step cost):
+batch-1 point alone where there is none: efficiency 1, no chunk-step cost):
 
 - the FLOP efficiency: the slope of the step time from a batch-1 decode to a decode of
   ``max_num_seqs - 1`` rows, less the memory term's own slope, is the time the extra
   rows' FLOPs take: the share of the square-matmul rate the model's narrow matmuls reach;
 - the step overhead: the batch-1 decode step less its memory and compute time;
-- the mixed-step cost: a prompt chunk joining those decode rows, less the step's
-  predicted time (the torch attention then takes its per-request path for every row).
+- the chunk-step cost, paid by every step with a prompt chunk (the torch attention then
+  takes its per-request path for every row): a prompt chunk joining those decode rows,
+  less the step's predicted time.
 
 Nothing is fitted to the workloads it is then judged on:
 
@@ -89,7 +90,7 @@ def step_kind(s: dict[str, float]) -> str:
 def predict(profile: StepTimeModel, s: dict[str, float]) -> float:
     """Predicted seconds of a step row."""
     totals = (int(s[k]) for k in STEP_TOTALS)
-    return profile.totals_terms(*totals, mixed=step_kind(s) == "mixed")["step_s"]
+    return profile.totals_terms(*totals, chunk=step_kind(s) != "decode")["step_s"]
 
 
 def cpu_profile(
@@ -114,7 +115,7 @@ def cpu_profile(
     profile = replace(base, efficiency=eff)
     mixed = [s["dt"] - predict(profile, s) for s in steps if step_kind(s) == "mixed"]
     if mixed:
-        eff = replace(eff, mixed_step_s=max(0.0, statistics.median(mixed)))
+        eff = replace(eff, chunk_step_s=max(0.0, statistics.median(mixed)))
     return replace(base, efficiency=eff)
 
 
@@ -174,7 +175,7 @@ def calibrate(
         out[w.name] = {
             "step_overhead_s": profile.efficiency.step_overhead_s,
             "flop_rate": profile.efficiency.flops * profile.gpu.flops,
-            "mixed_step_s": profile.efficiency.mixed_step_s,
+            "chunk_step_s": profile.efficiency.chunk_step_s,
             "step_error": step_errors(profile, steps),
             "measured_ratio": measured,
             "predicted_ratio": predicted,
@@ -199,9 +200,9 @@ def render(cal: dict[str, Any] | None) -> str:
         "matmul probe), memory and compute added; per workload, off a probe just before it: "
         "the FLOP rate the model's matmuls reach (decode from 1 to max_num_seqs - 1 rows), "
         "the step overhead (the batch-1 decode less its roofline) and the cost of a step "
-        "mixing prompt chunks with one-token rows. "
+        "with a prompt chunk (a chunk joining the decode rows, less its prediction). "
         "Targets: per-step median error within 25 %, continuous/static within 10 %.",
-        "", "| workload | FLOP rate | overhead | mixed step | steps | median error "
+        "", "| workload | FLOP rate | overhead | chunk step | steps | median error "
         "| median abs error | p90 abs | measured ratio | predicted ratio | ratio error |",
         "|---" * 11 + "|",
     ]  # fmt: skip
@@ -209,7 +210,7 @@ def render(cal: dict[str, Any] | None) -> str:
         e = c["step_error"]
         lines.append(
             f"| {name} | {c['flop_rate'] / 1e9:.0f} GFLOP/s | {_ms(c['step_overhead_s'])} | "
-            f"{_ms(c['mixed_step_s'])} | {e['n']} | {_pct(e['median'])} | "
+            f"{_ms(c['chunk_step_s'])} | {e['n']} | {_pct(e['median'])} | "
             f"{_pct(e['median_abs'])} | {_pct(e['p90_abs'])} | {_num(c['measured_ratio'])} | "
             f"{_num(c['predicted_ratio'])} | {_pct(c['ratio_error'])} |"
         )

@@ -333,10 +333,10 @@ class Suite:
     def calibration_probe(self, what: str) -> dict[str, Any]:
         """Batch-1 decode steps in turn with decode steps of ``max_num_seqs - 1`` rows
         and mixed ones (calibration.probe_steps), just before a workload: the simulated
-        runner's cpu profile reads its FLOP rate, step overhead and mixed-step cost off
+        runner's cpu profile reads its FLOP rate, step overhead and chunk-step cost off
         them, so a change in the shared machine's load since the roofline sweep does not
         pass for a model error."""
-        self._tick(f"{what}: decode and mixed-step probe for the calibration")
+        self._tick(f"{what}: decode and chunk-step probe for the calibration")
         p, pairs = self.plan, max(8, 2 * self.plan.decode_steps)  # 16 at full size
         per_req = blocks_needed(p.decode_prompt + 2 * pairs + 6, p.block_size)
         narrow = sibling(self.systems.continuous, max_num_seqs=1, num_kv_blocks=per_req + 1)

@@ -11,7 +11,7 @@ Per GPU of a tensor-parallel group of ``tp``:
     t_compute = flops / (peak bf16 FLOP/s x FLOP efficiency)
     t_comm    = 2 x layers x (latency + 2 (tp - 1) / tp x T x hidden x element size
                               / (link bandwidth x link efficiency))      (0 when tp = 1)
-    step      = max(t_memory, t_compute) + step overhead + t_comm  [+ mixed-step cost]
+    step      = max(t_memory, t_compute) + step overhead + t_comm  [+ chunk-step cost]
     bandwidth_util = (weights + kv) / HBM bandwidth / step        (of the published peaks,
     flop_util      = flops / peak bf16 FLOP/s / step               over the whole step: 0..1)
 
@@ -23,9 +23,9 @@ overhead (scheduling, input preparation, sampling, launches) is paid once per st
 Two terms describe a CPU rather than a GPU, and keep their neutral defaults in every GPU
 profile: ``overlap`` False adds t_memory and t_compute instead of taking their maximum (one
 core streams and computes in turn: its decode time grows from batch 1 on), and
-``mixed_step_s`` is paid by a step whose prompt chunks share it with one-token rows (the
-torch attention's per-request path; the calibrated ``cpu`` profile reads both off a probe,
-minicb/bench/calibration.py). docs/simulation.md justifies every efficiency factor. Pure
+``chunk_step_s`` is paid by every step with a prompt chunk (the torch attention then leaves
+its decode path for a per-request one; the calibrated ``cpu`` profile reads both off a
+probe, minicb/bench/calibration.py). docs/simulation.md justifies every efficiency factor. Pure
 Python: no torch.
 """
 
@@ -100,7 +100,7 @@ class Efficiency:
     step_overhead_s: float
     allreduce_latency_s: float
     overlap: bool = True  # memory and compute overlap (a GPU); False: they add up (a CPU core)
-    mixed_step_s: float = 0.0  # paid by a step with prompt chunks beside one-token rows
+    chunk_step_s: float = 0.0  # paid by a step with a prompt chunk (``has_chunk``)
 
 
 def attended_pairs(num_tokens: int, context_len: int) -> int:
@@ -149,14 +149,14 @@ class StepTimeModel:
     def terms(self, rows: Iterable[tuple[int, int, bool]]) -> dict[str, float]:
         """Each term of the step time for rows of (num_tokens, context_len, samples)."""
         rows = list(rows)
-        return self.totals_terms(*step_totals(rows), mixed=is_mixed(r[0] for r in rows))
+        return self.totals_terms(*step_totals(rows), chunk=has_chunk(r[0] for r in rows))
 
     def totals_terms(
-        self, tokens: int, sampling: int, context: int, pairs: int, mixed: bool = False
+        self, tokens: int, sampling: int, context: int, pairs: int, chunk: bool = False
     ) -> dict[str, float]:
         """Each term of the step time of a step of ``tokens`` tokens, ``sampling`` rows that
         sample, ``context`` context tokens over its rows and ``pairs`` attended pairs;
-        ``mixed``: it has prompt chunks and one-token rows (``is_mixed``)."""
+        ``chunk``: it has a row of more than one token (``has_chunk``)."""
         m, e, tp = self.model, self.efficiency, self.tp
         if tokens == 0:
             return dict.fromkeys(TERMS, 0.0)
@@ -175,7 +175,7 @@ class StepTimeModel:
             link = self.gpu.interconnect * e.interconnect
             comm = 2 * m.num_layers * (e.allreduce_latency_s + moved / link)
         roofline = max(memory, compute) if e.overlap else memory + compute
-        overhead = e.step_overhead_s + (e.mixed_step_s if mixed else 0.0)
+        overhead = e.step_overhead_s + (e.chunk_step_s if chunk else 0.0)
         step = roofline + overhead + comm
         return {
             "memory_s": memory,
@@ -210,12 +210,11 @@ def plan_rows(scheduled: list[ScheduledRequest]) -> Iterable[tuple[int, int, boo
     return ((r.num_tokens, r.context_len, r.samples) for r in scheduled)
 
 
-def is_mixed(num_tokens: Iterable[int]) -> bool:
-    """Whether a step of rows of these token counts has both a prompt chunk (more than one
-    token) and a one-token row (a decode, a padding row): the torch attention then takes
-    its per-request path for every row (minicb/kernels/reference.py)."""
-    counts = set(num_tokens)
-    return 1 in counts and any(n > 1 for n in counts)
+def has_chunk(num_tokens: Iterable[int]) -> bool:
+    """Whether a step of rows of these token counts has a row of more than one token (a
+    prompt chunk): the torch attention then takes its per-request path for every row
+    (minicb/kernels/reference.py), not the decode path (``AttentionMetadata.is_decode_only``)."""
+    return any(n > 1 for n in num_tokens)
 
 
 def step_totals(rows: Iterable[tuple[int, int, bool]]) -> tuple[int, int, int, int]:

@@ -26,7 +26,7 @@ def test_the_overhead_is_the_probe_less_its_memory_and_compute():
     probe = {"batch": 1, "context": 8.0, "step_s": 5.0}
     profile = cpu_profile(HW, SHAPE, 2, probe)
     assert profile.efficiency.step_overhead_s == pytest.approx(5.0 - 0.784 - 0.0912)
-    assert (profile.efficiency.flops, profile.efficiency.mixed_step_s) == (1.0, 0.0)
+    assert (profile.efficiency.flops, profile.efficiency.chunk_step_s) == (1.0, 0.0)
     assert profile.terms([(1, 8, True)])["step_s"] == pytest.approx(5.0)
 
 
@@ -53,11 +53,11 @@ def hand_probe():
     return {"batch": 1, "context": 8.0, "step_s": 5.0, "steps": steps}
 
 
-def test_the_flop_rate_and_the_mixed_step_cost_are_read_off_the_probe():
+def test_the_flop_rate_and_the_chunk_step_cost_are_read_off_the_probe():
     profile = cpu_profile(HW, SHAPE, 2, hand_probe())
     assert profile.efficiency.flops == pytest.approx(0.5)
     assert profile.efficiency.step_overhead_s == pytest.approx(4.0336)
-    assert profile.efficiency.mixed_step_s == pytest.approx(0.5)
+    assert profile.efficiency.chunk_step_s == pytest.approx(0.5)
     assert profile.terms([(1, 8, True)])["step_s"] == pytest.approx(5.0)
     assert profile.terms([(1, 8, True)] * 3)["step_s"] == pytest.approx(5.6208)
     assert profile.terms([(n, c, True) for n, c in MIXED])["step_s"] == pytest.approx(6.7256)
@@ -73,7 +73,8 @@ def test_step_errors_are_predicted_over_measured_overall_and_per_kind():
     assert errors["kinds"]["decode"] == {"n": 3, "median": pytest.approx(0.0)}
     assert errors["kinds"]["mixed"] == {"n": 1, "median": pytest.approx(0.1)}
     # the prefill alone: 656 + 64 bytes, 4 x 576 + 80 + 10 x 32 FLOPs at 5e3, the overhead
-    prefill = 0.72 + 2704 / 5e3 + 4.0336
+    # and the chunk-step cost
+    prefill = 0.72 + 2704 / 5e3 + 4.0336 + 0.5
     assert errors["kinds"]["prefill"] == {"n": 1, "median": pytest.approx(prefill - 1)}
     assert step_kind(steps[0]) == "decode" and step_kind(steps[3]) == "mixed"
 
