@@ -8,7 +8,7 @@ Breadth runs on a tiny random Llama (fast, every combination); depth on the defa
 import pytest
 
 from minicb import LLM, LLMEngine, SamplingParams
-from tests.helpers import greedy_tokens, mixed_prompts
+from tests.helpers import SHARED, SHARED_MAX, greedy_tokens, mixed_prompts
 
 PROMPTS = mixed_prompts(16, vocab=256, seed=3, min_len=1, max_len=40)
 MAX_TOKENS = [
@@ -194,35 +194,6 @@ def test_same_tokens_on_default_model(options, default_llm):
 
 
 # ---- prefix caching: the same tokens with caching on as off --------------------------------
-def _shared_prompts() -> list[list[int]]:
-    """Prompts that share prefixes: a common 37-token "system prompt" with varied tails,
-    chat turns that each extend the previous turn, a repeated prompt (wholly cached), and
-    one exactly two blocks long (every block cached, yet a token must be computed)."""
-    system = mixed_prompts(1, vocab=256, seed=11, min_len=37, max_len=37)[0]
-    tails = mixed_prompts(6, vocab=256, seed=12, min_len=1, max_len=12)
-    turns = [system[:5]]
-    for extra in mixed_prompts(4, vocab=256, seed=13, min_len=3, max_len=14):
-        turns.append(turns[-1] + extra)
-    return [system + t for t in tails] + turns + [system + tails[0], system[:32], system[:32]]
-
-
-SHARED = _shared_prompts()
-SHARED_MAX = [3 + (5 * i) % 17 for i in range(len(SHARED))]
-
-
-@pytest.fixture(scope="module")
-def shared_reference(tiny_llama_dir):
-    llm = LLM(
-        dtype="float32",
-        model=tiny_llama_dir,
-        max_num_seqs=1,
-        num_kv_blocks=64,
-        block_size=16,
-        enable_prefix_caching=False,
-    )
-    return greedy_tokens(llm, SHARED, SHARED_MAX)
-
-
 def _cached_run(llm: LLM) -> tuple[list[list[int]], int]:
     """Greedy tokens of SHARED, all arriving at once (the requests admitted after the first
     ones have run find their blocks), and the prompt tokens the cache supplied."""

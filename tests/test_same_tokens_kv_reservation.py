@@ -9,8 +9,8 @@ outgrowing a reservation is the point, the test asserts that it really happened.
 import pytest
 
 from minicb import LLM, SamplingParams
-from tests.helpers import greedy_tokens
-from tests.test_same_tokens_everywhere import MAX_TOKENS, PROMPTS, SHARED, SHARED_MAX
+from tests.helpers import SHARED, SHARED_MAX, greedy_tokens
+from tests.test_same_tokens_everywhere import MAX_TOKENS, PROMPTS
 
 HINTS = {
     "right": lambda m: m,  # ignore_eos: the real output length is max_tokens
@@ -97,19 +97,6 @@ def test_same_tokens_with_max_reservation_in_a_small_pool(tiny_llama_dir, refere
     assert tokens == reference
     assert not any(p.preempted for p in plans)
     assert any("(max reservation)" in note for p in plans for note in p.notes)
-
-
-@pytest.fixture(scope="module")
-def shared_reference(tiny_llama_dir):
-    llm = LLM(
-        dtype="float32",
-        model=tiny_llama_dir,
-        max_num_seqs=1,
-        num_kv_blocks=64,
-        block_size=16,
-        enable_prefix_caching=False,
-    )
-    return greedy_tokens(llm, SHARED, SHARED_MAX)
 
 
 @pytest.mark.parametrize("preemption", [None, "recompute", "swap"])
