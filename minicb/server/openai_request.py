@@ -19,10 +19,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from minicb.server.api_error import APIError, invalid
 
-# The Guard moved to guard.py; launch.py and the tests still import it from here.
-from minicb.server.guard import LOOPBACK as LOOPBACK
-from minicb.server.guard import Guard as Guard
-
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 M = TypeVar("M", bound=BaseModel)
 
