@@ -51,6 +51,11 @@ def _shared_prompts() -> list[list[int]]:
     return [system + t for t in tails] + turns + [system + tails[0], system[:32], system[:32]]
 
 
+# The prompt set of the same-tokens tests (varied lengths: requests leave at different
+# steps); the reference tokens are the ``mixed_reference`` fixture (tests/conftest.py).
+MIXED = mixed_prompts(16, vocab=256, seed=3, min_len=1, max_len=40)
+MIXED_MAX = [4 + (7 * i) % 23 for i in range(16)]
+
 # The prefix-caching prompt set of the same-tokens tests, and their output lengths; the
 # reference tokens are the ``shared_reference`` fixture (tests/conftest.py).
 SHARED = _shared_prompts()

@@ -32,6 +32,17 @@ from minicb.bench import (
     ratio_table,
     theory,
 )
+from minicb.bench.arrivals import arrival_times, describe_arrivals
+from minicb.bench.bench_plan import (
+    FULL,
+    MINICB,
+    QUICK,
+    SYSTEMS,
+    BenchPlan,
+    cache_workloads,
+    make_workloads,
+    sweep_workload,
+)
 from minicb.bench.systems import (
     Systems,
     build_systems,
@@ -39,19 +50,7 @@ from minicb.bench.systems import (
     kv_blocks_for,
     sibling,
 )
-from minicb.bench.workloads import (
-    FULL,
-    MINICB,
-    QUICK,
-    SYSTEMS,
-    BenchPlan,
-    Workload,
-    arrival_times,
-    cache_workloads,
-    describe_arrivals,
-    make_workloads,
-    sweep_workload,
-)
+from minicb.bench.workloads import Workload
 from minicb.config import DTYPES, describe_choices
 from minicb.runner import probes
 from minicb.runner.catalogue import model_shape

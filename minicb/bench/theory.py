@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from minicb.bench.systems import generate_times
+from minicb.bench.hf_padded import generate_times
 from minicb.config import EngineConfig, SamplingParams
 from minicb.engine import LLMEngine
 from minicb.runner.fake import FakeRunner
