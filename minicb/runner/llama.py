@@ -98,7 +98,7 @@ def rope_inv_freq(hf: Any, head_dim: int) -> tuple[torch.Tensor, float]:
     return inv_freq.float(), float(scaling)
 
 
-RopeTables = tuple[torch.Tensor, torch.Tensor]  # (cos, sin), each (T, 1, head_dim)
+RopeTables = tuple[torch.Tensor, torch.Tensor]  # (cos, signed sin), each (T, 1, head_dim)
 
 
 class RotaryEmbedding(nn.Module):
@@ -109,22 +109,26 @@ class RotaryEmbedding(nn.Module):
         inv_freq, scaling = rope_inv_freq(hf, head_dim)
         freqs = torch.outer(torch.arange(max_positions).float(), inv_freq)
         angles = torch.cat([freqs, freqs], dim=-1)  # (max_positions, head_dim)
+        # rotate_half(x) * sin = cat(-x2, x1) * sin = roll(x) * (sign * sin), sign -1 on the
+        # first half: folding the sign into the table saves the negation and the concatenation
+        # of q and of k in every layer, and is exact (a product's rounding is sign-symmetric).
+        sign = torch.ones(head_dim)
+        sign[: head_dim // 2] = -1.0
         self.register_buffer("cos", angles.cos() * scaling, persistent=False)
-        self.register_buffer("sin", angles.sin() * scaling, persistent=False)
+        self.register_buffer("sin_signed", angles.sin() * scaling * sign, persistent=False)
 
     def tables(self, positions: torch.Tensor, dtype: torch.dtype) -> RopeTables:
-        """cos and sin of this step's tokens, (T, 1, head_dim) each, in ``dtype``: gathered
-        once per step and shared by every layer (not once per layer for q and for k)."""
-        cos, sin = self.cos[positions], self.sin[positions]
+        """cos and signed sin of this step's tokens, (T, 1, head_dim) each, in ``dtype``:
+        gathered once per step and shared by every layer (not once per layer for q and k)."""
+        cos, sin = self.cos[positions], self.sin_signed[positions]
         return cos.unsqueeze(1).to(dtype), sin.unsqueeze(1).to(dtype)
 
 
 def apply_rope(x: torch.Tensor, tables: RopeTables) -> torch.Tensor:
-    """Rotate x (T, heads, head_dim) by its tokens' angles ("rotate_half" convention)."""
-    cos, sin = tables
-    half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos + rotated * sin
+    """Rotate x (T, heads, head_dim) by its tokens' angles ("rotate_half" convention, the sign
+    of its first half folded into the sin table)."""
+    cos, sin_signed = tables
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin_signed
 
 
 # The fused layers and the checkpoint's separate projections each one stacks, in row order.
