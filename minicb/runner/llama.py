@@ -7,8 +7,8 @@ request, through the AttentionMetadata (Orca's "selective batching"). Module and
 parameter names follow Hugging Face's, except two fused layers per decoder layer, as serving
 engines have them: ``qkv_proj`` (q, k and v as one product) and ``gate_up_proj`` (gate and
 up as one), filled at load from the checkpoint's separate tensors (``load_weights``). Fewer,
-larger products: on CPU in bf16 the one q/k/v product takes about half the time of three
-(docs/performance.md, "Forward pass").
+larger products (4 a layer, not 7), each call's fixed cost paid once: measured on CPU in
+docs/performance.md, "Forward pass".
 
 Covers Llama 2/3, SmolLM/SmolLM2, Mistral, Qwen2 (bias on q/k/v) and Qwen3 (RMSNorm on
 q and k per head).
