@@ -10,7 +10,8 @@ round by round in alternating order, between this tree's ``LlamaModel`` and the 
 tree's (``llama.py`` loaded from the path given), built from the same checkpoint by each
 one's own ``load_weights``, cast and packed alike. Prints one JSON line: per batch, each
 model's median step CPU milliseconds and the per-round ratios other / this (median, min,
-max; above 1: this tree is faster).
+max; above 1: this tree is faster); the same for the decoder layers' linear products
+alone; and the operators one decode step at batch 1 calls (torch profiler).
 """
 
 from __future__ import annotations
@@ -20,12 +21,16 @@ import importlib.util
 import json
 import statistics
 import sys
+import time
+from collections import Counter
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 
 import torch
 
-from minicb import EngineConfig
+from minicb import EngineConfig, SamplingParams
+from minicb.bench import theory
 from minicb.engine import LLMEngine
 from minicb.runner.loader import iter_safetensors
 from minicb.runner.packed import PackedLinear, pack_linears
@@ -52,6 +57,59 @@ def other_model(runner, llama: ModuleType) -> torch.nn.Module:
     return model
 
 
+def alternate(models: dict, run, rounds: int) -> dict[str, float]:
+    """``run(model)`` -> ms for each model, round by round in alternating order after one
+    warm-up each: the median of each, and of the per-round ratios other / this (min, max)."""
+    times: dict[str, list[float]] = {name: [] for name in models}
+    for model in models.values():
+        run(model)
+    for i in range(rounds):
+        for name in ("this", "other") if i % 2 == 0 else ("other", "this"):
+            times[name].append(run(models[name]))
+    ratios = [o / t for o, t in zip(times["other"], times["this"], strict=True)]
+    point = {f"{name}_ms": statistics.median(ts) for name, ts in times.items()}
+    return point | {
+        "ratio_median": statistics.median(ratios),
+        "min": min(ratios),
+        "max": max(ratios),
+    }
+
+
+def step_ms(engine: LLMEngine, probe: ModuleType, batch: int, model: torch.nn.Module) -> float:
+    """Median CPU ms of the decode probe's pure decode steps with ``model`` in the runner."""
+    engine.runner.model = model
+    return probe.decode_round(engine, batch)[0] * 1e3
+
+
+def linears_ms(model: torch.nn.Module, tokens: int) -> float:
+    """CPU ms of every linear layer of the decoder layers (not the LM head), in module order,
+    on random inputs of ``tokens`` rows: the products alone, without the work around them."""
+    layers = [m for m in model.model.modules() if isinstance(m, (torch.nn.Linear, PackedLinear))]
+    dtype = layers[0].weight.dtype
+    inputs = {n: torch.randn(tokens, n).to(dtype) for n in {m.weight.shape[1] for m in layers}}
+    with torch.inference_mode():
+        start = time.thread_time()
+        for m in layers:
+            m(inputs[m.weight.shape[1]])
+        return (time.thread_time() - start) * 1e3
+
+
+def ops_per_step(engine: LLMEngine, model: torch.nn.Module) -> dict:
+    """Operators called from Python in one decode step at batch 1 (the torch profiler's
+    top-level events): how many, and the most frequent."""
+    engine.runner.model = model
+    params = SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True)
+    engine.add_request(theory.decode_prompts(1, 32)[0], params)
+    engine.step()  # the prompt
+    engine.step()  # a first decode step
+    with torch.profiler.profile() as prof:
+        engine.step()
+    while engine.has_unfinished():
+        engine.step()
+    events = [e for e in prof.events() if e.cpu_parent is None]
+    return {"ops": len(events), "most": Counter(e.name for e in events).most_common(6)}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("other", type=Path, help="the other tree's minicb/runner/llama.py")
@@ -69,20 +127,13 @@ def main() -> None:
     engine = LLMEngine(None, config)
     runner = engine.runner
     models = {"this": runner.model, "other": other_model(runner, load_module("other", args.other))}
-    out = {"dtype": args.dtype, "other": str(args.other), "points": []}
+    out: dict = {"dtype": args.dtype, "other": str(args.other), "points": []}
+    out["ops_per_step_batch_1"] = {name: ops_per_step(engine, m) for name, m in models.items()}
+
     for batch in args.batches:
-        times: dict[str, list[float]] = {"this": [], "other": []}
-        for name in models:  # warm-up of each
-            runner.model = models[name]
-            probe.decode_round(engine, batch)
-        for i in range(args.rounds):
-            for name in ("this", "other") if i % 2 == 0 else ("other", "this"):
-                runner.model = models[name]
-                times[name].append(probe.decode_round(engine, batch)[0] * 1e3)
-        ratios = [o / t for o, t in zip(times["other"], times["this"], strict=True)]
-        point = {f"{name}_ms": statistics.median(ts) for name, ts in times.items()}
-        point |= {"ratio_median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
-        out["points"].append({"batch": batch} | point)
+        step = alternate(models, partial(step_ms, engine, probe, batch), args.rounds)
+        linears = alternate(models, partial(linears_ms, tokens=batch), args.rounds)
+        out["points"].append({"batch": batch, "step": step, "linears": linears})
     runner.model = models["this"]
     print(json.dumps(out))
 
