@@ -4,11 +4,7 @@ Unlike transformers' forward, there is no batch dimension and no padding: all to
 scheduled this iteration, from every request, form one sequence of length T. The linear
 layers (most of the FLOPs) run over all T tokens at once; only attention is split per
 request, through the AttentionMetadata (Orca's "selective batching"). Module and
-parameter names follow Hugging Face's, except two fused layers per decoder layer, as serving
-engines have them: ``qkv_proj`` (q, k and v as one product) and ``gate_up_proj`` (gate and
-up as one), filled at load from the checkpoint's separate tensors (``load_weights``). Fewer,
-larger products (4 a layer, not 7), each call's fixed cost paid once: measured on CPU in
-docs/performance.md, "Forward pass".
+parameter names follow Hugging Face's, so a checkpoint's state dict loads as it is.
 
 Covers Llama 2/3, SmolLM/SmolLM2, Mistral, Qwen2 (bias on q/k/v) and Qwen3 (RMSNorm on
 q and k per head).
@@ -98,7 +94,7 @@ def rope_inv_freq(hf: Any, head_dim: int) -> tuple[torch.Tensor, float]:
     return inv_freq.float(), float(scaling)
 
 
-RopeTables = tuple[torch.Tensor, torch.Tensor]  # (cos, signed sin), each (T, 1, head_dim)
+RopeTables = tuple[torch.Tensor, torch.Tensor]  # (cos, sin), each (T, 1, head_dim)
 
 
 class RotaryEmbedding(nn.Module):
@@ -109,47 +105,33 @@ class RotaryEmbedding(nn.Module):
         inv_freq, scaling = rope_inv_freq(hf, head_dim)
         freqs = torch.outer(torch.arange(max_positions).float(), inv_freq)
         angles = torch.cat([freqs, freqs], dim=-1)  # (max_positions, head_dim)
-        # rotate_half(x) * sin = cat(-x2, x1) * sin = roll(x) * (sign * sin), sign -1 on the
-        # first half: folding the sign into the table saves the negation and the concatenation
-        # of q and of k in every layer, and is exact (a product's rounding is sign-symmetric).
-        sign = torch.ones(head_dim)
-        sign[: head_dim // 2] = -1.0
         self.register_buffer("cos", angles.cos() * scaling, persistent=False)
-        self.register_buffer("sin_signed", angles.sin() * scaling * sign, persistent=False)
+        self.register_buffer("sin", angles.sin() * scaling, persistent=False)
 
     def tables(self, positions: torch.Tensor, dtype: torch.dtype) -> RopeTables:
-        """cos and signed sin of this step's tokens, (T, 1, head_dim) each, in ``dtype``:
-        gathered once per step and shared by every layer (not once per layer for q and k)."""
-        cos, sin = self.cos[positions], self.sin_signed[positions]
+        """cos and sin of this step's tokens, (T, 1, head_dim) each, in ``dtype``: gathered
+        once per step and shared by every layer (not once per layer for q and for k)."""
+        cos, sin = self.cos[positions], self.sin[positions]
         return cos.unsqueeze(1).to(dtype), sin.unsqueeze(1).to(dtype)
 
 
 def apply_rope(x: torch.Tensor, tables: RopeTables) -> torch.Tensor:
-    """Rotate x (T, heads, head_dim) by its tokens' angles ("rotate_half" convention, the sign
-    of its first half folded into the sin table)."""
-    cos, sin_signed = tables
-    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin_signed
-
-
-# The fused layers and the checkpoint's separate projections each one stacks, in row order.
-FUSED_PARTS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
-
-
-def fused_sizes(cfg: ModelConfig) -> dict[str, list[int]]:
-    """Output rows of each part of a fused layer, in ``FUSED_PARTS`` order."""
-    q_size, kv_size = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-    return {"qkv_proj": [q_size, kv_size, kv_size], "gate_up_proj": [cfg.intermediate_size] * 2}
+    """Rotate x (T, heads, head_dim) by its tokens' angles ("rotate_half" convention)."""
+    cos, sin = tables
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
 
 
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        # q, k and v as ONE product (vLLM's QKVParallelLinear): rows [q | k | v], filled from
-        # the checkpoint's three tensors by load_weights. One larger GEMM instead of three.
-        self.qkv_sizes = fused_sizes(cfg)["qkv_proj"]
-        self.qkv_proj = nn.Linear(cfg.hidden_size, sum(self.qkv_sizes), bias=cfg.qkv_bias)
-        self.o_proj = nn.Linear(self.qkv_sizes[0], cfg.hidden_size, bias=False)
+        q_size, kv_size = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+        self.q_proj = nn.Linear(cfg.hidden_size, q_size, bias=cfg.qkv_bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, kv_size, bias=cfg.qkv_bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, kv_size, bias=cfg.qkv_bias)
+        self.o_proj = nn.Linear(q_size, cfg.hidden_size, bias=False)
         if cfg.qk_norm:
             self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
             self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
@@ -158,11 +140,9 @@ class Attention(nn.Module):
     def project(self, x: torch.Tensor, rope: RopeTables) -> tuple[torch.Tensor, ...]:
         """q (T, heads, head_dim), k and v (T, kv_heads, head_dim), rotated and normed."""
         num_tokens, head_dim = x.shape[0], self.cfg.head_dim
-        # (T, q + 2 kv) split into column views: no copies (v reaches the cache as a view).
-        q, k, v = self.qkv_proj(x).split(self.qkv_sizes, dim=-1)
-        q = q.view(num_tokens, -1, head_dim)
-        k = k.view(num_tokens, -1, head_dim)
-        v = v.view(num_tokens, -1, head_dim)
+        q = self.q_proj(x).view(num_tokens, -1, head_dim)
+        k = self.k_proj(x).view(num_tokens, -1, head_dim)
+        v = self.v_proj(x).view(num_tokens, -1, head_dim)
         if self.cfg.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         return apply_rope(q, rope), apply_rope(k, rope), v
@@ -171,13 +151,12 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        # gate and up as ONE product (vLLM's MergedColumnParallelLinear): rows [gate | up].
-        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)  # (T, intermediate) views each
-        return self.down_proj(nn.functional.silu(gate) * up)
+        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class DecoderLayer(nn.Module):
@@ -271,51 +250,22 @@ class LlamaModel(nn.Module):
         on these as they are and converts only the rows it samples to fp32."""
         return self.lm_head(hidden)
 
-    def checkpoint_names(self) -> set[str]:
-        """The checkpoint tensors this model takes: its parameters' names, each fused layer's
-        replaced by those of the separate tensors it stacks (q/k/v, gate/up)."""
-        names = set()
-        for name in dict(self.named_parameters()):  # a tied LM head once, as the embedding
-            prefix, module, leaf = _split(name)
-            names.update(f"{prefix}{part}.{leaf}" for part in FUSED_PARTS.get(module, (module,)))
-        return names
-
     def load_weights(self, named_tensors) -> None:
-        """Copy checkpoint tensors in by name, q/k/v and gate/up each into its rows of the
-        fused layer; complain about anything missing, misplaced or misshapen."""
-        params, wanted, loaded = dict(self.named_parameters()), self.checkpoint_names(), set()
+        """Copy checkpoint tensors in by name; complain about anything missing."""
+        params = dict(self.named_parameters())
+        loaded = set()
         for name, tensor in named_tensors:
-            if name not in wanted:
+            if name not in params:
                 if name.endswith("rotary_emb.inv_freq") or (
                     name == "lm_head.weight" and self.cfg.tie_word_embeddings
                 ):
                     continue
                 raise ValueError(f"checkpoint tensor {name} has no place in the model")
             with torch.no_grad():
-                target = self._destination(name, params)
-                if target.shape != tensor.shape:
-                    raise ValueError(
-                        f"checkpoint tensor {name} has shape {tuple(tensor.shape)}; the model "
-                        f"holds {tuple(target.shape)}"
-                    )
-                target.copy_(tensor.to(target.dtype))
+                params[name].copy_(tensor.to(params[name].dtype))
             loaded.add(name)
-        missing = wanted - loaded
+        missing = set(params) - loaded
+        if self.cfg.tie_word_embeddings:
+            missing.discard("lm_head.weight")
         if missing:
             raise ValueError(f"checkpoint lacks {len(missing)} tensors, e.g. {sorted(missing)[:3]}")
-
-    def _destination(self, name: str, params: dict[str, nn.Parameter]) -> torch.Tensor:
-        """The parameter, or the rows of a fused one, that checkpoint tensor ``name`` fills."""
-        prefix, module, leaf = _split(name)
-        for fused, parts in FUSED_PARTS.items():
-            if module in parts:
-                sizes, index = fused_sizes(self.cfg)[fused], parts.index(module)
-                return params[f"{prefix}{fused}.{leaf}"].narrow(0, sum(sizes[:index]), sizes[index])
-        return params[name]
-
-
-def _split(name: str) -> tuple[str, str, str]:
-    """ "model.layers.0.mlp.up_proj.weight" -> ("model.layers.0.mlp.", "up_proj", "weight")."""
-    head, _, leaf = name.rpartition(".")
-    prefix, _, module = head.rpartition(".")
-    return (prefix + "." if prefix else ""), module, leaf

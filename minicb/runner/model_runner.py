@@ -157,7 +157,7 @@ class ModelRunner:
         if self.shard is None:
             model.load_weights(iter_safetensors(files.path))
         else:  # only this rank's slices are read from the files
-            full, names = ModelConfig.from_hf(files.hf_config), model.checkpoint_names()
+            full, names = ModelConfig.from_hf(files.hf_config), set(model.state_dict())
             rank, world = self.shard.rank, self.shard.world
             model.load_weights(iter_shard(files.path, full, rank, world, names))
         model = model.to(self.dtype).eval()

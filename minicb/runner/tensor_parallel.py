@@ -5,10 +5,7 @@ Each decoder layer is split over ``world`` ranks by heads and by MLP columns:
 
 - q/k/v, gate and up are **column-parallel**: a rank holds some of their output rows
   (its query heads, its KV heads, its share of the MLP width) and computes them from the
-  full hidden state with no communication at all. The model holds each group as one fused
-  layer (``qkv_proj``, ``gate_up_proj``): a rank reads its slice of each checkpoint tensor
-  separately (``iter_shard``) and ``LlamaModel.load_weights`` stacks them into its own
-  fused rows, [its q | its k | its v] and [its gate | its up];
+  full hidden state with no communication at all;
 - o and down are **row-parallel**: a rank holds the input columns that match, so its
   product is a partial sum of the full output; an all-reduce (sum) over the ranks after
   each one gives every rank the whole hidden state again (two all-reduces per layer).
