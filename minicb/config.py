@@ -75,6 +75,10 @@ class EngineConfig:
     num_speculative_tokens: int = 4
     ngram_min: int = 1
     ngram_max: int = 4
+    # The real model runner reports each step's bandwidth and FLOP utilisation against this
+    # machine's measured copy bandwidth and matmul FLOP/s (minicb/runner/occupancy.py); the
+    # probes take a few seconds, once per process. On in the demo and serve, off elsewhere.
+    measure_utilisation: bool = False
 
     def __post_init__(self) -> None:
         self._check_choice("batching", BATCHING_MODES)
@@ -98,6 +102,10 @@ class EngineConfig:
                 f"ngram_min ({self.ngram_min}) must not exceed ngram_max ({self.ngram_max})"
             )
         self._check_positive("tensor_parallel_size")
+        if not isinstance(self.measure_utilisation, bool):
+            raise ValueError(
+                f"measure_utilisation must be True or False, got {self.measure_utilisation!r}"
+            )
         if self.num_kv_blocks is not None:
             self._check_positive("num_kv_blocks")
         if self.num_swap_blocks is not None and self.num_swap_blocks < 0:
@@ -193,6 +201,13 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--ngram-min", type=int, default=1, help="shortest n-gram the lookup matches")
     g.add_argument("--ngram-max", type=int, default=4, help="longest n-gram the lookup matches")
     g.add_argument(
+        "--measure-utilisation",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="the real model: each step's bandwidth and FLOP utilisation against this "
+        "machine's probes (a few seconds at start; on by default in demo and serve)",
+    )
+    g.add_argument(
         "--tensor-parallel-size",
         type=int,
         default=1,
@@ -223,6 +238,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         ngram_min=args.ngram_min,
         ngram_max=args.ngram_max,
         tensor_parallel_size=args.tensor_parallel_size,
+        measure_utilisation=args.measure_utilisation,
     )
 
 

@@ -27,6 +27,8 @@ import torch
 from minicb import EngineConfig, SamplingParams
 from minicb.bench import theory
 from minicb.engine import LLMEngine
+from minicb.runner import probes
+from minicb.runner.catalogue import model_shape
 from minicb.scheduler.plan import DECODE
 
 PROMPT, WARM, STEPS = 32, 2, 8
@@ -95,12 +97,13 @@ def main() -> None:
     )  # fmt: skip
     engine = LLMEngine(None, config)
     runner = engine.runner
-    sizes = theory.model_sizes(runner.model, runner.model_config, runner.dtype.itemsize)
+    shape, elem = model_shape(str(runner.files.path)), runner.dtype.itemsize
     decode_round(engine, top)  # warm-up (and compilation, if any)
     rounds = {b: [decode_round(engine, b) for _ in range(args.rounds)] for b in args.batches}
-    nbytes = min(1 << 30, max(256 << 20, 2 * sizes["weight_bytes"]))
-    bw_cpu, bw_wall = copy_bandwidth(nbytes)
-    flops_cpu, flops_wall = matmul_flops(runner.dtype, theory.matmul_size(runner.dtype))
+    bw_cpu, bw_wall = copy_bandwidth(
+        probes.copy_bytes(theory.model_sizes(shape, elem)["weight_bytes"])
+    )
+    flops_cpu, flops_wall = matmul_flops(runner.dtype, probes.matmul_size(runner.dtype))
     out = {"dtype": args.dtype, "options": options, "describe": runner.describe(),
            "copy_GBps_cpu": bw_cpu / 1e9, "copy_GBps_wall": bw_wall / 1e9,
            "matmul_GFLOPs_cpu": flops_cpu / 1e9, "matmul_GFLOPs_wall": flops_wall / 1e9,
@@ -109,7 +112,7 @@ def main() -> None:
         cpu = statistics.median(r[0] for r in rs)
         wall = statistics.median(r[1] for r in rs)
         context = statistics.fmean(r[2] for r in rs)
-        nb, fl = theory.decode_cost(sizes, runner.model_config, b, context)
+        nb, fl = theory.decode_cost(shape, elem, b, context)
         t_cpu, bound = theory.ceiling(nb, fl, bw_cpu, flops_cpu)
         t_wall, _ = theory.ceiling(nb, fl, bw_wall, flops_wall)
         out["points"].append({"batch": b, "step_ms_cpu": cpu * 1e3, "step_ms_wall": wall * 1e3,

@@ -61,6 +61,39 @@ def tiny_llama_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def mixed_reference(tiny_llama_dir):
+    """The greedy tokens of tests.helpers.MIXED on the tiny Llama, one request at a time (no
+    batching at all): what every run of the same-tokens tests must reproduce. Session-wide,
+    as its inputs are; never mutated."""
+    from minicb import LLM
+    from tests.helpers import MIXED, MIXED_MAX, greedy_tokens
+
+    llm = LLM(
+        model=tiny_llama_dir, dtype="float32", max_num_seqs=1, num_kv_blocks=64, block_size=16
+    )
+    return greedy_tokens(llm, MIXED, MIXED_MAX)
+
+
+@pytest.fixture(scope="session")
+def shared_reference(tiny_llama_dir):
+    """The greedy tokens of tests.helpers.SHARED (prompts sharing prefixes) on the tiny
+    Llama, one request at a time with prefix caching off: what every prefix-caching run of
+    the same-tokens tests must reproduce. Session-wide, as its inputs are; never mutated."""
+    from minicb import LLM
+    from tests.helpers import SHARED, SHARED_MAX, greedy_tokens
+
+    llm = LLM(
+        dtype="float32",
+        model=tiny_llama_dir,
+        max_num_seqs=1,
+        num_kv_blocks=64,
+        block_size=16,
+        enable_prefix_caching=False,
+    )
+    return greedy_tokens(llm, SHARED, SHARED_MAX)
+
+
+@pytest.fixture(scope="session")
 def default_llm():
     """The embedded default model in fp32 on CPU, loaded once (the first load builds the cache)."""
     from minicb import LLM

@@ -39,6 +39,29 @@ def greedy_tokens(llm: LLM, prompts, max_tokens: int | list[int]) -> list[list[i
     return [out.token_ids for out in llm.generate(prompts, params)]
 
 
+def _shared_prompts() -> list[list[int]]:
+    """Prompts that share prefixes: a common 37-token "system prompt" with varied tails,
+    chat turns that each extend the previous turn, a repeated prompt (wholly cached), and
+    one exactly two blocks long (every block cached, yet a token must be computed)."""
+    system = mixed_prompts(1, vocab=256, seed=11, min_len=37, max_len=37)[0]
+    tails = mixed_prompts(6, vocab=256, seed=12, min_len=1, max_len=12)
+    turns = [system[:5]]
+    for extra in mixed_prompts(4, vocab=256, seed=13, min_len=3, max_len=14):
+        turns.append(turns[-1] + extra)
+    return [system + t for t in tails] + turns + [system + tails[0], system[:32], system[:32]]
+
+
+# The prompt set of the same-tokens tests (varied lengths: requests leave at different
+# steps); the reference tokens are the ``mixed_reference`` fixture (tests/conftest.py).
+MIXED = mixed_prompts(16, vocab=256, seed=3, min_len=1, max_len=40)
+MIXED_MAX = [4 + (7 * i) % 23 for i in range(16)]
+
+# The prefix-caching prompt set of the same-tokens tests, and their output lengths; the
+# reference tokens are the ``shared_reference`` fixture (tests/conftest.py).
+SHARED = _shared_prompts()
+SHARED_MAX = [3 + (5 * i) % 17 for i in range(len(SHARED))]
+
+
 def fake_engine(
     num_kv_blocks: int = 64,
     max_model_len: int = 256,

@@ -8,24 +8,9 @@ Breadth runs on a tiny random Llama (fast, every combination); depth on the defa
 import pytest
 
 from minicb import LLM, LLMEngine, SamplingParams
-from tests.helpers import greedy_tokens, mixed_prompts
+from tests.helpers import MIXED, MIXED_MAX, SHARED, SHARED_MAX, greedy_tokens
 
-PROMPTS = mixed_prompts(16, vocab=256, seed=3, min_len=1, max_len=40)
-MAX_TOKENS = [
-    4 + (7 * i) % 23 for i in range(16)
-]  # varied lengths: requests leave at different steps
-
-
-@pytest.fixture(scope="module")
-def reference(tiny_llama_dir):
-    """One request at a time: no batching at all."""
-    llm = LLM(
-        model=tiny_llama_dir, dtype="float32", max_num_seqs=1, num_kv_blocks=64, block_size=16
-    )
-    return greedy_tokens(llm, PROMPTS, MAX_TOKENS)
-
-
-PRIORITIES = [i % 3 for i in range(len(PROMPTS))]
+PRIORITIES = [i % 3 for i in range(len(MIXED))]
 
 # Each configuration must make a schedule of its own (asserted below): where the default
 # limits would never bind on these 16 short prompts, the configuration tightens them.
@@ -81,14 +66,14 @@ def runs(tiny_llama_dir) -> dict:
         options = dict(num_kv_blocks=256, block_size=16) | config
         llm = LLM(model=tiny_llama_dir, dtype="float32", **options)
         plans = record_plans(llm)
-        results[name] = (generate(llm, PROMPTS, MAX_TOKENS, PRIORITIES), plans)
+        results[name] = (generate(llm, MIXED, MIXED_MAX, PRIORITIES), plans)
     return results
 
 
 @pytest.mark.parametrize("name", CONFIGS)
-def test_same_tokens(name, runs, reference):
+def test_same_tokens(name, runs, mixed_reference):
     outs, plans = runs[name]
-    assert [o.token_ids for o in outs] == reference
+    assert [o.token_ids for o in outs] == mixed_reference
     prio = {o.request_id: p for o, p in zip(outs, PRIORITIES, strict=True)}
     order = first_admissions(plans)
     assert sorted(order) == sorted(prio)
@@ -123,7 +108,7 @@ def assert_preempted_as(plans: list, mode: str) -> None:
 @pytest.mark.parametrize("mode", ["recompute", "swap"])
 @pytest.mark.parametrize("policy", ["fcfs", "priority"])
 @pytest.mark.parametrize("block_size", [1, 16])
-def test_same_tokens_under_preemption(mode, policy, block_size, tiny_llama_dir, reference):
+def test_same_tokens_under_preemption(mode, policy, block_size, tiny_llama_dir, mixed_reference):
     # A pool of ~70 tokens for 16 requests of up to 62 tokens each: preemption is forced.
     num_blocks = 72 // block_size
     llm = LLM(
@@ -137,8 +122,8 @@ def test_same_tokens_under_preemption(mode, policy, block_size, tiny_llama_dir, 
         num_swap_blocks=num_blocks,
     )
     plans = record_plans(llm)
-    outs = generate(llm, PROMPTS, MAX_TOKENS, PRIORITIES)
-    assert [o.token_ids for o in outs] == reference
+    outs = generate(llm, MIXED, MIXED_MAX, PRIORITIES)
+    assert [o.token_ids for o in outs] == mixed_reference
     assert_preempted_as(plans, mode)
     order = first_admissions(plans)
     assert (order == sorted(order)) == (policy == "fcfs")
@@ -146,7 +131,7 @@ def test_same_tokens_under_preemption(mode, policy, block_size, tiny_llama_dir, 
     assert llm.engine.kv_snapshot().num_used == 0
 
 
-def test_swap_falls_back_to_recompute_when_swap_space_is_full(tiny_llama_dir, reference):
+def test_swap_falls_back_to_recompute_when_swap_space_is_full(tiny_llama_dir, mixed_reference):
     llm = LLM(
         dtype="float32",
         model=tiny_llama_dir,
@@ -157,8 +142,8 @@ def test_swap_falls_back_to_recompute_when_swap_space_is_full(tiny_llama_dir, re
         max_num_batched_tokens=32,
     )
     plans = record_plans(llm)
-    outs = generate(llm, PROMPTS, MAX_TOKENS, PRIORITIES)
-    assert [o.token_ids for o in outs] == reference
+    outs = generate(llm, MIXED, MIXED_MAX, PRIORITIES)
+    assert [o.token_ids for o in outs] == mixed_reference
     assert_preempted_as(plans, "recompute")
     assert not [pair for p in plans for pair in p.swap_out_map]
 
@@ -194,35 +179,6 @@ def test_same_tokens_on_default_model(options, default_llm):
 
 
 # ---- prefix caching: the same tokens with caching on as off --------------------------------
-def _shared_prompts() -> list[list[int]]:
-    """Prompts that share prefixes: a common 37-token "system prompt" with varied tails,
-    chat turns that each extend the previous turn, a repeated prompt (wholly cached), and
-    one exactly two blocks long (every block cached, yet a token must be computed)."""
-    system = mixed_prompts(1, vocab=256, seed=11, min_len=37, max_len=37)[0]
-    tails = mixed_prompts(6, vocab=256, seed=12, min_len=1, max_len=12)
-    turns = [system[:5]]
-    for extra in mixed_prompts(4, vocab=256, seed=13, min_len=3, max_len=14):
-        turns.append(turns[-1] + extra)
-    return [system + t for t in tails] + turns + [system + tails[0], system[:32], system[:32]]
-
-
-SHARED = _shared_prompts()
-SHARED_MAX = [3 + (5 * i) % 17 for i in range(len(SHARED))]
-
-
-@pytest.fixture(scope="module")
-def shared_reference(tiny_llama_dir):
-    llm = LLM(
-        dtype="float32",
-        model=tiny_llama_dir,
-        max_num_seqs=1,
-        num_kv_blocks=64,
-        block_size=16,
-        enable_prefix_caching=False,
-    )
-    return greedy_tokens(llm, SHARED, SHARED_MAX)
-
-
 def _cached_run(llm: LLM) -> tuple[list[list[int]], int]:
     """Greedy tokens of SHARED, all arriving at once (the requests admitted after the first
     ones have run find their blocks), and the prompt tokens the cache supplied."""

@@ -2,15 +2,14 @@
 greedy tokens as paged and as one request at a time, with right, short or no hints, under
 recompute and swap preemption, and with prefix caching; and no block is left behind.
 
-A tiny random Llama, the prompts of test_same_tokens_everywhere.py. Where preemption or
+A tiny random Llama, the same-tokens tests' prompts (tests/helpers.py). Where preemption or
 outgrowing a reservation is the point, the test asserts that it really happened.
 """
 
 import pytest
 
 from minicb import LLM, SamplingParams
-from tests.helpers import greedy_tokens
-from tests.test_same_tokens_everywhere import MAX_TOKENS, PROMPTS, SHARED, SHARED_MAX
+from tests.helpers import MIXED, MIXED_MAX, SHARED, SHARED_MAX
 
 HINTS = {
     "right": lambda m: m,  # ignore_eos: the real output length is max_tokens
@@ -42,26 +41,17 @@ def _outgrew(plans) -> bool:
     return any("outgrew" in note for p in plans for note in p.notes)
 
 
-@pytest.fixture(scope="module")
-def reference(tiny_llama_dir):
-    """One request at a time: no batching at all."""
-    llm = LLM(
-        model=tiny_llama_dir, dtype="float32", max_num_seqs=1, num_kv_blocks=64, block_size=16
-    )
-    return greedy_tokens(llm, PROMPTS, MAX_TOKENS)
-
-
 @pytest.mark.parametrize(
     "mode, hint",
     [("max", "none"), ("pow2", "right"), ("pow2", "short"), ("oracle", "right")]
     + [("oracle", "short"), ("oracle", "none")],
 )
-def test_same_tokens_in_every_reservation_mode(mode, hint, tiny_llama_dir, reference):
+def test_same_tokens_in_every_reservation_mode(mode, hint, tiny_llama_dir, mixed_reference):
     llm = LLM(
         model=tiny_llama_dir, dtype="float32", num_kv_blocks=256, block_size=16, kv_reservation=mode
     )
-    tokens, plans = _generate(llm, PROMPTS, MAX_TOKENS, HINTS[hint])
-    assert tokens == reference
+    tokens, plans = _generate(llm, MIXED, MIXED_MAX, HINTS[hint])
+    assert tokens == mixed_reference
     reasons = [d.reason for p in plans for d in p.admitted]
     assert all(f"({mode}" in r for r in reasons)
     assert _outgrew(plans) == (hint == "short")
@@ -70,7 +60,7 @@ def test_same_tokens_in_every_reservation_mode(mode, hint, tiny_llama_dir, refer
 @pytest.mark.parametrize("preemption", ["recompute", "swap"])
 @pytest.mark.parametrize("mode", ["pow2", "oracle"])
 def test_same_tokens_when_outgrown_reservations_force_preemption(
-    preemption, mode, tiny_llama_dir, reference
+    preemption, mode, tiny_llama_dir, mixed_reference
 ):
     # 5 blocks of 16 for requests of up to 62 tokens that reserve a third of their output.
     llm = LLM(
@@ -83,33 +73,20 @@ def test_same_tokens_when_outgrown_reservations_force_preemption(
         num_swap_blocks=5,
         max_num_batched_tokens=32,
     )
-    tokens, plans = _generate(llm, PROMPTS, MAX_TOKENS, HINTS["short"])
-    assert tokens == reference
+    tokens, plans = _generate(llm, MIXED, MIXED_MAX, HINTS["short"])
+    assert tokens == mixed_reference
     assert any(p.preempted for p in plans) and _outgrew(plans)
 
 
-def test_same_tokens_with_max_reservation_in_a_small_pool(tiny_llama_dir, reference):
+def test_same_tokens_with_max_reservation_in_a_small_pool(tiny_llama_dir, mixed_reference):
     # Max reserves each request's worst case: it waits for room rather than preempting.
     llm = LLM(
         model=tiny_llama_dir, dtype="float32", num_kv_blocks=5, block_size=16, kv_reservation="max"
     )
-    tokens, plans = _generate(llm, PROMPTS, MAX_TOKENS, HINTS["none"])
-    assert tokens == reference
+    tokens, plans = _generate(llm, MIXED, MIXED_MAX, HINTS["none"])
+    assert tokens == mixed_reference
     assert not any(p.preempted for p in plans)
     assert any("(max reservation)" in note for p in plans for note in p.notes)
-
-
-@pytest.fixture(scope="module")
-def shared_reference(tiny_llama_dir):
-    llm = LLM(
-        dtype="float32",
-        model=tiny_llama_dir,
-        max_num_seqs=1,
-        num_kv_blocks=64,
-        block_size=16,
-        enable_prefix_caching=False,
-    )
-    return greedy_tokens(llm, SHARED, SHARED_MAX)
 
 
 @pytest.mark.parametrize("preemption", [None, "recompute", "swap"])

@@ -24,7 +24,7 @@ const app = {
   scale: { mode: "iter", window: "300", x0: 0, x1: 1, t0: 0 },
   replay: null, // {tMin, tMax, t, playing}
   chart: new OccupancyChart($("chart")),
-  utilChart: new OccupancyChart($("util-chart"), { measures: UTILISATION, title: "utilChart", hideEmpty: true }),
+  utilChart: new OccupancyChart($("util-chart"), { measures: UTILISATION, title: "utilChart", hideEmpty: true, cap: 1 }),
   lastSlow: 0, slowPending: true, lastChart: 0, chartEvery: 250,
 };
 const SLOW_MS = 250; // counters and the chart: a few times a second

@@ -1,7 +1,10 @@
 // A share over time (in %), one line per engine and measure, drawn with plotly.js (served
 // locally). Slot occupancy = rows doing useful work / max sequences: padding rows do not
 // count. GPU utilisation = a step's bytes / (peak bandwidth x its time) and FLOPs / (peak
-// FLOP/s x its time), from the step events (null where the runner does not know it).
+// FLOP/s x its time), from the step events (null where the runner does not know it). A
+// chart with a cap draws values above it at the cap (a real engine's tiny model can beat
+// the probed DRAM bandwidth from the CPU's caches), shows its card's .cap-note when one
+// was, and keeps the measured value for the hover.
 
 import { t } from "./i18n.js";
 import { scenarioLabel } from "./narration.js";
@@ -19,11 +22,12 @@ export const UTILISATION = [
 
 export class OccupancyChart {
   // title: the i18n key of its heading; hideEmpty: its card hides while no step has a value
-  constructor(el, { measures = OCCUPANCY, title = "occupancyChart", hideEmpty = false } = {}) {
+  constructor(el, { measures = OCCUPANCY, title = "occupancyChart", hideEmpty = false, cap = null } = {}) {
     this.el = el;
     this.measures = measures;
     this.title = title;
     this.hideEmpty = hideEmpty;
+    this.cap = cap; // the largest share drawn (1: 100 %), or null
     this.lastKey = "";
   }
 
@@ -32,6 +36,8 @@ export class OccupancyChart {
     const traces = [];
     let key = `${scale.mode}|${t(this.title)}`;
     let any = false;
+    let capped = false;
+    const top = this.cap == null ? Infinity : 100 * this.cap;
     for (const [n, p] of panels.entries()) {
       const steps = p.model.steps;
       const end = p.model.stepPos(cursors.get(p.name));
@@ -48,9 +54,11 @@ export class OccupancyChart {
       const color = scenarioLabel(p.name) ? BY_SIDE[n] : LINE[p.model.batching];
       this.measures.forEach((m, j) => {
         any ||= ys[j].some((v) => v != null);
+        capped ||= ys[j].some((v) => v > top);
         traces.push({
-          x, y: ys[j], name: m.label ? `${name} · ${t(m.label)}` : name, mode: "lines",
-          line: { shape: "hv", width: 2, color, dash: m.dash },
+          x, y: ys[j].map((v) => (v > top ? top : v)), name: m.label ? `${name} · ${t(m.label)}` : name,
+          mode: "lines", line: { shape: "hv", width: 2, color, dash: m.dash },
+          customdata: ys[j], hovertemplate: "%{customdata:.1f} %",
         });
       });
     }
@@ -59,6 +67,8 @@ export class OccupancyChart {
       if (card.hidden === any) card.hidden = !any;
       if (!any) return;
     }
+    const note = this.el.closest(".card").querySelector(".cap-note");
+    if (note && note.hidden === capped) note.hidden = !capped;
     if (key === this.lastKey) return;
     this.lastKey = key;
     const layout = {

@@ -3,6 +3,7 @@
 // replayed trace alike (both read the engine's description: info.simulated, info.runner).
 
 import { applyLabels, t } from "./i18n.js";
+import { showUtilisation } from "./utilisation.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -26,5 +27,6 @@ export function showSimulation(info, panels) {
     tag.hidden = !label;
     tag.textContent = label || "";
   }
+  showUtilisation(info); // the utilisation card's heading: simulated peaks or measured rates
   applyLabels();
 }

@@ -1,8 +1,10 @@
 """The benchmark suite behind ``minicb bench``, and what every one of its runs leaves behind.
 
-- ``workloads``: seeded request sets, arrival times and the suite's two sizes;
+- ``workloads``, ``arrivals``, ``bench_plan``: seeded request sets, their arrival times,
+  and the suite's systems, two sizes and workloads at each size;
 - ``systems``: minicb continuous and static, transformers' padded ``generate`` and its
-  continuous batching, each run reduced to minicb's events;
+  continuous batching (``driver``, ``hf_padded``, ``hf_continuous``), each run reduced
+  to minicb's events;
 - ``theory``: static vs continuous predicted from the lengths, the decode roofline of this
   machine, and the cost of ``schedule()``;
 - ``report``: the goals, markdown tables and a self-contained HTML page;

@@ -25,8 +25,9 @@ from dataclasses import replace
 from typing import Any
 
 from minicb.bench import STEP_TOTALS
-from minicb.bench.systems import run_minicb
-from minicb.bench.workloads import MINICB_CONFIGS, Workload
+from minicb.bench.bench_plan import MINICB_CONFIGS
+from minicb.bench.driver import run_minicb
+from minicb.bench.workloads import Workload
 from minicb.config import EngineConfig
 from minicb.engine import LLMEngine
 from minicb.runner import VirtualClock

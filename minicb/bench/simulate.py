@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from minicb.bench import step_row
-from minicb.bench.systems import feed
+from minicb.bench.driver import feed
 from minicb.config import EngineConfig, SamplingParams
 from minicb.engine import LLMEngine
 from minicb.runner import VirtualClock

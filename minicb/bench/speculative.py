@@ -29,8 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from minicb.bench import RunRecord, paired_ratio, spread
-from minicb.bench.systems import run_minicb, sibling
-from minicb.bench.workloads import FULL, QUICK, RequestSpec, Workload, make_workloads
+from minicb.bench.bench_plan import FULL, QUICK, make_workloads
+from minicb.bench.driver import run_minicb
+from minicb.bench.systems import sibling
+from minicb.bench.workloads import RequestSpec, Workload
 from minicb.engine import LLMEngine
 
 SNIPPETS = [

@@ -32,6 +32,17 @@ from minicb.bench import (
     ratio_table,
     theory,
 )
+from minicb.bench.arrivals import arrival_times, describe_arrivals
+from minicb.bench.bench_plan import (
+    FULL,
+    MINICB,
+    QUICK,
+    SYSTEMS,
+    BenchPlan,
+    cache_workloads,
+    make_workloads,
+    sweep_workload,
+)
 from minicb.bench.systems import (
     Systems,
     build_systems,
@@ -39,22 +50,12 @@ from minicb.bench.systems import (
     kv_blocks_for,
     sibling,
 )
-from minicb.bench.workloads import (
-    FULL,
-    MINICB,
-    QUICK,
-    SYSTEMS,
-    BenchPlan,
-    Workload,
-    arrival_times,
-    cache_workloads,
-    describe_arrivals,
-    make_workloads,
-    sweep_workload,
-)
+from minicb.bench.workloads import Workload
 from minicb.config import DTYPES, describe_choices
+from minicb.runner import probes
 from minicb.runner.catalogue import model_shape
 from minicb.runner.loader import load_hf_config, resolve_model_path
+from minicb.runner.step_time import ModelShape
 from minicb.scheduler.block_manager import blocks_needed
 
 
@@ -235,23 +236,26 @@ class Suite:
         after the decode sweep, into the first measurement ``hw`` (same sizes): other work
         on a shared machine can only lower a figure, so the higher of the two is the limit."""
         self._tick("hardware: copy bandwidth, matmul FLOP/s")
-        dtype = self.systems.continuous.runner.dtype
+        dtype, device = self.systems.continuous.runner.dtype, self.systems.continuous.runner.device
         if hw is None:
-            nbytes = min(1 << 30, max(256 << 20, 2 * self.model_sizes()["weight_bytes"]))
-            hw = {"copy_bytes": nbytes, "matmul_n": theory.matmul_size(dtype),
+            nbytes = probes.copy_bytes(self.model_sizes()["weight_bytes"])
+            hw = {"copy_bytes": nbytes, "matmul_n": probes.matmul_size(dtype, device=device),
                   "copy_bandwidth_samples": [], "matmul_flops_samples": []}  # fmt: skip
             self.bar.update()
         for key, value in (
-            ("copy_bandwidth", theory.measure_copy_bandwidth(hw["copy_bytes"])),
-            ("matmul_flops", theory.measure_matmul_flops(dtype, hw["matmul_n"])),
+            ("copy_bandwidth", probes.measure_copy_bandwidth(hw["copy_bytes"], device=device)),
+            ("matmul_flops", probes.measure_matmul_flops(dtype, hw["matmul_n"], device=device)),
         ):
             hw[f"{key}_samples"].append(value)
             hw[key] = max(hw[f"{key}_samples"])
         return hw
 
+    def model_shape(self) -> ModelShape:
+        """The model's shape, read from its config.json as the step-time model reads it."""
+        return model_shape(str(self.systems.continuous.runner.files.path))
+
     def model_sizes(self) -> dict[str, int]:
-        runner = self.systems.continuous.runner
-        return theory.model_sizes(runner.model, runner.model_config, runner.dtype.itemsize)
+        return theory.model_sizes(self.model_shape(), self.systems.continuous.runner.dtype.itemsize)
 
     def scheduler_cost(self) -> list[dict[str, float]]:
         self._tick("scheduler cost")
@@ -282,7 +286,7 @@ class Suite:
                         hf = None
                 self.bar.update()
         self.hardware(hw)
-        sizes, cfg = self.model_sizes(), engine.runner.model_config
+        shape, elem = self.model_shape(), engine.runner.dtype.itemsize
         points = []
         for b, rounds in ours.items():
             steps = [m["step_s"] for m in rounds]
@@ -290,11 +294,12 @@ class Suite:
                         "step_s_max": max(steps),
                         "forward_s": statistics.median(m["forward_s"] for m in rounds),
                         "context": statistics.fmean(m["context"] for m in rounds)}  # fmt: skip
-            point = theory.roofline_point(measured, sizes, cfg, b, hw)
+            point = theory.roofline_point(measured, shape, elem, b, hw)
             if theirs[b]:
                 point["hf_step_s"] = statistics.median(theirs[b])
                 point["hf_tok_s"] = b / point["hf_step_s"]
             points.append(point)
+        sizes = theory.model_sizes(shape, elem)
         return {"sizes": sizes, "prompt_len": p.decode_prompt, "points": points}
 
     # ---- the workloads -------------------------------------------------------------------

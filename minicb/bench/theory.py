@@ -21,34 +21,34 @@ request's KV cache, and do two FLOPs per weight per row plus the attention arith
     flops(B) = 2 x (weights used by matmuls) x B + 4 x layers x heads x head dim x context
     t_min(B) = max(bytes(B) / copy bandwidth, flops(B) / matmul FLOP/s)
 
-The ceiling is B / t_min(B) tokens per second. Copy bandwidth (read + write bytes of one
-large ``copy_``, as STREAM counts it) and matmul FLOP/s (a square matmul in the engine's
-dtype, sized so that one product takes about ``PROBE_S``) are measured with torch, with
-the benchmark's threads, in the same run.
+The ceiling is B / t_min(B) tokens per second. The bytes and FLOPs are the step-time model's
+(``ModelShape.step_work``, minicb/runner/step_time.py: counted from the model's config, the
+norms left out) for B one-token rows. Copy bandwidth (read + write bytes of one large
+``copy_``, as STREAM counts it) and matmul FLOP/s (a square matmul in the engine's dtype,
+sized so that one product takes about ``probes.PROBE_S``) are measured with torch on the
+engine's device (minicb.runner.probes), with the benchmark's threads, in the same run.
 """
 
 from __future__ import annotations
 
 import statistics
-import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
 import numpy as np
 
-from minicb.bench.systems import generate_times
+from minicb.bench.hf_padded import generate_times
 from minicb.config import EngineConfig, SamplingParams
 from minicb.engine import LLMEngine
 from minicb.runner.fake import FakeRunner
+from minicb.runner.step_time import ModelShape
 from minicb.scheduler.block_manager import blocks_needed
 from minicb.scheduler.plan import DECODE
 from minicb.telemetry.events import StepEvent
 from minicb.telemetry.metrics import distribution
-
-PROBE_S = 0.2  # the matmul probe grows until one product takes this long
 
 
 # ---- static vs continuous ------------------------------------------------------------------
@@ -155,70 +155,25 @@ def predict(
 
 
 # ---- the roofline --------------------------------------------------------------------------
-def _best_time(fn: Callable[[], Any], repeats: int) -> float:
-    fn()  # warm-up: first-touch page faults, allocator
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
-
-
-def measure_copy_bandwidth(nbytes: int, repeats: int = 5) -> float:
-    """Bytes per second of ``dst.copy_(src)`` over ``nbytes``, read plus write, best run."""
-    import torch
-
-    src = torch.ones(nbytes // 4, dtype=torch.float32)
-    dst = torch.empty_like(src)
-    return 2 * src.numel() * 4 / _best_time(lambda: dst.copy_(src), repeats)
-
-
-def matmul_size(dtype: Any, cap: int = 2048, target_s: float = PROBE_S) -> int:
-    """The side of the probe's square matmul: doubled from 128 until one product takes
-    ``target_s``, at most ``cap``. A CPU without native bf16 runs a 2048-cubed bf16 matmul
-    for minutes in torch's fallback; this way no probe product takes more than ~8x target."""
-    import torch
-
-    n = 128
-    while n < cap:
-        a = torch.randn(n, n).to(dtype)
-        t = time.perf_counter()
-        a @ a
-        if time.perf_counter() - t >= target_s:
-            break
-        n *= 2
-    return n
-
-
-def measure_matmul_flops(dtype: Any, n: int, repeats: int = 5) -> float:
-    """FLOP/s of an n x n x n matmul in ``dtype``, best run."""
-    import torch
-
-    a = torch.randn(n, n).to(dtype)
-    b = torch.randn(n, n).to(dtype)
-    return 2 * n**3 / _best_time(lambda: a @ b, repeats)
-
-
-def model_sizes(model: Any, cfg: Any, elem: int) -> dict[str, int]:
-    """Bytes of weights a decode step streams, and matmul parameters per token."""
-    params = {id(p): p for p in model.parameters()}.values()  # tied weights once
-    total = sum(p.numel() for p in params)
-    # An untied embedding table is only gathered (B rows); a tied one is read whole by lm_head.
-    streamed = total - (0 if cfg.tie_word_embeddings else cfg.vocab_size * cfg.hidden_size)
+# The probes (copy bandwidth, matmul FLOP/s) live in minicb.runner.probes, shared with the model
+# runner's per-step utilisation; the bytes and FLOPs are the step-time model's.
+def model_sizes(shape: ModelShape, elem: int) -> dict[str, int]:
+    """Bytes of weights a decode step streams (the layers and the lm_head: an untied
+    embedding table is only gathered), matmul parameters per token, KV bytes per token,
+    counted from the model's config as the step-time model counts them."""
     return {
-        "weight_bytes": streamed * elem,
-        "matmul_params": streamed,
-        "kv_bytes_per_token": 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * elem,
+        "weight_bytes": shape.streamed_params * elem,
+        "matmul_params": shape.streamed_params,
+        "kv_bytes_per_token": shape.kv_bytes_per_token(elem),
     }
 
 
-def decode_cost(sizes: dict[str, int], cfg: Any, batch: int, context: float) -> tuple[float, float]:
-    """(bytes, flops) of one decode step of ``batch`` rows with ``context`` tokens each."""
-    nbytes = sizes["weight_bytes"] + batch * context * sizes["kv_bytes_per_token"]
-    attn = 4 * cfg.num_layers * cfg.num_heads * cfg.head_dim * context
-    flops = batch * (2 * sizes["matmul_params"] + attn)
-    return nbytes, flops
+def decode_cost(shape: ModelShape, elem: int, batch: int, context: float) -> tuple[float, float]:
+    """(bytes, flops) of one decode step of ``batch`` rows with ``context`` tokens each:
+    the step-time model's work of ``batch`` one-token rows that sample, each attending its
+    ``context`` keys (``attended_pairs(1, c) == c``)."""
+    total = batch * context
+    return shape.step_work(elem, batch, batch, total, total)
 
 
 def ceiling(nbytes: float, flops: float, bandwidth: float, peak: float) -> tuple[float, str]:
@@ -266,10 +221,10 @@ def time_hf_decode(model: Any, batch: int, prompt_len: int, warm: int, steps: in
 
 
 def roofline_point(
-    measured: dict[str, float], sizes: dict[str, int], cfg: Any, batch: int, hw: dict[str, float]
+    measured: dict[str, float], shape: ModelShape, elem: int, batch: int, hw: dict[str, float]
 ) -> dict[str, Any]:
     """One batch size: measured tokens/s beside the ceiling, and the fraction reached."""
-    nbytes, flops = decode_cost(sizes, cfg, batch, measured["context"])
+    nbytes, flops = decode_cost(shape, elem, batch, measured["context"])
     t_min, bound = ceiling(nbytes, flops, hw["copy_bandwidth"], hw["matmul_flops"])
     tok_s = batch / measured["step_s"]
     return {

@@ -35,7 +35,9 @@ from minicb.runner.cuda_graphs import maybe_capture
 from minicb.runner.dtype import choose_dtype
 from minicb.runner.llama import EAGER, LlamaModel, ModelConfig, RotaryEmbedding
 from minicb.runner.loader import ModelFiles, iter_safetensors, open_model
+from minicb.runner.occupancy import Occupancy
 from minicb.runner.packed import PackedLinear, can_pack, pack_linears
+from minicb.runner.probes import MachineRates
 from minicb.runner.sampler import sample
 from minicb.runner.tensor_parallel import Shard, iter_shard, shard_config, shard_model
 from minicb.scheduler.plan import StepPlan
@@ -67,9 +69,12 @@ class ModelRunner:
         shared_compiled: CompiledLayers | None = None,
         shard: Shard | None = None,
         tp_shared: int | None = None,
+        machine_rates: MachineRates | None = None,
     ) -> None:
         """``shard``: set on a tensor-parallel worker (rank 1..N-1); ``tp_shared``: the
-        handle of the rank-0 runner whose workers hold ``shared_model``'s shards."""
+        handle of the rank-0 runner whose workers hold ``shared_model``'s shards;
+        ``machine_rates``: the rates ``measure_utilisation`` measures against (None: probe
+        this machine, once per process)."""
         self.config = config
         self.files = files or open_model(model)
         self.model_name = self.files.name
@@ -82,6 +87,12 @@ class ModelRunner:
         self.backend = get_backend(config.attention_backend, self.device)
         self.model_config = ModelConfig.from_hf(self.files.hf_config)
         world = config.tensor_parallel_size
+        # Each step's utilisation of this machine's measured rates (rank 0 only: it samples).
+        self.occupancy = None
+        if config.measure_utilisation and shard is None:
+            self.occupancy = Occupancy.measure(
+                self.files.path, self.device, self.dtype, world, machine_rates
+            )
         self.tp = None  # rank 0's handle on its workers (tp_group.TPGroup) when world > 1
         if world > 1:
             self.model_config = shard_config(self.model_config, world)  # this rank's part
@@ -178,6 +189,7 @@ class ModelRunner:
             shared_model=self.model,
             shared_compiled=self.compiled,
             tp_shared=shared,
+            machine_rates=self.occupancy.rates if self.occupancy else None,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -198,6 +210,8 @@ class ModelRunner:
         }
         if self.tp is not None:
             info["tensor_parallel_backend"] = self.tp.backend
+        if self.occupancy is not None:  # what the page's utilisation chart is measured against
+            info["machine_rates"] = self.occupancy.rates.describe()
         if self.device.type == "cuda":
             info["gpu"] = torch.cuda.get_device_name(self.device)
         return info
@@ -250,12 +264,15 @@ class ModelRunner:
                 torch.cuda.synchronize()
         t1 = time.perf_counter()
         sampled = self._sample(plan, logits)
-        return RunnerOutput(
+        out = RunnerOutput(
             sampled,
             forward_s=t1 - t0,
             sample_s=time.perf_counter() - t1,
             collective_s=self._collective_s(),
         )
+        if self.occupancy is not None:
+            out.bandwidth_util, out.flop_util = self.occupancy.utilisation(plan, out.forward_s)
+        return out
 
     @torch.inference_mode()
     def run_shard(self, plan: StepPlan) -> None:

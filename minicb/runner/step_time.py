@@ -81,6 +81,21 @@ class ModelShape:
     def kv_bytes_per_token(self, elem: int) -> int:
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * elem  # K and V
 
+    def step_work(
+        self, elem: int, tokens: int, sampling: int, context: float, pairs: float
+    ) -> tuple[float, float]:
+        """(bytes read, FLOPs) of a step over the whole model (the module docstring's
+        ``weights + kv`` and ``flops`` before the division by tp): ``tokens`` tokens,
+        ``sampling`` rows that sample, ``context`` context tokens over its rows and
+        ``pairs`` attended (query, key) pairs (``step_totals``)."""
+        nbytes = self.streamed_params * elem + context * self.kv_bytes_per_token(elem)
+        flops = (
+            2 * self.num_layers * self.layer_params * tokens
+            + 2 * self.vocab_size * self.hidden_size * sampling
+            + 4 * self.num_layers * self.num_heads * self.head_dim * pairs
+        )
+        return nbytes, flops
+
 
 @dataclass(frozen=True)
 class Efficiency:
@@ -149,13 +164,7 @@ class StepTimeModel:
         m, e, tp = self.model, self.efficiency, self.tp
         if tokens == 0:
             return dict.fromkeys(TERMS, 0.0)
-        kv_bytes = context * m.kv_bytes_per_token(self.elem_bytes)
-        nbytes = m.streamed_params * self.elem_bytes + kv_bytes
-        flops = (
-            2 * m.num_layers * m.layer_params * tokens
-            + 2 * m.vocab_size * m.hidden_size * sampling
-            + 4 * m.num_layers * m.num_heads * m.head_dim * pairs
-        )
+        nbytes, flops = m.step_work(self.elem_bytes, tokens, sampling, context, pairs)
         memory = nbytes / tp / (self.gpu.bandwidth * e.bandwidth)
         compute = flops / tp / (self.gpu.flops * e.flops)
         comm = 0.0

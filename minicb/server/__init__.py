@@ -1,4 +1,5 @@
 """The server: the engines in their own thread (engine_loop), the visualizer's app and
-WebSocket (app, controls, workload), the OpenAI-compatible API (openai_api,
-openai_request), and what the ``demo``, ``serve`` and ``replay --serve`` commands start
+WebSocket (app, controls, workload), the OpenAI-compatible API (openai_api, with
+openai_request, openai_params, openai_reply, waiting_gate and api_error), the door to all
+of them (guard), and what the ``demo``, ``serve`` and ``replay --serve`` commands start
 (launch)."""

@@ -18,7 +18,7 @@ events; the engine and the other tabs go on. A closed tab's subscriptions close 
 Step events carry every request's block ids, and a rebuilt engine announces itself with
 a "reset" event on the same bus: both arrive in order with the events around them.
 
-The door (openai_request.Guard): a foreign page's Origin is refused before the upgrade
+The door (guard.Guard): a foreign page's Origin is refused before the upgrade
 (403); with a key set, a connection shows it as ``?key=`` or in its first message,
 ``{"type": "auth", "key": ...}``, after the server's ``{"type": "auth_required"}``, and
 gets the key's role. A viewer's controls are refused. Texts (prompts, output tokens) are
@@ -50,8 +50,9 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.websockets import WebSocketDisconnect
 
+from minicb.server.api_error import APIError, error_handler
 from minicb.server.controls import handle_control
-from minicb.server.openai_request import CONTROLLER, VIEWER, APIError, Guard, error_handler
+from minicb.server.guard import CONTROLLER, VIEWER, Guard
 from minicb.server.simulation import simulation_choices
 from minicb.telemetry.events import StepEvent, to_dict
 

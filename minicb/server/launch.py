@@ -18,7 +18,7 @@
 
 Who may connect: with no ``--api-key`` the server listens on loopback only (a
 non-loopback ``--host`` is refused unless ``--insecure-public``); with one, the
-guard (openai_request.Guard) holds /v1, /ws, /metrics and the replay's traces, and
+guard (guard.Guard) holds /v1, /ws, /metrics and the replay's traces, and
 ``--viewer-key`` gives a room read-only access. See docs/serving.md.
 
 Building the parsers imports nothing heavy: torch, the model and uvicorn are imported
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from minicb.config import add_engine_options, describe_choices, engine_kwargs
-from minicb.server.openai_request import LOOPBACK, Guard
+from minicb.server.guard import LOOPBACK, Guard
 from minicb.server.workload import LENGTHS, PRESETS
 from minicb.telemetry.trace import add_trace_option, traced
 
@@ -111,6 +111,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "demo", help="static vs continuous batching, live in the browser (the visualizer)"
     )
     add_engine_options(p)  # --batching is ignored: the demo runs both
+    p.set_defaults(measure_utilisation=True)  # the page charts each step's utilisation
     # Unset here, so that --simulate can pick its own defaults (resolve_demo_defaults).
     p.set_defaults(**{name: None for name in DEMO_DEFAULTS})
     add_server_options(p)
@@ -155,6 +156,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add_engine_options(p)
+    p.set_defaults(measure_utilisation=True)
     add_trace_option(p)
     p.set_defaults(func=run_serve)
 

@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from minicb.server.openai_request import Guard
+from minicb.server.guard import Guard
 from tests.api.conftest import tiny_engine
 from tests.api.live import api_server
 from tests.helpers import wait_for

@@ -1,9 +1,6 @@
 """Figures computed from fixed inputs: spreads, ratios, roofline, time shares, goals."""
 
-from types import SimpleNamespace
-
 import pytest
-import torch
 
 from minicb.bench import (
     RunRecord,
@@ -16,6 +13,7 @@ from minicb.bench import (
     theory,
 )
 from minicb.bench.report import evaluate
+from minicb.runner.step_time import ModelShape
 
 
 def _run(system, out_tok_s, ttft=None, error=None):
@@ -56,45 +54,33 @@ def test_ratios_pair_repeat_with_repeat():
     assert table["b / a"]["median"] == pytest.approx(0.5)
 
 
+# Two layers: q, o = 8 x 4 x 2 x 2 (128), k, v = 8 x 2 x 2 x 2 (64), gated MLP 3 x 8 x 16
+# (384): 576 per layer; streamed 2 x 576 + lm_head 10 x 8 = 1,232; KV 2 x 2 x 2 x 2 x 2 = 32 B.
+SHAPE = ModelShape("hand", num_layers=2, hidden_size=8, intermediate_size=16, num_heads=4,
+                   num_kv_heads=2, head_dim=2, vocab_size=10, max_model_len=64)  # fmt: skip
+
+
 def test_decode_cost_and_ceiling_by_hand():
-    cfg = SimpleNamespace(num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8)
-    sizes = {"weight_bytes": 1000, "matmul_params": 400, "kv_bytes_per_token": 10}
-    nbytes, flops = theory.decode_cost(sizes, cfg, batch=3, context=5)
-    assert nbytes == 1000 + 3 * 5 * 10
-    assert flops == 3 * (2 * 400 + 4 * 2 * 4 * 8 * 5)
+    nbytes, flops = theory.decode_cost(SHAPE, 2, batch=3, context=5)
+    assert nbytes == 1232 * 2 + 3 * 5 * 32
+    # per row: 2 FLOPs per streamed weight, 4 x layers x heads x head_dim per key attended
+    assert flops == 3 * (2 * 1232 + 4 * 2 * 4 * 2 * 5)
     assert theory.ceiling(1000, 10, bandwidth=100, peak=1000) == (10.0, "memory")
     assert theory.ceiling(10, 1000, bandwidth=100, peak=10) == (100.0, "compute")
-    hw = {"copy_bandwidth": 1150 / 0.5, "matmul_flops": 1e12}  # memory-bound: t_min 0.5 s
-    point = theory.roofline_point(
-        {"step_s": 2.0, "forward_s": 1.0, "context": 5}, sizes, cfg, 3, hw
-    )
+    hw = {"copy_bandwidth": 2944 / 0.5, "matmul_flops": 1e12}  # memory-bound: t_min 0.5 s
+    point = theory.roofline_point({"step_s": 2.0, "forward_s": 1.0, "context": 5}, SHAPE, 2, 3, hw)
     assert point["ceiling_tok_s"] == pytest.approx(6.0) and point["bound"] == "memory"
     assert point["tok_s"] == 1.5 and point["fraction"] == pytest.approx(0.25)
     assert point["forward_fraction"] == pytest.approx(0.5)
 
 
-def test_model_sizes_count_tied_weights_once():
-    cfg = SimpleNamespace(vocab_size=10, hidden_size=4, num_layers=1, num_kv_heads=1,
-                          head_dim=2, tie_word_embeddings=True)  # fmt: skip
-    emb = torch.nn.Embedding(10, 4)
-    head = torch.nn.Linear(4, 10, bias=False)
-    head.weight = emb.weight
-    model = torch.nn.ModuleDict({"emb": emb, "head": head, "mlp": torch.nn.Linear(4, 4, False)})
-    sizes = theory.model_sizes(model, cfg, elem=2)
-    assert sizes == {"weight_bytes": (40 + 16) * 2, "matmul_params": 56, "kv_bytes_per_token": 8}
-    untied = SimpleNamespace(**{**vars(cfg), "tie_word_embeddings": False})
-    head.weight = torch.nn.Parameter(torch.zeros(10, 4))
-    sizes = theory.model_sizes(model, untied, elem=2)
-    assert sizes["weight_bytes"] == (40 + 16) * 2  # lm_head and mlp; the table is gathered
-    assert sizes["matmul_params"] == 56
-
-
-def test_matmul_probe_grows_until_a_product_takes_long_enough():
-    # A target of 0 s: the first product (128^3) is already long enough; an unreachable
-    # target: the probe stops at its cap rather than grow without end.
-    assert theory.matmul_size(torch.float32, cap=1024, target_s=0.0) == 128
-    assert theory.matmul_size(torch.float32, cap=256, target_s=float("inf")) == 256
-    assert theory.measure_matmul_flops(torch.float32, 128, repeats=1) > 0
+def test_model_sizes_count_what_a_step_streams_from_the_config():
+    # The layers and the lm_head: an untied embedding table is only gathered, a tied one is
+    # the lm_head (read once either way); counted from the shape, whatever the runner holds.
+    expected = {"weight_bytes": 1232 * 2, "matmul_params": 1232, "kv_bytes_per_token": 32}
+    assert theory.model_sizes(SHAPE, elem=2) == expected
+    tied = ModelShape(**{**vars(SHAPE), "tie_word_embeddings": True})
+    assert theory.model_sizes(tied, elem=2) == expected
 
 
 def test_share_of_time_outside_the_model():

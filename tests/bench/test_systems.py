@@ -7,13 +7,10 @@ import torch
 
 from minicb import EngineConfig, FakeRunner, LLMEngine, VirtualClock
 from minicb.bench import measure_events
-from minicb.bench.systems import (
-    _batch_events,
-    minicb_siblings,
-    run_hf_continuous,
-    run_hf_padded,
-    run_minicb,
-)
+from minicb.bench.driver import run_minicb
+from minicb.bench.hf_continuous import run_hf_continuous
+from minicb.bench.hf_padded import _batch_events, run_hf_padded
+from minicb.bench.systems import minicb_siblings
 from minicb.bench.workloads import RequestSpec, Workload, capped_exponential
 
 

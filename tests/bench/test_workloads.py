@@ -5,10 +5,9 @@ import statistics
 
 import pytest
 
+from minicb.bench.arrivals import arrival_times, describe_arrivals
 from minicb.bench.workloads import (
-    arrival_times,
     capped_exponential,
-    describe_arrivals,
     fixed_lengths,
     nanovllm_replica,
     uniform_lengths,

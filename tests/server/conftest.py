@@ -11,8 +11,8 @@ from types import SimpleNamespace
 from minicb import EngineConfig, FakeRunner, LLMEngine
 from minicb.server.app import create_app
 from minicb.server.engine_loop import EngineLoop
+from minicb.server.guard import Guard
 from minicb.server.openai_api import install_openai_routes
-from minicb.server.openai_request import Guard
 from minicb.server.workload import WorkloadFeeder, WorkloadSpec
 from tests.api.live import live_server
 

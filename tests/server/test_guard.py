@@ -16,8 +16,8 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from minicb import EngineConfig, FakeRunner, LLMEngine, SamplingParams
 from minicb.cli import build_parser, main
 from minicb.server.app import create_app
+from minicb.server.guard import Guard
 from minicb.server.launch import serve_replay, server_guard
-from minicb.server.openai_request import Guard
 from minicb.telemetry.trace import Trace
 from tests.server.conftest import (
     CharTokenizer,
