@@ -4,7 +4,7 @@
     out = runner.execute(plan)           # one ragged batch through the model (or a fake)
     scheduler.update(plan, out.sampled)  # append tokens (accepted drafts too), advance counters
     ... check stops, retire finished ... # finished requests leave the batch
-    bus.emit(StepEvent(plan, timings))   # the one event path: metrics, traces, browsers
+    bus.emit_many(step_events)           # the one event path: metrics, traces, browsers
 
 The engine is given its runner and its clock (by default it builds the model runner and
 reads the wall clock), so the scheduler under test, under a fake runner and in production
@@ -351,10 +351,10 @@ class LLMEngine:
             flop_util=out.flop_util,
         )
         if self.bus.listening:  # nobody listens: build nothing
-            if self.bus.wants("step"):
-                self.bus.emit(event)
-            for e in events.step_request_events(event, new_tokens, finished, self.bus.wants):
-                self.bus.emit(e)
+            batch: list[events.Event] = [event] if self.bus.wants("step") else []
+            batch += events.step_request_events(event, new_tokens, finished, self.bus.wants)
+            if batch:  # the step's events at once: one call per listener
+                self.bus.emit_many(batch)
         return StepResult(event, new_tokens, finished)
 
     def _new_token(self, req: Request, now: float) -> TokenDelta:

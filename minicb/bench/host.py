@@ -6,9 +6,10 @@
   same run on the same ids.
 - ``time_instrumentation``: CPU seconds per ``engine.step()`` over a ``FakeRunner`` (no model:
   the step is all host work) with nothing subscribed and with the full set of listeners
-  (metrics, Prometheus, a JSONL trace, an async queue nobody reads), in alternating blocks
-  of steps on the same engine, so that the machine's load falls on both alike. The
-  difference is what the events cost: building them and every listener handling them.
+  (metrics, Prometheus, a JSONL trace, an async queue nobody reads), or each of them alone
+  (``--listeners``), engines under the same load stepped in turns, so that the machine's
+  load falls on all alike. The difference is what the events cost: building them and
+  every listener handling them.
 
 ``schedule()`` on its own is ``minicb.bench.theory.time_schedule``. Run all three with
 
@@ -63,22 +64,31 @@ def time_detokenize(tokenizer: Any, num_tokens: int = 500, repeats: int = 3) -> 
     return {"num_tokens": num_tokens, **best, "speedup": speedup}
 
 
-def _subscribe_all(engine: LLMEngine, folder: Path) -> Any:
-    """The full instrumentation on ``engine``'s bus; returns how to undo it."""
-    bus = engine.bus
-    writer = TraceWriter(folder / "host.jsonl", trace_header(engine))
-    listeners = [MetricsCollector(), PrometheusMetrics(engine.model_name), writer]
-    for listener in listeners:
+LISTENERS = ("metrics", "prometheus", "trace", "queue")  # "full" is all four at once
+
+
+def _subscribe(engine: LLMEngine, folder: Path, names: tuple[str, ...]) -> Any:
+    """The listeners ``names`` on ``engine``'s bus; returns how to undo it."""
+    bus, undo = engine.bus, []
+    for name in names:
+        if name == "queue":  # an async subscription nobody reads: full, dropping
+            queue = bus.subscribe_async(maxsize=256)
+            undo.append(queue.close)
+            continue
+        if name == "trace":
+            listener: Any = TraceWriter(folder / f"host-{id(engine)}.jsonl", trace_header(engine))
+        else:
+            listener = MetricsCollector() if name == "metrics" else PrometheusMetrics("host")
         bus.subscribe(listener)
-    queue = bus.subscribe_async(maxsize=256)
+        undo.append(lambda listener=listener: bus.unsubscribe(listener))
+        if name == "trace":  # after unsubscribing: the file must not be written once closed
+            undo.append(listener.close)
 
-    def undo() -> None:  # unsubscribe first: the trace file must not be written once closed
-        for listener in listeners:
-            bus.unsubscribe(listener)
-        queue.close()
-        writer.close()
+    def undo_all() -> None:
+        for fn in undo:
+            fn()
 
-    return undo
+    return undo_all
 
 
 class _SteadyLoad:
@@ -114,31 +124,42 @@ class _SteadyLoad:
         return time.thread_time() - t0
 
 
-def time_instrumentation(num_running: int = 16, steps: int = 400) -> dict[str, Any]:
-    """Median CPU seconds per step of two engines under the same load, one with nothing
-    subscribed and one with the full instrumentation, stepped in turns (first one, then
-    the other, alternately) so that the machine's load falls on both alike. CPU time of
-    the engine's thread, not wall time: on a shared machine a wall-clock step also counts
-    the time other processes held the core."""
-    loads = {"off": _SteadyLoad(num_running), "full": _SteadyLoad(num_running)}
-    times: dict[str, list[float]] = {"off": [], "full": []}
+def time_instrumentation(
+    num_running: int = 16, steps: int = 400, settings: tuple[str, ...] = ("full",)
+) -> dict[str, Any]:
+    """Median CPU seconds per step of engines under the same load, one with nothing
+    subscribed ("off") and one per setting (a listener of ``LISTENERS`` alone, or "full":
+    all of them), stepped in turns (the order reversed every other round) so that the
+    machine's load falls on all alike. CPU time of the engine's thread, not wall time: on
+    a shared machine a wall-clock step also counts the time other processes held the core.
+    ``instrumentation_s`` is the first setting's median less off's."""
+    modes = ("off", *settings)
+    loads = {m: _SteadyLoad(num_running) for m in modes}
+    times: dict[str, list[float]] = {m: [] for m in modes}
     with tempfile.TemporaryDirectory() as tmp:
-        undo = _subscribe_all(loads["full"].engine, Path(tmp))
+        undo = [
+            _subscribe(loads[m].engine, Path(tmp), LISTENERS if m == "full" else (m,))
+            for m in settings
+        ]
         for i in range(steps + 100):  # the first 100: warm-up, to a steady state
-            for mode in ("off", "full") if i % 2 else ("full", "off"):
+            for mode in modes if i % 2 else modes[::-1]:
                 seconds = loads[mode].step()
                 if i >= 100:
                     times[mode].append(seconds)
-        undo()
-    off, full = (statistics.median(times[m]) for m in ("off", "full"))
-    return {"num_running": num_running, "steps": steps, "off_s": off, "full_s": full,
-            "instrumentation_s": full - off}  # fmt: skip
+        for fn in undo:
+            fn()
+    medians = {f"{m}_s": statistics.median(times[m]) for m in modes}
+    return {"num_running": num_running, "steps": steps, **medians,
+            "instrumentation_s": medians[f"{settings[0]}_s"] - medians["off_s"]}  # fmt: skip
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=500, help="output length to detokenize")
     ap.add_argument("--running", type=int, nargs="+", default=[16, 256])
+    ap.add_argument(
+        "--listeners", action="store_true", help="also each listener alone, at each --running"
+    )
     args = ap.parse_args()
     from minicb.bench.theory import time_schedule
     from minicb.runner.loader import default_model_dir, load_tokenizer
@@ -157,6 +178,11 @@ def main() -> None:
               f"off {r['off_s'] * 1e6:.0f} us, full instrumentation {r['full_s'] * 1e6:.0f} us, "
               f"instrumentation {r['instrumentation_s'] * 1e6:.0f} us per step "
               f"({r['full_s'] / r['off_s']:.2f}x)")  # fmt: skip
+    for n in args.running if args.listeners else ():
+        r = time_instrumentation(n, settings=(*LISTENERS, "full"))
+        alone = ", ".join(f"{m} {(r[f'{m}_s'] - r['off_s']) * 1e6:.0f}" for m in LISTENERS)
+        print(f"each listener alone, {n} running, us per step over off: {alone}; all four "
+              f"{(r['full_s'] - r['off_s']) * 1e6:.0f}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -9,6 +9,12 @@ Every engine owns one bus (``engine.bus``) and publishes typed events on it
 - asynchronous subscriptions (``subscribe_async``): bounded queues read from other threads
   or an asyncio loop (a browser's WebSocket), which never make the engine wait.
 
+The engine hands over a step's events at once (``emit_many``): each listener gets the
+step's events it asked for, in order, before the next listener gets any, and each queue
+takes them under one lock. A listener is a callable ``listener(event)``; one that also has
+``on_events(events)`` (minicb.telemetry.listener) gets them in one call instead: the
+per-event calls were most of the bus's own cost at 16 running (docs/performance.md).
+
 Subscribers may ask for some kinds of event only. The engine builds nothing for a kind
 nobody asked for (``wants``), and when nobody listens at all it builds no event at all.
 
@@ -24,12 +30,13 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from minicb.telemetry.events import EVENT_KINDS, Event
 
 Listener = Callable[[Event], Any]
+Deliver = Callable[[Sequence[Event]], Any]  # takes a step's events, in order
 
 
 class EventBus:
@@ -39,9 +46,9 @@ class EventBus:
         self._sync: tuple[tuple[Listener, frozenset[str] | None], ...] = ()
         self._async: tuple[Subscription, ...] = ()
         self._wanted: frozenset[str] = frozenset()
-        # kind -> who gets it, in order: sync listeners first, then the queues' puts. Built
-        # when subscriptions change, so emitting is one dict lookup and the calls.
-        self._routes: dict[str, tuple[Listener, ...]] = {}
+        # Who gets events, in order (sync listeners first, then the queues' put_many), and
+        # which kinds (None: all). Built when subscriptions change, not per event.
+        self._targets: tuple[tuple[Deliver, frozenset[str] | None], ...] = ()
         self._lock = threading.Lock()
 
     # ---- subscribing ---------------------------------------------------------------------
@@ -76,11 +83,10 @@ class EventBus:
         wanted: set[str] = set()
         for kinds in [k for _, k in self._sync] + [s.kinds for s in self._async]:
             wanted |= EVENT_KINDS if kinds is None else kinds
-        targets = [*self._sync, *((sub.put, sub.kinds) for sub in self._async)]
-        self._routes = {
-            kind: tuple(fn for fn, kinds in targets if kinds is None or kind in kinds)
-            for kind in wanted
-        }
+        self._targets = (
+            *((_deliverer(fn), kinds) for fn, kinds in self._sync),
+            *((sub.put_many, sub.kinds) for sub in self._async),
+        )
         self._wanted = frozenset(wanted)
 
     @property
@@ -91,8 +97,30 @@ class EventBus:
         return kind in self._wanted
 
     def emit(self, event: Event) -> None:
-        for deliver in self._routes.get(event.kind, ()):
-            deliver(event)
+        self.emit_many((event,))
+
+    def emit_many(self, events: Sequence[Event]) -> None:
+        """Deliver ``events`` (a step's, in order): each listener gets those of its kinds in
+        one go, before the next one; a listener that unsubscribes meanwhile still gets this
+        call's events, and none after."""
+        events = tuple(events)  # one shared, read-only sequence for every listener
+        for deliver, kinds in self._targets:
+            share = events if kinds is None else [e for e in events if e.kind in kinds]
+            if share:
+                deliver(share)
+
+
+def _deliverer(listener: Listener) -> Deliver:
+    """How a sync listener takes a sequence of events: ``on_events`` if it has one."""
+    on_events = getattr(listener, "on_events", None)
+    if on_events is not None:
+        return on_events
+
+    def each(events: Sequence[Event]) -> None:
+        for event in events:
+            listener(event)
+
+    return each
 
 
 def _kinds(kinds: Iterable[str] | None) -> frozenset[str] | None:
@@ -121,7 +149,7 @@ class Subscription:
         self.dropped = 0  # events lost because the consumer fell behind
         self.received = 0  # events offered to this subscription, kept or not
         self.closed = False
-        self._queue: deque[Event] = deque()
+        self._queue: deque[Event] = deque(maxlen=maxsize)  # full: append drops the oldest
         self._cond = threading.Condition(threading.Lock())
         self._getters = 0  # threads blocked in get(): put() notifies only when there are some
         self._waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future] | None = None
@@ -130,16 +158,19 @@ class Subscription:
     # ---- the engine's side ---------------------------------------------------------------
     def put(self, event: Event) -> None:
         """Queue ``event``; if full, drop the oldest. Never blocks on the consumer."""
+        self.put_many((event,))
+
+    def put_many(self, events: Sequence[Event]) -> None:
+        """Queue ``events`` in order under one lock, as one ``put`` each would: the oldest
+        beyond ``maxsize`` are dropped and counted. Never blocks on the consumer."""
         with self._cond:
             if self.closed:
                 return
-            self.received += 1
-            if len(self._queue) >= self.maxsize:
-                self._queue.popleft()
-                self.dropped += 1
-            self._queue.append(event)
+            self.received += len(events)
+            self.dropped += max(len(self._queue) + len(events) - self.maxsize, 0)
+            self._queue.extend(events)  # beyond maxlen, the deque drops from the left (C)
             if self._getters:
-                self._cond.notify()
+                self._cond.notify(len(events))
             waiter, self._waiter = self._waiter, None
         if waiter is not None:
             _wake(waiter)

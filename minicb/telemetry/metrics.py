@@ -35,145 +35,54 @@ Pure Python: no torch.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+# The latency figures and statistics are defined in minicb.telemetry.latency, and the
+# listener's dispatch in minicb.telemetry.listener; their names are also importable here.
+from minicb.telemetry.latency import (
+    distribution,
+    e2e,
+    jain_index,
+    percentile,
+    queue_time,
+    tpot,
+    ttft,
+)
+from minicb.telemetry.listener import HandlerListener, handlers
+from minicb.telemetry.records import RequestRecord, StepTotals
+from minicb.telemetry.summary import summarise
 
 if TYPE_CHECKING:
     from minicb.telemetry.events import Event
 
-
-# ---- the one definition of each latency figure -------------------------------------------
-# Read by RequestMetrics (a finished request's output), MetricsCollector (summaries of
-# live runs and traces) and PrometheusMetrics (histograms); the visualizer's live figures
-# follow the same definitions, written out in docs/events.md.
-def ttft(arrival: float, first_token: float) -> float:
-    """Time to first token."""
-    return first_token - arrival
-
-
-def tpot(first_token: float, last_token: float, num_tokens: int) -> float:
-    """Time per output token after the first: the mean gap between a request's tokens."""
-    return (last_token - first_token) / (num_tokens - 1)
-
-
-def e2e(arrival: float, finished: float) -> float:
-    """End-to-end latency."""
-    return finished - arrival
+__all__ = [
+    "MetricsCollector",
+    "compute_metrics",
+    "distribution",
+    "e2e",
+    "handlers",
+    "jain_index",
+    "percentile",
+    "queue_time",
+    "tpot",
+    "ttft",
+]
 
 
-def queue_time(arrival: float, first_admitted: float) -> float:
-    return first_admitted - arrival
-
-
-# ---- small descriptive statistics (pure Python, so metrics need no numpy) ---------------
-def percentile(sorted_values: list[float], q: float) -> float:
-    """The q-th percentile (0..100) of sorted values, interpolating linearly between ranks."""
-    pos = (len(sorted_values) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
-def distribution(values: Iterable[float]) -> dict[str, Any]:
-    v = sorted(values)
-    if not v:
-        return {"count": 0, "mean": None, "p50": None, "p90": None, "p99": None, "max": None}
-    return {
-        "count": len(v),
-        "mean": sum(v) / len(v),
-        "p50": percentile(v, 50),
-        "p90": percentile(v, 90),
-        "p99": percentile(v, 99),
-        "max": v[-1],
-    }
-
-
-def jain_index(values: list[float]) -> float | None:
-    """(sum x)^2 / (n * sum x^2): 1 when all are equal, 1/n when one takes everything."""
-    squares = sum(x * x for x in values)
-    return sum(values) ** 2 / (len(values) * squares) if squares > 0 else None
-
-
-def handlers(listener: object) -> dict[str, Any]:
-    """A listener's ``_on_<kind>`` methods by kind: looked up once, not by name per event."""
-    return {n[4:]: getattr(listener, n) for n in dir(listener) if n.startswith("_on_")}
-
-
-def _ratio(num: float, den: float) -> float | None:
-    return num / den if den else None
-
-
-@dataclass
-class _Request:
-    """What the events told us about one request."""
-
-    arrival: float | None = None
-    admitted: float | None = None  # first admission
-    token_times: list[float] = field(default_factory=list)
-    finished: float | None = None
-    num_prompt_tokens: int = 0
-    num_output_tokens: int = 0
-    aborted: bool = False
-    wait_from: float | None = None  # start of the current wait; None while running
-    waited: float = 0.0
-
-    def stop_waiting(self, t: float) -> None:
-        if self.wait_from is not None:
-            self.waited += t - self.wait_from
-            self.wait_from = None
-
-
-@dataclass
-class _Steps:
-    """Sums over every StepEvent."""
-
-    count: int = 0
-    useful_rows: int = 0
-    slots: int = 0
-    tokens: int = 0
-    padding_tokens: int = 0
-    budget_used: int = 0
-    budget_limit: int = 0
-    kv_live: int = 0
-    kv_held: int = 0
-    kv_last_block_slack: int = 0
-    kv_usage_sum: float = 0.0
-    kv_usage_peak: float = 0.0
-    schedule_s: float = 0.0
-    forward_s: float = 0.0
-    sample_s: float = 0.0
-    preempted: dict[str, int] = field(default_factory=dict)
-    swapped_out: int = 0
-    swapped_in: int = 0
-    prefill_tokens: int = 0
-    prefix_query_tokens: int = 0
-    prefix_hit_tokens: int = 0
-    decode_rows: int = 0
-    drafted_rows: int = 0
-    draft_tokens: int = 0
-    accepted_tokens: int = 0
-
-
-class MetricsCollector:
+class MetricsCollector(HandlerListener):
     """Listens to events; ``summary()`` gives every figure at any moment."""
 
     def __init__(self) -> None:
+        super().__init__()
         # Keyed by (engine generation, request id): ids start again at 0 after a rebuild
         # (a "reset" event), and a run that crosses one must not mix two requests.
-        self.requests: dict[tuple[int, int], _Request] = {}
+        self.requests: dict[tuple[int, int], RequestRecord] = {}
         self.generation = 0
-        self.steps = _Steps()
+        self.steps = StepTotals()
         self.rejected = 0
         self.t_min: float | None = None
         self.t_max: float | None = None
-        self._handlers = handlers(self)
-
-    def __call__(self, event: Event) -> None:
-        handler = self._handlers.get(event.kind)
-        if handler is not None:
-            handler(event)
 
     def _seen(self, start: float, end: float) -> None:
         if self.t_min is None or start < self.t_min:
@@ -181,12 +90,12 @@ class MetricsCollector:
         if self.t_max is None or end > self.t_max:
             self.t_max = end
 
-    def _req(self, event: Any) -> _Request:
+    def _req(self, event: Any) -> RequestRecord:
         self._seen(event.time, event.time)
         key = (self.generation, event.request_id)
         r = self.requests.get(key)
-        if r is None:  # only now: setdefault would build a _Request for every event
-            r = self.requests[key] = _Request()
+        if r is None:  # only now: setdefault would build a RequestRecord for every event
+            r = self.requests[key] = RequestRecord()
         return r
 
     # ---- per-event updates ---------------------------------------------------------------
@@ -268,164 +177,11 @@ class MetricsCollector:
         self._seen(e.time, e.time)
         self.rejected += 1
 
-    # ---- the summary ---------------------------------------------------------------------
     def summary(
         self, ttft_slo: float | None = None, tpot_slo: float | None = None
     ) -> dict[str, Any]:
-        duration = (self.t_max - self.t_min) if self.t_min is not None else 0.0
-        reqs = self.requests
-        done = {i: r for i, r in reqs.items() if r.finished is not None and r.arrival is not None}
-        ttfts = {
-            i: ttft(r.arrival, r.token_times[0])
-            for i, r in reqs.items()
-            if r.token_times and r.arrival is not None
-        }
-        tpots = {
-            i: tpot(r.token_times[0], r.token_times[-1], len(r.token_times))
-            for i, r in reqs.items()
-            if len(r.token_times) > 1
-        }
-        out_tokens = sum(r.num_output_tokens for r in done.values())
-        in_tokens = sum(r.num_prompt_tokens for r in done.values())
-        return {
-            "duration_s": duration,
-            "requests": {
-                "arrived": sum(r.arrival is not None for r in reqs.values()),
-                "finished": len(done),
-                "aborted": sum(r.aborted for r in reqs.values()),
-                "rejected": self.rejected,
-                "tokens_generated": sum(len(r.token_times) for r in reqs.values()),
-            },
-            "latency": {
-                "ttft_s": distribution(ttfts.values()),
-                "tpot_s": distribution(tpots.values()),
-                "itl_s": distribution(g for r in reqs.values() for g in _gaps(r.token_times)),
-                "e2e_s": distribution(e2e(r.arrival, r.finished) for r in done.values()),
-                "queue_s": distribution(
-                    queue_time(r.arrival, r.admitted)
-                    for r in reqs.values()
-                    if r.admitted is not None and r.arrival is not None
-                ),
-            },
-            "throughput": {
-                "output_tokens_per_s": _ratio(out_tokens, duration),
-                "total_tokens_per_s": _ratio(out_tokens + in_tokens, duration),
-                "requests_per_s": _ratio(len(done), duration),
-            },
-            "batch": self._batch(),
-            "kv": self._kv(),
-            "preemptions": self._preemptions(),
-            "prefix_cache": self._prefix_cache(),
-            "speculative": self._speculative(),
-            "fairness": self._fairness(done),
-            "goodput": _goodput(done, ttfts, tpots, ttft_slo, tpot_slo, duration),
-        }
-
-    def _preemptions(self) -> dict[str, Any]:
-        s = self.steps
-        return {
-            "total": sum(s.preempted.values()),
-            "recompute": s.preempted.get("recompute", 0),
-            "swap": s.preempted.get("swap", 0),
-            "swapped_out": s.swapped_out,
-            "swapped_in": s.swapped_in,
-        }
-
-    def _prefix_cache(self) -> dict[str, Any]:
-        s = self.steps
-        return {
-            "query_tokens": s.prefix_query_tokens,
-            "hit_tokens": s.prefix_hit_tokens,
-            "hit_rate": _ratio(s.prefix_hit_tokens, s.prefix_query_tokens),
-            "prefill_tokens": s.prefill_tokens,
-        }
-
-    def _speculative(self) -> dict[str, Any]:
-        s = self.steps
-        return {
-            "drafted_rows": s.drafted_rows,
-            "draft_tokens": s.draft_tokens,
-            "accepted_tokens": s.accepted_tokens,
-            "acceptance_rate": _ratio(s.accepted_tokens, s.draft_tokens),
-            "accepted_tokens_per_step": _ratio(s.accepted_tokens, s.count),
-            "tokens_per_decode_row": _ratio(s.decode_rows + s.accepted_tokens, s.decode_rows),
-        }
-
-    def _batch(self) -> dict[str, Any]:
-        s = self.steps
-        return {
-            "steps": s.count,
-            "slot_occupancy": _ratio(s.useful_rows, s.slots),
-            "padding_waste": _ratio(s.padding_tokens, s.tokens),
-            "token_budget_use": _ratio(s.budget_used, s.budget_limit),
-            "mean_rows_per_step": _ratio(s.useful_rows, s.count),
-            "mean_tokens_per_step": _ratio(s.tokens, s.count),
-            "mean_schedule_s": _ratio(s.schedule_s, s.count),
-            "mean_forward_s": _ratio(s.forward_s, s.count),
-            "mean_sample_s": _ratio(s.sample_s, s.count),
-        }
-
-    def _kv(self) -> dict[str, Any]:
-        s = self.steps
-        reserved = s.kv_held - s.kv_live - s.kv_last_block_slack
-        return {
-            "utilisation": _ratio(s.kv_live, s.kv_held),
-            "internal_fragmentation": _ratio(s.kv_last_block_slack, s.kv_held),
-            "reservation_waste": _ratio(reserved, s.kv_held),
-            "mean_pool_usage": _ratio(s.kv_usage_sum, s.count),
-            "peak_pool_usage": s.kv_usage_peak,
-        }
-
-    def _fairness(self, done: dict[tuple[int, int], _Request]) -> dict[str, Any]:
-        normalised = [
-            e2e(r.arrival, r.finished) / r.num_output_tokens
-            for r in done.values()
-            if r.num_output_tokens
-        ]
-        waits = {i: _wait(r, self.t_max) for i, r in self.requests.items() if r.arrival is not None}
-        longest = max(waits, key=waits.__getitem__) if waits else None
-        return {
-            "jain_index": jain_index(normalised) if normalised else None,
-            "longest_wait_s": waits[longest] if longest is not None else None,
-            "longest_wait_request": longest[1] if longest is not None else None,
-        }
-
-
-def _goodput(
-    done: dict[tuple[int, int], _Request],
-    ttfts: dict[tuple[int, int], float],
-    tpots: dict[tuple[int, int], float],
-    ttft_slo: float | None,
-    tpot_slo: float | None,
-    duration: float,
-) -> dict[str, Any] | None:
-    """Finished requests that met both targets (a one-token request has no TPOT to miss)."""
-    if ttft_slo is None and tpot_slo is None:
-        return None
-    good = [
-        i
-        for i in done
-        if (ttft_slo is None or (i in ttfts and ttfts[i] <= ttft_slo))
-        and (tpot_slo is None or tpots.get(i, 0.0) <= tpot_slo)
-    ]
-    return {
-        "ttft_slo_s": ttft_slo,
-        "tpot_slo_s": tpot_slo,
-        "requests": len(good),
-        "fraction": _ratio(len(good), len(done)),
-        "requests_per_s": _ratio(len(good), duration),
-    }
-
-
-def _gaps(times: list[float]) -> list[float]:
-    return [b - a for a, b in zip(times, times[1:], strict=False)]
-
-
-def _wait(r: _Request, end: float | None) -> float:
-    """Time spent not running; a wait still open counts up to the last event seen."""
-    if r.wait_from is None or end is None:
-        return r.waited
-    return r.waited + (end - r.wait_from)
+        """Every figure (the definitions above), JSON-safe, from what was seen so far."""
+        return summarise(self, ttft_slo, tpot_slo)
 
 
 def compute_metrics(

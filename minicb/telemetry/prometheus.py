@@ -1,36 +1,49 @@
 """Prometheus exposition of the engine's live gauges, counters and latency histograms.
 
-``PrometheusMetrics`` is an event listener that keeps prometheus_client metrics in its own
+``PrometheusMetrics`` is an event listener that keeps its figures as plain Python numbers
+(minicb's own counters and bucket counts) and is itself the Collector of its own
 CollectorRegistry (never the global one, so two engines, or two tests, do not clash);
 ``exposition()`` gives the text for a server's ``/metrics``. Names follow vLLM's
 ``vllm:`` metrics with a ``minicb:`` prefix, e.g. ``minicb:num_requests_running``,
 ``minicb:kv_cache_usage_perc``; counters get prometheus_client's ``_total`` suffix.
 
+Why not prometheus_client's Counter and Histogram: each ``inc`` and ``observe`` takes a
+lock (a histogram's observe two), and this listener counts every token and observes
+every inter-token gap in the engine thread: at 16 running that was most of its cost per
+step (docs/performance.md, host costs). Here only the engine thread writes, and a scrape
+reads each number whole under the GIL, as prometheus_client's own collection reads each
+of its values one at a time; the text is the same (``tests/telemetry/test_prometheus.py``
+compares it with prometheus_client's own objects fed one event at a time).
+
 About the colon: the Prometheus data model allows ``:`` in metric names (it is meant for
 recording rules, which is why vLLM's use of it is debated), and prometheus_client accepts
 it in metric names under both its legacy and its UTF-8 validation; it rejects ``:`` in
 label names, so labels here are plain (``model_name``, ``finished_reason``). If a future
-prometheus_client refuses a colon name, the metric is registered with ``_`` instead and
+prometheus_client refuses a colon name, the metric is exposed with ``_`` instead and
 listed in ``renamed``, rather than failing the engine.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+import time
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
 )
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
-from minicb.telemetry.events import Event
-from minicb.telemetry.metrics import e2e, handlers, queue_time, tpot, ttft
+from minicb.telemetry.latency import e2e, queue_time, tpot, ttft
+from minicb.telemetry.listener import HandlerListener
 
 # Bucket edges (seconds), close to vLLM's, widened at the slow end for CPU runs.
 # fmt: off
@@ -41,6 +54,62 @@ TPOT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4
 E2E_BUCKETS = (0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
                60.0, 120.0)
 # fmt: on
+# prometheus_client's own switch for the ``_created`` series, honoured the same way.
+CREATED = os.environ.get("PROMETHEUS_DISABLE_CREATED_SERIES", "False").lower() not in (
+    "true",
+    "1",
+    "t",
+)  # fmt: skip
+
+
+class Gauge:
+    """A value that goes up and down; ``set`` from any thread (one float, stored whole)."""
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def set(self, value: float) -> None:
+        self.value = float(value)
+
+
+class Counter:
+    """A count that only grows, per label value (``""`` when it has no label), with the
+    time each label value was first seen (the ``_created`` series)."""
+
+    def __init__(self, labelled: bool = False) -> None:
+        self.values: dict[str, float] = {}
+        self.created: dict[str, float] = {}
+        if not labelled:  # shown from the start, at 0, as prometheus_client shows it
+            self.inc(0)
+
+    def inc(self, amount: float = 1, label: str = "") -> None:
+        if label not in self.values:
+            self.created[label] = time.time()
+            self.values[label] = 0.0
+        self.values[label] += amount
+
+
+class Histogram:
+    """Bucket counts and the sum of observations; ``bounds`` are the finite upper edges."""
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(bounds)
+        self.counts = [0] * (len(self.bounds) + 1)  # the last one: above every edge (+Inf)
+        self.sum = 0.0
+        self.created = time.time()
+
+    def observe(self, value: float) -> None:
+        # The first edge >= value, as prometheus_client's ``value <= bound`` walk finds it.
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        """(le, observations <= le) for each edge and +Inf, as the text format wants."""
+        counts, total, out = list(self.counts), 0, []  # one copy: a scrape reads a snapshot
+        for edge, count in zip((*self.bounds, float("inf")), counts, strict=True):
+            total += count
+            out.append((floatToGoString(edge), float(total)))
+        return out
 
 
 @dataclass
@@ -54,92 +123,110 @@ class _Live:
     last: float = 0.0  # latest token time
 
 
-class PrometheusMetrics:
+# (attribute, name, help) of each metric, in the order of the exposition.
+GAUGES = (
+    ("running", "minicb:num_requests_running", "Requests holding a batch slot."),
+    ("waiting", "minicb:num_requests_waiting", "Requests waiting to be admitted."),
+    ("swapped", "minicb:num_requests_swapped", "Requests swapped out to CPU."),
+    ("kv_usage", "minicb:kv_cache_usage_perc", "KV-cache block usage, 1 means 100 percent."),
+)
+COUNTERS = (
+    ("preemptions", "minicb:num_preemptions", "Preemptions, recompute and swap."),
+    ("prompt_tokens", "minicb:prompt_tokens", "Prefill tokens computed, recomputes included."),
+    ("generation_tokens", "minicb:generation_tokens", "Tokens generated."),
+    # As vLLM's: the hit rate is hits / queries, both in tokens, over any window.
+    ("prefix_queries", "minicb:prefix_cache_queries",
+     "Prompt tokens looked up in the prefix cache."),
+    ("prefix_hits", "minicb:prefix_cache_hits", "Prompt tokens found in the prefix cache."),
+    ("iterations", "minicb:iterations", "Engine iterations."),
+    # As vLLM's spec_decode counters: acceptance rate = accepted / draft tokens.
+    ("spec_drafts", "minicb:spec_decode_num_drafts",
+     "Decode rows that verified speculative drafts."),
+    ("spec_draft_tokens", "minicb:spec_decode_num_draft_tokens",
+     "Speculative tokens proposed and verified."),
+    ("spec_accepted_tokens", "minicb:spec_decode_num_accepted_tokens",
+     "Speculative tokens kept as output."),
+    ("success", "minicb:request_success", "Finished requests."),  # by finished_reason
+    ("rejected", "minicb:request_rejected", "Requests refused at the door."),
+)  # fmt: skip
+HISTOGRAMS = (
+    ("ttft", "minicb:time_to_first_token_seconds", "Time to first token.", TTFT_BUCKETS),
+    ("itl", "minicb:inter_token_latency_seconds", "Gap between tokens.", TPOT_BUCKETS),
+    ("tpot", "minicb:request_time_per_output_token_seconds", "Mean gap per request.",
+     TPOT_BUCKETS),
+    ("e2e", "minicb:e2e_request_latency_seconds", "Arrival to finish.", E2E_BUCKETS),
+    ("queue", "minicb:request_queue_time_seconds", "Arrival to admission.", E2E_BUCKETS),
+)  # fmt: skip
+LABELLED = {"success": "finished_reason"}  # counters with a label beside model_name
+
+
+class PrometheusMetrics(HandlerListener):
     content_type = CONTENT_TYPE_LATEST
 
     def __init__(self, model_name: str = "", registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry()
         self.renamed: dict[str, str] = {}  # names refused with ':' -> the names used instead
         self.model_name = model_name
         self._live: dict[int, _Live] = {}  # requests in flight
         self._counts = {"waiting": 0, "running": 0, "swapped": 0}
-        gauge, counter, hist = (self._factory(c) for c in (Gauge, Counter, Histogram))
-        self.running = gauge("minicb:num_requests_running", "Requests holding a batch slot.")
-        self.waiting = gauge("minicb:num_requests_waiting", "Requests waiting to be admitted.")
-        self.swapped = gauge("minicb:num_requests_swapped", "Requests swapped out to CPU.")
-        self.kv_usage = gauge(
-            "minicb:kv_cache_usage_perc", "KV-cache block usage, 1 means 100 percent."
-        )
-        self.preemptions = counter("minicb:num_preemptions", "Preemptions, recompute and swap.")
-        self.prompt_tokens = counter(
-            "minicb:prompt_tokens", "Prefill tokens computed, recomputes included."
-        )
-        self.generation_tokens = counter("minicb:generation_tokens", "Tokens generated.")
-        # As vLLM's: the hit rate is hits / queries, both in tokens, over any window.
-        self.prefix_queries = counter(
-            "minicb:prefix_cache_queries", "Prompt tokens looked up in the prefix cache."
-        )
-        self.prefix_hits = counter(
-            "minicb:prefix_cache_hits", "Prompt tokens found in the prefix cache."
-        )
-        self.iterations = counter("minicb:iterations", "Engine iterations.")
-        # As vLLM's spec_decode counters: acceptance rate = accepted / draft tokens.
-        self.spec_drafts = counter(
-            "minicb:spec_decode_num_drafts", "Decode rows that verified speculative drafts."
-        )
-        self.spec_draft_tokens = counter(
-            "minicb:spec_decode_num_draft_tokens", "Speculative tokens proposed and verified."
-        )
-        self.spec_accepted_tokens = counter(
-            "minicb:spec_decode_num_accepted_tokens", "Speculative tokens kept as output."
-        )
-        self.success = counter("minicb:request_success", "Finished requests.", ["finished_reason"])
-        self.rejected = counter("minicb:request_rejected", "Requests refused at the door.")
-        self.ttft = hist(
-            "minicb:time_to_first_token_seconds", "Time to first token.", buckets=TTFT_BUCKETS
-        )
-        self.itl = hist(
-            "minicb:inter_token_latency_seconds", "Gap between tokens.", buckets=TPOT_BUCKETS
-        )
-        self.tpot = hist(
-            "minicb:request_time_per_output_token_seconds",
-            "Mean gap per request.",
-            buckets=TPOT_BUCKETS,
-        )
-        self.e2e = hist(
-            "minicb:e2e_request_latency_seconds", "Arrival to finish.", buckets=E2E_BUCKETS
-        )
-        self.queue = hist(
-            "minicb:request_queue_time_seconds", "Arrival to admission.", buckets=E2E_BUCKETS
-        )
-        self._handlers = handlers(self)
+        self.kv_usage = Gauge()  # also set by the server before a scrape
+        for attr, *_ in COUNTERS:
+            setattr(self, attr, Counter(labelled=attr in LABELLED))
+        for attr, _, _, bounds in HISTOGRAMS:
+            setattr(self, attr, Histogram(bounds))
+        self._names = {
+            attr: self._name(family, name)
+            for kinds, family in ((GAUGES, GaugeMetricFamily), (COUNTERS, CounterMetricFamily),
+                                  (HISTOGRAMS, HistogramMetricFamily))
+            for attr, name, *_ in kinds
+        }  # fmt: skip
+        super().__init__()
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.registry.register(self)
 
-    def _factory(self, cls: type) -> Callable[..., Any]:
-        """Makes metrics of ``cls`` labelled with the model name, colon name if allowed."""
-
-        def make(name: str, doc: str, labels: list[str] | None = None, **kw: Any) -> Any:
-            labelnames = ["model_name", *(labels or [])]
-            try:
-                metric = cls(name, doc, labelnames, registry=self.registry, **kw)
-            except ValueError:
-                fallback = name.replace(":", "_")
-                metric = cls(fallback, doc, labelnames, registry=self.registry, **kw)
-                self.renamed[name] = fallback
-            # Bind the model label once: looking a child up per event costs a lock and a dict.
-            return metric if labels else metric.labels(model_name=self.model_name)
-
-        return make
+    def _name(self, family: type, name: str) -> str:
+        """``name``, or with ``_`` for ``:`` if this prometheus_client refuses the colon."""
+        try:
+            family(name, "", labels=["model_name"])
+        except ValueError:
+            self.renamed[name] = name.replace(":", "_")
+            return self.renamed[name]
+        return name
 
     def exposition(self) -> bytes:
         """The text format for ``GET /metrics``; serve it with ``content_type``."""
         return generate_latest(self.registry)
 
-    # ---- events --------------------------------------------------------------------------
-    def __call__(self, event: Event) -> None:
-        handler = self._handlers.get(event.kind)
-        if handler is not None:
-            handler(event)
+    # ---- the Collector: read by a scrape, in its own thread ------------------------------
+    def collect(self) -> Iterator[Metric]:
+        model = [self.model_name]
+        for attr, _, doc in GAUGES:
+            value = self.kv_usage.value if attr == "kv_usage" else self._counts[attr]
+            family = GaugeMetricFamily(self._names[attr], doc, labels=["model_name"])
+            family.add_metric(model, value)
+            yield family
+        for attr, _, doc in COUNTERS:
+            yield self._counter(attr, doc, model)
+        for attr, _, doc, _ in HISTOGRAMS:
+            hist: Histogram = getattr(self, attr)
+            family = HistogramMetricFamily(self._names[attr], doc, labels=["model_name"])
+            family.add_metric(model, hist.cumulative(), hist.sum)
+            if CREATED:
+                labels = {"model_name": self.model_name}
+                family.samples.append(Sample(family.name + "_created", labels, hist.created))
+            yield family
 
+    def _counter(self, attr: str, doc: str, model: list[str]) -> CounterMetricFamily:
+        counter: Counter = getattr(self, attr)
+        label = LABELLED.get(attr)
+        names = ["model_name"] if label is None else ["model_name", label]
+        family = CounterMetricFamily(self._names[attr], doc, labels=names)
+        values, created = dict(counter.values), dict(counter.created)  # copies: one C call each
+        for key, value in values.items():
+            labels = model if label is None else [*model, key]
+            family.add_metric(labels, value, created.get(key) if CREATED else None)
+        return family
+
+    # ---- events (HandlerListener calls _on_<kind>) ---------------------------------------
     def _on_step(self, e: Any) -> None:
         plan = e.plan
         self.iterations.inc()
@@ -162,7 +249,7 @@ class PrometheusMetrics:
     # (an arrival, an abort) and after the last step; requests that arrived before this
     # listener subscribed are not counted.
     def _move(self, request_id: int, state: str | None) -> _Live | None:
-        """Move a request to ``state`` (None: gone) and refresh the three count gauges."""
+        """Move a request to ``state`` (None: gone): the three count gauges read the counts."""
         live = self._live.get(request_id)
         if live is None:
             return None
@@ -172,18 +259,11 @@ class PrometheusMetrics:
         else:
             live.state = state
             self._counts[state] += 1
-        self._show_counts()
         return live
-
-    def _show_counts(self) -> None:
-        self.running.set(self._counts["running"])
-        self.waiting.set(self._counts["waiting"])
-        self.swapped.set(self._counts["swapped"])
 
     def _on_arrived(self, e: Any) -> None:
         self._live[e.request_id] = _Live(e.time)
         self._counts["waiting"] += 1
-        self._show_counts()
 
     def _on_admitted(self, e: Any) -> None:
         live = self._move(e.request_id, "running")
@@ -210,7 +290,7 @@ class PrometheusMetrics:
         live.last = e.time
 
     def _on_finished(self, e: Any) -> None:
-        self.success.labels(model_name=self.model_name, finished_reason=e.finish_reason or "").inc()
+        self.success.inc(label=e.finish_reason or "")
         live = self._move(e.request_id, None)
         if live is None:
             return
@@ -219,7 +299,7 @@ class PrometheusMetrics:
             self.tpot.observe(tpot(live.first, live.last, e.num_output_tokens))
 
     def _on_aborted(self, e: Any) -> None:
-        self.success.labels(model_name=self.model_name, finished_reason="abort").inc()
+        self.success.inc(label="abort")
         self._move(e.request_id, None)
 
     def _on_rejected(self, e: Any) -> None:

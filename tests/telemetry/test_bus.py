@@ -13,7 +13,7 @@ import minicb.telemetry.events as events
 from minicb.engine import LLMEngine
 from minicb.telemetry.bus import EventBus, Subscription
 from minicb.telemetry.events import RequestAborted
-from tests.helpers import add, fake_engine
+from tests.helpers import add, fake_engine, wait_for
 
 
 def busy_engine(n_requests: int = 6, max_tokens: int = 20) -> LLMEngine:
@@ -36,9 +36,18 @@ def test_nothing_is_built_when_nobody_listens(monkeypatch):
     for name in ("arrived", "step_request_events", "RequestAborted", "RequestToken"):
         monkeypatch.setattr(events, name, fail)
     monkeypatch.setattr(EventBus, "emit", fail)
+    monkeypatch.setattr(EventBus, "emit_many", fail)
     engine = busy_engine()
     assert not engine.bus.listening
     engine.abort_request(add(engine, 2, 2))
+    engine.run_until_done()
+
+
+def test_a_step_with_nothing_wanted_delivers_nothing(monkeypatch):
+    engine = busy_engine()
+    engine.bus.subscribe(lambda e: pytest.fail("a reset came"), kinds=["reset"])
+    monkeypatch.setattr(EventBus, "emit_many", lambda self, events: pytest.fail("delivered"))
+    assert engine.bus.listening
     engine.run_until_done()
 
 
@@ -146,7 +155,7 @@ def test_putting_into_a_full_queue_stays_cheap():
     # No stopwatch: a put into a full queue may touch only the queue's ends (O(1)), so it
     # costs the same whether 10 or 100 000 events are queued.
     sub = Subscription(maxsize=100_000)
-    sub._queue = EndsOnly()
+    sub._queue = EndsOnly(maxlen=100_000)
     for i in range(100_000):
         sub.put(event(i))
     sub._queue.armed = True
@@ -218,3 +227,67 @@ def test_closing_a_subscription_removes_it_from_the_bus():
     assert sub.received == 0
     with pytest.raises(ValueError, match="maxsize"):
         bus.subscribe_async(maxsize=0)
+
+
+# ---- a step's events at once ------------------------------------------------------------
+class Batched:
+    """A listener with ``on_events``: the bus hands it a step's events in one call."""
+
+    def __init__(self) -> None:
+        self.calls: list[list] = []
+
+    def __call__(self, e):
+        raise AssertionError("a listener with on_events was called one event at a time")
+
+    def on_events(self, events):
+        self.calls.append(list(events))
+
+
+def test_each_listener_gets_a_steps_events_in_one_call_in_order():
+    engine = busy_engine()
+    bus, order = engine.bus, []
+    plain = bus.subscribe(lambda e: order.append(("plain", e.kind)))
+    batched = bus.subscribe(Batched())
+    tokens = bus.subscribe(Batched(), kinds=["token"])
+    queue = bus.subscribe_async(maxsize=100_000)
+    bus.subscribe(lambda e: order.append(("last", e.kind)))
+    steps = 0
+    while engine.has_unfinished():
+        order.clear()
+        engine.step()
+        steps += 1
+        mine = [kind for who, kind in order if who == "plain"]
+        # the first listener had every event of the step before the last one had any
+        assert order == [("plain", k) for k in mine] + [("last", k) for k in mine]
+        assert [e.kind for e in batched.calls[-1]] == mine and mine[0] == "step"
+    assert len(batched.calls) == steps  # one call a step
+    with_tokens = [[e for e in call if e.kind == "token"] for call in batched.calls]
+    assert tokens.calls == [call for call in with_tokens if call]  # none for a step without
+    assert queue.drain() == [e for call in batched.calls for e in call]
+    bus.unsubscribe(plain)
+
+
+def test_put_many_keeps_and_drops_what_one_put_each_would():
+    for maxsize, queued, batch in ((3, 0, 10), (5, 4, 3), (8, 2, 3), (4, 4, 4)):
+        one, many = Subscription(maxsize), Subscription(maxsize)
+        for sub in (one, many):
+            for i in range(queued):
+                sub.put(event(i))
+        for i in range(queued, queued + batch):
+            one.put(event(i))
+        many.put_many([event(i) for i in range(queued, queued + batch)])
+        assert (many.received, many.dropped) == (one.received, one.dropped)
+        assert [e.request_id for e in many.drain()] == [e.request_id for e in one.drain()]
+
+
+def test_every_waiting_getter_is_woken_by_a_batch():
+    sub, got = Subscription(maxsize=16), []
+    getters = [threading.Thread(target=lambda: got.append(sub.get(timeout=60))) for _ in range(3)]
+    for thread in getters:
+        thread.start()
+    wait_for(lambda: sub._getters == 3)
+    sub.put_many([event(i) for i in range(3)])
+    wait_for(lambda: len(got) == 3)  # woken, not timed out: wait_for gives up long before
+    assert sorted(e.request_id for e in got) == [0, 1, 2]
+    for thread in getters:
+        thread.join()

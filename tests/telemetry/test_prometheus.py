@@ -1,14 +1,22 @@
 """Prometheus exposition: vLLM-style minicb: names, values that match a scripted run, one
-registry per engine, and an honest fallback if a colon name is ever refused."""
+registry per engine, an honest fallback if a colon name is ever refused, and after every
+step the same figures as prometheus_client's own Counter and Histogram fed event by event."""
 
 from __future__ import annotations
 
 import pytest
-from prometheus_client import Counter
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
 from minicb.engine import LLMEngine
-from minicb.telemetry.prometheus import PrometheusMetrics
+from minicb.scheduler import RequestRejected
+from minicb.telemetry.prometheus import (
+    E2E_BUCKETS,
+    TPOT_BUCKETS,
+    TTFT_BUCKETS,
+    PrometheusMetrics,
+)
 from tests.helpers import add, fake_engine
 
 
@@ -111,7 +119,7 @@ def test_two_engines_do_not_share_a_registry():
 
 
 def test_a_refused_colon_name_falls_back_to_underscores(monkeypatch):
-    class StrictCounter(Counter):
+    class StrictCounterFamily(CounterMetricFamily):
         """Stands in for a prometheus_client that refuses ':' in metric names."""
 
         def __init__(self, name, *args, **kwargs):
@@ -119,8 +127,110 @@ def test_a_refused_colon_name_falls_back_to_underscores(monkeypatch):
                 raise ValueError(f"invalid metric name {name}")
             super().__init__(name, *args, **kwargs)
 
-    monkeypatch.setattr("minicb.telemetry.prometheus.Counter", StrictCounter)
+    monkeypatch.setattr("minicb.telemetry.prometheus.CounterMetricFamily", StrictCounterFamily)
     prom = PrometheusMetrics()
     assert prom.renamed["minicb:generation_tokens"] == "minicb_generation_tokens"
     text = prom.exposition().decode()
     assert "minicb_generation_tokens_total" in text and "minicb:num_requests_running" in text
+
+
+# ---- the same figures as prometheus_client's own objects, fed one event at a time ---------
+class PerEvent:
+    """The reference: prometheus_client's Counter and Histogram (a lock per inc and per
+    observe), one call per token and per request, straight from each event as it comes."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        label = {"labelnames": ["model_name"], "registry": self.registry}
+        self.tokens = Counter("minicb:generation_tokens", "", **label).labels("")
+        self.prompt = Counter("minicb:prompt_tokens", "", **label).labels("")
+        self.iterations = Counter("minicb:iterations", "", **label).labels("")
+        self.preemptions = Counter("minicb:num_preemptions", "", **label).labels("")
+        self.success = Counter(
+            "minicb:request_success", "", ["model_name", "finished_reason"], registry=self.registry
+        )
+        self.rejected = Counter("minicb:request_rejected", "", **label).labels("")
+        self.hist = {
+            name: Histogram(f"minicb:{name}", "", buckets=b, **label).labels("")
+            for name, b in (
+                ("time_to_first_token_seconds", TTFT_BUCKETS),
+                ("inter_token_latency_seconds", TPOT_BUCKETS),
+                ("request_time_per_output_token_seconds", TPOT_BUCKETS),
+                ("e2e_request_latency_seconds", E2E_BUCKETS),
+                ("request_queue_time_seconds", E2E_BUCKETS),
+            )
+        }
+        self.arrival, self.admitted, self.times = {}, set(), {}
+
+    def __call__(self, e) -> None:
+        rid, h = getattr(e, "request_id", None), self.hist
+        if e.kind == "step":
+            self.iterations.inc()
+            self.preemptions.inc(len(e.plan.preempted))
+            self.prompt.inc(sum(r.num_tokens for r in e.plan.scheduled if r.phase == "prefill"))
+        elif e.kind == "arrived":
+            self.arrival[rid], self.times[rid] = e.time, []
+        elif e.kind == "admitted" and rid not in self.admitted:
+            self.admitted.add(rid)
+            h["request_queue_time_seconds"].observe(e.time - self.arrival[rid])
+        elif e.kind == "token":
+            self.tokens.inc()
+            times = self.times[rid]
+            if times:
+                h["inter_token_latency_seconds"].observe(e.time - times[-1])
+            else:
+                h["time_to_first_token_seconds"].observe(e.time - self.arrival[rid])
+            times.append(e.time)
+        elif e.kind == "finished":
+            self.success.labels("", e.finish_reason).inc()
+            h["e2e_request_latency_seconds"].observe(e.time - self.arrival[rid])
+            times = self.times[rid]
+            if e.num_output_tokens > 1:
+                gap = (times[-1] - times[0]) / (e.num_output_tokens - 1)
+                h["request_time_per_output_token_seconds"].observe(gap)
+        elif e.kind == "aborted":
+            self.success.labels("", "abort").inc()
+        elif e.kind == "rejected":
+            self.rejected.inc()
+
+
+def parsed(text: str) -> dict[str, float]:
+    return {
+        f"{s.name}{sorted(s.labels.items())}": s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if not s.name.endswith("_created")
+    }
+
+
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_the_figures_equal_prometheus_clients_own_fed_one_event_at_a_time(mode):
+    engine = fake_engine(
+        num_kv_blocks=10,
+        num_swap_blocks=16 if mode == "swap" else 0,
+        step_times=[0.003 * (i % 7 + 1) for i in range(400)],
+        block_size=4,
+        max_num_batched_tokens=16,
+        max_num_seqs=4,
+        preemption_mode=mode,
+    )
+    prom, reference, preempted = PrometheusMetrics(), PerEvent(), []
+    engine.bus.subscribe(prom)  # takes a step's events in one on_events call
+    engine.bus.subscribe(reference)  # one call per event
+    engine.bus.subscribe(lambda e: preempted.extend(e.plan.preempted), kinds=["step"])
+    ids = [add(engine, 3 + i % 9, 2 + i * 3 % 11, token=1) for i in range(12)]
+    with pytest.raises(RequestRejected):
+        add(engine, 300, 4)  # longer than the model
+    checked = 0
+    while engine.has_unfinished():
+        engine.step()
+        if engine.step_count == 2:
+            engine.abort_request(ids[5])
+        ours, theirs = (
+            parsed(prom.exposition().decode()),
+            parsed(generate_latest(reference.registry).decode()),
+        )
+        assert theirs and {k: ours[k] for k in theirs} == theirs  # after every step, exactly
+        checked += 1
+    assert checked > 10 and len(preempted) >= 1
+    assert ours["minicb:request_rejected_total[('model_name', '')]"] == 1
