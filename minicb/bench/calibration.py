@@ -1,15 +1,24 @@
 """Calibration: does the simulated runner's step-time model predict the real engine here?
 
 The ``cpu`` profile is the step-time model (minicb/runner/step_time.py) of this machine:
-the copy bandwidth and matmul FLOP/s the bench measured (``hardware``), efficiency 1
-(they are rates reached, not datasheet peaks), and a fixed step overhead read off one
-other measurement of the same run, a batch-1 decode probe taken just before each workload
-(``calibration_probe``; the roofline's batch-1 point where there is none): its median
-step time less the profile's memory/compute time for that step. Nothing is fitted to the
-workloads it is then judged on:
+the copy bandwidth and matmul FLOP/s the bench measured (``hardware``), memory and compute
+added rather than overlapped (one core does both in turn), and three figures read off a
+probe of the same engine taken just before each workload (``probe_steps``; the roofline's
+batch-1 point alone where there is none: efficiency 1, no chunk-step cost):
+
+- the FLOP efficiency: the slope of the step time from a batch-1 decode to a decode of
+  ``max_num_seqs - 1`` rows, less the memory term's own slope, is the time the extra
+  rows' FLOPs take: the share of the square-matmul rate the model's narrow matmuls reach;
+- the step overhead: the batch-1 decode step less its memory and compute time;
+- the chunk-step cost, paid by every step with a prompt chunk (the torch attention then
+  takes its per-request path for every row): a prompt chunk joining those decode rows,
+  less the step's predicted time.
+
+Nothing is fitted to the workloads it is then judged on:
 
 - per step: every step of minicb continuous and static on each workload, predicted from
-  its rows (step_row's totals) against its measured wall time; the median relative error;
+  its rows (step_row's totals) against its measured wall time; the median relative error,
+  over all steps and per kind (``step_kind``: decode, prefill, mixed);
 - the ratio: each workload replayed through the real engine over a ``SimulatedRunner`` of
   the ``cpu`` profile with the same configs, continuous/static throughput, against the
   measured (paired) ratio.
@@ -24,11 +33,11 @@ import statistics
 from dataclasses import replace
 from typing import Any
 
-from minicb.bench import STEP_TOTALS
+from minicb.bench import STEP_TOTALS, step_row
 from minicb.bench.bench_plan import MINICB_CONFIGS
 from minicb.bench.driver import run_minicb
 from minicb.bench.workloads import Workload
-from minicb.config import EngineConfig
+from minicb.config import EngineConfig, SamplingParams
 from minicb.engine import LLMEngine
 from minicb.runner import VirtualClock
 from minicb.runner.simulated import SimulatedRunner
@@ -36,35 +45,101 @@ from minicb.runner.step_time import Efficiency, GPUSpec, ModelShape, StepTimeMod
 
 PAIR = ("minicb-continuous", "minicb-static")
 STEP_TARGET, RATIO_TARGET = 0.25, 0.10
+KINDS = ("decode", "prefill", "mixed")
+
+
+def probe_steps(narrow: LLMEngine, wide: LLMEngine, prompt_len: int, pairs: int) -> dict[str, Any]:
+    """The probe the ``cpu`` profile reads: ``narrow`` decodes one request while ``wide``
+    decodes ``max_num_seqs - 1``, and every other step ``wide`` takes in a prompt of
+    ``prompt_len`` tokens that ends after its first token; the two engines step in turn,
+    so a change in the machine's load falls on both alike. The batch-1 point (``step_s``,
+    its median; ``context``) and ``steps``: ``wide``'s step rows, ``pairs`` pure decode
+    steps and as many mixed ones (the decode rows' own prompts left out)."""
+    long = SamplingParams(max_tokens=2 * pairs + 4, temperature=0.0, ignore_eos=True)
+    one = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
+    for engine, n in ((narrow, 1), (wide, max(1, wide.config.max_num_seqs - 1))):
+        for i in range(n):  # distinct prompts, so no two requests are alike
+            engine.add_request([3 + (7 * i + j) % 200 for j in range(prompt_len)], long)
+        while any(r.num_tokens > 1 for r in engine.step().event.plan.scheduled):
+            pass  # the decode rows' prompts
+    batch1, steps = [], []
+    for k in range(2 * pairs):
+        batch1.append(narrow.step().event)
+        if k % 2 == 0:
+            wide.add_request([5 + (11 * k + j) % 200 for j in range(prompt_len)], one)
+        event = wide.step().event
+        steps.append(step_row(event, event.wall_start))
+    for engine in (narrow, wide):
+        engine.abort_all()
+        while engine.has_unfinished():
+            engine.step()
+    return {
+        "batch": 1,
+        "step_s": statistics.median(e.wall_end - e.wall_start for e in batch1),
+        "context": statistics.fmean(e.plan.scheduled[0].context_len for e in batch1),
+        "steps": steps,
+    }
+
+
+def step_kind(s: dict[str, float]) -> str:
+    """decode (one-token rows only), prefill (prompt chunks only) or mixed (both)."""
+    if not s["prefill_tokens"]:
+        return "decode"
+    return "mixed" if s["decode_rows"] else "prefill"
+
+
+def predict(profile: StepTimeModel, s: dict[str, float]) -> float:
+    """Predicted seconds of a step row."""
+    totals = (int(s[k]) for k in STEP_TOTALS)
+    return profile.totals_terms(*totals, chunk=step_kind(s) != "decode")["step_s"]
 
 
 def cpu_profile(
     hw: dict[str, Any], shape: ModelShape, elem_bytes: int, probe: dict[str, Any]
 ) -> StepTimeModel:
-    """This machine as a step-time model; ``probe`` is the roofline's batch-1 point."""
+    """This machine as a step-time model; ``probe``: a batch-1 decode point (``step_s``,
+    ``context``) and, optionally, ``steps``: the rows of ``probe_steps``."""
     gpu = GPUSpec("cpu", memory_bytes=0.0, bandwidth=hw["copy_bandwidth"], flops=hw["matmul_flops"])
-    base = StepTimeModel(gpu, shape, Efficiency(1.0, 1.0, 1.0, 0.0, 0.0), elem_bytes)
-    rows = [(1, round(probe["context"]), True)] * probe["batch"]
-    roofline = base.terms(rows)["step_s"]
-    overhead = max(0.0, probe["step_s"] - roofline)
-    return replace(base, efficiency=replace(base.efficiency, step_overhead_s=overhead))
+    eff = Efficiency(1.0, 1.0, 1.0, 0.0, 0.0, overlap=False)
+    base = StepTimeModel(gpu, shape, eff, elem_bytes)
+    one = base.terms([(1, round(probe["context"]), True)] * probe["batch"])
+    steps = probe.get("steps") or []
+    decode = [s for s in steps if step_kind(s) == "decode"]
+    if decode:  # the rows' FLOPs take the slope, less the memory term's own slope
+        wide = _median_step(decode)
+        terms = base.totals_terms(*(int(wide[k]) for k in STEP_TOTALS))
+        slope_s = wide["dt"] - probe["step_s"] - (terms["memory_s"] - one["memory_s"])
+        if slope_s > 0:  # no faster than the square matmul (a noisy slope can look so)
+            eff = replace(eff, flops=min(1.0, (terms["compute_s"] - one["compute_s"]) / slope_s))
+    eff = replace(eff, step_overhead_s=max(0.0, probe["step_s"] - one["memory_s"]
+                                           - one["compute_s"] / eff.flops))  # fmt: skip
+    profile = replace(base, efficiency=eff)
+    mixed = [s["dt"] - predict(profile, s) for s in steps if step_kind(s) == "mixed"]
+    if mixed:
+        eff = replace(eff, chunk_step_s=max(0.0, statistics.median(mixed)))
+    return replace(base, efficiency=eff)
 
 
-def step_errors(profile: StepTimeModel, steps: list[dict[str, float]]) -> dict[str, float | None]:
-    """Predicted over measured, minus 1, per step: median, median of |.|, 90th of |.|."""
-    errors = [
-        profile.totals_terms(*(int(s[k]) for k in STEP_TOTALS))["step_s"] / s["dt"] - 1
-        for s in steps
-        if s["dt"] > 0
-    ]
+def _median_step(steps: list[dict[str, float]]) -> dict[str, float]:
+    return sorted(steps, key=lambda s: s["dt"])[(len(steps) - 1) // 2]
+
+
+def step_errors(profile: StepTimeModel, steps: list[dict[str, float]]) -> dict[str, Any]:
+    """Predicted over measured, minus 1, per step: median, median of |.|, 90th of |.|, and
+    the median and count per step kind."""
+    errors = [(step_kind(s), predict(profile, s) / s["dt"] - 1) for s in steps if s["dt"] > 0]
+    by_kind = {k: [e for kind, e in errors if kind == k] for k in KINDS}
+    kinds = {k: {"n": len(v), "median": statistics.median(v) if v else None}
+             for k, v in by_kind.items()}  # fmt: skip
     if not errors:
-        return {"n": 0, "median": None, "median_abs": None, "p90_abs": None}
-    absolute = sorted(abs(e) for e in errors)
+        return {"n": 0, "median": None, "median_abs": None, "p90_abs": None, "kinds": kinds}
+    absolute = sorted(abs(e) for _, e in errors)
     return {
         "n": len(errors),
-        "median": statistics.median(errors),
+        "median": statistics.median(e for _, e in errors),
         "median_abs": statistics.median(absolute),
         "p90_abs": absolute[min(len(absolute) - 1, int(0.9 * len(absolute)))],
+        "kinds": kinds,
     }
 
 
@@ -100,6 +175,8 @@ def calibrate(
         predicted = simulated_ratio(profile, config, w)
         out[w.name] = {
             "step_overhead_s": profile.efficiency.step_overhead_s,
+            "flop_rate": profile.efficiency.flops * profile.gpu.flops,
+            "chunk_step_s": profile.efficiency.chunk_step_s,
             "step_error": step_errors(profile, steps),
             "measured_ratio": measured,
             "predicted_ratio": predicted,
@@ -113,27 +190,45 @@ def calibrate(
 
 
 def render(cal: dict[str, Any] | None) -> str:
-    """The calibration as a markdown section."""
+    """The calibration as a markdown section: the errors, then the median error per kind."""
     if not cal:
         head = "\n## Calibration of the simulated runner\n\n"
         return head + "Not run (it needs minicb continuous and static).\n"
     p = cal["profile"]
     lines = [
         "", "## Calibration of the simulated runner (`cpu` profile)", "",
-        f"Profile: {p['bandwidth'] / 1e9:.1f} GB/s, {p['flops'] / 1e9:.0f} GFLOP/s, and a step "
-        "overhead per workload (a batch-1 decode probe just before it, less its roofline). "
+        f"Profile: {p['bandwidth'] / 1e9:.1f} GB/s, {p['flops'] / 1e9:.0f} GFLOP/s (the square "
+        "matmul probe), memory and compute added; per workload, off a probe just before it: "
+        "the FLOP rate the model's matmuls reach (decode from 1 to max_num_seqs - 1 rows), "
+        "the step overhead (the batch-1 decode less its roofline) and the cost of a step "
+        "with a prompt chunk (a chunk joining the decode rows, less its prediction). "
         "Targets: per-step median error within 25 %, continuous/static within 10 %.",
-        "", "| workload | overhead | steps | median error | median abs error | p90 abs "
-        "| measured ratio | predicted ratio | ratio error |", "|---" * 9 + "|",
+        "", "| workload | FLOP rate | overhead | chunk step | steps | median error "
+        "| median abs error | p90 abs | measured ratio | predicted ratio | ratio error |",
+        "|---" * 11 + "|",
     ]  # fmt: skip
     for name, c in cal["workloads"].items():
         e = c["step_error"]
         lines.append(
-            f"| {name} | {c['step_overhead_s'] * 1000:.0f} ms | {e['n']} | {_pct(e['median'])} | "
+            f"| {name} | {c['flop_rate'] / 1e9:.0f} GFLOP/s | {_ms(c['step_overhead_s'])} | "
+            f"{_ms(c['chunk_step_s'])} | {e['n']} | {_pct(e['median'])} | "
             f"{_pct(e['median_abs'])} | {_pct(e['p90_abs'])} | {_num(c['measured_ratio'])} | "
             f"{_num(c['predicted_ratio'])} | {_pct(c['ratio_error'])} |"
         )
+    lines += [
+        "", "Median error per step kind (steps): decode (one-token rows only), prefill "
+        "(prompt chunks only), mixed (both).", "",
+        "| workload | " + " | ".join(KINDS) + " |", "|---" * (1 + len(KINDS)) + "|",
+    ]  # fmt: skip
+    for name, c in cal["workloads"].items():
+        kinds = c["step_error"]["kinds"]
+        cells = [f"{_pct(kinds[k]['median'])} ({kinds[k]['n']})" for k in KINDS]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _ms(x: float) -> str:
+    return f"{x * 1000:.0f} ms"
 
 
 def _pct(x: float | None) -> str:

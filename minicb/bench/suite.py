@@ -336,15 +336,17 @@ class Suite:
         }
 
     def calibration_probe(self, what: str) -> dict[str, Any]:
-        """Pure batch-1 decode steps, just before a workload: the simulated runner's cpu
-        profile reads its step overhead off them (calibration.py), so a change in the shared
-        machine's load since the roofline sweep does not pass for a model error."""
-        self._tick(f"{what}: batch-1 decode probe for the calibration")
-        p = self.plan
-        per_req = blocks_needed(p.decode_prompt + p.decode_warm + p.decode_steps + 2, p.block_size)
-        engine = sibling(self.systems.continuous, max_num_seqs=1, num_kv_blocks=per_req + 1)
-        args = (p.decode_prompt, p.decode_warm, p.decode_steps)
-        return {"batch": 1, **theory.time_decode(engine, 1, *args)}
+        """Batch-1 decode steps in turn with decode steps of ``max_num_seqs - 1`` rows
+        and mixed ones (calibration.probe_steps), just before a workload: the simulated
+        runner's cpu profile reads its FLOP rate, step overhead and chunk-step cost off
+        them, so a change in the shared machine's load since the roofline sweep does not
+        pass for a model error."""
+        self._tick(f"{what}: decode and chunk-step probe for the calibration")
+        p, pairs = self.plan, max(8, 2 * self.plan.decode_steps)  # 16 at full size
+        per_req = blocks_needed(p.decode_prompt + 2 * pairs + 6, p.block_size)
+        narrow = sibling(self.systems.continuous, max_num_seqs=1, num_kv_blocks=per_req + 1)
+        wide = sibling(self.systems.continuous, num_kv_blocks=(p.max_num_seqs + 1) * per_req)
+        return calibration.probe_steps(narrow, wide, p.decode_prompt, pairs)
 
     def theory(self, w: Workload, runs: dict[str, list[RunRecord]]) -> dict[str, Any] | None:
         pair = MINICB[:2]  # the model predicts continuous against unsorted static

@@ -11,7 +11,7 @@ Per GPU of a tensor-parallel group of ``tp``:
     t_compute = flops / (peak bf16 FLOP/s x FLOP efficiency)
     t_comm    = 2 x layers x (latency + 2 (tp - 1) / tp x T x hidden x element size
                               / (link bandwidth x link efficiency))      (0 when tp = 1)
-    step      = max(t_memory, t_compute) + step overhead + t_comm
+    step      = max(t_memory, t_compute) + step overhead + t_comm  [+ chunk-step cost]
     bandwidth_util = (weights + kv) / HBM bandwidth / step        (of the published peaks,
     flop_util      = flops / peak bf16 FLOP/s / step               over the whole step: 0..1)
 
@@ -19,7 +19,14 @@ A row of n tokens whose context is c after the step attends n x c - n (n - 1) / 
 key) pairs (causal: its i-th token sees c - n + i + 1 keys). Memory and compute overlap on
 a GPU (the roofline), the all-reduce does not (the next layer waits for it), and the step
 overhead (scheduling, input preparation, sampling, launches) is paid once per step.
-docs/simulation.md justifies every efficiency factor. Pure Python: no torch.
+
+Two terms describe a CPU rather than a GPU, and keep their neutral defaults in every GPU
+profile: ``overlap`` False adds t_memory and t_compute instead of taking their maximum (one
+core streams and computes in turn: its decode time grows from batch 1 on), and
+``chunk_step_s`` is paid by every step with a prompt chunk (the torch attention then leaves
+its decode path for a per-request one; the calibrated ``cpu`` profile reads both off a
+probe, minicb/bench/calibration.py). docs/simulation.md justifies every efficiency factor. Pure
+Python: no torch.
 """
 
 from __future__ import annotations
@@ -107,6 +114,8 @@ class Efficiency:
     interconnect: float
     step_overhead_s: float
     allreduce_latency_s: float
+    overlap: bool = True  # memory and compute overlap (a GPU); False: they add up (a CPU core)
+    chunk_step_s: float = 0.0  # paid by a step with a prompt chunk (``has_chunk``)
 
 
 def attended_pairs(num_tokens: int, context_len: int) -> int:
@@ -154,13 +163,15 @@ class StepTimeModel:
     # ---- time ------------------------------------------------------------------------------
     def terms(self, rows: Iterable[tuple[int, int, bool]]) -> dict[str, float]:
         """Each term of the step time for rows of (num_tokens, context_len, samples)."""
-        return self.totals_terms(*step_totals(rows))
+        rows = list(rows)
+        return self.totals_terms(*step_totals(rows), chunk=has_chunk(r[0] for r in rows))
 
     def totals_terms(
-        self, tokens: int, sampling: int, context: int, pairs: int
+        self, tokens: int, sampling: int, context: int, pairs: int, chunk: bool = False
     ) -> dict[str, float]:
         """Each term of the step time of a step of ``tokens`` tokens, ``sampling`` rows that
-        sample, ``context`` context tokens over its rows and ``pairs`` attended pairs."""
+        sample, ``context`` context tokens over its rows and ``pairs`` attended pairs;
+        ``chunk``: it has a row of more than one token (``has_chunk``)."""
         m, e, tp = self.model, self.efficiency, self.tp
         if tokens == 0:
             return dict.fromkeys(TERMS, 0.0)
@@ -172,12 +183,14 @@ class StepTimeModel:
             moved = 2 * (tp - 1) / tp * tokens * m.hidden_size * self.elem_bytes
             link = self.gpu.interconnect * e.interconnect
             comm = 2 * m.num_layers * (e.allreduce_latency_s + moved / link)
-        step = max(memory, compute) + e.step_overhead_s + comm
+        roofline = max(memory, compute) if e.overlap else memory + compute
+        overhead = e.step_overhead_s + (e.chunk_step_s if chunk else 0.0)
+        step = roofline + overhead + comm
         return {
             "memory_s": memory,
             "compute_s": compute,
             "comm_s": comm,
-            "overhead_s": e.step_overhead_s,
+            "overhead_s": overhead,
             "step_s": step,
             # how busy the hardware is: the peak's time for the work over the step's time
             "bandwidth_util": nbytes / tp / self.gpu.bandwidth / step,
@@ -204,6 +217,13 @@ class StepTimeModel:
 def plan_rows(scheduled: list[ScheduledRequest]) -> Iterable[tuple[int, int, bool]]:
     """A plan's rows as the step-time model reads them: (num_tokens, context_len, samples)."""
     return ((r.num_tokens, r.context_len, r.samples) for r in scheduled)
+
+
+def has_chunk(num_tokens: Iterable[int]) -> bool:
+    """Whether a step of rows of these token counts has a row of more than one token (a
+    prompt chunk): the torch attention then takes its per-request path for every row
+    (minicb/kernels/reference.py), not the decode path (``AttentionMetadata.is_decode_only``)."""
+    return any(n > 1 for n in num_tokens)
 
 
 def step_totals(rows: Iterable[tuple[int, int, bool]]) -> tuple[int, int, int, int]:

@@ -112,6 +112,24 @@ def test_same_tokens_in_every_mode(mode, model_dirs):
     assert engine.kv_snapshot().num_used == 0
 
 
+# Prompts that repeat themselves, beside the random ones: the n-gram lookup finds drafts.
+SPEC_PROMPTS = PROMPTS + [[7, 8, 9, 10, 11, 12] * 5, [40, 41, 42] * 9 + [40]]
+SPEC_MAX_TOKENS = MAX_TOKENS + [20, 16]
+
+
+def test_two_ranks_with_speculation_give_the_tokens_of_one_without(model_dirs):
+    path = model_dirs["llama"]
+    plain = LLM(dtype="float32", model=path, num_kv_blocks=64)
+    reference = greedy_tokens(plain, SPEC_PROMPTS, SPEC_MAX_TOKENS)
+    spec = dict(speculative="ngram", num_speculative_tokens=4)
+    llm = LLM(dtype="float32", model=path, tensor_parallel_size=2, num_kv_blocks=64, **spec)
+    accepted = []
+    llm.engine.bus.subscribe(lambda e: accepted.append(e.plan.num_accepted_tokens), kinds=["step"])
+    assert greedy_tokens(llm, SPEC_PROMPTS, SPEC_MAX_TOKENS) == reference
+    assert sum(accepted) > 0  # drafts were verified on both ranks and some were kept
+    assert llm.engine.kv_snapshot().num_used == 0
+
+
 def test_the_step_event_carries_the_degree_and_the_collective_time(model_dirs):
     llm = LLM(dtype="float32", model=model_dirs["llama"], tensor_parallel_size=2, num_kv_blocks=64)
     seen = []

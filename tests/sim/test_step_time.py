@@ -2,6 +2,7 @@
 catalogue's profile names."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -13,6 +14,7 @@ from minicb.runner.step_time import (
     ModelShape,
     StepTimeModel,
     attended_pairs,
+    has_chunk,
 )
 
 # A shape small enough to count by hand: per layer q, o = 4 x 2 x 2 each, k, v = 4 x 1 x 2
@@ -59,6 +61,23 @@ def test_a_compute_bound_prefill():
     assert terms["compute_s"] == pytest.approx(219_280 / 5000)
     assert terms["memory_s"] == pytest.approx((656 + 1600) / 500)
     assert terms["step_s"] == pytest.approx(219_280 / 5000 + 0.1)
+
+
+def test_a_cpu_adds_memory_and_compute():
+    # The rows of the memory-bound step above, with overlap off: 1.728 + 0.6208 + 0.1.
+    cpu = replace(model(), efficiency=replace(EFF, overlap=False))
+    assert cpu.terms([(3, 5, True), (1, 8, True)])["step_s"] == pytest.approx(2.4488)
+
+
+def test_the_chunk_step_cost_is_paid_by_every_step_with_a_prompt_chunk():
+    cpu = replace(model(), efficiency=replace(EFF, chunk_step_s=0.05))
+    mixed = cpu.terms([(3, 5, True), (1, 8, True)])
+    assert mixed["overhead_s"] == pytest.approx(0.15)
+    assert mixed["step_s"] == pytest.approx(1.728 + 0.15)
+    assert cpu.terms([(3, 5, True), (2, 8, True)])["overhead_s"] == pytest.approx(0.15)
+    assert cpu.terms([(1, 5, True), (1, 8, False)])["overhead_s"] == pytest.approx(0.1)
+    assert model().terms([(3, 5, True), (1, 8, True)])["overhead_s"] == pytest.approx(0.1)
+    assert has_chunk([3, 1]) and has_chunk([4, 2]) and not has_chunk([1, 1]) and not has_chunk([])
 
 
 def test_tensor_parallel_splits_the_work_and_adds_two_all_reduces_per_layer():
