@@ -100,6 +100,12 @@ class ScenarioFeeder:
             self.records[name] = SideRecord(self.groups[name])
             engine.bus.subscribe(self.records[name])
 
+    def detach(self, engines: dict[str, LLMEngine]) -> None:
+        """Stop listening to the engines' buses (a lesson leaving for another scenario: the
+        rebuilt engines keep the buses, which would otherwise feed these records forever)."""
+        for name, engine in engines.items():
+            engine.bus.unsubscribe(self.records[name])
+
     @property
     def done(self) -> bool:
         """No arrival left to add and every narration point shown."""

@@ -128,6 +128,7 @@ class Lesson:
         scenario = load_scenario(name)
         real = None if scenario.simulated else self._real_runner(scenario)
         built = runners(scenario, real)  # every runner before any engine changes
+        self.feeder.detach(self._by_side(self.loop.engines))
         for panel, side in zip(PANELS, scenario.sides, strict=True):
             runner, clock = built[panel]
             config = EngineConfig.from_kwargs(**side.engine)

@@ -84,6 +84,7 @@ def test_a_lesson_fixes_its_runner_no_gpu_picker_and_no_simulate(lesson_demo):
 
 def test_the_menu_switches_to_another_scenario_and_refuses_unknown_ones(lesson_demo):
     loop, app = lesson_demo
+    old = app.state.hub.lesson.feeder.records  # the first lesson's, by side
     with TestClient(app).websocket_connect("/ws") as ws:
         ws.receive_json()
         _, reply = control(ws, type="scenario", name="../../etc/passwd")
@@ -93,6 +94,9 @@ def test_the_menu_switches_to_another_scenario_and_refuses_unknown_ones(lesson_d
         assert reply["scenario"]["panels"]["right"]["side"] == "batch-64"
     limits = [loop.engines[p].config.max_num_seqs for p in PANELS]
     assert limits == [1, 64]
+    seen = [len(r.steps) for r in old.values()]
+    loop.call(lambda: [e.step() for e in loop.engines.values()]).result(5)
+    assert [len(r.steps) for r in old.values()] == seen  # the old lesson listens no more
 
 
 def test_a_free_demo_refuses_the_scenario_control():
