@@ -36,7 +36,7 @@ from typing import Protocol
 import torch
 
 from minicb.kernels import reference
-from minicb.kernels.torch_attention import DecodeIndex, decode_attention
+from minicb.kernels.torch_attention import StepIndex, step_attention
 
 log = logging.getLogger(__name__)
 TRITON_HINT = (
@@ -118,25 +118,22 @@ class AttentionBackend(Protocol):
 
 
 class TorchBackend:
-    """Plain torch. Decode-only steps gather through a ``DecodeIndex`` that the first layer
-    builds and every later layer of the same step reuses (the step's metadata object is the
-    key); steps with prompt chunks take the reference path."""
+    """Plain torch. Every step gathers through a ``StepIndex`` that the first layer builds
+    and every later layer of the same step reuses (the step's metadata object is the key)."""
 
     name = "torch"
 
     def __init__(self, reason: str = "asked for") -> None:
         self.reason = reason
-        self._step: tuple[AttentionMetadata, DecodeIndex] | None = None
+        self._step: tuple[AttentionMetadata, StepIndex] | None = None
 
     def store_kv(self, key, value, k_cache, v_cache, slot_mapping) -> None:
         reference.store_kv(key, value, k_cache, v_cache, slot_mapping)
 
     def attention(self, query, k_cache, v_cache, meta, scale) -> torch.Tensor:
-        if not meta.is_decode_only:
-            return reference.paged_attention(query, k_cache, v_cache, meta, scale)
         if self._step is None or self._step[0] is not meta:
-            self._step = (meta, DecodeIndex.build(meta, k_cache.shape[1]))
-        return decode_attention(query, k_cache, v_cache, self._step[1], scale)
+            self._step = (meta, StepIndex.build(meta, k_cache.shape[1]))
+        return step_attention(query, k_cache, v_cache, self._step[1], scale)
 
 
 def triton_missing() -> str | None:

@@ -1,12 +1,13 @@
-"""The torch backend's decode attention: gather indices built once per step, not per layer.
+"""The torch backend's attention: gather indices built once per step, not per layer.
 
 The reference (``minicb.kernels.reference``) gathers every block of every request into a
-padded copy, and builds the padding mask, in every layer. Everything but the gather itself
-depends only on the step's metadata, which all layers share: the flat cache slot of each
-context token and the mask. ``DecodeIndex`` holds those, built by the first layer and
-reused by the rest; each layer then does one ``index_select`` of exactly the context tokens
-(not whole blocks) from the cache viewed as a flat row of slots, and one SDPA call. The
-reference stays the definition; tests/kernels/test_torch_attention.py checks they agree.
+padded copy, and builds the masks, in every layer. Everything but the gather itself depends
+only on the step's metadata, which all layers share: the flat cache slot of each context
+token, and the masks. ``StepIndex`` holds those, built by the first layer and reused by the
+rest (30 layers in the default model). Each layer then does one ``index_select`` of exactly
+the context tokens (not whole blocks) from the cache viewed as a flat row of slots, and one
+SDPA call for all the one-token rows (decodes) plus one per prompt chunk. The reference
+stays the definition; tests/kernels/test_torch_attention.py checks they agree.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class DecodeIndex:
-    """What every layer of one decode step needs to read its requests' contexts."""
+    """What every layer needs to read the contexts of B one-token rows."""
 
     slots: torch.Tensor  # (B * L,) int64: flat cache slot of context token j of request i
     visible: torch.Tensor  # (B, 1, 1, L) bool: j < context_lens[i] (L = longest context)
@@ -31,14 +32,69 @@ class DecodeIndex:
 
     @classmethod
     def build(cls, meta: AttentionMetadata, block_size: int) -> DecodeIndex:
-        length = meta.max_context_len
-        positions = torch.arange(length, device=meta.block_tables.device)  # (L,)
-        blocks = meta.block_tables.long()[:, positions // block_size]  # (B, L)
+        """Every row of a decode-only step."""
+        return cls.of_rows(meta.block_tables, meta.context_lens, meta.max_context_len, block_size)
+
+    @classmethod
+    def of_rows(
+        cls,
+        block_tables: torch.Tensor,  # (B, max_blocks) int32
+        context_lens: torch.Tensor,  # (B,) int32
+        length: int,  # the longest of context_lens
+        block_size: int,
+    ) -> DecodeIndex:
+        positions = torch.arange(length, device=block_tables.device)  # (L,)
+        blocks = block_tables.long()[:, positions // block_size]  # (B, L)
         slots = blocks * block_size + positions % block_size
-        visible = positions[None, :] < meta.context_lens.long()[:, None]  # (B, L)
+        visible = positions[None, :] < context_lens.long()[:, None]  # (B, L)
         # Past a request's context the table is padded with block 0: a real slot whose
         # (masked) values are read, so the gather needs no bounds check.
-        return cls(slots.flatten(), visible[:, None, None, :], meta.num_requests, length)
+        return cls(slots.flatten(), visible[:, None, None, :], len(block_tables), length)
+
+
+@dataclass(frozen=True)
+class ChunkIndex:
+    """One prompt chunk of q tokens: where its queries sit and what they may read."""
+
+    start: int  # its first query token in the step's token order
+    length: int  # q
+    slots: torch.Tensor  # (L,) int64: flat cache slots of its context, this chunk included
+    allowed: torch.Tensor  # (q, L) bool: query i (position L - q + i) sees keys up to it
+
+
+@dataclass(frozen=True)
+class StepIndex:
+    """The reads of one step: its one-token rows together, each prompt chunk alone."""
+
+    decode: DecodeIndex | None  # the one-token rows; None if there are none
+    decode_tokens: torch.Tensor | None  # (B,) their positions among the step's tokens
+    chunks: tuple[ChunkIndex, ...]
+
+    @classmethod
+    def build(cls, meta: AttentionMetadata, block_size: int) -> StepIndex:
+        if meta.is_decode_only:
+            return cls(DecodeIndex.build(meta, block_size), None, ())
+        rows = [i for i, q in enumerate(meta.query_lens_host) if q == 1]
+        decode = tokens = None
+        if rows:
+            picked = torch.tensor(rows, device=meta.block_tables.device)
+            longest = max(meta.context_lens_host[i] for i in rows)
+            tables, lens = meta.block_tables[picked], meta.context_lens[picked]
+            decode = DecodeIndex.of_rows(tables, lens, longest, block_size)
+            tokens = meta.query_start[picked].long()
+        return cls(decode, tokens, tuple(_chunks(meta, block_size)))
+
+
+def _chunks(meta: AttentionMetadata, block_size: int) -> list[ChunkIndex]:
+    chunks, start = [], 0
+    for i, (q, ctx) in enumerate(zip(meta.query_lens_host, meta.context_lens_host, strict=True)):
+        if q > 1:
+            positions = torch.arange(ctx, device=meta.block_tables.device)  # (L,)
+            slots = meta.block_tables[i].long()[positions // block_size] * block_size
+            allowed = positions[None, :] <= positions[ctx - q :, None]  # (q, L)
+            chunks.append(ChunkIndex(start, q, slots + positions % block_size, allowed))
+        start += q
+    return chunks
 
 
 def decode_attention(
@@ -60,3 +116,33 @@ def decode_attention(
         enable_gqa=True,  # each group of query heads reads its shared KV head
     )
     return out.reshape(query.shape)
+
+
+def step_attention(
+    query: torch.Tensor,  # (T, num_heads, head_dim): the step's tokens, row after row
+    k_cache: torch.Tensor,  # (num_blocks, block_size, num_kv_heads, head_dim)
+    v_cache: torch.Tensor,
+    index: StepIndex,
+    scale: float,
+) -> torch.Tensor:  # (T, num_heads, head_dim)
+    if not index.chunks:
+        return decode_attention(query, k_cache, v_cache, index.decode, scale)
+    out = torch.empty_like(query)
+    if index.decode is not None:
+        rows = query.index_select(0, index.decode_tokens)
+        out[index.decode_tokens] = decode_attention(rows, k_cache, v_cache, index.decode, scale)
+    flat_k, flat_v = k_cache.flatten(0, 1), v_cache.flatten(0, 1)  # (slots, Hkv, D)
+    for chunk in index.chunks:
+        k = flat_k.index_select(0, chunk.slots).transpose(0, 1)  # (Hkv, L, D)
+        v = flat_v.index_select(0, chunk.slots).transpose(0, 1)
+        span = slice(chunk.start, chunk.start + chunk.length)
+        o = torch.nn.functional.scaled_dot_product_attention(
+            query[span].transpose(0, 1),  # (H, q, D)
+            k,
+            v,
+            attn_mask=chunk.allowed,
+            scale=scale,
+            enable_gqa=True,
+        )
+        out[span] = o.transpose(0, 1)
+    return out

@@ -1,4 +1,4 @@
-"""The torch backend's decode path (one gather index per step) agrees with the reference.
+"""The torch backend (one gather index per step, decode-only or mixed) agrees with the reference.
 
 Partial last blocks, block size 1, GQA groups, and poison in every row no request owns; a
 second layer's cache read through the same step's index must give its own answer.
@@ -11,7 +11,7 @@ import torch
 
 from minicb.kernels import reference
 from minicb.kernels.attention import TorchBackend
-from minicb.kernels.torch_attention import DecodeIndex, decode_attention
+from minicb.kernels.torch_attention import DecodeIndex, StepIndex, decode_attention, step_attention
 
 from . import GQA_SHAPES, make_paged_case
 
@@ -43,3 +43,25 @@ def test_backend_builds_the_index_once_per_step_and_each_layer_reads_its_own_cac
     other = make_paged_case([1], [3], 4, 2, 16, 4, torch.float32, seed=3)
     backend.attention(*other, scale)
     assert backend._step[1] is not index  # a new step's metadata: a new index
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("block_size", [1, 4, 16])
+@pytest.mark.parametrize("heads", GQA_SHAPES, ids=lambda h: f"{h[0]}:{h[1]}")
+def test_mixed_step_index_matches_reference(heads, block_size, dtype):
+    # Decodes beside prompt chunks: a first chunk (context = chunk), chunks after a cached
+    # prefix (ending mid-block and on a block edge), and a step of chunks only.
+    scale = 32**-0.5
+    for query_lens, context_lens in (
+        ([1, 7, 1, 5, 1], [9, 7, 33, 37, 1]),
+        ([16, 3], [32, 3]),
+    ):
+        query, k_cache, v_cache, meta = make_paged_case(
+            query_lens, context_lens, *heads, 32, block_size, dtype
+        )
+        index = StepIndex.build(meta, block_size)
+        assert len(index.chunks) == sum(q > 1 for q in query_lens)
+        out = step_attention(query, k_cache, v_cache, index, scale)
+        ref = reference.paged_attention(query, k_cache, v_cache, meta, scale)
+        tol = 1e-6 if dtype == torch.float32 else 1e-2
+        torch.testing.assert_close(out, ref, atol=tol, rtol=0)
