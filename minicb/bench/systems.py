@@ -46,7 +46,10 @@ class Systems:
     def run(self, name: str, workload: Workload, trace_path: str | None = None) -> RunRecord:
         p, slo = self.plan, (self.plan.ttft_slo, self.plan.tpot_slo)
         if name in MINICB:
-            engine = self.siblings.get(name, self.continuous)
+            # A fresh engine on the same weights for every run: an empty KV pool and prefix
+            # cache, as each transformers run starts with. A reused engine would keep the
+            # prefix cache of the warm-up and earlier repeats and skip their prompts' prefill.
+            engine = sibling(self.siblings.get(name, self.continuous))
             return run_minicb(engine, workload, name, slo, trace_path)
         if self.hf_model is None:
             error = f"transformers unavailable: {self.hf_error}"

@@ -7,10 +7,11 @@ import torch
 
 from minicb import EngineConfig, FakeRunner, LLMEngine, VirtualClock
 from minicb.bench import measure_events
+from minicb.bench.bench_plan import QUICK
 from minicb.bench.driver import run_minicb
 from minicb.bench.hf_continuous import run_hf_continuous
 from minicb.bench.hf_padded import _batch_events, run_hf_padded
-from minicb.bench.systems import minicb_siblings
+from minicb.bench.systems import Systems, minicb_siblings
 from minicb.bench.workloads import RequestSpec, Workload, capped_exponential
 
 
@@ -93,3 +94,23 @@ def test_sorted_static_system_is_static_in_length_order_on_the_same_weights():
     w = Workload("w", "alternating", reqs)
     steps = {n: len(run_minicb(e, w, n, slo=(None, None)).steps) for n, e in siblings.items()}
     assert steps["minicb-static-sorted"] < steps["minicb-static"]
+
+
+def test_every_minicb_run_starts_from_an_empty_prefix_cache():
+    # The same prompts run twice: a reused engine would find them in its prefix cache and
+    # skip their prefill, making later repeats faster than the first (and than transformers').
+    config = EngineConfig(max_num_seqs=4, num_kv_blocks=64, enable_prefix_caching=True)
+    engine = LLMEngine(config=config, runner=FakeRunner(num_kv_blocks=64))
+    reqs = [RequestSpec([3 + i] * 32, 4) for i in range(4)]
+    w = Workload("w", "four 32-token prompts", reqs)
+    prompt_tokens = sum(len(r.prompt) for r in reqs)
+
+    def prefilled(record):
+        return sum(s["prefill_tokens"] for s in record.steps)
+
+    systems = Systems(QUICK, engine, minicb_siblings(engine), 64)
+    runs = [systems.run("minicb-continuous", w) for _ in range(2)]
+    assert [prefilled(r) for r in runs] == [prompt_tokens, prompt_tokens]
+    # What the fresh engine prevents: the same engine twice hits its own cache.
+    again = [run_minicb(engine, w, "minicb-continuous") for _ in range(2)]
+    assert prefilled(again[0]) == prompt_tokens > prefilled(again[1])
