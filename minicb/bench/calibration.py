@@ -11,8 +11,8 @@ batch-1 point alone where there is none: efficiency 1, no chunk-step cost):
   rows' FLOPs take: the share of the square-matmul rate the model's narrow matmuls reach;
 - the step overhead: the batch-1 decode step less its memory and compute time;
 - the chunk-step cost, paid by every step with a prompt chunk (the torch attention then
-  takes its per-request path for every row): a prompt chunk joining those decode rows,
-  less the step's predicted time.
+  makes one masked SDPA call per chunk in every layer): a prompt chunk joining those decode
+  rows, less the step's predicted time.
 
 Nothing is fitted to the workloads it is then judged on:
 
