@@ -53,7 +53,7 @@ class AttentionMetadata:
     query_start: torch.Tensor  # (B+1,) int32, cumulative query lengths
     max_query_len: int
     max_context_len: int
-    # Host copies, so the reference path can loop without device->host syncs.
+    # Host copies, so the reference and StepIndex can loop without device->host syncs.
     query_lens_host: list[int]
     context_lens_host: list[int]
 

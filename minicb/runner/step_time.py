@@ -23,10 +23,10 @@ overhead (scheduling, input preparation, sampling, launches) is paid once per st
 Two terms describe a CPU rather than a GPU, and keep their neutral defaults in every GPU
 profile: ``overlap`` False adds t_memory and t_compute instead of taking their maximum (one
 core streams and computes in turn: its decode time grows from batch 1 on), and
-``chunk_step_s`` is paid by every step with a prompt chunk (the torch attention then leaves
-its decode path for a per-request one; the calibrated ``cpu`` profile reads both off a
-probe, minicb/bench/calibration.py). docs/simulation.md justifies every efficiency factor. Pure
-Python: no torch.
+``chunk_step_s`` is paid by every step with a prompt chunk (the torch attention then makes
+one masked SDPA call per chunk in every layer beside the decode rows' one; the calibrated
+``cpu`` profile reads both off a probe, minicb/bench/calibration.py). docs/simulation.md
+justifies every efficiency factor. Pure Python: no torch.
 """
 
 from __future__ import annotations
@@ -221,8 +221,9 @@ def plan_rows(scheduled: list[ScheduledRequest]) -> Iterable[tuple[int, int, boo
 
 def has_chunk(num_tokens: Iterable[int]) -> bool:
     """Whether a step of rows of these token counts has a row of more than one token (a
-    prompt chunk): the torch attention then takes its per-request path for every row
-    (minicb/kernels/reference.py), not the decode path (``AttentionMetadata.is_decode_only``)."""
+    prompt chunk): the torch attention then makes a masked SDPA call per chunk in every layer
+    (minicb/kernels/torch_attention.py), beyond the decode-only path
+    (``AttentionMetadata.is_decode_only``)."""
     return any(n > 1 for n in num_tokens)
 
 
