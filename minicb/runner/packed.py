@@ -32,6 +32,15 @@ def _(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch
     return x.new_empty((x.shape[0], packed.shape[0]))  # packed: (out, in), like the weight
 
 
+# The row count oneDNN is told to expect when it lays the weight out. Any count runs on any
+# layout, but the layout decides how fast: laid out for one row (a decode of batch 1), the
+# model's 210 layer products took 30.3 ms at 32 rows and 33.2 at 48 against 26.4 and 27.2
+# laid out for 32 or more, and the same at 1 to 15 rows (AMX machine, bf16, one thread,
+# docs/performance.md "Packed for more rows"). Decode batches of 16 or more and every
+# prompt chunk are past that threshold.
+PACKED_FOR_ROWS = 64
+
+
 class PackedLinear(nn.Module):
     """``nn.Linear`` whose forward reads a oneDNN-packed copy of the weight."""
 
@@ -39,8 +48,7 @@ class PackedLinear(nn.Module):
         super().__init__()
         self.weight = linear.weight  # (out, in), kept: ties, state dict, size accounting
         self.bias = linear.bias
-        # Packed for one row at a time (decode); oneDNN takes any number of rows.
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), 1)
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), PACKED_FOR_ROWS)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (T, in) -> (T, out)
         if torch.compiler.is_compiling():  # the operator: opaque to the compiler
