@@ -128,9 +128,10 @@ def paged_prefill_attention(
         q_pos = torch.arange(ctx_len - q_len, ctx_len, device=query.device)
         k_pos = torch.arange(ctx_len, device=query.device)
         allowed = k_pos[None, :] <= q_pos[:, None]  # (q_len, L)
+        # As a batch of one (4-D): the fused kernel's shape, as the torch backend calls it.
         o = torch.nn.functional.scaled_dot_product_attention(
-            q, k, v, attn_mask=allowed, scale=scale, enable_gqa=True
+            q[None], k[None], v[None], attn_mask=allowed, scale=scale, enable_gqa=True
         )
-        out[start : start + q_len] = o.transpose(0, 1)
+        out[start : start + q_len] = o[0].transpose(0, 1)
         start += q_len
     return out

@@ -136,13 +136,16 @@ def step_attention(
         k = flat_k.index_select(0, chunk.slots).transpose(0, 1)  # (Hkv, L, D)
         v = flat_v.index_select(0, chunk.slots).transpose(0, 1)
         span = slice(chunk.start, chunk.start + chunk.length)
+        # A batch of one, 4-D: on CPU only 4-D inputs reach torch's fused (flash) kernel;
+        # 3-D ones fall back to the unfused math path, which in bf16 took 2.7x as long for
+        # a 32-token chunk and 8.7x for a 512-token one (docs/performance.md).
         o = torch.nn.functional.scaled_dot_product_attention(
-            query[span].transpose(0, 1),  # (H, q, D)
-            k,
-            v,
+            query[span].transpose(0, 1)[None],  # (1, H, q, D)
+            k[None],
+            v[None],
             attn_mask=chunk.allowed,
             scale=scale,
             enable_gqa=True,
         )
-        out[span] = o.transpose(0, 1)
+        out[span] = o[0].transpose(0, 1)
     return out
