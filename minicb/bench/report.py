@@ -57,13 +57,24 @@ def evaluate(results: dict[str, Any], headline: str, control: str) -> list[dict[
         (f"{control}: minicb continuous >= hf padded generate", control, "hf-padded", 1.0),
     ):  # fmt: skip
         goals.append(_goal(name, _ratio(results, workload, other), target, "x"))
-    ceiling = {p["batch"]: p["fraction"] for p in results.get("roofline", {}).get("points", [])}
+    points = {p["batch"]: p for p in results.get("roofline", {}).get("points", [])}
     s256 = {s["num_running"]: s["median_s"] * 1000 for s in results.get("scheduler", [])}
     return goals + [
-        _goal("decode at batch 1 >= 60 % of the hardware ceiling", ceiling.get(1), 0.60),
-        _goal("decode at batch 32 >= 70 % of the hardware ceiling", ceiling.get(32), 0.70),
+        _roofline_goal(points.get(1), 1, 0.60),
+        _roofline_goal(points.get(32), 32, 0.70),
         _goal("schedule() with 256 running < 0.5 ms (median)", s256.get(256), 0.5, " ms", True),
     ]
+
+
+def _roofline_goal(point: dict[str, Any] | None, batch: int, target: float) -> dict[str, Any]:
+    """The goal, and how much of the ceiling the linear layers alone reach: a goal above
+    that is out of reach of any engine on this matmul library."""
+    name = f"decode at batch {batch} >= {target * 100:.0f} % of the hardware ceiling"
+    goal = _goal(name, point and point["fraction"], target)
+    bound = point and point.get("linears_fraction")
+    if bound is not None:
+        goal["note"] += f"; the linear layers alone reach {bound * 100:.0f} %"
+    return goal
 
 
 # ---- markdown -----------------------------------------------------------------------------
@@ -173,6 +184,7 @@ def roofline_section(results: dict[str, Any]) -> list[str]:
          _cell({"median": p["step_s"], "min": p["step_s_min"], "max": p["step_s_max"]}, scale=1000),
          f"{p['forward_s'] * 1000:.1f}", f"{p['tok_s']:.1f}", f"{p['ceiling_tok_s']:.0f}",
          p["bound"], f"{p['fraction'] * 100:.0f}", f"{p['forward_fraction'] * 100:.0f}",
+         _num(p.get("linears_fraction"), ".0f", 100),
          _num(p.get("hf_step_s"), ".1f", 1000), _num(p.get("hf_tok_s"))]
         for p in rf["points"]
     ]  # fmt: skip
@@ -187,7 +199,8 @@ def roofline_section(results: dict[str, Any]) -> list[str]:
         "",
         *_table(
             ["batch", "context", "step ms", "forward ms", "tok/s", "ceiling tok/s", "bound",
-             "% of ceiling", "forward only %", "hf step ms", "hf tok/s"], rows,
+             "% of ceiling", "forward only %", "linears alone %", "hf step ms", "hf tok/s"],
+            rows,
         ),
     ]  # fmt: skip
 
@@ -299,6 +312,7 @@ def roofline_chart(results: dict[str, Any]) -> go.Figure:
     ))  # fmt: skip
     for key, name, line in (
         ("ceiling_tok_s", "hardware ceiling", dict(dash="dash", color="black")),
+        ("linears_tok_s", "the linear layers alone", dict(dash="dashdot", color="grey")),
         ("forward_tok_s", "minicb, forward only", dict(dash="dot", color=blue)),
         ("tok_s", "minicb, whole step", dict(color=blue)),
         ("hf_tok_s", "transformers generate", dict(color=COLORS["hf-padded"])),

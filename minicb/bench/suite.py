@@ -272,6 +272,7 @@ class Suite:
         engine = sibling(self.systems.continuous, max_num_seqs=top, num_kv_blocks=top * per_req + 1)
         hf = self.systems.hf_model if "hf-padded" in p.systems else None
         ours: dict[int, list[dict[str, float]]] = {b: [] for b in p.decode_batches}
+        linears: dict[int, list[float]] = {b: [] for b in p.decode_batches}
         theirs: dict[int, list[float]] = {b: [] for b in p.decode_batches}
         batches = list(p.decode_batches)
         for r in range(p.decode_rounds):
@@ -279,6 +280,7 @@ class Suite:
             for b in batches[k:] + batches[:k]:
                 self._tick(f"decode at batch {b}, round {r + 1}/{p.decode_rounds}")
                 ours[b].append(theory.time_decode(engine, b, *args))
+                linears[b].append(theory.time_linears(engine.runner.model, b))
                 if hf is not None:  # transformers' padded generate, same prompts and steps
                     try:
                         theirs[b].append(theory.time_hf_decode(hf, b, *args))
@@ -293,7 +295,8 @@ class Suite:
             measured = {"step_s": statistics.median(steps), "step_s_min": min(steps),
                         "step_s_max": max(steps),
                         "forward_s": statistics.median(m["forward_s"] for m in rounds),
-                        "context": statistics.fmean(m["context"] for m in rounds)}  # fmt: skip
+                        "context": statistics.fmean(m["context"] for m in rounds),
+                        "linears_s": statistics.median(linears[b])}  # fmt: skip
             point = theory.roofline_point(measured, shape, elem, b, hw)
             if theirs[b]:
                 point["hf_step_s"] = statistics.median(theirs[b])

@@ -27,11 +27,15 @@ norms left out) for B one-token rows. Copy bandwidth (read + write bytes of one 
 ``copy_``, as STREAM counts it) and matmul FLOP/s (a square matmul in the engine's dtype,
 sized so that one product takes about ``probes.PROBE_S``) are measured with torch on the
 engine's device (minicb.runner.probes), with the benchmark's threads, in the same run.
+Beside them, the model's own linear layers run back to back on B rows (``time_linears``):
+how close the matmul library itself comes to the ceiling, so a report can tell the part of
+a gap that is the engine's from the part no engine on that library can close.
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -39,11 +43,15 @@ from itertools import islice
 from typing import Any
 
 import numpy as np
+import torch
+from torch import nn
 
 from minicb.bench.hf_padded import generate_times
 from minicb.config import EngineConfig, SamplingParams
 from minicb.engine import LLMEngine
+from minicb.runner import probes
 from minicb.runner.fake import FakeRunner
+from minicb.runner.packed import PackedLinear
 from minicb.runner.step_time import ModelShape
 from minicb.scheduler.block_manager import blocks_needed
 from minicb.scheduler.plan import DECODE
@@ -214,6 +222,30 @@ def time_decode(
     }
 
 
+def time_linears(model: nn.Module, batch: int, repeats: int = 3) -> float:
+    """Median seconds of every linear layer of ``model`` run once, in forward order, back to
+    back on ``batch`` rows of random input: a decode step's matrix products with nothing
+    between them, streamed as fast as the matmul library (oneDNN, MKL, cuBLAS) streams the
+    weights. What it cannot reach of the ceiling is the library's; what a step adds to it
+    is the engine's (attention, norms, rope, the sampler, Python)."""
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear | PackedLinear)]
+    w = linears[0].weight
+    inputs = {
+        n: torch.randn(batch, n, device=w.device).to(w.dtype)
+        for n in {m.weight.shape[1] for m in linears}
+    }
+    times = []
+    with torch.inference_mode():
+        for _ in range(repeats + 1):  # the first is a warm-up
+            probes.sync(w.device)
+            start = time.perf_counter()
+            for m in linears:
+                m(inputs[m.weight.shape[1]])
+            probes.sync(w.device)
+            times.append(time.perf_counter() - start)
+    return statistics.median(times[1:])
+
+
 def time_hf_decode(model: Any, batch: int, prompt_len: int, warm: int, steps: int) -> float:
     """Median seconds per decode step of padded ``generate`` with ``batch`` equal rows."""
     times = generate_times(model, decode_prompts(batch, prompt_len), 1 + warm + steps, 0.0)
@@ -238,7 +270,16 @@ def roofline_point(
         "bound": bound,
         "fraction": tok_s * t_min / batch,
         "forward_fraction": t_min / measured["forward_s"],
-    }
+    } | _linears_bound(measured, batch, t_min)
+
+
+def _linears_bound(measured: dict[str, float], batch: int, t_min: float) -> dict[str, float]:
+    """The most this matmul library lets a step reach: tokens/s and the ceiling's fraction of
+    the linear layers alone (nothing where they were not timed)."""
+    if "linears_s" not in measured:
+        return {}
+    return {"linears_tok_s": batch / measured["linears_s"],
+            "linears_fraction": t_min / measured["linears_s"]}  # fmt: skip
 
 
 # ---- what the scheduler costs ------------------------------------------------------------

@@ -54,7 +54,8 @@ def copy_bytes(weight_bytes: int) -> int:
     return min(MAX_COPY_BYTES, max(MIN_COPY_BYTES, 2 * weight_bytes))
 
 
-def _sync(device: Any) -> None:
+def sync(device: Any) -> None:
+    """Wait for the work queued on a GPU, so a timer around it counts it; nothing on CPU."""
     import torch
 
     if torch.device(device).type == "cuda":
@@ -65,12 +66,12 @@ def _best_time(fn: Callable[[], Any], repeats: int, device: Any = "cpu") -> floa
     """Best seconds of ``fn`` over ``repeats`` runs after a warm-up (first-touch page
     faults, the allocator), fewer once the runs have taken ``BUDGET_S``."""
     fn()
-    _sync(device)
+    sync(device)
     best, start = float("inf"), time.perf_counter()
     for _ in range(repeats):
         t = time.perf_counter()
         fn()
-        _sync(device)
+        sync(device)
         best = min(best, time.perf_counter() - t)
         if time.perf_counter() - start >= BUDGET_S:
             break
@@ -95,10 +96,10 @@ def matmul_size(dtype: Any, cap: int = 2048, target_s: float = PROBE_S, device: 
     n = 128
     while n < cap:
         a = torch.randn(n, n, device=device).to(dtype)
-        _sync(device)
+        sync(device)
         t = time.perf_counter()
         a @ a
-        _sync(device)
+        sync(device)
         if time.perf_counter() - t >= target_s:
             break
         n *= 2

@@ -72,6 +72,12 @@ def test_decode_cost_and_ceiling_by_hand():
     assert point["ceiling_tok_s"] == pytest.approx(6.0) and point["bound"] == "memory"
     assert point["tok_s"] == 1.5 and point["fraction"] == pytest.approx(0.25)
     assert point["forward_fraction"] == pytest.approx(0.5)
+    assert "linears_fraction" not in point  # not timed: no bound claimed
+    timed = {"step_s": 2.0, "forward_s": 1.0, "context": 5, "linears_s": 0.8}
+    point = theory.roofline_point(timed, SHAPE, 2, 3, hw)
+    # t_min 0.5 s against 0.8 s of linear layers: no step on this library beats 62.5 %
+    assert point["linears_fraction"] == pytest.approx(0.625)
+    assert point["linears_tok_s"] == pytest.approx(3 / 0.8)
 
 
 def test_model_sizes_count_what_a_step_streams_from_the_config():
@@ -128,3 +134,17 @@ def test_goals_report_met_and_missed_with_the_gap():
     theory = list(goals.values())[0]
     assert "off by 20 %, 5 points beyond" in theory["note"]
     assert "missed by 20 %" in list(goals.values())[1]["note"]  # 1.2x against 1.5x
+    batch32 = list(goals.values())[5]
+    assert batch32["note"] == "missed by 57 % (0.3 against 0.7)"  # no linears timed
+
+
+def test_roofline_goal_names_what_the_linear_layers_alone_reach():
+    results = {
+        "workloads": {},
+        "roofline": {"points": [{"batch": 1, "fraction": 0.5, "linears_fraction": 0.72},
+                                {"batch": 32, "fraction": 0.35, "linears_fraction": 0.64}]},
+        "scheduler": [],
+    }  # fmt: skip
+    one, thirty_two = evaluate(results, "capped-exp", "fixed")[4:6]
+    assert one["note"] == "missed by 17 % (0.5 against 0.6); the linear layers alone reach 72 %"
+    assert not thirty_two["met"] and thirty_two["note"].endswith("linear layers alone reach 64 %")
