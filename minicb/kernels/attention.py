@@ -119,16 +119,26 @@ class AttentionBackend(Protocol):
 
 class TorchBackend:
     """Plain torch. Every step gathers through a ``StepIndex`` that the first layer builds
-    and every later layer of the same step reuses (the step's metadata object is the key)."""
+    and every later layer of the same step reuses (the step's metadata object is the key);
+    which tokens store is likewise found once per step (the slot tensor is the key)."""
 
     name = "torch"
 
     def __init__(self, reason: str = "asked for") -> None:
         self.reason = reason
         self._step: tuple[AttentionMetadata, StepIndex] | None = None
+        self._stores: tuple[torch.Tensor, torch.Tensor | None] | None = None
 
     def store_kv(self, key, value, k_cache, v_cache, slot_mapping) -> None:
-        reference.store_kv(key, value, k_cache, v_cache, slot_mapping)
+        # As reference.store_kv, but whether every token stores (static padding rows do
+        # not) is asked in the first layer only: a host sync, on a GPU a device sync.
+        if self._stores is None or self._stores[0] is not slot_mapping:
+            keep = slot_mapping >= 0
+            self._stores = (slot_mapping, None if bool(keep.all()) else keep)
+        keep = self._stores[1]
+        if keep is not None:
+            slot_mapping, key, value = slot_mapping[keep], key[keep], value[keep]
+        reference.write_kv(key, value, k_cache, v_cache, slot_mapping)
 
     def attention(self, query, k_cache, v_cache, meta, scale) -> torch.Tensor:
         if self._step is None or self._step[0] is not meta:

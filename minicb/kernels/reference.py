@@ -25,9 +25,14 @@ def store_kv(
     keep = slot_mapping >= 0
     if not bool(keep.all()):  # static padding rows recompute a token and store nothing
         slot_mapping, key, value = slot_mapping[keep], key[keep], value[keep]
+    write_kv(key, value, k_cache, v_cache, slot_mapping)
+
+
+def write_kv(key, value, k_cache, v_cache, slots: torch.Tensor) -> None:
+    """Write token i's key and value to cache slot ``slots[i]`` (every slot a real one)."""
     # View the cache as one long row of slots so a flat index addresses any token.
-    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, key.to(k_cache.dtype))
-    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, value.to(v_cache.dtype))
+    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slots, key.to(k_cache.dtype))
+    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slots, value.to(v_cache.dtype))
 
 
 def gather_kv(cache: torch.Tensor, blocks: torch.Tensor, length: int) -> torch.Tensor:

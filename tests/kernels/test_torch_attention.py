@@ -65,3 +65,22 @@ def test_mixed_step_index_matches_reference(heads, block_size, dtype):
         ref = reference.paged_attention(query, k_cache, v_cache, meta, scale)
         tol = 1e-6 if dtype == torch.float32 else 1e-2
         torch.testing.assert_close(out, ref, atol=tol, rtol=0)
+
+
+def test_backend_stores_as_the_reference_asking_once_per_step_which_tokens_store():
+    backend = TorchBackend()
+    caches = [torch.zeros(4, 2, 2, 3) for _ in range(4)]  # two layers, k and v, 8 slots
+    key, value = torch.randn(3, 2, 3), torch.randn(3, 2, 3)
+    padded = torch.tensor([5, -1, 2])  # a static padding row stores nothing
+    for k_cache, v_cache in (caches[:2], caches[2:]):  # two layers of one step
+        backend.store_kv(key, value, k_cache, v_cache, padded)
+    assert backend._stores[0] is padded and backend._stores[1].tolist() == [True, False, True]
+    for k_cache, v_cache in (caches[:2], caches[2:]):
+        k_ref, v_ref = torch.zeros_like(k_cache), torch.zeros_like(v_cache)
+        reference.store_kv(key, value, k_ref, v_ref, padded)
+        assert torch.equal(k_cache, k_ref) and torch.equal(v_cache, v_ref)
+        assert torch.equal(k_cache.view(8, 2, 3)[5], key[0]) and not k_cache.view(8, 2, 3)[7].any()
+    every = torch.tensor([7, 1, 0])  # the next step's slots: asked again, all store
+    backend.store_kv(key, value, caches[0], caches[1], every)
+    assert backend._stores == (every, None)
+    assert torch.equal(caches[0].view(8, 2, 3)[every], key)
