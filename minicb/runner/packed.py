@@ -33,11 +33,12 @@ def _(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch
 
 
 # The row count oneDNN is told to expect when it lays the weight out. Any count runs on any
-# layout, but the layout decides how fast: laid out for one row (a decode of batch 1), the
-# model's 210 layer products took 30.3 ms at 32 rows and 33.2 at 48 against 26.4 and 27.2
-# laid out for 32 or more, and the same at 1 to 15 rows (AMX machine, bf16, one thread,
-# docs/performance.md "Packed for more rows"). Decode batches of 16 or more and every
-# prompt chunk are past that threshold.
+# layout, but the layout decides how fast. The model's 211 products, laid out for one row
+# (a decode of batch 1) against 64 rows: 34.5 against 31.2 ms at 32 rows, 37.1 against 31.8
+# at 48 (15 decodes beside a 32-token chunk), 72.7 against 60.5 at 256; at 1 to 15 rows the
+# layout for one row is 1 to 3 % faster (25.9 against 26.6 ms at one; AMX machine, bf16, one thread,
+# scripts/packed_layout_cpu_time.py). Every step with a prompt chunk and every decode batch
+# from about 20 rows gains more than the small batches lose.
 PACKED_FOR_ROWS = 64
 
 
