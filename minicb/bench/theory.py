@@ -43,15 +43,12 @@ from itertools import islice
 from typing import Any
 
 import numpy as np
-import torch
-from torch import nn
 
 from minicb.bench.hf_padded import generate_times
 from minicb.config import EngineConfig, SamplingParams
 from minicb.engine import LLMEngine
 from minicb.runner import probes
 from minicb.runner.fake import FakeRunner
-from minicb.runner.packed import PackedLinear
 from minicb.runner.step_time import ModelShape
 from minicb.scheduler.block_manager import blocks_needed
 from minicb.scheduler.plan import DECODE
@@ -222,12 +219,17 @@ def time_decode(
     }
 
 
-def time_linears(model: nn.Module, batch: int, repeats: int = 3) -> float:
+def time_linears(model: Any, batch: int, repeats: int = 3) -> float:
     """Median seconds of every linear layer of ``model`` run once, in forward order, back to
     back on ``batch`` rows of random input: a decode step's matrix products with nothing
     between them, streamed as fast as the matmul library (oneDNN, MKL, cuBLAS) streams the
     weights. What it cannot reach of the ceiling is the library's; what a step adds to it
     is the engine's (attention, norms, rope, the sampler, Python)."""
+    import torch  # here, not above: the simulated runner imports this module without torch
+    from torch import nn
+
+    from minicb.runner.packed import PackedLinear
+
     linears = [m for m in model.modules() if isinstance(m, nn.Linear | PackedLinear)]
     w = linears[0].weight
     inputs = {
