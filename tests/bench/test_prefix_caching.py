@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 from minicb import EngineConfig, FakeRunner, LLMEngine
 from minicb.bench.bench_plan import QUICK, cache_workloads
+from minicb.bench.measurements import Suite, count_runs
 from minicb.bench.report import prefix_caching_section
-from minicb.bench.suite import Suite, count_runs
 from minicb.bench.systems import Systems
 
 
