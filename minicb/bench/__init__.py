@@ -122,6 +122,11 @@ def spread(values: Iterable[float | None]) -> dict[str, float] | None:
     return {"median": statistics.median(v), "min": min(v), "max": max(v), "n": len(v)}
 
 
+def median_of(s: dict[str, float] | float | None) -> float | None:
+    """A spread's median; a single run's figure (or None) as it is."""
+    return s["median"] if isinstance(s, dict) else s
+
+
 def aggregate(records: list[RunRecord]) -> dict[str, dict[str, float] | None]:
     """Each figure over the repeats: median, min, max."""
     return {k: spread(r.figures.get(k) for r in records) for k in [*FIGURES, "wall_s"]}

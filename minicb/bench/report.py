@@ -1,11 +1,9 @@
-"""The report: the goals judged, markdown tables for the terminal and the docs, and a
-self-contained HTML page (plotly charts with plotly.js embedded, so it opens offline, and
-the tables).
-
-Goals are figures to report, not pass/fail tests: a missed goal says by how much. Charts:
-output tokens/s per workload and system; decode tokens/s against batch size with the
-measured hardware ceiling; latency against request rate; slot occupancy over time of the
-headline workload, static beside continuous.
+"""The report: markdown tables for the terminal and the docs (the goals judged by
+minicb.bench.goals among them), and a self-contained HTML page (plotly charts with
+plotly.js embedded, so it opens offline, and the tables). Charts: output tokens/s per
+workload and system; decode tokens/s against batch size with the measured hardware ceiling;
+latency against request rate; slot occupancy over time of the headline workload, static
+beside continuous.
 """
 
 from __future__ import annotations
@@ -15,66 +13,9 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from minicb.bench import median_of
+
 Spread = dict[str, float] | None
-
-
-# ---- goals --------------------------------------------------------------------------------
-def _goal(
-    name: str, measured: float | None, target: float, unit: str = "", lower_is_better: bool = False
-) -> dict[str, Any]:
-    goal = {"goal": name, "target": target, "measured": measured, "met": None}
-    if measured is None:
-        return {**goal, "note": "not measured"}
-    met = measured <= target if lower_is_better else measured >= target
-    gap = abs(measured / target - 1) * 100 if target else 0.0
-    note = f"missed by {gap:.0f} % ({measured:.3g}{unit} against {target:.3g}{unit})"
-    return {**goal, "met": met, "note": "met" if met else note}
-
-
-def _ratio(results: dict[str, Any], workload: str, other: str) -> float | None:
-    ratios = results["workloads"].get(workload, {}).get("ratios", {})
-    return _med(ratios.get(f"minicb-continuous / {other}"))
-
-
-def evaluate(results: dict[str, Any], headline: str, control: str) -> list[dict[str, Any]]:
-    """The goals (issue 14's): theory, three ratios to transformers, the roofline at batch 1
-    and 32, schedule()."""
-    theory = results["workloads"].get(headline, {}).get("theory") or {}
-    err = theory.get("relative_error")
-    name = f"{headline}: continuous/static within 15 % of theory"
-    goals = [_goal(name, None if err is None else abs(err), 0.15, lower_is_better=True)]
-    if err is not None:
-        goals[0]["note"] = (
-            f"measured {theory['measured_ratio']['median']:.2f} vs predicted "
-            f"{theory['predicted']['ratio']:.2f}: off by {abs(err) * 100:.0f} %"
-        )
-        if not goals[0]["met"]:
-            goals[0]["note"] += f", {(abs(err) - 0.15) * 100:.0f} points beyond the 15 % allowed"
-    for name, workload, other, target in (
-        (f"{headline}: minicb continuous >= 1.5x hf-continuous (generate_batch)", headline,
-         "hf-continuous", 1.5),
-        (f"{headline}: minicb continuous >= 2x hf padded generate", headline, "hf-padded", 2.0),
-        (f"{control}: minicb continuous >= hf padded generate", control, "hf-padded", 1.0),
-    ):  # fmt: skip
-        goals.append(_goal(name, _ratio(results, workload, other), target, "x"))
-    points = {p["batch"]: p for p in results.get("roofline", {}).get("points", [])}
-    s256 = {s["num_running"]: s["median_s"] * 1000 for s in results.get("scheduler", [])}
-    return goals + [
-        _roofline_goal(points.get(1), 1, 0.60),
-        _roofline_goal(points.get(32), 32, 0.70),
-        _goal("schedule() with 256 running < 0.5 ms (median)", s256.get(256), 0.5, " ms", True),
-    ]
-
-
-def _roofline_goal(point: dict[str, Any] | None, batch: int, target: float) -> dict[str, Any]:
-    """The goal, and how much of the ceiling the linear layers alone reach: a goal above
-    that is out of reach of any engine on this matmul library."""
-    name = f"decode at batch {batch} >= {target * 100:.0f} % of the hardware ceiling"
-    goal = _goal(name, point and point["fraction"], target)
-    bound = point and point.get("linears_fraction")
-    if bound is not None:
-        goal["note"] += f"; the linear layers alone reach {bound * 100:.0f} %"
-    return goal
 
 
 # ---- markdown -----------------------------------------------------------------------------
@@ -90,14 +31,9 @@ def _cell(s: Spread, fmt: str = ".1f", scale: float = 1.0) -> str:
     return med if lo == hi else f"{med} ({lo}-{hi})"
 
 
-def _med(s: Spread | float) -> float | None:
-    """A spread's median; a single run's figure as it is."""
-    return s["median"] if isinstance(s, dict) else s
-
-
 def _pcts(fig: dict[str, Any], name: str, qs: tuple[str, ...] = ("p50", "p90", "p99")) -> str:
     """Percentiles of one latency, in ms, "p50 / p90 / p99"."""
-    return " / ".join(_num(_med(fig.get(f"{name}_{q}")), ".0f", 1000) for q in qs)
+    return " / ".join(_num(median_of(fig.get(f"{name}_{q}")), ".0f", 1000) for q in qs)
 
 
 def _table(header: list[str], rows: list[list[str]], text_cols: int = 1) -> list[str]:
@@ -122,8 +58,8 @@ def workload_section(name: str, data: dict[str, Any]) -> list[str]:
         if errors.get(system):
             rows.append([system, f"did not run: {errors[system]}"] + [""] * len(COLUMNS))
             continue
-        goodput = _num(_med(f["goodput_req_s"]), ".2f")
-        share = _num(_med(f["goodput_fraction"]), ".0f", 100)
+        goodput = _num(median_of(f["goodput_req_s"]), ".2f")
+        share = _num(median_of(f["goodput_fraction"]), ".0f", 100)
         cells = [_cell(f[key], fmt, scale) for key, fmt, scale in COLUMNS.values()]
         rows.append([system, *cells, f"{goodput} ({share} %)"])
         latency.append([system, *(_pcts(f, n) for n in ("ttft", "tpot", "itl", "e2e"))])

@@ -113,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
     import torch
     from tqdm import tqdm
 
-    from minicb.bench.report import evaluate, render, render_html
+    from minicb.bench.goals import evaluate
+    from minicb.bench.report import render, render_html
 
     plan, started = make_plan(args), time.time()
     torch.set_num_threads(args.threads)  # before any model is built

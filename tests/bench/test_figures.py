@@ -12,7 +12,7 @@ from minicb.bench import (
     spread,
     theory,
 )
-from minicb.bench.report import evaluate
+from minicb.bench.goals import evaluate
 from minicb.runner.step_time import ModelShape
 
 
