@@ -99,8 +99,9 @@ class Suite:
         return out
 
     def decode_roofline(self, hw: dict[str, Any]) -> dict[str, Any]:
-        """Pure decode steps at each batch size, minicb and padded generate alternating;
-        each figure is the median over the rounds of each round's median step."""
+        """Pure decode steps at each batch size, minicb and padded generate alternating, and
+        the model's linear layers alone on as many rows (the matmul library's bound); each
+        figure is the median over the rounds of each round's median step."""
         p = self.plan
         top, args = max(p.decode_batches), (p.decode_prompt, p.decode_warm, p.decode_steps)
         per_req = blocks_needed(sum(args) + 2, p.block_size)

@@ -131,7 +131,9 @@ def roofline_section(results: dict[str, Any]) -> list[str]:
         f"copy, read + write; {best['copy_bandwidth']}), matmul "
         f"{hw['matmul_flops'] / 1e9:.0f} GFLOP/s ({hw['matmul_n']}^3; {best['matmul_flops']}); "
         f"weights streamed per step {rf['sizes']['weight_bytes'] / 1e6:.0f} MB, KV "
-        f"{rf['sizes']['kv_bytes_per_token'] / 1e3:.1f} kB per token of context.",
+        f"{rf['sizes']['kv_bytes_per_token'] / 1e3:.1f} kB per token of context. \"Linears "
+        "alone\": the model's linear layers run back to back on as many rows, nothing between "
+        "them: the most any step on this matmul library can reach.",
         "",
         *_table(
             ["batch", "context", "step ms", "forward ms", "tok/s", "ceiling tok/s", "bound",
