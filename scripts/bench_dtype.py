@@ -20,7 +20,7 @@ import time
 import torch
 
 from minicb import EngineConfig, LLMEngine
-from minicb.bench.theory import time_decode
+from minicb.bench.roofline import time_decode
 from minicb.runner.dtype import DTYPES as TORCH_DTYPES
 from minicb.runner.dtype import choose_dtype
 from minicb.runner.model_runner import resolve_device

@@ -25,7 +25,7 @@ import time
 import torch
 
 from minicb import EngineConfig, SamplingParams
-from minicb.bench import theory
+from minicb.bench import roofline
 from minicb.engine import LLMEngine
 from minicb.runner import probes
 from minicb.runner.catalogue import model_shape
@@ -37,7 +37,7 @@ PROMPT, WARM, STEPS = 32, 2, 8
 def decode_round(engine: LLMEngine, batch: int) -> tuple[float, float, float]:
     """Median CPU and wall seconds of the pure decode steps, and the mean context."""
     params = SamplingParams(max_tokens=1 + WARM + STEPS, temperature=0.0, ignore_eos=True)
-    for prompt in theory.decode_prompts(batch, PROMPT):
+    for prompt in roofline.decode_prompts(batch, PROMPT):
         engine.add_request(prompt, params)
     cpu, wall, context = [], [], []
     while engine.has_unfinished():
@@ -101,7 +101,7 @@ def main() -> None:
     decode_round(engine, top)  # warm-up (and compilation, if any)
     rounds = {b: [decode_round(engine, b) for _ in range(args.rounds)] for b in args.batches}
     bw_cpu, bw_wall = copy_bandwidth(
-        probes.copy_bytes(theory.model_sizes(shape, elem)["weight_bytes"])
+        probes.copy_bytes(roofline.model_sizes(shape, elem)["weight_bytes"])
     )
     flops_cpu, flops_wall = matmul_flops(runner.dtype, probes.matmul_size(runner.dtype))
     out = {"dtype": args.dtype, "options": options, "describe": runner.describe(),
@@ -112,9 +112,9 @@ def main() -> None:
         cpu = statistics.median(r[0] for r in rs)
         wall = statistics.median(r[1] for r in rs)
         context = statistics.fmean(r[2] for r in rs)
-        nb, fl = theory.decode_cost(shape, elem, b, context)
-        t_cpu, bound = theory.ceiling(nb, fl, bw_cpu, flops_cpu)
-        t_wall, _ = theory.ceiling(nb, fl, bw_wall, flops_wall)
+        nb, fl = roofline.decode_cost(shape, elem, b, context)
+        t_cpu, bound = roofline.ceiling(nb, fl, bw_cpu, flops_cpu)
+        t_wall, _ = roofline.ceiling(nb, fl, bw_wall, flops_wall)
         out["points"].append({"batch": b, "step_ms_cpu": cpu * 1e3, "step_ms_wall": wall * 1e3,
                               "fraction_cpu": t_cpu / cpu, "fraction_wall": t_wall / wall,
                               "bound": bound})  # fmt: skip

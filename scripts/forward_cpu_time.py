@@ -30,7 +30,7 @@ from types import ModuleType
 import torch
 
 from minicb import EngineConfig, SamplingParams
-from minicb.bench import theory
+from minicb.bench import roofline
 from minicb.engine import LLMEngine
 from minicb.runner.loader import iter_safetensors
 from minicb.runner.packed import PackedLinear, pack_linears
@@ -99,7 +99,7 @@ def ops_per_step(engine: LLMEngine, model: torch.nn.Module) -> dict:
     top-level events): how many, and the most frequent."""
     engine.runner.model = model
     params = SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True)
-    engine.add_request(theory.decode_prompts(1, 32)[0], params)
+    engine.add_request(roofline.decode_prompts(1, 32)[0], params)
     engine.step()  # the prompt
     engine.step()  # a first decode step
     with torch.profiler.profile() as prof:

@@ -5,10 +5,12 @@
 - ``systems``: minicb continuous and static, transformers' padded ``generate`` and its
   continuous batching (``driver``, ``hf_padded``, ``hf_continuous``), each run reduced
   to minicb's events;
-- ``theory``: static vs continuous predicted from the lengths, the decode roofline of this
-  machine, and the cost of ``schedule()``;
-- ``report``: the goals, markdown tables and a self-contained HTML page;
-- ``suite``: the whole run, in order, and the ``minicb bench`` subcommand.
+- ``theory``: static vs continuous predicted from the lengths, and the cost of
+  ``schedule()``; ``roofline``: the decode roofline of this machine, and how close the
+  model's linear layers alone come to it;
+- ``goals``: the goals judged; ``report``: markdown tables and a self-contained HTML page;
+- ``suite``: the ``minicb bench`` subcommand, the whole run in order; ``measurements``: the
+  run's measurements, one ``Suite`` method per section of bench.json.
 
 Here: the ``RunRecord`` of one run (its events measured by minicb's ``MetricsCollector``,
 so one definition of TTFT, TPOT, occupancy and the rest serves every system) and the

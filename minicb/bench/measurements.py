@@ -19,6 +19,7 @@ from minicb.bench import (
     outside_model_share,
     paired_ratio,
     ratio_table,
+    roofline,
     theory,
 )
 from minicb.bench.arrivals import arrival_times, describe_arrivals
@@ -90,7 +91,9 @@ class Suite:
         return model_shape(str(self.systems.continuous.runner.files.path))
 
     def model_sizes(self) -> dict[str, int]:
-        return theory.model_sizes(self.model_shape(), self.systems.continuous.runner.dtype.itemsize)
+        return roofline.model_sizes(
+            self.model_shape(), self.systems.continuous.runner.dtype.itemsize
+        )
 
     def scheduler_cost(self) -> list[dict[str, float]]:
         self._tick("scheduler cost")
@@ -115,11 +118,11 @@ class Suite:
             k = r % len(batches)
             for b in batches[k:] + batches[:k]:
                 self._tick(f"decode at batch {b}, round {r + 1}/{p.decode_rounds}")
-                ours[b].append(theory.time_decode(engine, b, *args))
-                linears[b].append(theory.time_linears(engine.runner.model, b))
+                ours[b].append(roofline.time_decode(engine, b, *args))
+                linears[b].append(roofline.time_linears(engine.runner.model, b))
                 if hf is not None:  # transformers' padded generate, same prompts and steps
                     try:
-                        theirs[b].append(theory.time_hf_decode(hf, b, *args))
+                        theirs[b].append(roofline.time_hf_decode(hf, b, *args))
                     except Exception:  # its column stays empty; the workloads say why
                         hf = None
                 self.bar.update()
@@ -133,12 +136,12 @@ class Suite:
                         "forward_s": statistics.median(m["forward_s"] for m in rounds),
                         "context": statistics.fmean(m["context"] for m in rounds),
                         "linears_s": statistics.median(linears[b])}  # fmt: skip
-            point = theory.roofline_point(measured, shape, elem, b, hw)
+            point = roofline.roofline_point(measured, shape, elem, b, hw)
             if theirs[b]:
                 point["hf_step_s"] = statistics.median(theirs[b])
                 point["hf_tok_s"] = b / point["hf_step_s"]
             points.append(point)
-        sizes = theory.model_sizes(shape, elem)
+        sizes = roofline.model_sizes(shape, elem)
         return {"sizes": sizes, "prompt_len": p.decode_prompt, "points": points}
 
     # ---- the workloads -------------------------------------------------------------------

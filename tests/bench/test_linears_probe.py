@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from minicb import EngineConfig
-from minicb.bench import theory
+from minicb.bench import roofline
 from minicb.engine import LLMEngine
 
 
@@ -18,7 +18,7 @@ def test_time_linears_runs_every_linear_layer_once_per_run_on_batch_rows(tiny_ll
     for m in names:
         if hasattr(m, "weight") and not isinstance(m, torch.nn.Embedding) and m.weight.dim() == 2:
             m.register_forward_hook(lambda mod, args, out: seen.append((names[mod], out.shape)))
-    seconds = theory.time_linears(model, batch=3, repeats=2)
+    seconds = roofline.time_linears(model, batch=3, repeats=2)
     assert seconds > 0
     # 7 products a layer (q, k, v, o, gate, up, down) and the lm_head, in forward order, once
     # per run: a warm-up and two timed runs.

@@ -1,0 +1,160 @@
+"""The decode roofline of this machine: what a decode step of batch B costs at least, how
+close minicb's step comes, and how close the model's matmuls alone come.
+
+A decode step of batch B must at least read every weight once and each
+request's KV cache, and do two FLOPs per weight per row plus the attention arithmetic:
+
+    bytes(B) = weight bytes + sum over rows of KV bytes (context tokens x 2 x layers x
+               kv heads x head dim x element size)
+    flops(B) = 2 x (weights used by matmuls) x B + 4 x layers x heads x head dim x context
+    t_min(B) = max(bytes(B) / copy bandwidth, flops(B) / matmul FLOP/s)
+
+The ceiling is B / t_min(B) tokens per second. The bytes and FLOPs are the step-time model's
+(``ModelShape.step_work``, minicb/runner/step_time.py: counted from the model's config, the
+norms left out) for B one-token rows. Copy bandwidth (read + write bytes of one large
+``copy_``, as STREAM counts it) and matmul FLOP/s (a square matmul in the engine's dtype,
+sized so that one product takes about ``probes.PROBE_S``) are measured with torch on the
+engine's device (minicb.runner.probes), with the benchmark's threads, in the same run.
+Beside them, the model's own linear layers run back to back on B rows (``time_linears``):
+how close the matmul library itself comes to the ceiling, so a report can tell the part of
+a gap that is the engine's from the part no engine on that library can close.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from minicb.bench.hf_padded import generate_times
+from minicb.config import SamplingParams
+from minicb.engine import LLMEngine
+from minicb.runner import probes
+from minicb.runner.step_time import ModelShape
+from minicb.scheduler.plan import DECODE
+from minicb.telemetry.events import StepEvent
+
+
+# The probes (copy bandwidth, matmul FLOP/s) live in minicb.runner.probes, shared with the model
+# runner's per-step utilisation; the bytes and FLOPs are the step-time model's.
+def model_sizes(shape: ModelShape, elem: int) -> dict[str, int]:
+    """Bytes of weights a decode step streams (the layers and the lm_head: an untied
+    embedding table is only gathered), matmul parameters per token, KV bytes per token,
+    counted from the model's config as the step-time model counts them."""
+    return {
+        "weight_bytes": shape.streamed_params * elem,
+        "matmul_params": shape.streamed_params,
+        "kv_bytes_per_token": shape.kv_bytes_per_token(elem),
+    }
+
+
+def decode_cost(shape: ModelShape, elem: int, batch: int, context: float) -> tuple[float, float]:
+    """(bytes, flops) of one decode step of ``batch`` rows with ``context`` tokens each:
+    the step-time model's work of ``batch`` one-token rows that sample, each attending its
+    ``context`` keys (``attended_pairs(1, c) == c``)."""
+    total = batch * context
+    return shape.step_work(elem, batch, batch, total, total)
+
+
+def ceiling(nbytes: float, flops: float, bandwidth: float, peak: float) -> tuple[float, str]:
+    """Least seconds per step, and which limit sets it."""
+    t_mem, t_flop = nbytes / bandwidth, flops / peak
+    return (t_mem, "memory") if t_mem >= t_flop else (t_flop, "compute")
+
+
+def decode_prompts(batch: int, prompt_len: int) -> list[list[int]]:
+    """The decode probe's prompts, the same for minicb and transformers."""
+    return [[3 + (7 * i + j) % 200 for j in range(prompt_len)] for i in range(batch)]
+
+
+def decode_steps(engine: LLMEngine, batch: int) -> Iterator[StepEvent]:
+    """Step until every request is done, yielding the steps in which ``batch`` rows all
+    decode (prefill steps and partly filled batches are left out)."""
+    while engine.has_unfinished():
+        event = engine.step().event
+        rows = event.plan.scheduled
+        if len(rows) == batch and all(r.phase == DECODE for r in rows):
+            yield event
+
+
+def time_decode(
+    engine: LLMEngine, batch: int, prompt_len: int, warm: int, steps: int
+) -> dict[str, float]:
+    """Median wall and forward time of pure decode steps with ``batch`` requests running."""
+    params = SamplingParams(max_tokens=1 + warm + steps, temperature=0.0, ignore_eos=True)
+    for prompt in decode_prompts(batch, prompt_len):
+        engine.add_request(prompt, params)
+    events = list(decode_steps(engine, batch))[warm:]
+    if not events:
+        raise RuntimeError(f"no pure decode step of batch {batch} was seen")
+    return {
+        "step_s": statistics.median(e.wall_end - e.wall_start for e in events),
+        "forward_s": statistics.median(e.forward_s for e in events),
+        "context": statistics.fmean(r.context_len for e in events for r in e.plan.scheduled),
+    }
+
+
+def time_linears(model: Any, batch: int, repeats: int = 3) -> float:
+    """Median seconds of every linear layer of ``model`` run once, in forward order, back to
+    back on ``batch`` rows of random input: a decode step's matrix products with nothing
+    between them, streamed as fast as the matmul library (oneDNN, MKL, cuBLAS) streams the
+    weights. What it cannot reach of the ceiling is the library's; what a step adds to it
+    is the engine's (attention, norms, rope, the sampler, Python)."""
+    import torch  # here, not above: the simulated runner imports this module without torch
+    from torch import nn
+
+    from minicb.runner.packed import PackedLinear
+
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear | PackedLinear)]
+    w = linears[0].weight
+    inputs = {
+        n: torch.randn(batch, n, device=w.device).to(w.dtype)
+        for n in {m.weight.shape[1] for m in linears}
+    }
+    times = []
+    with torch.inference_mode():
+        for _ in range(repeats + 1):  # the first is a warm-up
+            probes.sync(w.device)
+            start = time.perf_counter()
+            for m in linears:
+                m(inputs[m.weight.shape[1]])
+            probes.sync(w.device)
+            times.append(time.perf_counter() - start)
+    return statistics.median(times[1:])
+
+
+def time_hf_decode(model: Any, batch: int, prompt_len: int, warm: int, steps: int) -> float:
+    """Median seconds per decode step of padded ``generate`` with ``batch`` equal rows."""
+    times = generate_times(model, decode_prompts(batch, prompt_len), 1 + warm + steps, 0.0)
+    return statistics.median([b - a for a, b in zip(times, times[1:], strict=False)][warm:])
+
+
+def roofline_point(
+    measured: dict[str, float], shape: ModelShape, elem: int, batch: int, hw: dict[str, float]
+) -> dict[str, Any]:
+    """One batch size: measured tokens/s beside the ceiling, and the fraction reached."""
+    nbytes, flops = decode_cost(shape, elem, batch, measured["context"])
+    t_min, bound = ceiling(nbytes, flops, hw["copy_bandwidth"], hw["matmul_flops"])
+    tok_s = batch / measured["step_s"]
+    return {
+        "batch": batch,
+        **measured,
+        "tok_s": tok_s,
+        "forward_tok_s": batch / measured["forward_s"],
+        "bytes": nbytes,
+        "flops": flops,
+        "ceiling_tok_s": batch / t_min,
+        "bound": bound,
+        "fraction": tok_s * t_min / batch,
+        "forward_fraction": t_min / measured["forward_s"],
+    } | _linears_bound(measured, batch, t_min)
+
+
+def _linears_bound(measured: dict[str, float], batch: int, t_min: float) -> dict[str, float]:
+    """The most this matmul library lets a step reach: tokens/s and the ceiling's fraction of
+    the linear layers alone (nothing where they were not timed)."""
+    if "linears_s" not in measured:
+        return {}
+    return {"linears_tok_s": batch / measured["linears_s"],
+            "linears_fraction": t_min / measured["linears_s"]}  # fmt: skip
