@@ -23,11 +23,10 @@ import statistics
 import time
 
 import torch
-from torch import nn
 
 from minicb import EngineConfig
+from minicb.bench.roofline import linear_layers
 from minicb.engine import LLMEngine
-from minicb.runner.packed import PackedLinear
 
 
 def run_ms(packed: list[torch.Tensor], inputs: list[torch.Tensor], repeats: int = 5) -> float:
@@ -48,7 +47,7 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(1)  # as minicb bench does by default
     engine = LLMEngine(None, EngineConfig(dtype="bfloat16", device="cpu", num_kv_blocks=4))
-    linears = [m for m in engine.runner.model.modules() if isinstance(m, nn.Linear | PackedLinear)]
+    linears = linear_layers(engine.runner.model)
     weights = [m.weight.detach() for m in linears]
     layouts = {
         n: [torch.ops.mkldnn._reorder_linear_weight(w, n) for w in weights] for n in args.layouts

@@ -95,18 +95,24 @@ def time_decode(
     }
 
 
+def linear_layers(model: Any) -> list[Any]:
+    """The model's linear layers (plain or packed), in forward order."""
+    from torch import nn
+
+    from minicb.runner.packed import PackedLinear
+
+    return [m for m in model.modules() if isinstance(m, nn.Linear | PackedLinear)]
+
+
 def time_linears(model: Any, batch: int, repeats: int = 3) -> float:
     """Median seconds of every linear layer of ``model`` run once, in forward order, back to
     back on ``batch`` rows of random input: a decode step's matrix products with nothing
     between them, streamed as fast as the matmul library (oneDNN, MKL, cuBLAS) streams the
     weights. What it cannot reach of the ceiling is the library's; what a step adds to it
     is the engine's (attention, norms, rope, the sampler, Python)."""
-    import torch  # here, not above: the simulated runner imports this module without torch
-    from torch import nn
+    import torch  # here, not above: the simulator reaches this module (via theory) without torch
 
-    from minicb.runner.packed import PackedLinear
-
-    linears = [m for m in model.modules() if isinstance(m, nn.Linear | PackedLinear)]
+    linears = linear_layers(model)
     w = linears[0].weight
     inputs = {
         n: torch.randn(batch, n, device=w.device).to(w.dtype)

@@ -130,15 +130,11 @@ class TorchBackend:
         self._stores: tuple[torch.Tensor, torch.Tensor | None] | None = None
 
     def store_kv(self, key, value, k_cache, v_cache, slot_mapping) -> None:
-        # As reference.store_kv, but whether every token stores (static padding rows do
-        # not) is asked in the first layer only: a host sync, on a GPU a device sync.
+        # As reference.store_kv, but which tokens store is asked in the first layer only
+        # (a host sync, on a GPU a device sync), not in all of them.
         if self._stores is None or self._stores[0] is not slot_mapping:
-            keep = slot_mapping >= 0
-            self._stores = (slot_mapping, None if bool(keep.all()) else keep)
-        keep = self._stores[1]
-        if keep is not None:
-            slot_mapping, key, value = slot_mapping[keep], key[keep], value[keep]
-        reference.write_kv(key, value, k_cache, v_cache, slot_mapping)
+            self._stores = (slot_mapping, reference.storing(slot_mapping))
+        reference.write_kv(key, value, k_cache, v_cache, slot_mapping, self._stores[1])
 
     def attention(self, query, k_cache, v_cache, meta, scale) -> torch.Tensor:
         if self._step is None or self._step[0] is not meta:

@@ -22,14 +22,21 @@ def store_kv(
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,  # (T,) int64; -1 marks tokens that are not stored
 ) -> None:
+    write_kv(key, value, k_cache, v_cache, slot_mapping, storing(slot_mapping))
+
+
+def storing(slot_mapping: torch.Tensor) -> torch.Tensor | None:
+    """Which tokens store: None when all do, else a mask (static padding rows recompute a
+    token and store nothing). A host sync: the torch backend asks once per step."""
     keep = slot_mapping >= 0
-    if not bool(keep.all()):  # static padding rows recompute a token and store nothing
-        slot_mapping, key, value = slot_mapping[keep], key[keep], value[keep]
-    write_kv(key, value, k_cache, v_cache, slot_mapping)
+    return None if bool(keep.all()) else keep
 
 
-def write_kv(key, value, k_cache, v_cache, slots: torch.Tensor) -> None:
-    """Write token i's key and value to cache slot ``slots[i]`` (every slot a real one)."""
+def write_kv(key, value, k_cache, v_cache, slots: torch.Tensor, keep: torch.Tensor | None) -> None:
+    """Write token i's key and value to cache slot ``slots[i]``, the tokens ``keep`` marks
+    (all where it is None)."""
+    if keep is not None:
+        slots, key, value = slots[keep], key[keep], value[keep]
     # View the cache as one long row of slots so a flat index addresses any token.
     k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slots, key.to(k_cache.dtype))
     v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slots, value.to(v_cache.dtype))
