@@ -8,7 +8,8 @@
 - ``theory``: static vs continuous predicted from the lengths, and the cost of
   ``schedule()``; ``roofline``: the decode roofline of this machine, and how close the
   model's linear layers alone come to it;
-- ``goals``: the goals judged; ``report``: markdown tables and a self-contained HTML page;
+- ``goals``: the goals judged; ``report``: the markdown tables; ``report_html``: the
+  self-contained HTML page;
 - ``suite``: the ``minicb bench`` subcommand, the whole run in order; ``measurements``: the
   run's measurements, one ``Suite`` method per section of bench.json.
 

@@ -114,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from minicb.bench.goals import evaluate
-    from minicb.bench.report import render, render_html
+    from minicb.bench.report import render
+    from minicb.bench.report_html import render_html
 
     plan, started = make_plan(args), time.time()
     torch.set_num_threads(args.threads)  # before any model is built
