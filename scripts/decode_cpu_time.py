@@ -78,6 +78,15 @@ def matmul_flops(dtype: torch.dtype, n: int, repeats: int = 5) -> tuple[float, f
     return 2 * n**3 / best_cpu, 2 * n**3 / best_wall
 
 
+def probe_engine(dtype: str, widest: int, **options) -> LLMEngine:
+    """An engine on the embedded default model with room for the probe's widest batch."""
+    config = EngineConfig(
+        dtype=dtype, device="cpu", max_num_seqs=widest, num_kv_blocks=widest * 4 + 1,
+        num_swap_blocks=0, **options,
+    )  # fmt: skip
+    return LLMEngine(None, config)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
@@ -91,11 +100,7 @@ def main() -> None:
     if args.compile:
         options["compile"] = args.compile
     top = max(args.batches)
-    config = EngineConfig(
-        dtype=args.dtype, device="cpu", max_num_seqs=top, num_kv_blocks=top * 4 + 1,
-        num_swap_blocks=0, **options,
-    )  # fmt: skip
-    engine = LLMEngine(None, config)
+    engine = probe_engine(args.dtype, top, **options)
     runner = engine.runner
     shape, elem = model_shape(str(runner.files.path)), runner.dtype.itemsize
     decode_round(engine, top)  # warm-up (and compilation, if any)

@@ -29,7 +29,7 @@ from types import ModuleType
 
 import torch
 
-from minicb import EngineConfig, SamplingParams
+from minicb import SamplingParams
 from minicb.bench import roofline
 from minicb.engine import LLMEngine
 from minicb.runner.loader import iter_safetensors
@@ -119,12 +119,7 @@ def main() -> None:
     args = p.parse_args()
     probe = load_module("decode_cpu_time", Path(__file__).with_name("decode_cpu_time.py"))
     torch.set_num_threads(1)  # as minicb bench does by default
-    top = max(args.batches)
-    config = EngineConfig(
-        dtype=args.dtype, device="cpu", max_num_seqs=top, num_kv_blocks=top * 4 + 1,
-        num_swap_blocks=0,
-    )  # fmt: skip
-    engine = LLMEngine(None, config)
+    engine = probe.probe_engine(args.dtype, max(args.batches))
     runner = engine.runner
     models = {"this": runner.model, "other": other_model(runner, load_module("other", args.other))}
     out: dict = {"dtype": args.dtype, "other": str(args.other), "points": []}

@@ -36,9 +36,9 @@ import time
 
 import torch
 import torch.nn.functional as F
-from decode_cpu_time import copy_bandwidth, matmul_flops
+from decode_cpu_time import copy_bandwidth, matmul_flops, probe_engine
 
-from minicb import EngineConfig, SamplingParams
+from minicb import SamplingParams
 from minicb.bench import roofline
 from minicb.engine import LLMEngine
 from minicb.kernels.torch_attention import DecodeIndex
@@ -172,12 +172,7 @@ def main() -> None:
     p.add_argument("--onednn-fusions", action="store_true")
     args = p.parse_args()
     torch.set_num_threads(1)  # as minicb bench does by default
-    top = max(args.batches)
-    config = EngineConfig(
-        dtype=args.dtype, device="cpu", max_num_seqs=top, num_kv_blocks=top * 4 + 1,
-        num_swap_blocks=0,
-    )  # fmt: skip
-    engine = LLMEngine(None, config)
+    engine = probe_engine(args.dtype, max(args.batches))
     runner = engine.runner
     frozen = FrozenDecode(runner, args.onednn_fusions)
     modes = {"eager": frozen.eager_forward, "frozen": frozen.forward}
