@@ -58,7 +58,8 @@ class EngineConfig:
         0.5  # share of free memory the pool may take when sized automatically
     )
     use_cuda_graphs: bool = True
-    # "on": torch.compile of the decoder layers' elementwise work (minicb.runner.compiled),
+    # "on": decode-only steps run as one compiled, frozen Inductor graph of the whole
+    # forward (minicb.runner.compiled; about two minutes to build at the first step),
     # falling back to eager where it fails; "off": eager.
     compile: str = "off"
     # bfloat16 on CPU: linear layers read weights packed once for oneDNN
@@ -183,7 +184,7 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         "--compile",
         default="off",
         choices=COMPILE_MODES,
-        help="torch.compile the decoder layers' elementwise work (falls back to eager)",
+        help="decode steps as one compiled graph (builds for minutes; falls back to eager)",
     )
     g.add_argument(
         "--packed-weights",

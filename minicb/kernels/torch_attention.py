@@ -97,6 +97,33 @@ def _chunks(meta: AttentionMetadata, block_size: int) -> list[ChunkIndex]:
     return chunks
 
 
+def gather_contexts(
+    cache: torch.Tensor,  # (num_blocks, block_size, num_kv_heads, head_dim)
+    index: DecodeIndex,
+) -> torch.Tensor:  # (B, L, num_kv_heads, head_dim)
+    """Each one-token row's context, padded to the longest: one gather of exactly its slots."""
+    shape = (index.batch, index.length, *cache.shape[2:])
+    return cache.flatten(0, 1).index_select(0, index.slots).view(shape)
+
+
+def attend_contexts(
+    query: torch.Tensor,  # (B, num_heads, head_dim): one query token per request
+    k: torch.Tensor,  # (B, L, num_kv_heads, head_dim), as gather_contexts returns them
+    v: torch.Tensor,
+    index: DecodeIndex,
+    scale: float,
+) -> torch.Tensor:  # (B, num_heads, head_dim)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query.unsqueeze(2),  # (B, H, 1, D)
+        k.transpose(1, 2),  # (B, Hkv, L, D)
+        v.transpose(1, 2),
+        attn_mask=index.visible,
+        scale=scale,
+        enable_gqa=True,  # each group of query heads reads its shared KV head
+    )
+    return out.reshape(query.shape)
+
+
 def decode_attention(
     query: torch.Tensor,  # (B, num_heads, head_dim): one query token per request
     k_cache: torch.Tensor,  # (num_blocks, block_size, num_kv_heads, head_dim)
@@ -104,18 +131,8 @@ def decode_attention(
     index: DecodeIndex,
     scale: float,
 ) -> torch.Tensor:  # (B, num_heads, head_dim)
-    shape = (index.batch, index.length, *k_cache.shape[2:])  # (B, L, Hkv, D)
-    k = k_cache.flatten(0, 1).index_select(0, index.slots).view(shape).transpose(1, 2)
-    v = v_cache.flatten(0, 1).index_select(0, index.slots).view(shape).transpose(1, 2)
-    out = torch.nn.functional.scaled_dot_product_attention(
-        query.unsqueeze(2),  # (B, H, 1, D)
-        k,  # (B, Hkv, L, D)
-        v,
-        attn_mask=index.visible,
-        scale=scale,
-        enable_gqa=True,  # each group of query heads reads its shared KV head
-    )
-    return out.reshape(query.shape)
+    k, v = gather_contexts(k_cache, index), gather_contexts(v_cache, index)
+    return attend_contexts(query, k, v, index, scale)
 
 
 def step_attention(

@@ -1,55 +1,126 @@
-"""The compiled forward: ``torch.compile`` of the two halves of a decoder layer.
+"""The compiled decode step: the whole forward of a decode-only step as one Inductor graph.
 
-Besides its matmuls, a decoder layer runs some forty small ops (RMSNorm's five, rope's six
-for q and again for k, SiLU, the multiply, residual adds), each a separate pass over memory
-and a trip through the dispatcher. Inductor fuses each half of the layer around attention
-(``minicb.runner.llama.attention_inputs`` and ``layer_output``) into a few C++ loops beside
-the matmuls. Attention itself stays eager: it reads the paged cache through the step's
-metadata and loops over prompt chunks.
+Besides its matmuls, a decode step of eager PyTorch runs some 1,500 small ops (RMSNorm,
+rope, SiLU, residual adds, the attention's gathers), each a trip through the dispatcher and
+a separate pass over memory: at batch 1 on the 2-core AMX machine, 12 of a step's 40 ms.
+``torch.compile`` of the model's own forward, embedding to final norm, with Inductor's
+*freezing* turns that into a few fused C++ loops between the products: freezing treats the
+weights as constants, lays each one out for oneDNN itself and calls the products from the
+generated code. Steps with a prompt chunk stay eager (the chunks' attention loops over
+requests; a decode-only step is the steady state).
 
-One compiled function serves every layer (the layer is an argument; its parameters are
-graph inputs, not constants), and the token count is a dynamic dimension, so each function
-builds at most three graphs (the first count seen, any count from 2, a single token), not
-one per step; tests/runner/test_compiled_forward.py counts them.
+What makes it one graph, and rounds as eager:
 
-Inductor rounds every intermediate to its dtype as eager does, so bf16 gives eager's
-tokens; the packed bf16 layers (minicb.runner.packed) reach it as an opaque operator.
+- **The cache is only read inside it.** An in-graph write into the paged cache became a copy
+  of the whole cache in every layer. The graph's attention backend (``ReadOnlyCache``) keeps
+  each layer's new key and value, puts them into the gathered context at the last position
+  (where eager reads them back after storing), and the graph returns them; one write after
+  the graph stores all layers' (``store_all_layers``).
+- **No fused post-ops.** Inductor fuses a residual add or a SiLU into the oneDNN product
+  before it, one bf16 rounding fewer than eager; ``llama.residual_add`` and ``llama.silu``
+  are written so that, compiled, they round as eager does.
+- **The layout of eager's products.** Freezing lays a weight out for the batch size of the
+  call that builds the graph, and the layout decides the order of the sums: the graphs are
+  built before the first step, on one row and on ``PACKED_FOR_ROWS`` (eager's layout).
 
-``EngineConfig.compile``: "off" (the default) runs eager; "on" compiles. There is no "auto":
-measured on the 2-core AMX machine (docs/performance.md, "Forward pass"), a compiled decode
-step took more CPU time than an eager one, at batch 1 and 32: the matmuls take three
-quarters of a step, and what the fused elementwise work saves, the calls into the compiled
-regions (two per layer, each evaluating Dynamo's guards) spend again. Where compilation
-fails, at set-up or at the first call, the layer falls back to eager for good and says so in
-one logged line; the eager functions are the reference the compiled ones are tested
-against (same greedy tokens).
+What stays different: Inductor's fused reductions (RMSNorm's sum) add in another order than
+ATen's, which now and then moves a value across a bf16 rounding boundary (one row in 32 of
+a decode step, on repetitive prompts with near ties). Greedy tokens then can differ from
+eager's in bf16; on the oracle's prompts they are equal (tests/runner/test_compiled_forward.py).
+Forcing ATen's reduction (an opaque operator for the sum) made the first step bitwise equal
+but cost most of the speed, and later steps still differed.
+
+Two graphs in all, whatever the batch sizes and context lengths (the shapes are dynamic;
+Dynamo specialises a batch of one). Building them takes about two minutes for the default
+model on two cores (Inductor's cache on disk shortens later starts), so ``compile`` is off
+by default. Where compilation fails, the runner says so in one logged line and runs eager
+for good; the graph is pure, so a failed call leaves nothing half written.
+docs/performance.md ("Forward pass") has the figures.
 """
 
 from __future__ import annotations
 
 import logging
+import types
+from dataclasses import dataclass
 
 import torch
 
-from minicb.runner.llama import LayerFunctions, attention_inputs, layer_output
+from minicb.kernels import reference
+from minicb.kernels.torch_attention import DecodeIndex, attend_contexts, gather_contexts
+from minicb.runner.packed import PACKED_FOR_ROWS
 
 log = logging.getLogger(__name__)
 
 
-class CompiledLayers:
-    """``attention_inputs`` and ``layer_output`` compiled, with eager as the fallback."""
+@dataclass(frozen=True)
+class GraphStep:
+    """The step metadata the layers read inside the graph: no slots, the store is after it."""
 
-    def __init__(self, backend: str = "inductor") -> None:
-        """``backend``: torch.compile's; tests pass "eager" (Dynamo's graphs, no codegen)."""
+    slot_mapping: None = None
+
+
+class ReadOnlyCache:
+    """The attention backend inside the graph: reads the paged cache, never writes it."""
+
+    name = "read-only"
+    reason = "inside the compiled decode graph"
+
+    def __init__(self, index: DecodeIndex, last: torch.Tensor) -> None:
+        self.index = index
+        self.last = last  # (B,) each row's own position in its gathered context
+        self.new_kv: list[torch.Tensor] = []  # per layer (2, B, kv_heads, head_dim)
+
+    def store_kv(self, key, value, k_cache, v_cache, slot_mapping) -> None:
+        self.new_kv.append(torch.stack([key.to(k_cache.dtype), value.to(v_cache.dtype)]))
+
+    def attention(self, query, k_cache, v_cache, meta, scale) -> torch.Tensor:
+        rows = torch.arange(self.index.batch, device=query.device)
+        key, value = self.new_kv[-1]
+        k = gather_contexts(k_cache, self.index).index_put((rows, self.last), key)
+        v = gather_contexts(v_cache, self.index).index_put((rows, self.last), value)
+        return attend_contexts(query, k, v, self.index, scale)
+
+
+def store_all_layers(kv_cache: torch.Tensor, new_kv: torch.Tensor, slots: torch.Tensor) -> None:
+    """Write every layer's new keys and values (layers, 2, B, kv_heads, head_dim) to their
+    slots of ``kv_cache`` (layers, 2, blocks, block_size, kv_heads, head_dim); rows whose
+    slot is -1 (static padding) store nothing."""
+    keep = reference.storing(slots)
+    if keep is not None:
+        slots, new_kv = slots[keep], new_kv[:, :, keep]
+    kv_cache.flatten(2, 3)[:, :, slots] = new_kv
+
+
+class CompiledDecode:
+    """The decode-step graph of one model, built at its first step, eager as the fallback."""
+
+    def __init__(self, model: torch.nn.Module, backend: str = "inductor") -> None:
+        """``backend``: torch.compile's; tests pass "eager" (Dynamo's graph, no codegen)."""
+        self.backend = backend
         self.error: str | None = None  # why it fell back to eager, once it has
+        self._built = False
+
+        def decode_forward(ids, positions, slots, visible, last, kv_cache):
+            index = DecodeIndex(slots, visible, batch=visible.shape[0], length=visible.shape[-1])
+            cache = ReadOnlyCache(index, last)
+            layers = [(kv_cache[i, 0], kv_cache[i, 1]) for i in range(kv_cache.shape[0])]
+            hidden = model(ids, positions, GraphStep(), layers, cache)
+            return hidden, torch.stack(cache.new_kv)
+
         try:
             options = dict(backend=backend, dynamic=True, fullgraph=True)
             if backend == "inductor":
-                # Round every intermediate to its dtype as eager does: fused bf16 chains
-                # kept in fp32 would change the greedy tokens.
-                options["options"] = {"emulate_precision_casts": True}
-            self._inputs = torch.compile(attention_inputs, **options)
-            self._output = torch.compile(layer_output, **options)
+                options["options"] = {"emulate_precision_casts": True}  # round as eager
+            # A code object of its own: Dynamo keeps its graphs on the code object, guarded
+            # by this model's identity, and with freezing each graph holds a copy of this
+            # model's weights. Shared, every engine built in a process would add graphs to
+            # one cache (up to Dynamo's recompile limit) and none would be freed with it.
+            code = decode_forward.__code__.replace()
+            own = types.FunctionType(
+                code, globals(), "decode_forward", None, decode_forward.__closure__
+            )
+            self._graph = torch.compile(own, **options)
         except Exception as err:  # torch.compile unavailable on this platform or build
             self._fall_back(err)
 
@@ -57,24 +128,53 @@ class CompiledLayers:
         self.error = f"{type(err).__name__}: {err}".splitlines()[0]
         log.warning("torch.compile failed, running the model eager: %s", self.error)
 
-    def attention_inputs(self, layer, x, rope) -> tuple[torch.Tensor, ...]:
-        if self.error is None:
-            try:
-                return self._inputs(layer, x, rope)
-            except Exception as err:  # e.g. no working C++ compiler: the layer is pure,
-                self._fall_back(err)  # so running it again eager is safe
-        return attention_inputs(layer, x, rope)
+    def _call(self, ids, positions, slots, visible, last, kv_cache):
+        if self.backend != "inductor":
+            return self._graph(ids, positions, slots, visible, last, kv_cache)
+        import torch._inductor.config as inductor_config
 
-    def layer_output(self, layer, x, attn) -> torch.Tensor:
-        if self.error is None:
-            try:
-                return self._output(layer, x, attn)
-            except Exception as err:
-                self._fall_back(err)
-        return layer_output(layer, x, attn)
+        # The config patch, not torch.compile's options, is what switches freezing on.
+        with inductor_config.patch(freezing=True):
+            return self._graph(ids, positions, slots, visible, last, kv_cache)
 
-    def functions(self) -> LayerFunctions:
-        return LayerFunctions(self.attention_inputs, self.layer_output)
+    def _build(self, kv_cache: torch.Tensor) -> None:
+        """Both graphs, on dummy steps that read slot 0: one row, and eager's layout."""
+        for batch in (1, PACKED_FOR_ROWS):
+            zeros = torch.zeros(batch, dtype=torch.long, device=kv_cache.device)
+            # A context length that is a size of no other input: Dynamo gives equal sizes
+            # one symbol, and a length equal to the cache's 2 (keys, values) would be
+            # specialised to it, and rebuilt at the first real step.
+            context = next(
+                n for n in range(3, 1 << 16) if {n, n * batch}.isdisjoint(kv_cache.shape)
+            )
+            slots = torch.zeros(batch * context, dtype=torch.long, device=kv_cache.device)
+            visible = torch.ones(batch, 1, 1, context, dtype=torch.bool, device=kv_cache.device)
+            # Distinct tensors: Dynamo guards on which inputs are the same tensor.
+            ids, positions, last = (zeros.clone() for _ in range(3))
+            self._call(ids, positions, slots, visible, last, kv_cache)
+        self._built = True
+
+    def run(self, input_ids, positions, meta, kv_cache, block_size) -> torch.Tensor | None:
+        """Final hidden states (B, hidden) of a decode-only step, its KV stored in
+        ``kv_cache`` (the runner's whole pool); None where the graph cannot run (the runner
+        then runs the step eager)."""
+        if self.error is not None:
+            return None
+        try:
+            if not self._built:
+                self._build(kv_cache)
+            index = DecodeIndex.build(meta, block_size)
+            last = meta.context_lens.long() - 1
+            hidden, new_kv = self._call(
+                input_ids, positions, index.slots, index.visible, last, kv_cache
+            )
+        except Exception as err:  # e.g. no working C++ compiler: nothing was written yet
+            self._fall_back(err)
+            return None
+        store_all_layers(kv_cache, new_kv, meta.slot_mapping)
+        return hidden
 
     def describe(self) -> str:
-        return "eager: torch.compile failed: " + self.error if self.error else "compiled"
+        if self.error:
+            return "eager: torch.compile failed: " + self.error
+        return "compiled decode steps"

@@ -12,9 +12,8 @@ q and k per head).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from torch import nn
@@ -75,6 +74,25 @@ class RMSNorm(nn.Module):
         x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x.to(dtype)
+
+
+def residual_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """x + y. In a compiled graph written as an fp32 add rounded once to the dtype, which is
+    what eager computes: written plainly, Inductor fuses the add into the oneDNN product
+    before it (a post-op on its fp32 accumulator), one bf16 rounding fewer than eager and
+    transformers, and the greedy tokens change."""
+    if torch.compiler.is_compiling():
+        return (x.float() + y.float()).to(x.dtype)
+    return x + y
+
+
+def silu(x: torch.Tensor) -> torch.Tensor:
+    """SiLU. In a compiled graph as ``x * sigmoid(x)`` in fp32, rounded once, for the reason
+    of ``residual_add``: Inductor fuses ``F.silu`` into the product before it."""
+    if torch.compiler.is_compiling():
+        xf = x.float()
+        return (xf * torch.sigmoid(xf)).to(x.dtype)
+    return nn.functional.silu(x)
 
 
 def rope_inv_freq(hf: Any, head_dim: int) -> tuple[torch.Tensor, float]:
@@ -156,7 +174,7 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class DecoderLayer(nn.Module):
@@ -174,40 +192,14 @@ class DecoderLayer(nn.Module):
         meta: AttentionMetadata,
         kv_cache: tuple[torch.Tensor, torch.Tensor],
         backend: AttentionBackend,
-        fns: LayerFunctions,
     ) -> torch.Tensor:  # (T, hidden)
-        q, k, v = fns.attention_inputs(self, x, rope)
+        q, k, v = self.self_attn.project(self.input_layernorm(x), rope)
         k_cache, v_cache = kv_cache
         # Store first, then attend: each chunk sees its own keys through the cache.
         backend.store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         out = backend.attention(q, k_cache, v_cache, meta, self.self_attn.scale)
-        return fns.layer_output(self, x, out.flatten(1))
-
-
-def attention_inputs(
-    layer: DecoderLayer, x: torch.Tensor, rope: RopeTables
-) -> tuple[torch.Tensor, ...]:
-    """The layer's work before attention: RMSNorm, q/k/v projections, rope."""
-    return layer.self_attn.project(layer.input_layernorm(x), rope)
-
-
-def layer_output(layer: DecoderLayer, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
-    """The layer's work after attention (attn: (T, heads * head_dim)): output projection,
-    residual add, RMSNorm, gated MLP, residual add."""
-    x = x + layer.self_attn.o_proj(attn)
-    return x + layer.mlp(layer.post_attention_layernorm(x))
-
-
-class LayerFunctions(NamedTuple):
-    """The two halves of a decoder layer around attention. Plain functions of (layer,
-    tensors), so one compiled version serves every layer (minicb.runner.compiled); the
-    attention between them stays eager, since it loops over requests."""
-
-    attention_inputs: Callable[..., tuple[torch.Tensor, ...]]
-    layer_output: Callable[..., torch.Tensor]
-
-
-EAGER = LayerFunctions(attention_inputs, layer_output)
+        x = residual_add(x, self.self_attn.o_proj(out.flatten(1)))
+        return residual_add(x, self.mlp(self.post_attention_layernorm(x)))
 
 
 class Backbone(nn.Module):
@@ -237,12 +229,11 @@ class LlamaModel(nn.Module):
         meta: AttentionMetadata,
         kv_caches: list[tuple[torch.Tensor, torch.Tensor]],  # per layer (k_cache, v_cache)
         backend: AttentionBackend,
-        fns: LayerFunctions = EAGER,
     ) -> torch.Tensor:  # (T, hidden)
         x = self.model.embed_tokens(input_ids)
         rope = self.rope.tables(positions, x.dtype)
         for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
-            x = layer(x, rope, meta, kv_cache, backend, fns)
+            x = layer(x, rope, meta, kv_cache, backend)
         return self.model.norm(x)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

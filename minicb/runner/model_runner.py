@@ -30,10 +30,10 @@ import torch
 from minicb.config import EngineConfig
 from minicb.kernels import AttentionMetadata, get_backend
 from minicb.runner import RunnerOutput
-from minicb.runner.compiled import CompiledLayers
+from minicb.runner.compiled import CompiledDecode
 from minicb.runner.cuda_graphs import maybe_capture
 from minicb.runner.dtype import choose_dtype
-from minicb.runner.llama import EAGER, LlamaModel, ModelConfig, RotaryEmbedding
+from minicb.runner.llama import LlamaModel, ModelConfig, RotaryEmbedding
 from minicb.runner.loader import ModelFiles, iter_safetensors, open_model
 from minicb.runner.occupancy import Occupancy
 from minicb.runner.packed import PackedLinear, can_pack, pack_linears
@@ -66,7 +66,7 @@ class ModelRunner:
         *,
         files: ModelFiles | None = None,
         shared_model: LlamaModel | None = None,
-        shared_compiled: CompiledLayers | None = None,
+        shared_compiled: CompiledDecode | None = None,
         shard: Shard | None = None,
         tp_shared: int | None = None,
         machine_rates: MachineRates | None = None,
@@ -113,9 +113,11 @@ class ModelRunner:
             self.model = shared_model
         else:
             self.model = self._load_model(self.files)
-        # Siblings on the same weights share the compiled functions (and their graphs).
-        self.compiled = (shared_compiled or CompiledLayers()) if config.compile == "on" else None
-        self.layer_fns = self.compiled.functions() if self.compiled else EAGER
+        # Siblings on the same weights share the compiled decode step (and its graphs).
+        # Under tensor parallelism the layers' all-reduces would sit inside the graph: eager.
+        self.compiled = None
+        if config.compile == "on" and world == 1:
+            self.compiled = shared_compiled or CompiledDecode(self.model)
         self._allocate_kv()
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(config.seed)
@@ -206,7 +208,7 @@ class ModelRunner:
             "torch_threads": torch.get_num_threads(),
             "tensor_parallel_size": self.config.tensor_parallel_size,
             "linear": "onednn-packed" if isinstance(self.model.lm_head, PackedLinear) else "plain",
-            "compile": self.compiled.describe() if self.compiled else "eager",
+            "compile": self._describe_compile(),
         }
         if self.tp is not None:
             info["tensor_parallel_backend"] = self.tp.backend
@@ -215,6 +217,13 @@ class ModelRunner:
         if self.device.type == "cuda":
             info["gpu"] = torch.cuda.get_device_name(self.device)
         return info
+
+    def _describe_compile(self) -> str:
+        if self.compiled is not None:
+            return self.compiled.describe()
+        if self.config.compile == "on":
+            return "eager: the compiled decode step needs tensor_parallel_size 1"
+        return "eager"
 
     def _check_shareable(self, model: LlamaModel) -> None:
         if model.cfg != self.model_config:
@@ -287,9 +296,13 @@ class ModelRunner:
         graphs = self.decode_graphs
         if graphs is not None and meta.is_decode_only and graphs.can_run(meta.num_requests):
             return graphs.run(input_ids, positions, meta), sample_rows
-        hidden = self.model(
-            input_ids, positions, meta, self.kv_caches, self.backend, self.layer_fns
-        )
+        if self.compiled is not None and meta.is_decode_only:
+            hidden = self.compiled.run(
+                input_ids, positions, meta, self.kv_cache, self.config.block_size
+            )
+            if hidden is not None:
+                return hidden, sample_rows
+        hidden = self.model(input_ids, positions, meta, self.kv_caches, self.backend)
         return hidden, sample_rows
 
     @contextlib.contextmanager

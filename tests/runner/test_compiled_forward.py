@@ -1,9 +1,11 @@
-"""The compiled forward (minicb.runner.compiled) against eager: the same greedy tokens, a
-bounded number of graphs whatever the token counts, and a clean fallback.
+"""The compiled decode step (minicb.runner.compiled) against eager: the same greedy tokens,
+two graphs whatever the batch sizes and lengths, the store after the graph, and a clean
+fallback.
 
-Fast tests compile with Dynamo's "eager" backend (the same graphs, captured and guarded,
+Fast tests compile with Dynamo's "eager" backend (the same graph, captured and guarded,
 without Inductor's C++ code generation, which takes tens of seconds), on every tiny
-architecture; the slow ones run Inductor itself on one tiny model and on the default model.
+architecture; the slow ones run Inductor with freezing on one tiny model and on the default
+model.
 """
 
 from __future__ import annotations
@@ -29,25 +31,58 @@ def tokens(llm: LLM, prompts=PROMPTS) -> list[list[int]]:
 @pytest.fixture
 def dynamo_eager(monkeypatch):
     """Runners built in the test compile with Dynamo's eager backend."""
-    fast = functools.partial(compiled.CompiledLayers, backend="eager")
-    monkeypatch.setattr(model_runner, "CompiledLayers", fast)
+    fast = functools.partial(compiled.CompiledDecode, backend="eager")
+    monkeypatch.setattr(model_runner, "CompiledDecode", fast)
 
 
-def test_compiled_tokens_equal_eager_and_graphs_are_built_once(tiny_llama_dir, dynamo_eager):
+def counting_runs(monkeypatch) -> list[int]:
+    """Batch sizes of the decode steps that went through the compiled graph."""
+    batches: list[int] = []
+    run = compiled.CompiledDecode.run
+
+    def counted(self, input_ids, *args):
+        hidden = run(self, input_ids, *args)
+        if hidden is not None:
+            batches.append(len(input_ids))
+        return hidden
+
+    monkeypatch.setattr(compiled.CompiledDecode, "run", counted)
+    return batches
+
+
+def test_compiled_tokens_equal_eager_and_two_graphs_serve_every_step(
+    tiny_llama_dir, dynamo_eager, monkeypatch
+):
     torch._dynamo.reset()
     eager = tokens(LLM(model=tiny_llama_dir, num_kv_blocks=64, compile="off"))
     llm = LLM(model=tiny_llama_dir, num_kv_blocks=64, compile="on", max_num_batched_tokens=16)
-    assert llm.engine.runner.describe()["compile"] == "compiled"
+    assert llm.engine.runner.describe()["compile"] == "compiled decode steps"
+    batches = counting_runs(monkeypatch)
     before = counters["stats"]["unique_graphs"]
-    assert tokens(llm) == eager  # chunks of 16, mixed steps, decode batches of 4 down to 1
-    tokens(llm, [[3, 4]])  # one request alone: single-token steps
-    # Per function: the first token count seen, then one graph for any count >= 2 and one
-    # for a single token (Dynamo specialises sizes 0 and 1).
-    built = counters["stats"]["unique_graphs"] - before
-    assert 4 <= built <= 6
-    tokens(llm, [[7] * 13, [8, 9], [1, 2, 3, 4, 5]])  # new token counts, batch sizes, lengths
+    assert tokens(llm) == eager  # chunks of 16 and mixed steps eager, decodes compiled
+    tokens(llm, [[3, 4]])  # one request alone
+    assert {4, 1} <= set(batches)  # decode batches of 4 down to 1 ran the graph
+    # Built before the first decode step: one row, and any batch from 2 (Dynamo
+    # specialises a size of 1), whatever the context lengths.
+    assert counters["stats"]["unique_graphs"] - before == 2
+    tokens(llm, [[7] * 13, [8, 9], [1, 2, 3, 4, 5]])  # new batch sizes and lengths
     tokens(llm, [list(range(1, 50))])
-    assert counters["stats"]["unique_graphs"] - before == built  # no recompile
+    assert counters["stats"]["unique_graphs"] - before == 2  # no recompile
+    assert llm.engine.kv_snapshot().num_used == 0
+
+
+def test_padding_rows_of_static_batching_store_nothing(tiny_llama_dir, dynamo_eager, monkeypatch):
+    # Static batches keep finished rows as padding (slot -1): their recomputed token must not
+    # overwrite a block handed to someone else.
+    options = dict(num_kv_blocks=64, batching="static", max_num_seqs=4)
+    eager = tokens(LLM(model=tiny_llama_dir, compile="off", **options), PROMPTS)
+    llm = LLM(model=tiny_llama_dir, compile="on", **options)
+    batches = counting_runs(monkeypatch)
+    short = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
+    outs = llm.generate(PROMPTS, [short, GREEDY, GREEDY, short])
+    assert [o.token_ids for o in outs] == [e[:2] if i in (0, 3) else e for i, e in enumerate(eager)]
+    assert batches and set(batches) == {4}  # the padded batch went through the graph
+    assert tokens(llm) == eager
 
 
 def test_engine_runs_eager_when_torch_compile_is_unavailable(tiny_llama_dir, monkeypatch, caplog):
@@ -65,22 +100,22 @@ def test_engine_runs_eager_when_torch_compile_is_unavailable(tiny_llama_dir, mon
     assert sum("running the model eager" in r.message for r in caplog.records) == 1
 
 
-def test_a_compiled_layer_that_fails_when_called_falls_back_once(tiny_llama_dir, caplog):
-    layers = compiled.CompiledLayers(backend="eager")
+def test_a_compiled_decode_that_fails_when_called_falls_back_once(tiny_llama_dir, caplog):
+    llm = LLM(model=tiny_llama_dir, num_kv_blocks=64, compile="off")
+    runner = llm.engine.runner
+    eager = tokens(llm)
+    decode = compiled.CompiledDecode(runner.model, backend="eager")
     calls = []
 
     def broken(*args):
         calls.append(args)
         raise OSError("no working C++ compiler")
 
-    layers._inputs = layers._output = broken
-    llm = LLM(model=tiny_llama_dir, num_kv_blocks=64, compile="off")
-    runner = llm.engine.runner
-    eager = tokens(llm)
-    runner.layer_fns = layers.functions()
+    decode._graph = broken
+    runner.compiled = decode
     assert tokens(llm) == eager
-    assert len(calls) == 1  # the first call failed; every later one went straight to eager
-    assert layers.describe() == "eager: torch.compile failed: OSError: no working C++ compiler"
+    assert len(calls) == 1  # the first call failed; every later step went straight to eager
+    assert decode.describe() == "eager: torch.compile failed: OSError: no working C++ compiler"
     assert sum("running the model eager" in r.message for r in caplog.records) == 1
 
 
@@ -90,35 +125,45 @@ def test_compiled_tokens_equal_eager_on_every_tiny_architecture(arch, tmp_path, 
     eager = tokens(LLM(model=path, num_kv_blocks=64, compile="off"))
     llm = LLM(model=path, num_kv_blocks=64, compile="on")
     assert tokens(llm) == eager
-    assert llm.engine.runner.describe()["compile"] == "compiled"
+    assert llm.engine.runner.describe()["compile"] == "compiled decode steps"
 
 
 def test_compiled_tokens_equal_eager_with_packed_bf16_layers(tiny_llama_dir, dynamo_eager):
-    # The packed layers are an operator of their own, which the compiled graph calls.
+    # Compiled, a packed layer hands its plain weight to the graph (freezing packs it there).
     eager = tokens(LLM(model=tiny_llama_dir, num_kv_blocks=64, dtype="bfloat16"))
     llm = LLM(model=tiny_llama_dir, num_kv_blocks=64, dtype="bfloat16", compile="on")
+    assert llm.engine.runner.describe()["linear"] == "onednn-packed"
     assert tokens(llm) == eager
-    assert llm.engine.runner.describe()["compile"] == "compiled"
+
+
+def test_siblings_on_the_same_weights_share_the_compiled_step(tiny_llama_dir, dynamo_eager):
+    llm = LLM(model=tiny_llama_dir, num_kv_blocks=64, compile="on")
+    sibling = llm.engine.runner.with_config(llm.engine.config)
+    assert sibling.compiled is llm.engine.runner.compiled
 
 
 @pytest.mark.slow  # Inductor's C++ code generation: tens of seconds each
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])  # bf16: packed layers, too
-def test_inductor_tokens_equal_eager_on_a_tiny_model(dtype, tmp_path):
+def test_inductor_tokens_equal_eager_on_a_tiny_model(dtype, tmp_path, monkeypatch):
     path = str(make_tiny_model_dir("qwen3", tmp_path, seed=2))  # GQA, q/k norms
     eager = tokens(LLM(model=path, num_kv_blocks=64, dtype=dtype, compile="off"))
     llm = LLM(model=path, num_kv_blocks=64, dtype=dtype, compile="on")
+    batches = counting_runs(monkeypatch)
     assert tokens(llm) == eager
-    assert llm.engine.runner.describe()["compile"] == "compiled"
+    assert llm.engine.runner.describe()["compile"] == "compiled decode steps"
+    assert 4 in batches
 
 
-@pytest.mark.slow  # the default model, compiled by Inductor
+@pytest.mark.slow  # the default model, compiled by Inductor: about two minutes
 def test_inductor_tokens_equal_eager_on_the_default_model(default_llm):
-    prompts = [default_llm.tokenizer.encode(t) for t in ("The capital of France is", "def f(")]
+    texts = ("The capital of France is", "def f(", "Continuous batching lets a server")
+    prompts = [default_llm.tokenizer.encode(t) for t in texts]
     eager = tokens(default_llm, prompts)
     runner = default_llm.engine.runner
-    saved = runner.layer_fns
+    saved = runner.compiled
     try:
-        runner.layer_fns = compiled.CompiledLayers().functions()
+        runner.compiled = compiled.CompiledDecode(runner.model)
         assert tokens(default_llm, prompts) == eager
+        assert runner.compiled.describe() == "compiled decode steps"
     finally:
-        runner.layer_fns = saved
+        runner.compiled = saved

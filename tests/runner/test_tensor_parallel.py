@@ -130,6 +130,16 @@ def test_two_ranks_with_speculation_give_the_tokens_of_one_without(model_dirs):
     assert llm.engine.kv_snapshot().num_used == 0
 
 
+def test_compile_on_runs_eager_under_tensor_parallelism_and_says_why(model_dirs):
+    # The layers' all-reduces would sit inside the compiled decode graph: every rank eager.
+    path = model_dirs["llama"]
+    llm = LLM(dtype="float32", model=path, tensor_parallel_size=2, num_kv_blocks=64, compile="on")
+    assert llm.engine.runner.compiled is None
+    expected = "eager: the compiled decode step needs tensor_parallel_size 1"
+    assert llm.engine.runner.describe()["compile"] == expected
+    assert greedy_tokens(llm, PROMPTS, MAX_TOKENS) == _run(path, 1)[0]
+
+
 def test_the_step_event_carries_the_degree_and_the_collective_time(model_dirs):
     llm = LLM(dtype="float32", model=model_dirs["llama"], tensor_parallel_size=2, num_kv_blocks=64)
     seen = []
