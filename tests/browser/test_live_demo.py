@@ -58,7 +58,13 @@ def test_rows_appear_and_leave_on_both_panels_and_counters_move(tab, demo_url):
 
 # Each panel's steps on its own clock (PanelModel.ownNow: the step events' busy_s), and the
 # counters' TTFT p50 recomputed here from the requests' times, on that clock and on the wall.
-OWN_CLOCK = """import('/viz/counters.js').then(({ countersAt }) => window.minicb.panels.map(p => {
+# Null until both panels hold steps and three finished requests: read in the same evaluation
+# that finds them ready, since the looping demo may start a panel afresh at any moment.
+OWN_CLOCK = """(() => {
+  const countersAt = window.countersAtForTest, panels = window.minicb?.panels || [];
+  const ready = (p) => p.model.steps.length > 1
+      && p.model.order.filter(r => r.endStep != null).length >= 3;
+  return panels.length === 2 && panels.every(ready) && panels.map(p => {
     const st = p.model.steps, last = st.at(-1);
     const grows = st.slice(1).every((s, i) =>
         Math.abs(s.ownEnd - st[i].ownEnd - (s.wallEnd - s.wallStart)) < 1e-6);
@@ -73,14 +79,18 @@ OWN_CLOCK = """import('/viz/counters.js').then(({ countersAt }) => window.minicb
              span: last.ownEnd - st[0].ownStart, shown: countersAt(p.model, last.step).ttft50,
              ownP50: p50(r => (first(r) ? r.firstTokenOwn : last.ownEnd) - r.arrivalOwn),
              wallP50: p50(r => (first(r) ? r.firstTokenTime : last.wallEnd) - r.arrival) };
-}))"""
+  });
+})()"""
 
 
 def test_the_counters_charge_each_side_only_its_own_steps(tab, demo_url):
     page = tab
     page.goto(demo_url)
-    wait_for(page, f"{PANELS}.every(p => p.model.order.filter(r => r.endStep != null).length >= 3)")
-    sides = page.evaluate(OWN_CLOCK)  # one synchronous read: no event lands in between
+    page.evaluate(
+        "import('/viz/counters.js').then(m => { window.countersAtForTest = m.countersAt; })"
+    )
+    # One synchronous read, the one that found both panels ready: no event lands in between.
+    sides = page.wait_for_function(OWN_CLOCK, timeout=60_000).json_value()
     for side in sides:
         assert side["own"] and side["grows"], side
         assert abs(side["shown"] - side["ownP50"]) < 1e-9, side
