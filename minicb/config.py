@@ -58,9 +58,8 @@ class EngineConfig:
         0.5  # share of free memory the pool may take when sized automatically
     )
     use_cuda_graphs: bool = True
-    # "on": decode-only steps run as one compiled, frozen Inductor graph of the whole
-    # forward (minicb.runner.compiled; about two minutes to build at the first step),
-    # falling back to eager where it fails; "off": eager.
+    # "on": decode-only steps as one compiled graph of the whole forward (minicb.runner.compiled;
+    # minutes to build at the first step), eager where compilation fails; "off": eager.
     compile: str = "off"
     # bfloat16 on CPU: linear layers read weights packed once for oneDNN
     # (minicb.runner.packed); False keeps plain nn.Linear, the reference.
