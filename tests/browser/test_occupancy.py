@@ -59,7 +59,9 @@ def test_the_real_engines_utilisation_is_measured_against_the_probes(tab, tiny_l
     with server(*REAL, "--model", tiny_llama_dir) as url:
         page.goto(url)
         wait_for(page, f"{PANELS}.length === 2 && {PANELS}.every(p => p.model.steps.length > 5)")
-        wait_for(page, f"{CARD_SHOWN} && ({TRACES})().length === 4", 60)
+        # Each side's traces draw once its first measured step has come in, not with the card.
+        drawn = f"({TRACES})().length === 4 && ({TRACES})().every(t => t.y.length > 0)"
+        wait_for(page, f"{CARD_SHOWN} && {drawn}", 60)
         next_frame(page)
         shot(page, "occupancy-real")
         assert (
