@@ -243,12 +243,13 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def describe_choices(runner: dict[str, Any]) -> str:
-    """One line for the terminal: the dtype and attention backend an engine computes with,
-    and why, from its ``runner.describe()``."""
+    """One line for the terminal: the dtype, attention backend and forward an engine computes
+    with, and why, from its ``runner.describe()``."""
     parts = [f"device {runner.get('device', '-')}"]
     choices = (
         ("dtype", "dtype", "dtype_reason"),
         ("attention", "attention_backend", "attention_reason"),
+        ("forward", "compile", None),  # eager, compiled, or why not compiled
     )
     for label, key, why in choices:
         if key in runner:  # a simulated or fake runner has no dtype or kernels

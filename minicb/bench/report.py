@@ -196,7 +196,8 @@ def render(results: dict[str, Any]) -> str:
     m = results["meta"]
     lines = [
         f"## minicb bench{' --quick' if m['quick'] else ''}: {m['model']}, {m['dtype']}, "
-        f"{m['device']}, {m['threads']} torch thread(s), B = {m['max_num_seqs']}, "
+        f"{m['device']}, forward {m.get('compile', 'eager')}, {m['threads']} torch thread(s), "
+        f"B = {m['max_num_seqs']}, "
         f"{m['repeats']} repeat(s)",
         "",
         f"Goodput targets: TTFT <= {m['ttft_slo']} s and TPOT <= {m['tpot_slo']} s.",

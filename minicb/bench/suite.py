@@ -39,7 +39,7 @@ from minicb.bench.systems import (
     Systems,
     build_systems,
 )
-from minicb.config import DTYPES, describe_choices
+from minicb.config import COMPILE_MODES, DTYPES, describe_choices
 from minicb.runner.catalogue import model_shape
 from minicb.runner.loader import load_hf_config, resolve_model_path
 
@@ -53,6 +53,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="auto: bfloat16 where the hardware computes it natively, else float32",
     )  # fmt: skip
     p.add_argument("--device", default="auto", help="cpu, cuda, or auto")
+    p.add_argument(
+        "--compile", default="off", choices=COMPILE_MODES,
+        help="minicb's decode steps as one compiled graph (minutes to build at the start)",
+    )  # fmt: skip
     p.add_argument(
         "--threads", type=int, default=1,
         help="torch threads, pinned (default 1: on a shared 2-core machine two threads stall)",
@@ -122,7 +126,9 @@ def run(args: argparse.Namespace) -> int:
     vocab = load_hf_config(resolve_model_path(args.model)).vocab_size
     workloads = make_workloads(plan, vocab)
     cached = cache_workloads(plan, vocab) if MINICB[0] in plan.systems else []
-    systems = build_systems(args.model, args.dtype, args.device, plan, workloads)
+    systems = build_systems(
+        args.model, plan, workloads, dtype=args.dtype, device=args.device, compile=args.compile
+    )
     print(f"minicb bench: {describe_choices(systems.continuous.describe()['runner'])}")
     total = count_runs(plan, len(workloads), len(cached))
     with tqdm(total=total, unit="run", file=sys.stderr, disable=args.no_progress) as bar:
@@ -174,6 +180,7 @@ def _meta(args: argparse.Namespace, plan: BenchPlan, systems: Systems, started: 
         "command": "minicb bench" + (" --quick" if args.quick else ""),
         "argv": sys.argv[1:], "quick": plan.quick, "model": systems.continuous.model_name,
         "dtype": runner["dtype"], "dtype_reason": runner["dtype_reason"],
+        "compile": runner["compile"],
         "device": runner["device"], "threads": torch.get_num_threads(),
         "max_num_seqs": plan.max_num_seqs, "repeats": plan.repeats, "ttft_slo": plan.ttft_slo,
         "tpot_slo": plan.tpot_slo, "num_kv_blocks": systems.num_kv_blocks,

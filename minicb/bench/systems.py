@@ -106,11 +106,13 @@ def kv_blocks_for(workloads: list[Workload], slots: int, block_size: int) -> int
 
 
 def build_systems(
-    model: str | None, dtype: str, device: str, plan: BenchPlan, workloads: list[Workload]
+    model: str | None, plan: BenchPlan, workloads: list[Workload], **options: str
 ) -> Systems:
+    """The suite's systems; ``options``: the engine's dtype, device and compile, which every
+    minicb system shares (its siblings share the runner, compiled graphs included)."""
     blocks = kv_blocks_for(workloads, plan.max_num_seqs, plan.block_size)
     config = EngineConfig(
-        batching="continuous", dtype=dtype, device=device, max_num_seqs=plan.max_num_seqs,
+        batching="continuous", max_num_seqs=plan.max_num_seqs, **options,
         max_num_batched_tokens=plan.max_num_batched_tokens, block_size=plan.block_size,
         num_kv_blocks=blocks, num_swap_blocks=0, seed=plan.seed,  # recompute: no swap space
     )  # fmt: skip

@@ -30,6 +30,7 @@ def test_bench_quick_runs_end_to_end(tiny_llama_dir, tmp_path, capsys):
     results = json.loads((out / "bench.json").read_text())
     assert SECTIONS <= set(results)
     assert results["meta"]["threads"] == 1 and results["meta"]["quick"]
+    assert results["meta"]["compile"] == "eager"  # the default; --compile on builds graphs
     assert set(results["workloads"]) == {"capped-exp", "uniform", "nanovllm", "fixed"}
     for name, w in results["workloads"].items():
         assert not w["errors"], (name, w["errors"])

@@ -2,16 +2,18 @@
 real driver on a virtual clock), and transformers' runs (on the tiny model) rebuilt as
 minicb events and measured like minicb's."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from minicb import EngineConfig, FakeRunner, LLMEngine, VirtualClock
 from minicb.bench import measure_events
-from minicb.bench.bench_plan import QUICK
+from minicb.bench.bench_plan import MINICB, QUICK
 from minicb.bench.driver import run_minicb
 from minicb.bench.hf_continuous import run_hf_continuous
 from minicb.bench.hf_padded import _batch_events, run_hf_padded
-from minicb.bench.systems import Systems, minicb_siblings
+from minicb.bench.systems import Systems, build_systems, minicb_siblings, sibling
 from minicb.bench.workloads import RequestSpec, Workload, capped_exponential
 
 
@@ -114,3 +116,22 @@ def test_every_minicb_run_starts_from_an_empty_prefix_cache():
     # What the fresh engine prevents: the same engine twice hits its own cache.
     again = [run_minicb(engine, w, "minicb-continuous") for _ in range(2)]
     assert prefilled(again[0]) == prompt_tokens > prefilled(again[1])
+
+
+def test_bench_compile_on_gives_every_minicb_system_the_one_compiled_step(tiny_llama_dir):
+    # `minicb bench --compile on`: continuous, both static systems and the fresh engine of
+    # every run share one compiled decode step (its graphs are built once, at the first
+    # decode step of the suite); transformers' systems are not built when not asked for.
+    plan = replace(QUICK, systems=MINICB)
+    w = Workload("w", "two", [RequestSpec([5, 6, 7], 2), RequestSpec([5, 6], 3)])
+    systems = build_systems(tiny_llama_dir, plan, [w], dtype="float32", device="cpu",
+                            compile="on")  # fmt: skip
+    compiled = systems.continuous.runner.compiled
+    assert compiled is not None and compiled.describe() == "compiled decode steps"
+    engines = [systems.continuous, *systems.siblings.values()]
+    assert all(sibling(e).runner.compiled is compiled for e in engines)
+    assert [e.config.batching for e in engines] == ["continuous", "static", "static"]
+    assert systems.hf_model is None and systems.hf_error is None
+    eager = build_systems(tiny_llama_dir, plan, [w], dtype="float32", device="cpu")
+    assert eager.continuous.runner.compiled is None
+    assert eager.continuous.describe()["runner"]["compile"] == "eager"

@@ -97,3 +97,4 @@ def test_the_runner_computes_in_the_choice_and_reports_it(dtype, tiny_llama_dir)
     line = describe_choices(info)
     assert f"dtype {choice.name} ({choice.reason})" in line
     assert f"attention {info['attention_backend']} ({info['attention_reason']})" in line
+    assert line.endswith("; forward eager")
