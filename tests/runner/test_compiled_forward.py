@@ -142,6 +142,37 @@ def test_siblings_on_the_same_weights_share_the_compiled_step(tiny_llama_dir, dy
     assert sibling.compiled is llm.engine.runner.compiled
 
 
+def test_the_graph_checks_only_its_inputs_guards(tiny_llama_dir, dynamo_eager, monkeypatch):
+    # Dynamo offers a guard for every module attribute and weight of the model (thousands
+    # on the default model, a millisecond a call); the graph keeps those on its inputs
+    # (which graph: the batch-1 or the dynamic one) and on global state.
+    offered, kept, choose = [], [], compiled.inputs_guards_only
+
+    def recording(guards):
+        flags = choose(guards)
+        offered.extend(g.name for g in guards)
+        kept.extend(g.name for g, keep in zip(guards, flags, strict=True) if keep)
+        return flags
+
+    monkeypatch.setattr(compiled, "inputs_guards_only", recording)
+    tokens(LLM(model=tiny_llama_dir, num_kv_blocks=64, compile="on"))
+    inputs = {"ids", "positions", "slots", "visible", "last", "kv_cache", ""}  # "": global state
+    assert set(kept) == inputs
+    on_the_model = [n for n in offered if n == "model" or n.startswith(("model.", "model["))]
+    assert len(on_the_model) > 100  # every attribute of every module, every weight
+
+
+def test_two_models_in_one_process_each_run_their_own_graphs(tmp_path, dynamo_eager):
+    # The same architecture and shapes, other weights: with no guard on the model, only the
+    # code object each CompiledDecode compiles keeps one model's graphs from the other's.
+    paths = [str(make_tiny_model_dir("llama", tmp_path / str(s), seed=s)) for s in (3, 4)]
+    eager = [tokens(LLM(model=p, num_kv_blocks=64)) for p in paths]
+    assert eager[0] != eager[1]
+    llms = [LLM(model=p, num_kv_blocks=64, compile="on") for p in paths]
+    assert [tokens(llm) for llm in llms] == eager
+    assert [tokens(llm) for llm in reversed(llms)] == eager[::-1]
+
+
 @pytest.mark.slow  # Inductor's C++ code generation: tens of seconds each
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])  # bf16: packed layers, too
 def test_inductor_tokens_equal_eager_on_a_tiny_model(dtype, tmp_path, monkeypatch):
