@@ -23,6 +23,10 @@ What makes it one graph, and rounds as eager:
   call that builds the graph, and the layout decides the order of the sums: the graphs are
   built before the first step, on one row and on ``PACKED_FOR_ROWS`` (eager's layout).
 
+What keeps the host's share small: Inductor's C++ wrapper calls the kernels (no Python
+between them), Dynamo checks only the inputs' guards (``inputs_guards_only``), and the
+one-row graph's attention is fused sums over the cache, not an SDPA call per layer.
+
 What stays different: Inductor's fused reductions (RMSNorm's sum) add in another order than
 ATen's, which now and then moves a value across a bf16 rounding boundary (one row in 32 of
 a decode step, on repetitive prompts with near ties). Greedy tokens then can differ from
