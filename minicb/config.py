@@ -54,9 +54,8 @@ class EngineConfig:
     dtype: str = "auto"
     device: str = "auto"
     max_model_len: int | None = None  # None: the model's own context length
-    kv_memory_fraction: float = (
-        0.5  # share of free memory the pool may take when sized automatically
-    )
+    # The share of free memory the KV pool may take when sized automatically.
+    kv_memory_fraction: float = 0.5
     use_cuda_graphs: bool = True
     # "on": decode-only steps as one compiled graph of the whole forward (minicb.runner.compiled;
     # minutes to build at the first step), eager where compilation fails; "off": eager.

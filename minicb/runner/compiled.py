@@ -78,29 +78,31 @@ class ReadOnlyCache:
     def store_kv(self, key, value, k_cache, v_cache, slot_mapping) -> None:
         self.new_kv.append(torch.stack([key.to(k_cache.dtype), value.to(v_cache.dtype)]))
 
+    def contexts(self, k_cache, v_cache) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each row's keys and values (B, L, kv_heads, D) gathered from the cache, with this
+        step's own, not yet stored, at their position ``last``: what eager reads back."""
+        key, value = self.new_kv[-1]  # (B, kv_heads, D)
+        length = self.index.length
+        own = torch.arange(length, device=key.device)[None, :] == self.last[:, None]
+        own = own[:, :, None, None]  # (B, L, 1, 1)
+        k = torch.where(own, key[:, None], gather_contexts(k_cache, self.index))
+        v = torch.where(own, value[:, None], gather_contexts(v_cache, self.index))
+        return k, v
+
     def attention(self, query, k_cache, v_cache, meta, scale) -> torch.Tensor:
+        k, v = self.contexts(k_cache, v_cache)
         if self.index.batch == 1:  # the one-row graph (Dynamo specialises a size of 1)
-            return self.one_row_attention(query, k_cache, v_cache, scale)
-        rows = torch.arange(self.index.batch, device=query.device)
-        key, value = self.new_kv[-1]
-        k = gather_contexts(k_cache, self.index).index_put((rows, self.last), key)
-        v = gather_contexts(v_cache, self.index).index_put((rows, self.last), value)
+            return self.one_row_attention(query, k, v, scale)
         return attend_contexts(query, k, v, self.index, scale)
 
-    def one_row_attention(self, query, k_cache, v_cache, scale) -> torch.Tensor:
+    def one_row_attention(self, query, k, v, scale) -> torch.Tensor:
         """One query's softmax attention over its context, written out as products and
         sums rather than as SDPA: Inductor fuses the gather from the cache into the loops
         that read it and calls no kernel (torch's fused SDPA costs some 60 us a call, 1.8 ms
         a step at batch 1). It rounds where that kernel rounds: fp32 scores and sums, the
         softmax's numerators in the cache's dtype before they weigh the values. At 32 rows
         Inductor's loops were slower than SDPA (a step 1.16x as long), hence one row only."""
-        (batch, heads, dim), length = query.shape, self.index.length
-        key, value = self.new_kv[-1]  # (1, kv_heads, D): at position ``last``, not yet stored
-        kv_heads = key.shape[1]
-        own = (torch.arange(length, device=query.device) == self.last)[None, :, None, None]
-        # The context (1, L, kv_heads, D), this step's key and value at their position.
-        k = torch.where(own, key[:, None], gather_contexts(k_cache, self.index))
-        v = torch.where(own, value[:, None], gather_contexts(v_cache, self.index))
+        (batch, heads, dim), (length, kv_heads) = query.shape, k.shape[1:3]
         # Each KV head's group of query heads: (1, 1, kv_heads, group, D).
         q = query.float().view(batch, 1, kv_heads, heads // kv_heads, dim)
         scores = (q * k.float()[:, :, :, None]).sum(-1) * scale  # (1, L, kv_heads, group)

@@ -85,7 +85,7 @@ def test_the_graphs_one_row_attention_equals_eagers(dtype, context):
     last = torch.tensor([context - 1])
     cache = compiled.ReadOnlyCache(index, last)
     cache.store_kv(key, value, k_cache, v_cache, None)
-    out = cache.one_row_attention(query, k_cache, v_cache, scale=0.25)
+    out = cache.one_row_attention(query, *cache.contexts(k_cache, v_cache), scale=0.25)
     slot = index.slots[last]
     stored_k, stored_v = k_cache.clone(), v_cache.clone()
     stored_k.flatten(0, 1)[slot], stored_v.flatten(0, 1)[slot] = key, value
