@@ -5,9 +5,18 @@ rope, SiLU, residual adds, the attention's gathers), each a trip through the dis
 a separate pass over memory: at batch 1 on the 2-core AMX machine, 12 of a step's 40 ms.
 ``torch.compile`` of the model's own forward, embedding to final norm, with Inductor's
 *freezing* turns that into a few fused C++ loops between the products: freezing treats the
-weights as constants, lays each one out for oneDNN itself and calls the products from the
-generated code. Steps with a prompt chunk stay eager (the chunks' attention loops over
-requests; a decode-only step is the steady state).
+weights as constants and lays each one out once for the kernel that multiplies by it. The
+graph runs from the token ids to the logits (the LM head, a fifth of the weights of the
+default model, inside it). Steps with a prompt chunk stay eager (the chunks' attention loops
+over requests; a decode-only step is the steady state).
+
+Which kernel multiplies (``gemm_backend``): in bfloat16 on a CPU with AMX, Inductor's own
+C++ GEMM template, an AMX micro-kernel generated for each product's shape with the weight
+packed into its tiles; elsewhere ATen's (oneDNN, MKL). The template streams the weights
+faster than oneDNN at every decode batch measured: the default model's 211 products, bf16,
+one thread, 26 against 36 ms at 2 rows, 28 against 40 at 16, 34 against 50 at 32
+(docs/performance.md, "Forward pass"). In float32 it was slower than MKL at 32 rows (217
+against 122 ms), so float32 keeps ATen's. The price is the build: about twice as long.
 
 What makes it one graph, and rounds as eager:
 
@@ -52,6 +61,7 @@ import torch
 
 from minicb.kernels import reference
 from minicb.kernels.torch_attention import DecodeIndex, attend_contexts, gather_contexts
+from minicb.runner.dtype import cpu_capabilities
 from minicb.runner.packed import PACKED_FOR_ROWS
 
 log = logging.getLogger(__name__)
@@ -135,12 +145,23 @@ def inputs_guards_only(guards: list) -> list[bool]:
     return [a and b for a, b in zip(modules, global_names, strict=True)]
 
 
+def gemm_backend(weight: torch.Tensor, capabilities=None) -> str:
+    """The kernels Inductor calls for the graph's products: "CPP", its own GEMM template,
+    for bfloat16 weights on a CPU with AMX-BF16; "ATEN" (oneDNN, MKL, cuBLAS) otherwise.
+    ``capabilities``: the CPU's flags (a test passes its own)."""
+    if weight.device.type != "cpu" or weight.dtype != torch.bfloat16:
+        return "ATEN"
+    caps = cpu_capabilities() if capabilities is None else capabilities
+    return "CPP" if caps.get("amx_bf16") else "ATEN"
+
+
 class CompiledDecode:
     """The decode-step graph of one model, built at its first step, eager as the fallback."""
 
     def __init__(self, model: torch.nn.Module, backend: str = "inductor") -> None:
         """``backend``: torch.compile's; tests pass "eager" (Dynamo's graph, no codegen)."""
         self.backend = backend
+        self.gemm = gemm_backend(model.lm_head.weight)
         self.error: str | None = None  # why it fell back to eager, once it has
         self._built = False
 
@@ -149,7 +170,7 @@ class CompiledDecode:
             cache = ReadOnlyCache(index, last)
             layers = [(kv_cache[i, 0], kv_cache[i, 1]) for i in range(kv_cache.shape[0])]
             hidden = model(ids, positions, GraphStep(), layers, cache)
-            return hidden, torch.stack(cache.new_kv)
+            return model.logits(hidden), torch.stack(cache.new_kv)
 
         try:
             guards = {"guard_filter_fn": inputs_guards_only}
@@ -180,8 +201,13 @@ class CompiledDecode:
 
         # The config patch, not torch.compile's options, is what switches freezing on. The
         # C++ wrapper calls the graph's kernels from C++, not from Python: 4 ms a step less
-        # at batch 1 on the default model.
-        with inductor_config.patch(freezing=True, cpp_wrapper=True):
+        # at batch 1 on the default model. The GEMM template is reached through "max
+        # autotune" with it as the only backend: one choice per product, nothing timed, so
+        # every build gives the same kernels (and the same sums).
+        gemm = {}
+        if self.gemm == "CPP":
+            gemm = dict(max_autotune=True, max_autotune_gemm_backends="CPP")
+        with inductor_config.patch(freezing=True, cpp_wrapper=True, **gemm):
             return self._graph(ids, positions, slots, visible, last, kv_cache)
 
     def _build(self, kv_cache: torch.Tensor) -> None:
@@ -202,7 +228,7 @@ class CompiledDecode:
         self._built = True
 
     def run(self, input_ids, positions, meta, kv_cache, block_size) -> torch.Tensor | None:
-        """Final hidden states (B, hidden) of a decode-only step, its KV stored in
+        """Every row's logits (B, vocab) of a decode-only step, its KV stored in
         ``kv_cache`` (the runner's whole pool); None where the graph cannot run (the runner
         then runs the step eager)."""
         if self.error is not None:
@@ -212,16 +238,18 @@ class CompiledDecode:
                 self._build(kv_cache)
             index = DecodeIndex.build(meta, block_size)
             last = meta.context_lens.long() - 1
-            hidden, new_kv = self._call(
+            logits, new_kv = self._call(
                 input_ids, positions, index.slots, index.visible, last, kv_cache
             )
         except Exception as err:  # e.g. no working C++ compiler: nothing was written yet
             self._fall_back(err)
             return None
         store_all_layers(kv_cache, new_kv, meta.slot_mapping)
-        return hidden
+        return logits
 
     def describe(self) -> str:
         if self.error:
             return "eager: torch.compile failed: " + self.error
+        if self.backend == "inductor" and self.gemm == "CPP":
+            return "compiled decode steps (products: Inductor's AMX GEMM template)"
         return "compiled decode steps"

@@ -267,8 +267,7 @@ class ModelRunner:
             if plan.is_empty:
                 return RunnerOutput(collective_s=self._collective_s())
             t0 = time.perf_counter()
-            hidden, sample_rows = self._forward(plan)
-            logits = self.model.logits(hidden[sample_rows]) if sample_rows else None
+            logits = self._logits(plan)
             if self.device.type == "cuda":
                 torch.cuda.synchronize()
         t1 = time.perf_counter()
@@ -288,22 +287,34 @@ class ModelRunner:
         """A tensor-parallel worker's part of a step: the swaps and the forward, no sampling."""
         self._copy_swaps(plan)
         if not plan.is_empty:
-            self._forward(plan)
+            input_ids, positions, meta, _ = self._prepare(plan)
+            self._hidden(input_ids, positions, meta)
 
-    def _forward(self, plan: StepPlan) -> tuple[torch.Tensor, list[int]]:
-        """(T, hidden) final hidden states of the plan's ragged batch, and the sampling rows."""
+    def _logits(self, plan: StepPlan) -> torch.Tensor | None:
+        """(N, vocab) logits of the plan's N sampling rows, in order; None if none samples."""
         input_ids, positions, meta, sample_rows = self._prepare(plan)
         graphs = self.decode_graphs
-        if graphs is not None and meta.is_decode_only and graphs.can_run(meta.num_requests):
-            return graphs.run(input_ids, positions, meta), sample_rows
-        if self.compiled is not None and meta.is_decode_only:
-            hidden = self.compiled.run(
+        on_graph = graphs is not None and graphs.can_run(meta.num_requests)
+        if self.compiled is not None and meta.is_decode_only and not on_graph:
+            # The compiled step ends with the LM head: every row's logits (a static batch's
+            # padding rows too, which sample nothing).
+            logits = self.compiled.run(
                 input_ids, positions, meta, self.kv_cache, self.config.block_size
             )
-            if hidden is not None:
-                return hidden, sample_rows
-        hidden = self.model(input_ids, positions, meta, self.kv_caches, self.backend)
-        return hidden, sample_rows
+            if logits is not None and len(sample_rows) == len(logits):
+                return logits  # every row samples: no copy
+            if logits is not None:
+                return logits[sample_rows] if sample_rows else None
+        hidden = self._hidden(input_ids, positions, meta)
+        return self.model.logits(hidden[sample_rows]) if sample_rows else None
+
+    def _hidden(self, input_ids, positions, meta) -> torch.Tensor:
+        """(T, hidden) final hidden states of the step's ragged batch, eager or on a
+        captured CUDA graph."""
+        graphs = self.decode_graphs
+        if graphs is not None and meta.is_decode_only and graphs.can_run(meta.num_requests):
+            return graphs.run(input_ids, positions, meta)
+        return self.model(input_ids, positions, meta, self.kv_caches, self.backend)
 
     @contextlib.contextmanager
     def _tp_step(self, plan: StepPlan) -> Iterator[None]:

@@ -198,16 +198,45 @@ def test_two_models_in_one_process_each_run_their_own_graphs(tmp_path, dynamo_ea
     assert [tokens(llm) for llm in reversed(llms)] == eager[::-1]
 
 
+def described(weight: torch.Tensor) -> str:
+    """What an Inductor-compiled step on weights like ``weight`` says of itself here."""
+    if compiled.gemm_backend(weight) == "CPP":
+        return "compiled decode steps (products: Inductor's AMX GEMM template)"
+    return "compiled decode steps"
+
+
+@pytest.mark.parametrize(
+    ("dtype", "flags", "expected"),
+    [
+        (torch.bfloat16, {"amx_bf16": True, "avx512_bf16": True}, "CPP"),
+        (torch.bfloat16, {"amx_bf16": False, "avx512_bf16": True}, "ATEN"),  # no AMX tiles
+        (torch.bfloat16, {}, "ATEN"),
+        (torch.float32, {"amx_bf16": True}, "ATEN"),  # MKL's fp32 products are faster
+    ],
+)
+def test_the_gemm_template_is_chosen_for_bf16_on_amx_only(dtype, flags, expected):
+    weight = torch.zeros(4, 4, dtype=dtype)
+    assert compiled.gemm_backend(weight, flags) == expected
+
+
 @pytest.mark.slow  # Inductor's C++ code generation: tens of seconds each
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])  # bf16: packed layers, too
 def test_inductor_tokens_equal_eager_on_a_tiny_model(dtype, tmp_path, monkeypatch):
+    import torch._inductor.config as inductor_config
+
     path = str(make_tiny_model_dir("qwen3", tmp_path, seed=2))  # GQA, q/k norms
     eager = tokens(LLM(model=path, num_kv_blocks=64, dtype=dtype, compile="off"))
     llm = LLM(model=path, num_kv_blocks=64, dtype=dtype, compile="on")
     batches = counting_runs(monkeypatch)
-    assert tokens(llm) == eager
-    assert llm.engine.runner.describe()["compile"] == "compiled decode steps"
+    counters.clear()
+    with inductor_config.patch(fx_graph_cache=False):  # generate the kernels: count them
+        assert tokens(llm) == eager
+    model = llm.engine.runner.model
+    assert llm.engine.runner.describe()["compile"] == described(model.lm_head.weight)
     assert 4 in batches
+    # bf16 on an AMX CPU: the products are the template's AMX micro-kernels; else ATen's.
+    amx_kernels = counters["inductor"]["cpp_micro_gemm_amx_counter"]
+    assert (amx_kernels > 0) == (compiled.gemm_backend(model.lm_head.weight) == "CPP")
 
 
 @pytest.mark.slow  # the default model, compiled by Inductor: about two minutes
@@ -220,6 +249,6 @@ def test_inductor_tokens_equal_eager_on_the_default_model(default_llm):
     try:
         runner.compiled = compiled.CompiledDecode(runner.model)
         assert tokens(default_llm, prompts) == eager
-        assert runner.compiled.describe() == "compiled decode steps"
+        assert runner.compiled.describe() == described(runner.model.lm_head.weight)
     finally:
         runner.compiled = saved
