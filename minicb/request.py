@@ -112,7 +112,8 @@ class Request:
     @property
     def num_uncomputed_tokens(self) -> int:
         """Tokens still to run through the model before the next token can be sampled."""
-        return self.num_tokens - self.num_computed_tokens
+        # num_tokens spelled out: read for every running request at every step.
+        return len(self.prompt_token_ids) + len(self.output_token_ids) - self.num_computed_tokens
 
     @property
     def in_prefill(self) -> bool:

