@@ -110,6 +110,11 @@ class Suite:
         per_req = blocks_needed(sum(args) + 2, p.block_size)
         engine = sibling(self.systems.continuous, max_num_seqs=top, num_kv_blocks=top * per_req + 1)
         hf = self.systems.hf_model if "hf-padded" in p.systems else None
+        # The products alone through the step's own kernels: the compiled step's, if any.
+        compiled = engine.runner.compiled
+        products = None
+        if compiled is not None:
+            products = compiled.products_alone(roofline.linear_layers(engine.runner.model))
         ours: dict[int, list[dict[str, float]]] = {b: [] for b in p.decode_batches}
         linears: dict[int, list[float]] = {b: [] for b in p.decode_batches}
         theirs: dict[int, list[float]] = {b: [] for b in p.decode_batches}
@@ -119,7 +124,7 @@ class Suite:
             for b in batches[k:] + batches[:k]:
                 self._tick(f"decode at batch {b}, round {r + 1}/{p.decode_rounds}")
                 ours[b].append(roofline.time_decode(engine, b, *args))
-                linears[b].append(roofline.time_linears(engine.runner.model, b))
+                linears[b].append(roofline.time_linears(engine.runner.model, b, products=products))
                 if hf is not None:  # transformers' padded generate, same prompts and steps
                     try:
                         theirs[b].append(roofline.time_hf_decode(hf, b, *args))

@@ -127,7 +127,8 @@ def roofline_section(results: dict[str, Any]) -> list[str]:
         f"weights streamed per step {rf['sizes']['weight_bytes'] / 1e6:.0f} MB, KV "
         f"{rf['sizes']['kv_bytes_per_token'] / 1e3:.1f} kB per token of context. \"Linears "
         "alone\": the model's linear layers run back to back on as many rows, nothing between "
-        "them: the most any step on this matmul library can reach.",
+        "them, through the step's own kernels (the compiled step's, when compiled): the most "
+        "any step on those kernels can reach.",
         "",
         *_table(
             ["batch", "context", "step ms", "forward ms", "tok/s", "ceiling tok/s", "bound",

@@ -15,16 +15,17 @@ norms left out) for B one-token rows. Copy bandwidth (read + write bytes of one 
 ``copy_``, as STREAM counts it) and matmul FLOP/s (a square matmul in the engine's dtype,
 sized so that one product takes about ``probes.PROBE_S``) are measured with torch on the
 engine's device (minicb.runner.probes), with the benchmark's threads, in the same run.
-Beside them, the model's own linear layers run back to back on B rows (``time_linears``):
-how close the matmul library itself comes to the ceiling, so a report can tell the part of
-a gap that is the engine's from the part no engine on that library can close.
+Beside them, the model's own linear layers run back to back on B rows (``time_linears``),
+through the step's own kernels: how close the products alone come to the ceiling, so a
+report can tell the part of a gap that is the engine's from the part no step on those
+kernels can close.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from minicb.bench.hf_padded import generate_times
@@ -104,27 +105,40 @@ def linear_layers(model: Any) -> list[Any]:
     return [m for m in model.modules() if isinstance(m, nn.Linear | PackedLinear)]
 
 
-def time_linears(model: Any, batch: int, repeats: int = 3) -> float:
+# The products of a step: one (rows, width) input per layer width in, each layer's output out.
+Products = Callable[[dict[int, Any]], list[Any]]
+
+
+def eager_products(model: Any) -> Products:
+    """The model's linear layers run eager, in forward order: ATen's products."""
+    linears = linear_layers(model)
+    return lambda inputs: [m(inputs[m.weight.shape[1]]) for m in linears]
+
+
+def time_linears(
+    model: Any, batch: int, repeats: int = 3, products: Products | None = None
+) -> float:
     """Median seconds of every linear layer of ``model`` run once, in forward order, back to
     back on ``batch`` rows of random input: a decode step's matrix products with nothing
-    between them, streamed as fast as the matmul library (oneDNN, MKL, cuBLAS) streams the
-    weights. What it cannot reach of the ceiling is the library's; what a step adds to it
-    is the engine's (attention, norms, rope, the sampler, Python)."""
+    between them, streamed as fast as the step's own matmul kernels stream the weights
+    (``products``: eager ATen's, oneDNN, MKL or cuBLAS, by default; the compiled step's
+    from ``CompiledDecode.products_alone``). What it cannot reach of the ceiling is the
+    kernels'; what a step adds to it is the engine's (attention, norms, rope, the sampler,
+    Python)."""
     import torch  # here, not above: the simulator reaches this module (via theory) without torch
 
-    linears = linear_layers(model)
-    w = linears[0].weight
+    run = products or eager_products(model)
+    w = model.lm_head.weight
     inputs = {
         n: torch.randn(batch, n, device=w.device).to(w.dtype)
-        for n in {m.weight.shape[1] for m in linears}
+        for n in {m.weight.shape[1] for m in linear_layers(model)}
     }
     times = []
     with torch.inference_mode():
         for _ in range(repeats + 1):  # the first is a warm-up
             probes.sync(w.device)
             start = time.perf_counter()
-            for m in linears:
-                m(inputs[m.weight.shape[1]])
+            run(inputs)
             probes.sync(w.device)
             times.append(time.perf_counter() - start)
     return statistics.median(times[1:])

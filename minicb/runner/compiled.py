@@ -44,17 +44,20 @@ Forcing ATen's reduction (an opaque operator for the sum) made the first step bi
 but cost most of the speed, and later steps still differed.
 
 Two graphs in all, whatever the batch sizes and context lengths (the shapes are dynamic;
-Dynamo specialises a batch of one). Building them takes about two minutes for the default
-model on two cores (Inductor's cache on disk shortens later starts), so ``compile`` is off
-by default. Where compilation fails, the runner says so in one logged line and runs eager
-for good; the graph is pure, so a failed call leaves nothing half written.
+Dynamo specialises a batch of one). Building them for the default model on two cores takes
+about two minutes with ATen's products and six to seven with the GEMM template, whose C++ is
+larger, so ``compile`` is off by default. Where compilation fails, the runner says so in one
+logged line and runs eager for good; the graph is pure, so a failed call leaves nothing half
+written.
 docs/performance.md ("Forward pass") has the figures.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import types
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -194,9 +197,12 @@ class CompiledDecode:
         self.error = f"{type(err).__name__}: {err}".splitlines()[0]
         log.warning("torch.compile failed, running the model eager: %s", self.error)
 
-    def _call(self, ids, positions, slots, visible, last, kv_cache):
+    @contextlib.contextmanager
+    def _inductor_options(self) -> Iterator[None]:
+        """Inductor's settings for building and calling this model's graphs."""
         if self.backend != "inductor":
-            return self._graph(ids, positions, slots, visible, last, kv_cache)
+            yield
+            return
         import torch._inductor.config as inductor_config
 
         # The config patch, not torch.compile's options, is what switches freezing on. The
@@ -208,7 +214,39 @@ class CompiledDecode:
         if self.gemm == "CPP":
             gemm = dict(max_autotune=True, max_autotune_gemm_backends="CPP")
         with inductor_config.patch(freezing=True, cpp_wrapper=True, **gemm):
+            yield
+
+    def _call(self, ids, positions, slots, visible, last, kv_cache):
+        with self._inductor_options():
             return self._graph(ids, positions, slots, visible, last, kv_cache)
+
+    def products_alone(
+        self, linears: list[torch.nn.Module]
+    ) -> Callable[[dict[int, torch.Tensor]], list[torch.Tensor]] | None:
+        """``linears`` (the model's linear layers, in forward order) back to back, compiled
+        as the step is (freezing, the same GEMM kernels, built on one row and on eager's
+        layout): the bound the products alone set, which the bench times beside the step
+        (minicb.bench.roofline.time_linears). The returned function takes one input per
+        layer width, (rows, width), and returns each layer's output. None where the step
+        runs eager."""
+        if self.error is not None:
+            return None
+        widths = sorted({m.weight.shape[1] for m in linears})
+
+        def products(*inputs):
+            by_width = dict(zip(widths, inputs, strict=True))
+            return [m(by_width[m.weight.shape[1]]) for m in linears]
+
+        graph = torch.compile(products, backend=self.backend, dynamic=True, fullgraph=True)
+
+        def run(inputs: dict[int, torch.Tensor]) -> list[torch.Tensor]:
+            with self._inductor_options(), torch.inference_mode():
+                return graph(*(inputs[w] for w in widths))
+
+        weight = linears[0].weight
+        for rows in (1, PACKED_FOR_ROWS):  # the two graphs the step has, built alike
+            run({w: torch.zeros(rows, w, dtype=weight.dtype, device=weight.device) for w in widths})
+        return run
 
     def _build(self, kv_cache: torch.Tensor) -> None:
         """Both graphs, on dummy steps that read slot 0: one row, and eager's layout."""

@@ -17,6 +17,7 @@ import torch
 from torch._dynamo.utils import counters
 
 from minicb import LLM, SamplingParams
+from minicb.bench import roofline
 from minicb.kernels.torch_attention import DecodeIndex, decode_attention
 from minicb.runner import compiled, model_runner
 from minicb.runner.loader import TINY_ARCHITECTURES, make_tiny_model_dir
@@ -219,6 +220,42 @@ def test_the_gemm_template_is_chosen_for_bf16_on_amx_only(dtype, flags, expected
     assert compiled.gemm_backend(weight, flags) == expected
 
 
+def eager_and_compiled_products(llm: LLM, rows: int):
+    """Every linear layer's output on the same random rows: eager, and through the compiled
+    step's ``products_alone``."""
+    model = llm.engine.runner.model
+    linears = roofline.linear_layers(model)
+    w = model.lm_head.weight
+    inputs = {n: torch.randn(rows, n).to(w.dtype) for n in {m.weight.shape[1] for m in linears}}
+    compiled_products = llm.engine.runner.compiled.products_alone(linears)
+    with torch.inference_mode():
+        return roofline.eager_products(model)(inputs), compiled_products(inputs)
+
+
+def test_the_products_alone_are_the_models_linear_layers_built_as_the_step(
+    tiny_llama_dir, dynamo_eager
+):
+    torch._dynamo.reset()
+    llm = LLM(model=tiny_llama_dir, num_kv_blocks=64, compile="on")
+    before = counters["stats"]["unique_graphs"]
+    eager, compiled_out = eager_and_compiled_products(llm, rows=5)
+    assert len(compiled_out) == 7 * llm.engine.runner.model.cfg.num_layers + 1  # and the head
+    assert all(torch.equal(a, b) for a, b in zip(eager, compiled_out, strict=True))
+    # Built on one row and on eager's layout, as the step's two graphs; no third for 5 rows.
+    assert counters["stats"]["unique_graphs"] - before == 2
+    # The bench times these, not eager's, when the step is compiled: once per run, on B rows.
+    model = llm.engine.runner.model
+    products = llm.engine.runner.compiled.products_alone(roofline.linear_layers(model))
+    rows_seen: list[set[int]] = []
+
+    def counted(inputs):
+        rows_seen.append({x.shape[0] for x in inputs.values()})
+        return products(inputs)
+
+    roofline.time_linears(model, 3, repeats=2, products=counted)
+    assert rows_seen == [{3}] * 3  # a warm-up and two timed runs
+
+
 @pytest.mark.slow  # Inductor's C++ code generation: tens of seconds each
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])  # bf16: packed layers, too
 def test_inductor_tokens_equal_eager_on_a_tiny_model(dtype, tmp_path, monkeypatch):
@@ -237,9 +274,18 @@ def test_inductor_tokens_equal_eager_on_a_tiny_model(dtype, tmp_path, monkeypatc
     # bf16 on an AMX CPU: the products are the template's AMX micro-kernels; else ATen's.
     amx_kernels = counters["inductor"]["cpp_micro_gemm_amx_counter"]
     assert (amx_kernels > 0) == (compiled.gemm_backend(model.lm_head.weight) == "CPP")
+    # The bench's products-alone probe goes through the same kernels: outputs as eager's
+    # up to the dtype's rounding of another order of sums.
+    with inductor_config.patch(fx_graph_cache=False):
+        counters.clear()
+        eager_out, compiled_out = eager_and_compiled_products(llm, rows=7)
+    assert (counters["inductor"]["cpp_micro_gemm_amx_counter"] > 0) == (amx_kernels > 0)
+    tol = 1e-5 if dtype == "float32" else 2e-2
+    for a, b in zip(eager_out, compiled_out, strict=True):
+        torch.testing.assert_close(b, a, rtol=tol, atol=tol)
 
 
-@pytest.mark.slow  # the default model, compiled by Inductor: about two minutes
+@pytest.mark.slow  # the default model, compiled by Inductor: two to seven minutes
 def test_inductor_tokens_equal_eager_on_the_default_model(default_llm):
     texts = ("The capital of France is", "def f(", "Continuous batching lets a server")
     prompts = [default_llm.tokenizer.encode(t) for t in texts]
