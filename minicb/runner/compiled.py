@@ -158,6 +158,17 @@ def gemm_backend(weight: torch.Tensor, capabilities=None) -> str:
     return "CPP" if caps.get("amx_bf16") else "ATEN"
 
 
+def own_code(fn: Callable) -> Callable:
+    """``fn`` with a code object of its own. Dynamo keeps its graphs on the code object, and
+    with freezing each graph holds a copy of a model's weights. Shared, every engine built in
+    a process would add graphs to one cache (up to Dynamo's recompile limit), none would be
+    freed with it, a graph built with other Inductor settings would be found for the same
+    inputs, and with no guard on the model (``inputs_guards_only``) one model's graph would
+    run another's steps."""
+    code = fn.__code__.replace()
+    return types.FunctionType(code, fn.__globals__, fn.__name__, None, fn.__closure__)
+
+
 class CompiledDecode:
     """The decode-step graph of one model, built at its first step, eager as the fallback."""
 
@@ -180,16 +191,7 @@ class CompiledDecode:
             options = dict(backend=backend, dynamic=True, fullgraph=True, options=guards)
             if backend == "inductor":
                 guards["emulate_precision_casts"] = True  # round as eager
-            # A code object of its own: Dynamo keeps its graphs on the code object, and
-            # with freezing each graph holds a copy of this model's weights. Shared, every
-            # engine built in a process would add graphs to one cache (up to Dynamo's
-            # recompile limit), none would be freed with it, and with no guard on the model
-            # (``inputs_guards_only``) one model's graph would run another's steps.
-            code = decode_forward.__code__.replace()
-            own = types.FunctionType(
-                code, globals(), "decode_forward", None, decode_forward.__closure__
-            )
-            self._graph = torch.compile(own, **options)
+            self._graph = torch.compile(own_code(decode_forward), **options)
         except Exception as err:  # torch.compile unavailable on this platform or build
             self._fall_back(err)
 
@@ -237,7 +239,9 @@ class CompiledDecode:
             by_width = dict(zip(widths, inputs, strict=True))
             return [m(by_width[m.weight.shape[1]]) for m in linears]
 
-        graph = torch.compile(products, backend=self.backend, dynamic=True, fullgraph=True)
+        graph = torch.compile(
+            own_code(products), backend=self.backend, dynamic=True, fullgraph=True
+        )
 
         def run(inputs: dict[int, torch.Tensor]) -> list[torch.Tensor]:
             with self._inductor_options(), torch.inference_mode():
