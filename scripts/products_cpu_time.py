@@ -24,7 +24,7 @@ import time
 import torch
 
 from minicb import EngineConfig
-from minicb.bench.roofline import eager_products, linear_layers
+from minicb.bench.roofline import eager_products, linear_layers, product_inputs
 from minicb.engine import LLMEngine
 from minicb.runner.compiled import CompiledDecode
 
@@ -55,16 +55,15 @@ def main() -> None:
         start = time.perf_counter()
         variants[f"compiled, {gemm} products"] = compiled.products_alone(linears)
         print(f"built the {gemm} variant in {time.perf_counter() - start:.0f} s", flush=True)
-    weight = model.lm_head.weight
-    widths = {m.weight.shape[1] for m in linears}
+    elem = model.lm_head.weight.element_size()
     out: dict[str, object] = {
         "dtype": args.dtype,
         "products": len(linears),
-        "weight_mb": sum(m.weight.numel() for m in linears) * weight.element_size() / 1e6,
+        "weight_mb": sum(m.weight.numel() for m in linears) * elem / 1e6,
     }
     with torch.inference_mode():
         for rows in args.rows:
-            inputs = {n: torch.randn(rows, n).to(weight.dtype) for n in widths}
+            inputs = product_inputs(model, rows)
             out[str(rows)] = {name: round(run_ms(f, inputs), 1) for name, f in variants.items()}
     print(json.dumps(out))
 

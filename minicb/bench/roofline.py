@@ -115,6 +115,16 @@ def eager_products(model: Any) -> Products:
     return lambda inputs: [m(inputs[m.weight.shape[1]]) for m in linears]
 
 
+def product_inputs(model: Any, rows: int) -> dict[int, Any]:
+    """Random (rows, width) inputs, one per width the model's linear layers take, in its
+    dtype and on its device."""
+    import torch  # here, not above: the simulator reaches this module (via theory) without torch
+
+    w = model.lm_head.weight
+    widths = {m.weight.shape[1] for m in linear_layers(model)}
+    return {n: torch.randn(rows, n, device=w.device).to(w.dtype) for n in widths}
+
+
 def time_linears(
     model: Any, batch: int, repeats: int = 3, products: Products | None = None
 ) -> float:
@@ -127,19 +137,15 @@ def time_linears(
     Python)."""
     import torch  # here, not above: the simulator reaches this module (via theory) without torch
 
-    run = products or eager_products(model)
-    w = model.lm_head.weight
-    inputs = {
-        n: torch.randn(batch, n, device=w.device).to(w.dtype)
-        for n in {m.weight.shape[1] for m in linear_layers(model)}
-    }
+    run, device = products or eager_products(model), model.lm_head.weight.device
+    inputs = product_inputs(model, batch)
     times = []
     with torch.inference_mode():
         for _ in range(repeats + 1):  # the first is a warm-up
-            probes.sync(w.device)
+            probes.sync(device)
             start = time.perf_counter()
             run(inputs)
-            probes.sync(w.device)
+            probes.sync(device)
             times.append(time.perf_counter() - start)
     return statistics.median(times[1:])
 

@@ -293,27 +293,30 @@ class ModelRunner:
     def _logits(self, plan: StepPlan) -> torch.Tensor | None:
         """(N, vocab) logits of the plan's N sampling rows, in order; None if none samples."""
         input_ids, positions, meta, sample_rows = self._prepare(plan)
-        graphs = self.decode_graphs
-        on_graph = graphs is not None and graphs.can_run(meta.num_requests)
-        if self.compiled is not None and meta.is_decode_only and not on_graph:
+        logits = None
+        if self.compiled is not None and meta.is_decode_only and not self._replays(meta):
             # The compiled step ends with the LM head: every row's logits (a static batch's
-            # padding rows too, which sample nothing).
+            # padding rows too, which sample nothing); None if it could not run.
             logits = self.compiled.run(
                 input_ids, positions, meta, self.kv_cache, self.config.block_size
             )
-            if logits is not None and len(sample_rows) == len(logits):
-                return logits  # every row samples: no copy
-            if logits is not None:
-                return logits[sample_rows] if sample_rows else None
-        hidden = self._hidden(input_ids, positions, meta)
-        return self.model.logits(hidden[sample_rows]) if sample_rows else None
+        if logits is None:  # the forward runs (and stores KV) whether or not a row samples
+            hidden = self._hidden(input_ids, positions, meta)
+            return self.model.logits(hidden[sample_rows]) if sample_rows else None
+        if len(sample_rows) == len(logits):
+            return logits  # every row samples: no copy
+        return logits[sample_rows] if sample_rows else None
+
+    def _replays(self, meta) -> bool:
+        """Whether this step replays a captured CUDA graph (decode-only, a captured size)."""
+        graphs = self.decode_graphs
+        return graphs is not None and meta.is_decode_only and graphs.can_run(meta.num_requests)
 
     def _hidden(self, input_ids, positions, meta) -> torch.Tensor:
         """(T, hidden) final hidden states of the step's ragged batch, eager or on a
         captured CUDA graph."""
-        graphs = self.decode_graphs
-        if graphs is not None and meta.is_decode_only and graphs.can_run(meta.num_requests):
-            return graphs.run(input_ids, positions, meta)
+        if self._replays(meta):
+            return self.decode_graphs.run(input_ids, positions, meta)
         return self.model(input_ids, positions, meta, self.kv_caches, self.backend)
 
     @contextlib.contextmanager

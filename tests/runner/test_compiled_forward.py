@@ -224,10 +224,8 @@ def eager_and_compiled_products(llm: LLM, rows: int):
     """Every linear layer's output on the same random rows: eager, and through the compiled
     step's ``products_alone``."""
     model = llm.engine.runner.model
-    linears = roofline.linear_layers(model)
-    w = model.lm_head.weight
-    inputs = {n: torch.randn(rows, n).to(w.dtype) for n in {m.weight.shape[1] for m in linears}}
-    compiled_products = llm.engine.runner.compiled.products_alone(linears)
+    inputs = roofline.product_inputs(model, rows)
+    compiled_products = llm.engine.runner.compiled.products_alone(roofline.linear_layers(model))
     with torch.inference_mode():
         return roofline.eager_products(model)(inputs), compiled_products(inputs)
 
