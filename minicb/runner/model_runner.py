@@ -5,8 +5,9 @@ The runner of the real model (see minicb.runner for the seam it fills).
 It owns the model weights and the KV tensors: one device tensor of shape
 ``(num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim)`` and a CPU twin for
 swapped-out blocks. Each iteration it copies blocks the plan swaps out, then those it
-swaps in, builds ``input_ids``/``positions``/AttentionMetadata for every scheduled
-token (no padding between requests), runs the model, and samples one token for each
+swaps in, flattens the plan into one ragged batch (minicb.runner.step_inputs: ids,
+positions and attention metadata for every scheduled token, no padding between
+requests), runs the model, and samples one token for each
 request whose uncomputed tokens are now all computed (and, for a row that verifies
 speculative drafts, one after each draft too).
 
@@ -28,7 +29,7 @@ from typing import Any
 import torch
 
 from minicb.config import EngineConfig
-from minicb.kernels import AttentionMetadata, get_backend
+from minicb.kernels import get_backend
 from minicb.runner import RunnerOutput
 from minicb.runner.compiled import CompiledDecode
 from minicb.runner.cuda_graphs import maybe_capture
@@ -39,6 +40,7 @@ from minicb.runner.occupancy import Occupancy
 from minicb.runner.packed import PackedLinear, can_pack, pack_linears
 from minicb.runner.probes import MachineRates
 from minicb.runner.sampler import sample
+from minicb.runner.step_inputs import StepInputs, step_inputs
 from minicb.runner.tensor_parallel import Shard, iter_shard, shard_config, shard_model
 from minicb.scheduler.plan import StepPlan
 
@@ -287,21 +289,21 @@ class ModelRunner:
         """A tensor-parallel worker's part of a step: the swaps and the forward, no sampling."""
         self._copy_swaps(plan)
         if not plan.is_empty:
-            input_ids, positions, meta, _ = self._prepare(plan)
-            self._hidden(input_ids, positions, meta)
+            self._hidden(step_inputs(plan, self.config.block_size, self.device))
 
     def _logits(self, plan: StepPlan) -> torch.Tensor | None:
         """(N, vocab) logits of the plan's N sampling rows, in order; None if none samples."""
-        input_ids, positions, meta, sample_rows = self._prepare(plan)
+        batch = step_inputs(plan, self.config.block_size, self.device)
+        sample_rows, meta = batch.sample_rows, batch.meta
         logits = None
         if self.compiled is not None and meta.is_decode_only and not self._replays(meta):
             # The compiled step ends with the LM head: every row's logits (a static batch's
             # padding rows too, which sample nothing); None if it could not run.
             logits = self.compiled.run(
-                input_ids, positions, meta, self.kv_cache, self.config.block_size
+                batch.input_ids, batch.positions, meta, self.kv_cache, self.config.block_size
             )
         if logits is None:  # the forward runs (and stores KV) whether or not a row samples
-            hidden = self._hidden(input_ids, positions, meta)
+            hidden = self._hidden(batch)
             return self.model.logits(hidden[sample_rows]) if sample_rows else None
         if len(sample_rows) == len(logits):
             return logits  # every row samples: no copy
@@ -312,12 +314,13 @@ class ModelRunner:
         graphs = self.decode_graphs
         return graphs is not None and meta.is_decode_only and graphs.can_run(meta.num_requests)
 
-    def _hidden(self, input_ids, positions, meta) -> torch.Tensor:
+    def _hidden(self, batch: StepInputs) -> torch.Tensor:
         """(T, hidden) final hidden states of the step's ragged batch, eager or on a
         captured CUDA graph."""
+        ids, positions, meta = batch.input_ids, batch.positions, batch.meta
         if self._replays(meta):
-            return self.decode_graphs.run(input_ids, positions, meta)
-        return self.model(input_ids, positions, meta, self.kv_caches, self.backend)
+            return self.decode_graphs.run(ids, positions, meta)
+        return self.model(ids, positions, meta, self.kv_caches, self.backend)
 
     @contextlib.contextmanager
     def _tp_step(self, plan: StepPlan) -> Iterator[None]:
@@ -352,33 +355,6 @@ class ModelRunner:
             sampled[r.request_id] = tokens[at] if w == 1 else tokens[at : at + w]
             at += w
         return sampled
-
-    def _prepare(self, plan: StepPlan):
-        bs = self.config.block_size
-        input_ids: list[int] = []
-        positions: list[int] = []
-        slots: list[int] = []
-        sample_rows: list[int] = []
-        for row in plan.scheduled:
-            input_ids += row.token_ids
-            span = range(row.start_position, row.start_position + row.num_tokens)
-            positions += span
-            if row.store_kv:
-                slots += [row.block_table[p // bs] * bs + p % bs for p in span]
-            else:
-                slots += [-1] * row.num_tokens
-            if row.samples:  # the last token, and each draft before it (speculative rows)
-                sample_rows += range(len(input_ids) - 1 - row.num_draft_tokens, len(input_ids))
-        meta = AttentionMetadata.build(
-            query_lens=[r.num_tokens for r in plan.scheduled],
-            context_lens=[r.context_len for r in plan.scheduled],
-            block_tables=[r.block_table for r in plan.scheduled],
-            slot_mapping=slots,
-            device=self.device,
-        )
-        ids = torch.tensor(input_ids, dtype=torch.long, device=self.device)
-        pos = torch.tensor(positions, dtype=torch.long, device=self.device)
-        return ids, pos, meta, sample_rows
 
     def _copy_swaps(self, plan: StepPlan) -> None:
         # Swap-outs first: their device blocks may be handed to others in this same step.

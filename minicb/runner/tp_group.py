@@ -4,8 +4,8 @@ groups, and the commands rank 0 sends.
 Rank 0 (this process) runs the whole engine; ranks 1..N-1 run ``tp_worker.serve``, a
 loop that receives one command at a time and runs it on its shard. Every step rank 0
 broadcasts the StepPlan itself, pickled (``send_object``): the plan is a small pure-Python
-object, and each worker then builds the same ragged batch with the same
-``ModelRunner._prepare`` as rank 0, so there is one piece of code that turns a plan into
+object, and each worker then builds the same ragged batch with the same ``step_inputs``
+(minicb.runner.step_inputs) as rank 0, so there is one piece of code that turns a plan into
 tensors and the workers keep no scheduler state at all. (Broadcasting the tensors instead
 would need a shape message first and one broadcast per tensor.)
 
