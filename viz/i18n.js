@@ -85,7 +85,7 @@ const STRINGS = {
     preemption_mode: "抢占方式", policy: "调度策略", rebuild: "重建",
     pm_recompute: "重算（recompute）", pm_swap: "换出（swap）", pol_fcfs: "先来先服务（fcfs）", pol_priority: "优先级（priority）",
     static_order: "静态批的组成", so_arrival: "按到达顺序", so_length: "按长度排序",
-    speculative: "投机解码", spec_off: "关闭", spec_ngram: "n-gram 草稿",
+    speculative: "推测解码", spec_off: "关闭", spec_ngram: "n-gram 草稿",
     prompt: "你的提示词", send: "发送", target: "发往", both: "两个引擎",
     continuousOnly: "仅连续批处理", maxTokens: "最大 token 数",
     promptPlaceholder: "输入提示词，看它加入批次",
@@ -105,7 +105,7 @@ const STRINGS = {
     utilChartReal: "每次迭代的利用率（实测）：这一步的字节数和浮点运算量按本机探测速率所需的时间 / 前向实际用时",
     utilRates: "本机探测：拷贝带宽 {bw} GB/s（读 + 写），矩阵乘 {fl} GFLOP/s。",
     utilAboveRoofline: "超过 100 %：比探测时的内存拷贝还快，超出了内存带宽的屋顶线：要么权重能放进 CPU 缓存，要么启动探测时机器正忙、测低了。图上画在 100 %，悬停可看实际数值。",
-    bandwidthUtil: "显存带宽",
+    bandwidthUtil: "内存带宽",
     flopUtil: "算力",
     legend: "图例",
     ph_waiting: "等待", ph_prefill: "预填充段", ph_decode: "解码",
@@ -197,7 +197,7 @@ function reservationWhy(why) {
 function victim(who) {
   if (who === "the latest arrival") return "最晚到达的请求";
   if (who === "the lowest priority") return "优先级最低的请求";
-  if (who.startsWith("itself")) return "它自己（没有更低优先级的请求）";
+  if (who.startsWith("itself")) return "它自己（没有排位更低的请求）";
   return who;
 }
 
