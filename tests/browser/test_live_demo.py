@@ -203,7 +203,7 @@ def test_the_settings_form_switches_speculative_decoding_on_and_off(tab, demo_ur
     assert js(page, configs) == ["off", "off"]
     assert page.locator("#st-speculative").input_value() == "off"
     page.click("#lang")  # its label and choices in Chinese too
-    assert "投机解码" in page.inner_text("#settings-form")
+    assert "推测解码" in page.inner_text("#settings-form")
     assert "n-gram 草稿" in page.inner_text("#st-speculative")
     page.click("#lang")
     try:
