@@ -123,7 +123,6 @@ class LLMEngine:
             runner.num_kv_blocks,
             self.max_model_len,
             runner.num_swap_blocks,
-            self._render_tokens if self.tokenizer is not None else None,
         )
         self._ids = itertools.count()
         self._texts: dict[int, IncrementalDetokenizer] = {}  # output text, per live request
@@ -273,6 +272,17 @@ class LLMEngine:
             num_shared=blocks.num_shared_blocks,
         )
 
+    def kv_snapshot_event(self) -> events.KVSnapshotEvent:
+        """The whole KV map now, as the event a late reader starts from (docs/events.md)."""
+        kv = self.kv_snapshot()
+        return events.KVSnapshotEvent(
+            time=self.clock(),
+            step=self.step_count,
+            block_tables=kv.block_tables,
+            swap_tables=kv.swap_tables,
+            cached_blocks=kv.cached_blocks,
+        )
+
     def block_table(self, request_id: int) -> list[int]:
         """The device blocks of one request, in order ([] if it holds none)."""
         return list(self.scheduler.blocks.block_table(request_id))
@@ -382,10 +392,6 @@ class LLMEngine:
             self.scheduler.finish(req, status)
         index = len(req.output_token_ids) - 1
         return TokenDelta(req.request_id, req.output_token_ids[-1], text, index)
-
-    def _render_tokens(self, token_ids: list[int]) -> str:
-        """Token ids as quoted text, for the scheduler's reasons about drafts."""
-        return repr(self.tokenizer.decode(token_ids, skip_special_tokens=False))
 
     def _output(self, req: Request) -> RequestOutput:
         detok = self._texts.pop(req.request_id, None)

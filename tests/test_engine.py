@@ -5,6 +5,7 @@ step events; abort_all and rebuilt leave nothing behind and keep the bus."""
 import pytest
 
 from minicb import LLM, EngineConfig, FakeRunner, LLMEngine, SamplingParams
+from minicb.telemetry.kv_state import KVState
 from tests.helpers import add, fake_engine
 
 
@@ -85,11 +86,13 @@ def test_views_agree_with_the_step_events():
     engine.bus.subscribe(steps.append, kinds=["step"])
     engine.bus.subscribe(lambda e: ended.add(e.request_id), kinds=["finished", "aborted"])
     swapped_views = 0
+    state = KVState.from_snapshot(engine.kv_snapshot_event())
     while engine.has_unfinished():
         engine.step()
         plan, kv = steps[-1].plan, engine.kv_snapshot()
-        # What the KV map draws from the event is what the engine holds right after the step.
-        assert (plan.block_tables, plan.swap_tables) == (kv.block_tables, kv.swap_tables)
+        # What the KV map draws from the events is what the engine holds right after the step.
+        state.apply(plan.kv_ops)
+        assert state.as_tuple() == (kv.block_tables, kv.swap_tables, kv.cached_blocks)
         assert (plan.kv_used, plan.kv_free, plan.kv_total, plan.kv_swapped) == (
             kv.num_used,
             kv.num_free,
@@ -99,6 +102,7 @@ def test_views_agree_with_the_step_events():
         for row in plan.scheduled:
             if row.request_id not in ended:
                 assert row.block_table == kv.block_tables[row.request_id]
+                assert row.num_blocks == len(row.block_table)
         for rid in kv.block_tables.keys() | kv.swap_tables.keys():
             assert engine.block_table(rid) == kv.block_tables.get(rid, [])
         queues = engine.queue_sizes()

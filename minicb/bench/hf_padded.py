@@ -97,13 +97,15 @@ def _batch_events(
             held = list(range(width + k + 1))  # the row's padded KV, one block per token
             pad = width - len(r.prompt)
             if k == 0:
-                rows.append(ScheduledRequest(i, "prefill", width - pad, 0, live, held, True, True))
+                n, chunk = len(held), width - pad
+                rows.append(ScheduledRequest(i, "prefill", chunk, 0, live, held, n, True, True))
                 if pad:
-                    rows.append(ScheduledRequest(i, "padding", pad, 0, 0, [], False, False))
+                    rows.append(ScheduledRequest(i, "padding", pad, 0, 0, [], 0, False, False))
             else:
                 decode = k < r.max_tokens
                 phase = "decode" if decode else "padding"
-                rows.append(ScheduledRequest(i, phase, 1, width + k - 1, live, held, True, decode))
+                n, start = len(held), width + k - 1
+                rows.append(ScheduledRequest(i, phase, 1, start, live, held, n, True, decode))
         plan = StepPlan(step=k + 1, batching="padded-generate", block_size=1, scheduled=rows,
                         slots_used=len(ids), slots_limit=len(ids))  # fmt: skip
         events.append(StepEvent(plan, prev, t, schedule_s=0.0, forward_s=t - prev, sample_s=0.0))

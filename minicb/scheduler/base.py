@@ -62,10 +62,7 @@ class SchedulerBase:
         num_kv_blocks: int,
         max_model_len: int,
         num_swap_blocks: int | None = None,
-        render_tokens: speculative.RenderTokens | None = None,
     ) -> None:
-        """``render_tokens``: token ids -> text for the reasons (the engine passes its
-        tokenizer's decode; without one, reasons show the ids)."""
         self.config = config
         self.max_model_len = max_model_len
         num_swap = num_swap_blocks if num_swap_blocks is not None else config.num_swap_blocks
@@ -74,7 +71,7 @@ class SchedulerBase:
         self.blocks = BlockManager(num_kv_blocks, config.block_size, num_swap, caching)
         self.sort_key = get_policy(config.policy, config.aging_steps)
         # None when speculation is off; else it adds drafts to the decode rows of a plan.
-        self.drafter = speculative.make_drafter(config, self.blocks, max_model_len, render_tokens)
+        self.drafter = speculative.make_drafter(config, self.blocks, max_model_len)
         self.requests: dict[int, Request] = {}
         self.waiting: list[Request] = []
         self.running: list[Request] = []
@@ -225,15 +222,14 @@ class SchedulerBase:
         plan.kv_shared = self.blocks.num_shared_blocks
         plan.num_waiting = len(self.waiting)
         plan.num_swapped = len(self.swapped)
-        plan.block_tables = {rid: list(t) for rid, t in self.blocks.block_tables.items()}
-        plan.swap_tables = {rid: list(t) for rid, t in self.blocks.swap_tables.items()}
-        plan.cached_blocks = list(self.blocks.cache.evictable)
+        plan.kv_ops = self.blocks.take_changes()  # what changed, never the whole map
 
     def _row(self, req: Request, num_tokens: int) -> ScheduledRequest:
         """A prefill chunk or decode of ``num_tokens`` tokens from where the request stands."""
         start = req.num_computed_tokens
         end = start + num_tokens
         total = len(req.prompt_token_ids) + len(req.output_token_ids)  # once: on every row
+        table = self.blocks.block_tables.get(req.request_id, ())
         # Positional, in the order of ScheduledRequest's fields: built for every running
         # request at every step, and a call with eleven keywords costs twice as much
         # (0.64 against 0.28 us; at 256 running, a sixth of schedule()).
@@ -243,7 +239,8 @@ class SchedulerBase:
             num_tokens,
             start,  # start_position
             end,  # context_len
-            list(self.blocks.block_tables.get(req.request_id, ())),  # block_table
+            list(table),  # block_table
+            len(table),  # num_blocks
             True,  # store_kv
             end == total,  # samples
             0,  # num_draft_tokens: the drafter adds them last
@@ -263,6 +260,7 @@ class SchedulerBase:
             start_position=last,
             context_len=last + 1,
             block_table=list(self.blocks.block_table(req.request_id)),
+            num_blocks=len(self.blocks.block_table(req.request_id)),
             store_kv=False,
             samples=False,
             token_ids=[req.all_token_ids[last]],

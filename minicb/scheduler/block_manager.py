@@ -19,6 +19,11 @@ free list, or keyed in the cache's evictable list, reused only when no unkeyed o
 Swapping out copies every block to CPU, shared ones included, and drops one reference from
 each: a running request that shares a block keeps it. Swapped-in copies are keyed again by
 ``commit`` unless the original is still cached.
+
+Every change to a table, to the swap tables or to the evictable cached blocks is also
+written to ``changes``, in order (see ``KVChange``): the step event carries that list, not
+the whole pool, so instrumentation costs what the step changed (docs/events.md). Replaying
+the changes from a snapshot (minicb.telemetry.kv_state) gives back every table exactly.
 """
 
 from __future__ import annotations
@@ -29,6 +34,15 @@ from collections.abc import Callable
 from minicb.scheduler.prefix_cache import PrefixCache
 
 TokenSlice = Callable[[int, int], list[int]]  # (start, end) -> token ids, as Request's
+# One change to the pool, JSON-ready: [kind, request id or None, blocks or a count].
+#   ["append", rid, blocks]    blocks added at the end of its table (cache hits first)
+#   ["trim", rid, keep]        its table cut to its first ``keep`` blocks
+#   ["free", rid, None]        its device table and its swap table gone
+#   ["swap_out", rid, cpu]     its device table gone, these CPU blocks hold its copy
+#   ["swap_in", rid, device]   its swap table gone, these device blocks its new table
+#   ["cache", None, blocks]    blocks nobody holds that keep a cached prefix (evictable)
+#   ["uncache", None, blocks]  evictable blocks taken back by a hit, or evicted for reuse
+KVChange = list
 
 
 def blocks_needed(num_tokens: int, block_size: int) -> int:
@@ -82,6 +96,12 @@ class BlockManager:
         self.swap_tables: dict[int, list[int]] = {}  # request id -> CPU blocks
         # request id -> keys of its leading full blocks that commit has seen, in order.
         self.chains: dict[int, list[int]] = {}
+        self.changes: list[KVChange] = []  # since the last take_changes(), in order
+
+    def take_changes(self) -> list[KVChange]:
+        """The changes since the last call, oldest first; the journal starts empty again."""
+        changes, self.changes = self.changes, []
+        return changes
 
     # ---- queries -------------------------------------------------------------------
     @property
@@ -147,20 +167,24 @@ class BlockManager:
         if not cached and table is not None and len(table) * self.block_size >= num_tokens:
             return []  # the common decode: its last block has room (checked every step)
         new = max(0, self.num_new_blocks(request_id, num_tokens) - len(cached))
-        revived = sum(1 for b, _ in cached if self.ref_counts[b] == 0)
-        if new + revived > self.num_free_blocks:
+        revived = [b for b, _ in cached if self.ref_counts[b] == 0]
+        if new + len(revived) > self.num_free_blocks:
             return None
         for block, _ in cached:  # before taking new ones, so none of them is evicted
             if self.ref_counts[block] == 0:
                 self.cache.take_back(block)
             self.ref_counts[block] += 1
             self.num_shared_blocks += self.ref_counts[block] == 2
+        if revived:
+            self.changes.append(["uncache", None, revived])
         if cached:
             self.block_tables[request_id] = [b for b, _ in cached]
             self.chains[request_id] = [k for _, k in cached]
         blocks = self._take(new)
         if blocks:
             self.block_tables.setdefault(request_id, []).extend(blocks)
+        if cached or blocks:
+            self.changes.append(["append", request_id, [b for b, _ in cached] + blocks])
         return blocks
 
     def commit(self, request_id: int, num_computed: int, token_slice: TokenSlice) -> None:
@@ -183,6 +207,7 @@ class BlockManager:
         tail = table[keep:]
         if tail:
             del table[keep:]
+            self.changes.append(["trim", request_id, keep])
             self._drop(tail)
         return len(tail)
 
@@ -191,6 +216,8 @@ class BlockManager:
         device_blocks = self.block_tables.pop(request_id, [])
         swap_blocks = self.swap_tables.pop(request_id, [])
         self.chains.pop(request_id, None)
+        if device_blocks or swap_blocks:
+            self.changes.append(["free", request_id, None])
         self._drop(device_blocks)
         self.swap.release(swap_blocks)
         return len(device_blocks) + len(swap_blocks)
@@ -201,7 +228,10 @@ class BlockManager:
         if n > self.num_free_blocks:
             return None
         blocks = self.device.take(min(n, self.device.num_free)) or []
-        blocks += [self.cache.evict() for _ in range(n - len(blocks))]
+        evicted = [self.cache.evict() for _ in range(n - len(blocks))]
+        if evicted:
+            self.changes.append(["uncache", None, evicted])
+        blocks += evicted
         for block in blocks:
             self.ref_counts[block] = 1
         return blocks
@@ -210,11 +240,17 @@ class BlockManager:
         """One reference less on each block; a block nobody holds becomes free."""
         # Tail first: a chain's last blocks are evicted before its first ones, which
         # every other prompt with this prefix needs.
+        parked = []
         for block in reversed(blocks):
             self.ref_counts[block] -= 1
             self.num_shared_blocks -= self.ref_counts[block] == 1
-            if self.ref_counts[block] == 0 and not self.cache.park(block):
-                self.device.release([block])
+            if self.ref_counts[block] == 0:
+                if self.cache.park(block):
+                    parked.append(block)
+                else:
+                    self.device.release([block])
+        if parked:
+            self.changes.append(["cache", None, parked])
 
     # ---- swap ----------------------------------------------------------------------
     def swap_out(self, request_id: int) -> list[tuple[int, int]] | None:
@@ -226,6 +262,7 @@ class BlockManager:
             return None
         device_blocks = self.block_tables.pop(request_id, [])
         self.chains.pop(request_id, None)
+        self.changes.append(["swap_out", request_id, cpu_blocks])
         self._drop(device_blocks)
         self.swap_tables[request_id] = cpu_blocks
         return list(zip(device_blocks, cpu_blocks, strict=True))
@@ -244,6 +281,7 @@ class BlockManager:
         del self.swap_tables[request_id]
         self.swap.release(cpu_blocks)
         self.block_tables[request_id] = device_blocks
+        self.changes.append(["swap_in", request_id, device_blocks])
         return list(zip(cpu_blocks, device_blocks[: len(cpu_blocks)], strict=True))
 
     # ---- invariants ----------------------------------------------------------------

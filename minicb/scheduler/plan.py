@@ -5,9 +5,11 @@ timings beside it, is the step event that metrics, traces and the visualizer rea
 shape per iteration. It holds copies of everything the runner needs (token ids, block
 tables) so that no one reaches into the scheduler's request objects behind its back.
 
-Fields marked ``RUNNER_ONLY`` (token ids, sampling settings) are inputs of the forward
-pass, not facts about the schedule: ``to_dict`` leaves them out, so an event says what
-was decided without repeating every prompt. Everything else, block ids included, goes
+Fields marked ``RUNNER_ONLY`` (token ids, block tables, sampling settings) are inputs of
+the forward pass, not facts about the schedule: ``to_dict`` leaves them out, so an event
+says what was decided without repeating every prompt or every block table. What the step
+did to the KV pool is ``kv_ops``, the block manager's changes in order: an event costs
+what the step changed, never what the pool holds (docs/events.md). Everything else goes
 into the event, generated from these dataclass fields. Pure Python.
 """
 
@@ -32,7 +34,10 @@ class ScheduledRequest:
     num_tokens: int  # tokens fed to the model for this request this step
     start_position: int  # position of the first of those tokens in the request's sequence
     context_len: int  # tokens attended to after this step's tokens are stored
-    block_table: list[int]  # the KV blocks it holds this step, in order
+    # The KV blocks it holds this step, in order: the runner's, not the event's (the
+    # event's kv_ops say how tables changed; num_blocks says how many this row holds).
+    block_table: list[int] = field(compare=False, metadata=RUNNER_ONLY)
+    num_blocks: int
     store_kv: bool  # padding rows recompute an old token and must not overwrite it
     samples: bool  # True when this step ends the uncomputed tokens: a new token is drawn
     # Speculative decoding: the last num_draft_tokens of the row's tokens are guesses,
@@ -80,7 +85,7 @@ class StepPlan:
     slots_used: int = 0
     slots_limit: int = 0
     # Read after the step, once finished requests have released their blocks: the pool's
-    # figures, the queues, and every request's block ids (what the KV map draws).
+    # figures, the queues, and the changes the step made to the pool.
     kv_used: int = 0
     kv_free: int = 0
     kv_total: int = 0
@@ -92,9 +97,9 @@ class StepPlan:
     prefix_hit_tokens: int = 0
     num_waiting: int = 0
     num_swapped: int = 0
-    block_tables: dict[int, list[int]] = field(default_factory=dict)
-    swap_tables: dict[int, list[int]] = field(default_factory=dict)
-    cached_blocks: list[int] = field(default_factory=list)  # the evictable cached block ids
+    # The block manager's changes since the previous step, in order (block_manager.py):
+    # applied to the map before the step (minicb.telemetry.kv_state), they give the map after.
+    kv_ops: list[list] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
@@ -134,9 +139,10 @@ class StepPlan:
         data["notes"] = list(self.notes)
         data["swap_out_map"] = [list(p) for p in self.swap_out_map]
         data["swap_in_map"] = [list(p) for p in self.swap_in_map]
-        data["block_tables"] = {str(k): list(v) for k, v in self.block_tables.items()}
-        data["swap_tables"] = {str(k): list(v) for k, v in self.swap_tables.items()}
-        data["cached_blocks"] = list(self.cached_blocks)
+        data["kv_ops"] = [
+            [kind, rid, list(arg) if isinstance(arg, list) else arg]
+            for kind, rid, arg in self.kv_ops
+        ]
         return data
 
     @classmethod
@@ -150,8 +156,7 @@ class StepPlan:
             values[name] = [_build(Decision, d, name) for d in data.get(name, [])]
         for name in ("swap_out_map", "swap_in_map"):
             values[name] = [tuple(p) for p in data.get(name, [])]
-        for name in ("block_tables", "swap_tables"):
-            values[name] = {int(k): list(v) for k, v in data.get(name, {}).items()}
+        values["kv_ops"] = [list(op) for op in data.get("kv_ops", [])]
         return cls(**values)
 
 
@@ -165,9 +170,7 @@ _row_values = attrgetter(*_ROW_NAMES)  # one C call for a row's values: rows are
 
 
 def _row_dict(row: ScheduledRequest) -> dict[str, Any]:
-    data = dict(zip(_ROW_NAMES, _row_values(row), strict=True))
-    data["block_table"] = list(row.block_table)
-    return data
+    return dict(zip(_ROW_NAMES, _row_values(row), strict=True))
 
 
 def check_keys(cls: type, values: dict[str, Any], what: str) -> None:
@@ -189,4 +192,6 @@ def _build(cls: type, data: Any, what: str) -> Any:
     if not isinstance(data, dict):
         raise ValueError(f"{what} entry must be a JSON object, got {data!r}")
     check_keys(cls, data, what)
+    if cls is ScheduledRequest:  # a recorded row: its blocks are counted, not listed
+        return cls(block_table=[], **data)
     return cls(**data)

@@ -26,7 +26,7 @@ Pure Python, no torch: the scheduler calls the proposer while it builds the Step
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -36,8 +36,6 @@ from minicb.scheduler.plan import DECODE, Decision, ScheduledRequest, StepPlan
 
 if TYPE_CHECKING:
     from minicb.request import Request
-
-RenderTokens = Callable[[list[int]], str]  # token ids -> words for a reason (a tokenizer's)
 
 
 @dataclass(frozen=True)
@@ -115,18 +113,17 @@ def accept_greedy(draft: Sequence[int], verified: Sequence[int]) -> list[int]:
     return list(verified[: m + 1])
 
 
-def render_ids(token_ids: list[int]) -> str:
-    """Token ids in words when no tokenizer is at hand: "[12, 7, 12]"."""
-    return "[" + ", ".join(map(str, token_ids)) + "]"
-
-
-def draft_reason(
-    draft: Draft, num_drafted: int, slots: int, limit: str | None, render: RenderTokens
-) -> str:
-    """Why a decode row drafts what it does, e.g. "drafts 3 tokens: the n-gram 'for i in'
+def draft_reason(draft: Draft, num_drafted: int, slots: int, limit: str | None) -> str:
+    """Why a decode row drafts what it does, e.g. "drafts 3 tokens: the n-gram of 2 tokens
     appeared at position 12". ``slots``: what the free KV blocks hold for drafts; ``limit``:
-    the words for the limit that cut the lookup short, if one did."""
-    found = f"the n-gram {render(draft.ngram)} appeared at position {draft.position}"
+    the words for the limit that cut the lookup short, if one did. The n-gram is told by
+    its length, never its tokens: a reason reaches pages that may not read the request's
+    text (minicb.server.redaction)."""
+    size = len(draft.ngram)
+    found = (
+        f"the n-gram of {size} token{'s' if size != 1 else ''} appeared at position "
+        f"{draft.position}"
+    )
     if num_drafted == 0:
         return f"drafts nothing: {found}, but no free KV block is left for drafts"
     words = f"drafts {num_drafted} token{'s' if num_drafted > 1 else ''}: {found}"
@@ -146,11 +143,9 @@ class Drafter:
         num_tokens: int,
         blocks: BlockManager,
         max_model_len: int,
-        render: RenderTokens | None = None,
     ) -> None:
         self.proposer, self.num_tokens, self.blocks = proposer, num_tokens, blocks
         self.max_model_len = max_model_len
-        self.render = render or render_ids
         self.held: dict[int, int] = {}  # request id -> blocks it held before this step's draft
 
     def add_drafts(self, plan: StepPlan, requests: dict[int, Request], budget: int) -> int:
@@ -187,7 +182,7 @@ class Drafter:
         if room < self.num_tokens and len(draft.tokens) == room:
             binding = next(k for k, v in limits.items() if v == room)
             limit = f"{binding} leaves room for {room}"
-        reason = draft_reason(draft, d, slots, limit, self.render)
+        reason = draft_reason(draft, d, slots, limit)
         plan.drafted.append(Decision(req.request_id, reason))
         return d
 
@@ -207,16 +202,12 @@ def extend_row(row: ScheduledRequest, draft: list[int], block_table: list[int]) 
     row.num_draft_tokens = len(draft)
     row.token_ids = row.token_ids + draft
     row.block_table = list(block_table)
+    row.num_blocks = len(block_table)
 
 
-def make_drafter(
-    config: EngineConfig,
-    blocks: BlockManager,
-    max_model_len: int,
-    render: RenderTokens | None = None,
-) -> Drafter | None:
+def make_drafter(config: EngineConfig, blocks: BlockManager, max_model_len: int) -> Drafter | None:
     """The drafter ``config.speculative`` asks for, or None when speculation is off."""
     if config.speculative == "ngram":
         proposer = NgramProposer(config.ngram_min, config.ngram_max)
-        return Drafter(proposer, config.num_speculative_tokens, blocks, max_model_len, render)
+        return Drafter(proposer, config.num_speculative_tokens, blocks, max_model_len)
     return None

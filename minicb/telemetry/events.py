@@ -7,7 +7,10 @@ lists, dicts, None), so that a trace file, a WebSocket and a notebook all see th
   ids, what the scheduler decided and why, budgets, slots, KV pool, queues) and timings;
 - request events (``RequestArrived`` ... ``RequestRejected``): one request's life, stamped
   with the engine's clock;
-- ``EngineReset``: an engine was rebuilt with new settings (request ids start again).
+- ``EngineReset``: an engine was rebuilt with new settings (request ids start again);
+- ``KVSnapshotEvent``: the whole KV map (every request's blocks), now and then: a step
+  event carries only the changes its step made (``kv_ops``), so a reader that joins late
+  or seeks starts from a snapshot (minicb.telemetry.kv_state.KVState).
 
 ``to_dict``/``from_dict`` convert to and from JSON-ready dicts; the ``type`` key names the
 event. ``SCHEMA_VERSION`` changes whenever a field is renamed, removed or changes meaning;
@@ -26,9 +29,11 @@ from minicb.scheduler.plan import StepPlan, check_keys
 if TYPE_CHECKING:
     from minicb.request import Request, RequestOutput, TokenDelta
 
-# 2: the step event is the StepPlan (block ids per row, every request's block tables after
-# the step); v1 carried block counts only and cannot draw the exact KV map.
-SCHEMA_VERSION = 2
+# 3: a step event carries the KV changes its step made (kv_ops) and each row's block count
+# (num_blocks); the whole map is a kv_snapshot event, now and then. v2 carried every
+# request's block table in every step event (416 kB a step at 256 running): trace.py
+# converts a v2 trace on reading. v1 carried block counts only.
+SCHEMA_VERSION = 3
 STEP_TIMING_FIELDS = ("wall_start", "wall_end", "schedule_s", "forward_s", "sample_s")
 # Tensor parallelism, with defaults (traces written before them read as one rank).
 STEP_PARALLEL_FIELDS = ("tensor_parallel_size", "collective_s")
@@ -176,7 +181,21 @@ class EngineReset:
     info: dict[str, Any]  # the new engine's description (settings, pool size, ...)
 
 
-Event = StepEvent | RequestEvent | EngineReset
+@dataclass(kw_only=True)
+class KVSnapshotEvent:
+    """The whole KV map after step ``step``: where a reader starts before applying the
+    ``kv_ops`` of the steps after it. Request ids are ints here and strings in JSON."""
+
+    kind: ClassVar[str] = "kv_snapshot"
+
+    time: float
+    step: int  # the engine's iterations so far: the map is the one after this step
+    block_tables: dict[int, list[int]]  # request id -> its device blocks, in order
+    swap_tables: dict[int, list[int]]  # request id -> its CPU swap blocks
+    cached_blocks: list[int]  # evictable blocks that keep a cached prefix, oldest first
+
+
+Event = StepEvent | RequestEvent | EngineReset | KVSnapshotEvent
 
 EVENT_TYPES: dict[str, type] = {
     cls.kind: cls
@@ -193,10 +212,11 @@ EVENT_TYPES: dict[str, type] = {
         RequestAborted,
         RequestRejected,
         EngineReset,
+        KVSnapshotEvent,
     )
 }
 EVENT_KINDS = frozenset(EVENT_TYPES)
-REQUEST_EVENT_KINDS = EVENT_KINDS - {"step", "reset"}
+REQUEST_EVENT_KINDS = EVENT_KINDS - {"step", "reset", "kv_snapshot"}
 
 
 # ---- to and from plain dicts -----------------------------------------------------------
@@ -212,6 +232,10 @@ def to_dict(event: Event) -> dict[str, Any]:
     for name in ("params", "info"):
         if name in data:
             data[name] = copy.deepcopy(data[name])
+    if isinstance(event, KVSnapshotEvent):
+        for name in ("block_tables", "swap_tables"):
+            data[name] = {str(r): list(t) for r, t in data[name].items()}
+        data["cached_blocks"] = list(event.cached_blocks)
     return data
 
 
@@ -232,6 +256,9 @@ def from_dict(data: dict[str, Any]) -> Event:
         timings.update((name, values.pop(name)) for name in STEP_OPTIONAL_FIELDS if name in values)
         return StepEvent(plan=StepPlan.from_dict(values), **timings)
     check_keys(cls, values, kind)
+    if cls is KVSnapshotEvent:
+        for name in ("block_tables", "swap_tables"):
+            values[name] = {int(r): list(t) for r, t in values[name].items()}
     return cls(**values)
 
 

@@ -124,7 +124,7 @@ class MetricsCollector(HandlerListener):
                 s.accepted_tokens += row.num_accepted_tokens
             full = -(-row.context_len // bs)  # blocks the live tokens need
             s.kv_live += row.context_len
-            s.kv_held += len(row.block_table) * bs
+            s.kv_held += row.num_blocks * bs
             s.kv_last_block_slack += full * bs - row.context_len
         if plan.kv_total:
             usage = plan.kv_used / plan.kv_total

@@ -3,14 +3,17 @@ export to the Chrome trace-event JSON that ui.perfetto.dev and chrome://tracing 
 
 Line 1 is a header (format, event schema version, engine config, model, hardware,
 library versions); every later line is one event as ``minicb.telemetry.events.to_dict``
-gives it.
+gives it. Step events carry only what their step changed in the KV pool; the whole map is
+a ``kv_snapshot`` line written first and every ``SNAPSHOT_EVERY`` steps, so a reader can
+seek to any step from the snapshot before it (``kv_states``).
 
     with record_trace(llm.engine, "run.jsonl"):
         llm.generate(prompts)
     header, events = read_trace("run.jsonl")
 
-A trace written with another event schema version is refused with an error that names
-its version and the one this minicb reads.
+A trace of event schema version 2 (every step listed every block table) is converted as it
+is read; any other version is refused with an error that names its version and the one
+this minicb reads.
 
 The Perfetto export has two processes:
 
@@ -32,7 +35,7 @@ import json
 import os
 import platform
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from importlib import metadata
@@ -45,12 +48,17 @@ from minicb.telemetry.events import (
     SCHEMA_VERSION,
     EngineReset,
     Event,
+    KVSnapshotEvent,
     StepEvent,
     from_dict,
     to_dict,
 )
+from minicb.telemetry.kv_state import KVState
 
 TRACE_FORMAT = "minicb-trace"
+# A whole KV map every this many steps: a replay seeks from the one before the step it
+# wants. At a GPU's 30,000 blocks a map is a few hundred kB: a step every 256 stays small.
+SNAPSHOT_EVERY = 256
 
 
 def _encode_line(data: dict[str, Any]) -> bytes:
@@ -110,20 +118,34 @@ def trace_header(engine: Any = None, **extra: Any) -> dict[str, Any]:
 
 # ---- writing ---------------------------------------------------------------------------
 class TraceWriter:
-    """An event listener that appends each event to a JSONL file, header first."""
+    """An event listener that appends each event to a JSONL file, header first.
 
-    def __init__(self, path: str | os.PathLike, header: dict[str, Any]) -> None:
+    ``snapshot()``, if given, returns the engine's whole KV map as an event: written after
+    the header, after a reset, and after every ``SNAPSHOT_EVERY``-th step."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        header: dict[str, Any],
+        snapshot: Callable[[], KVSnapshotEvent] | None = None,
+    ) -> None:
         self.path = Path(path)
         self.num_events = 0
+        self._snapshot = snapshot
         self._file: IO[bytes] = open(self.path, "wb")  # noqa: SIM115
         self._write(header)
+        self._write_snapshot()
 
     def _write(self, data: dict[str, Any]) -> None:
         self._file.write(_encode_line(data))
 
+    def _write_snapshot(self) -> None:
+        if self._snapshot is not None:
+            self._write(to_dict(self._snapshot()))
+            self.num_events += 1
+
     def __call__(self, event: Event) -> None:
-        self._write(to_dict(event))
-        self.num_events += 1
+        self.on_events((event,))
 
     def on_events(self, events: Sequence[Event]) -> None:
         """A step's events, the same lines as one call each."""
@@ -131,6 +153,11 @@ class TraceWriter:
         for event in events:
             write(_encode_line(to_dict(event)))
         self.num_events += len(events)
+        last = events[-1] if events else None
+        if isinstance(last, EngineReset) or any(
+            isinstance(e, StepEvent) and e.plan.step % SNAPSHOT_EVERY == 0 for e in events
+        ):
+            self._write_snapshot()
 
     def close(self) -> None:
         self._file.close()
@@ -144,7 +171,7 @@ def record_trace(
     if path is None:
         yield None
         return
-    writer = TraceWriter(path, trace_header(engine, **extra))
+    writer = TraceWriter(path, trace_header(engine, **extra), engine.kv_snapshot_event)
     engine.bus.subscribe(writer)
     try:
         yield writer
@@ -186,21 +213,104 @@ def read_trace(path: str | os.PathLike) -> Trace:
                 f"{path} is not a minicb trace: its first line has no minicb-trace header"
             )
         version = header.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if version not in (SCHEMA_VERSION, 2):
             raise TraceError(
                 f"{path} was written with event schema version {version!r}; this minicb reads "
-                f"version {SCHEMA_VERSION} only (docs/events.md says what changed): record "
-                "the run again, or replay it with the minicb that wrote it"
+                f"version {SCHEMA_VERSION} (and converts version 2; docs/events.md says what "
+                "changed): record the run again, or replay it with the minicb that wrote it"
             )
+        upgrade = _V2Upgrade() if version == 2 else None
         events = []
         for number, line in lines:
             if not line.strip():
                 continue
             try:
-                events.append(from_dict(_parse(line, path, number)))
+                data = _parse(line, path, number)
+                events.append(from_dict(upgrade(data) if upgrade else data))
             except ValueError as err:
                 raise TraceError(f"{path}, line {number}: {err}") from err
+        if upgrade:
+            header = {**header, "schema_version": SCHEMA_VERSION, "converted_from": version}
     return Trace(header, events)
+
+
+class _V2Upgrade:
+    """Version 2 step events listed every table after the step; version 3 lists what changed.
+    The changes are found by comparing each step's tables with the previous step's, so the
+    map after every step is the same as the one recorded."""
+
+    def __init__(self) -> None:
+        self.state = KVState()
+
+    def __call__(self, data: dict[str, Any]) -> dict[str, Any]:
+        if data.get("type") == "reset":
+            self.state = KVState()
+        if data.get("type") != "step":
+            return data
+        data = dict(data)
+        tables = {int(r): list(t) for r, t in data.pop("block_tables", {}).items()}
+        swaps = {int(r): list(t) for r, t in data.pop("swap_tables", {}).items()}
+        cached = list(data.pop("cached_blocks", []))
+        data["kv_ops"] = _changes(self.state, tables, swaps, cached)
+        data["scheduled"] = [_v2_row(row) for row in data.get("scheduled", [])]
+        self.state = KVState(tables, swaps, cached)
+        return data
+
+
+def _v2_row(row: Any) -> Any:
+    if not isinstance(row, dict) or "block_table" not in row:
+        return row
+    row = dict(row)
+    row["num_blocks"] = len(row.pop("block_table") or [])
+    return row
+
+
+def _changes(old: KVState, tables: dict, swaps: dict, cached: list[int]) -> list[list]:
+    """The kv_ops that turn ``old`` into these tables (see block_manager.KVChange)."""
+    ops: list[list] = []
+    kept = set(old.cached) & set(cached)
+    if [b for b in old.cached if b in kept] != [b for b in cached if b in kept]:
+        kept = set()  # the order changed (a hit, then a park): list them all again
+    gone = [b for b in old.cached if b not in kept]
+    if gone:
+        ops.append(["uncache", None, gone])
+    rids = old.block_tables.keys() | old.swap_tables.keys() | tables.keys() | swaps.keys()
+    for rid in sorted(rids):
+        before, after = old.block_tables.get(rid), tables.get(rid)
+        if rid in swaps and old.swap_tables.get(rid) != swaps[rid]:
+            ops.append(["swap_out", rid, swaps[rid]])
+        elif rid in old.swap_tables and rid not in swaps and after is not None:
+            ops.append(["swap_in", rid, after])
+        elif after is None and rid not in swaps:
+            if before is not None or rid in old.swap_tables:
+                ops.append(["free", rid, None])
+        elif after is not None and before != after:
+            if before and after[: len(before)] == before:
+                ops.append(["append", rid, after[len(before) :]])
+            elif before and before[: len(after)] == after:
+                ops.append(["trim", rid, len(after)])
+            else:
+                if before is not None:
+                    ops.append(["free", rid, None])
+                ops.append(["append", rid, after])
+    new = [b for b in cached if b not in kept]
+    if new:
+        ops.append(["cache", None, new])
+    return ops
+
+
+def kv_states(events: Iterable[Event]) -> Iterator[tuple[StepEvent, KVState]]:
+    """Each step event of a trace with the KV map after it (the same KVState object, updated
+    in place: copy it to keep it). A snapshot line replaces the map; a reset empties it."""
+    state = KVState()
+    for e in events:
+        if isinstance(e, KVSnapshotEvent):
+            state = KVState.from_snapshot(e)
+        elif isinstance(e, EngineReset):
+            state = KVState()
+        elif isinstance(e, StepEvent):
+            state.apply(e.plan.kv_ops)
+            yield e, state
 
 
 def _parse(line: str, path: Any, number: int) -> dict[str, Any]:
@@ -233,7 +343,7 @@ def to_chrome_trace(
         if isinstance(e, StepEvent):
             _step(out, e)
             continue
-        if isinstance(e, EngineReset):  # a rebuilt engine: nothing to draw on these tracks
+        if isinstance(e, EngineReset | KVSnapshotEvent):  # nothing to draw on these tracks
             continue
         rid, kind = e.request_id, e.kind
         if kind == "arrived":
@@ -312,7 +422,7 @@ def _step(out: _Builder, e: StepEvent) -> None:
         row_args = {
             "tokens": row.num_tokens,
             "context_len": row.context_len,
-            "blocks": list(row.block_table),
+            "blocks": row.num_blocks,
         }
         out.slice(REQUESTS, row.request_id, row.phase, e.wall_start, e.wall_end, row_args)
 

@@ -5,7 +5,8 @@ enough to preempt (by recompute or swap) must never free a block a request still
 never leak one, keep every reference count equal to the number of tables holding the
 block, and end with every block free or evictable. A shadow of the KV pool checks the
 point of it all: every row attends only to slots that hold its own tokens, so a shared
-or reused block never carries another prompt's KV.
+or reused block never carries another prompt's KV. And the step events' KV changes,
+replayed, give the engine's own map after every step (what the page and a replay draw).
 """
 
 from hypothesis import given, settings, target
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from minicb import SamplingParams
 from minicb.runner.fake import FAKE_TOKEN
 from minicb.scheduler import RequestRejected
+from minicb.telemetry.kv_state import KVState
 from tests.helpers import ShadowKV, fake_engine
 
 request_st = st.tuples(
@@ -56,6 +58,7 @@ def test_shared_prefixes_keep_every_block_accounted(config, pool_tokens, request
     pending = sorted(enumerate(requests), key=lambda x: x[1][4])
     prompts: dict[int, list[int]] = {}
     step = hits = 0
+    state = KVState.from_snapshot(engine.kv_snapshot_event())
     while pending or engine.has_unfinished():
         while pending and pending[0][1][4] <= step:
             i, (family, keep, tail, max_tokens, _, abort) = pending.pop(0)
@@ -74,7 +77,12 @@ def test_shared_prefixes_keep_every_block_accounted(config, pool_tokens, request
         step += 1
         assert step < 5000, "the scheduler stopped making progress"
         assert plan.kv_used + plan.kv_free == num_blocks
-        assert plan.kv_cached == len(plan.cached_blocks) <= plan.kv_free
+        # The step event's changes, applied to the map before it, give the map after it:
+        # a viewer that started from any snapshot draws exactly what the engine holds.
+        state.apply(plan.kv_ops)
+        kv = engine.kv_snapshot()
+        assert state.as_tuple() == (kv.block_tables, kv.swap_tables, kv.cached_blocks)
+        assert plan.kv_cached == len(state.cached) <= plan.kv_free
         sched.blocks.check()  # references == tables holding; no held block free; no leak
         if step % 5 == 0 and sched.running:
             engine.abort_request(sched.running[-1].request_id)
