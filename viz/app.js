@@ -83,20 +83,7 @@ function onHello(msg) {
   $("mode").dataset.i18n = `${msg.mode}Mode`;
   $("model").textContent = msg.model || "";
   buildPanels(msg.engines);
-  if (msg.mode !== "replay") for (const p of app.panels) p.model.mapsKept = LIVE_MAPS;
-  for (const info of msg.engines) { // requests already in the engine when this page joined
-    const p = app.panels.find((q) => q.name === info.name);
-    for (const q of info.requests || []) {
-      const r = p.model.req(q.request_id);
-      r.startStep = Math.min(r.startStep, q.start_step);
-      r.arrival = q.arrival; r.prompt = q.prompt; r.numPrompt = q.num_prompt_tokens;
-      r.maxTokens = q.max_tokens; r.arrivalOwn = q.arrival_busy_s;
-      if (q.first_token_time != null) {
-        r.firstTokenTime = q.first_token_time; r.firstTokenOwn = q.first_token_busy_s;
-        r.firstTokenStep = p.model.baseStep;
-      }
-    }
-  }
+  onView(msg);
   app.setPaused(msg.paused);
   $("delay").value = Math.round((msg.delay_s || 0) * 1000);
   $("delay-out").value = `${$("delay").value} ms`;
@@ -112,14 +99,30 @@ function onHello(msg) {
   showScenario(app, msg.scenario, c.settings);
 }
 
-function onEvents(msg) {
+// Each engine as the server holds it now (on joining, or again when this tab fell behind):
+// its requests, its recent iterations and its KV map; the frames after it go on from there.
+function onView(msg) {
+  for (const info of msg.engines) {
+    const p = app.panels.find((q) => q.name === info.name);
+    if (!p) continue;
+    p.model.reset(info);
+    if (msg.mode !== "replay") p.model.mapsKept = LIVE_MAPS;
+    p.model.applyView(info);
+  }
+  app.dirty = true;
+}
+
+function onFrame(msg) {
   const p = app.panels.find((q) => q.name === msg.engine);
   if (!p) return;
   for (const e of msg.events) {
     p.model.apply(e); // a "reset" among them starts the panel afresh
     if (e.type === "reset") { app.simInfo = e.info; showSimulation(e.info, app.panels); }
   }
+  if (msg.kv_grid) p.model.kvGrid = msg.kv_grid;
   p.model.dropped = msg.dropped || 0;
+  app.frames = (app.frames || 0) + 1;
+  app.bytes = (app.bytes || 0) + (msg.size || 0);
   app.dirty = true;
 }
 
@@ -176,7 +179,8 @@ function connect() {
   ws.onmessage = (ev) => {
     const msg = JSON.parse(ev.data);
     if (msg.type === "auth_required") sendKey(ws);
-    else if (msg.type === "events") onEvents(msg);
+    else if (msg.type === "frame") { msg.size = ev.data.length; onFrame(msg); }
+    else if (msg.type === "view") onView(msg);
     else if (msg.type === "hello") onHello(msg);
     else if (msg.type === "replay") onReplay(msg);
     else if (msg.type === "narration") onNarration(app, msg);
@@ -273,11 +277,14 @@ function drawPanels(cursors) {
     setData(p.el, "step", cursor);
     setData(p.el, "rows", p.timeline.rows.length);
     setText(p.el.querySelector(".panel-title"), panelTitle(p));
-    setText(p.el.querySelector(".panel-step"), `${t("iterations")}: ${cursor}`);
+    const shown = p.timeline.rows.length, all = p.timeline.total || shown;
+    setText(p.el.querySelector(".panel-step"), `${t("iterations")}: ${cursor}` +
+      (all > shown ? ` · ${t("rowsShown")} ${shown} ${t("rowsOf")} ${all}` : ""));
     if (kv) {
       setData(p.el, "kvUsed", kv.used);
       setText(p.el.querySelector(".kv-figures"),
-        `${t("kvUsed")} ${kv.used} / ${kv.total}` + (kv.swapped ? ` · ${t("kvSwapped")} ${kv.swapped}` : ""));
+        `${t("kvUsed")} ${kv.used} / ${kv.total}` + (kv.swapped ? ` · ${t("kvSwapped")} ${kv.swapped}` : "") +
+        (kv.per > 1 ? ` · ${t("kvCellIs")} ${kv.per} ${t("kvBlocks")}` : ""));
     }
     const dropped = p.el.querySelector(".dropped");
     dropped.hidden = !p.model.dropped;

@@ -6,9 +6,12 @@
 // prompt + max_tokens up front) is drawn in a pale shade of its owner's colour; hovering a
 // block says who holds it.
 //
-// Every step event carries every request's block ids after the step, live and in a trace
-// alike, so the map shows where blocks really are (fragmentation included), and a replayed
-// trace draws exactly the map the live page drew.
+// The model keeps the map block by block (its KvState, changed by each step's kv_ops, live
+// and in a trace alike), so the map shows where blocks really are (fragmentation
+// included), and a replayed trace draws exactly the map the live page drew. A pool too
+// large to send block by block (a simulated GPU's tens of thousands) comes from the server
+// folded into cells of several blocks (kv_grid): each cell takes the colour of the request
+// holding most of its blocks, and the caption says how many blocks a cell stands for.
 
 import { t } from "./i18n.js";
 import { fitCanvas } from "./timeline.js";
@@ -44,23 +47,31 @@ function ownerRgb(id, reserved) {
 // shared by a prefix has several) and whether it is held but not written yet (reserved),
 // the evictable cached blocks, and the owner of each swapped block. Typed arrays: a
 // simulated GPU's pool has tens of thousands of blocks.
-function layout(total, step) {
+function layout(total, kv, written) {
   const owner = new Int32Array(total).fill(-1), count = new Uint16Array(total);
   const reserved = new Uint8Array(total), swapped = [];
-  for (const [rid, blocks] of Object.entries(step.blockTables || {})) { // null: dropped (live)
-    const id = Number(rid), written = step.written?.[rid] ?? blocks.length;
+  for (const [id, blocks] of kv.tables) {
+    const done = written?.[id] ?? blocks.length;
     blocks.forEach((b, i) => {
       if (count[b]++ === 0) owner[b] = id;
-      if (i >= written) reserved[b] = 1; // never a shared block: those are full prefixes
+      if (i >= done) reserved[b] = 1; // never a shared block: those are full prefixes
     });
   }
-  for (const [rid, blocks] of Object.entries(step.swapTables || {})) for (const _ of blocks) swapped.push(Number(rid));
-  return { owner, count, reserved, cached: new Set(step.cachedBlocks || []), swapped };
+  for (const [id, blocks] of kv.swaps) for (const _ of blocks) swapped.push(id);
+  return { owner, count, reserved, cached: kv.cached, swapped };
 }
 
-// Who holds block b after `step` (for the hover text only).
-function holdersOf(step, b) {
-  return Object.entries(step.blockTables || {}).filter(([, blocks]) => blocks.includes(b)).map(([rid]) => Number(rid));
+// The server's folded map as the same layout, one entry per cell (-1 free, -2 cached).
+function gridLayout(grid) {
+  const n = grid.cells.length, owner = Int32Array.from(grid.cells), count = new Uint16Array(n);
+  const cached = new Set();
+  for (let i = 0; i < n; i++) { if (owner[i] >= 0) count[i] = 1; else if (owner[i] === -2) cached.add(i); }
+  return { owner, count, reserved: new Uint8Array(n), cached, swapped: [] };
+}
+
+// Who holds block b in `kv` (for the hover text only).
+function holdersOf(kv, b) {
+  return [...kv.tables].filter(([, blocks]) => blocks.includes(b)).map(([rid]) => rid);
 }
 
 function hatch(ctx, x, y, s) {
@@ -132,13 +143,15 @@ function hover(canvas) {
     if (!g) return;
     const b = Math.floor(ev.offsetY / g.size) * g.cols + Math.floor(ev.offsetX / g.size);
     const inGrid = ev.offsetX < g.cols * g.size && b >= 0 && b < g.count.length;
-    canvas.title = inGrid ? describeBlock(b, g.step ? holdersOf(g.step, b) : [], g.reserved[b], g.cached.has(b)) : "";
+    if (!inGrid) canvas.title = "";
+    else if (g.per > 1) canvas.title = `${t("kvCell")} ${b} (${g.per} ${t("kvBlocks")}): ${g.owner[b] >= 0 ? `#${g.owner[b]}` : t(g.owner[b] === -2 ? "kvCached" : "kvFree")}`;
+    else canvas.title = describeBlock(b, g.kv ? holdersOf(g.kv, b) : [], g.reserved[b], g.cached.has(b));
   });
 }
 
 export function drawKvMap(canvas, model, cursor) {
   // The same iteration on a canvas of the same size draws the same map: keep it.
-  const key = `${model.t0}|${cursor}|${model.kvTotal}|${canvas.clientWidth}x${canvas.clientHeight}`;
+  const key = `${model.t0}|${cursor}|${model.kvTotal}|${model.kvGrid?.cells.length}|${model.version}|${canvas.clientWidth}x${canvas.clientHeight}`;
   if (canvas.kvKey === key) return canvas.kvFigures;
   canvas.kvKey = key;
   canvas.kvFigures = paint(canvas, model, cursor);
@@ -149,14 +162,18 @@ function paint(canvas, model, cursor) {
   const { ctx, w, h } = fitCanvas(canvas);
   ctx.clearRect(0, 0, w, h);
   const step = model.stepAt(cursor);
-  const total = (step && step.kvTotal) || model.kvTotal;
-  if (!total) return null;
-  const { owner, count, reserved, cached, swapped } = step ? layout(total, step) : layout(total, { blockTables: {}, swapTables: {} });
+  const blocks = (step && step.kvTotal) || model.kvTotal;
+  if (!blocks) return null;
+  // a large pool, live: the server's folded map; else every block from the model's map
+  const folded = model.kvGrid && cursor >= model.lastStep ? model.kvGrid : null;
+  const kv = folded ? null : model.kvAt(cursor);
+  const total = folded ? folded.cells.length : blocks, per = folded ? folded.per : 1;
+  const { owner, count, reserved, cached, swapped } = folded ? gridLayout(folded) : layout(total, kv, step?.written);
   const swapH = swapped.length ? 18 : 0;
   const gridH = h - swapH;
   const cols = Math.max(1, Math.ceil(Math.sqrt((total * w) / gridH)));
   const size = Math.min(w / cols, gridH / Math.ceil(total / cols));
-  const grid = { cols, size, owner, count, reserved, cached, step };
+  const grid = { cols, size, owner, count, reserved, cached, kv, per };
   if (size < PIXEL_PATH) paintPixels(ctx, grid, total, gridH);
   else {
     const pad = size > 5 ? 1 : 0;
@@ -188,5 +205,8 @@ function paint(canvas, model, cursor) {
   }
   let used = 0, shared = 0;
   for (let b = 0; b < total; b++) { used += count[b] > 0; shared += count[b] > 1; }
-  return { used, total, swapped: swapped.length, preempted: recent, shared, cached: cached.size };
+  if (folded) { // the step's own figures: a cell is one request's, not a count of blocks
+    return { used: step?.kvUsed ?? 0, total: blocks, swapped: step?.kvSwapped ?? 0, preempted: recent, shared: 0, cached: step?.kvCached ?? 0, per };
+  }
+  return { used, total, swapped: swapped.length, preempted: recent, shared, cached: cached.size, per };
 }

@@ -1,14 +1,52 @@
-// PanelModel: one engine's history, rebuilt from its events alone.
+// PanelModel: one engine's history, rebuilt from the server's frames alone.
 //
-// The same code reads a live WebSocket and a recorded trace, so live and replay draw the
-// same rows and the same KV map. Each StepEvent is self-contained for states (it lists who
-// ran in which phase and who was admitted, preempted, swapped or finished) and for the KV
-// pool (every request's block ids after the step), so cells and maps are filled from it;
-// the request events add what steps lack: prompts, arrival times, text, first-token times.
-// A "reset" event (the engine was rebuilt with new settings) starts the panel afresh.
+// The same code reads a live WebSocket and a recorded trace (the server folds both the
+// same way, minicb/server/frames.py), so live and replay draw the same rows and the same
+// KV map. A step arrives as a digest: its figures, its decisions, the rows that changed
+// phase since the step before (row_changes), each row's detail where the batch is small,
+// and, where the pool is small enough to draw block by block, the KV changes it made
+// (kv_ops, applied to the map). At a GPU's scale a frame brings a folded map (kv_grid)
+// instead. The request events add what steps lack: prompts, arrival times, text, first
+// tokens. A "reset" event (the engine was rebuilt with new settings) starts afresh.
 
 export const PHASE = { waiting: 0, prefill: 1, decode: 2, padding: 3, preempted: 4, swapped: 5 };
 export const PHASE_NAMES = ["waiting", "prefill", "decode", "padding", "preempted", "swapped"];
+const CHECKPOINT_EVERY = 64; // a replay rebuilds the map of any step from the copy before it
+const MAX_REQUESTS = 4000; // ended requests beyond this many are forgotten, oldest first
+
+// The KV map: every request's device and swap blocks and the evictable cached blocks,
+// changed by each step's kv_ops exactly as the block manager changed the pool.
+export class KvState {
+  constructor() { this.tables = new Map(); this.swaps = new Map(); this.cached = new Set(); }
+
+  static fromView(kv) {
+    const s = new KvState();
+    for (const [rid, t] of Object.entries(kv.block_tables || {})) s.tables.set(Number(rid), [...t]);
+    for (const [rid, t] of Object.entries(kv.swap_tables || {})) s.swaps.set(Number(rid), [...t]);
+    for (const b of kv.cached_blocks || []) s.cached.add(b);
+    return s;
+  }
+
+  clone() {
+    const s = new KvState();
+    for (const [rid, t] of this.tables) s.tables.set(rid, [...t]);
+    for (const [rid, t] of this.swaps) s.swaps.set(rid, [...t]);
+    s.cached = new Set(this.cached);
+    return s;
+  }
+
+  apply(ops) {
+    for (const [kind, rid, arg] of ops) {
+      if (kind === "append") { if (!this.tables.has(rid)) this.tables.set(rid, []); this.tables.get(rid).push(...arg); }
+      else if (kind === "trim") this.tables.get(rid)?.splice(arg);
+      else if (kind === "free") { this.tables.delete(rid); this.swaps.delete(rid); }
+      else if (kind === "swap_out") { this.tables.delete(rid); this.swaps.set(rid, [...arg]); }
+      else if (kind === "swap_in") { this.swaps.delete(rid); this.tables.set(rid, [...arg]); }
+      else if (kind === "cache") for (const b of arg) this.cached.add(b);
+      else if (kind === "uncache") for (const b of arg) this.cached.delete(b);
+    }
+  }
+}
 
 class Req {
   constructor(id, startStep) {
@@ -94,6 +132,11 @@ export class PanelModel {
     this.live = new Set(); // ids of requests still in the engine
     this.tokensAt = new Map(); // step number -> tokens generated in it
     this.written = new Map(); // request id (a string) -> KV blocks it has written
+    this.rowCode = new Map(); // request id -> the phase of its row in the last step
+    // the KV map after the last step, and copies every CHECKPOINT_EVERY steps for a replay
+    this.kv = info.kv ? KvState.fromView(info.kv) : new KvState();
+    this.kvGrid = info.kv_grid || null; // a large pool: the server's folded map (live)
+    this.checkpoints = [[info.step || 0, this.kv.clone()]];
     this.version = (this.version ?? 0) + 1; // bumped on every change: renderers redraw
     this.dropped = 0;
     this.t0 = null;
@@ -148,40 +191,75 @@ export class PanelModel {
     if (handler) handler(this, e);
   }
 
-  onStep(e) {
+  // A joining page's start (the server's view of the engine): the recent steps for the
+  // charts and counters, and the requests held now with the phase of their last row.
+  applyView(view) {
+    for (const e of view.recent || []) this.onStep(e, true);
+    for (const q of view.requests || []) {
+      const r = this.req(q.request_id);
+      r.startStep = Math.min(r.startStep, q.start_step ?? r.startStep);
+      r.arrival = q.arrival; r.prompt = q.prompt; r.numPrompt = q.num_prompt_tokens;
+      r.maxTokens = q.max_tokens; r.arrivalOwn = q.arrival_busy_s ?? null;
+      if (q.first_token_time != null) {
+        r.firstTokenTime = q.first_token_time; r.firstTokenOwn = q.first_token_busy_s ?? null;
+        r.firstTokenStep = this.lastStep;
+      }
+      if (q.row != null) this.rowCode.set(q.request_id, q.row);
+    }
+    this.firstKnown = this.lastStep + 1;
+    this.checkpoints = [[this.lastStep, this.kv.clone()]]; // the view's map is the latest
+    this.version++;
+  }
+
+  // The KV map after step k: the live one, or a replay's, rebuilt from the copy before it.
+  kvAt(k) {
+    if (k >= this.lastStep) return this.kv;
+    let [from, state] = this.checkpoints[0];
+    for (const [s, copy] of this.checkpoints) if (s <= k) [from, state] = [s, copy];
+    state = state.clone();
+    for (let p = Math.max(0, this.stepPos(from) + 1); p < this.steps.length && this.steps[p].step <= k; p++) {
+      if (this.steps[p].step > from && this.steps[p].kvOps) state.apply(this.steps[p].kvOps);
+    }
+    return state;
+  }
+
+  onStep(e, history = false) {
     const k = e.step;
     this.current = k;
     if (this.t0 == null) this.t0 = e.wall_start;
-    const why = (list, tag) => list.forEach((d) => this.req(d.request_id).reasons.push([k, d.reason, tag]));
-    for (const d of e.preempted) this.req(d.request_id).state = d.mode === "swap" ? PHASE.swapped : PHASE.preempted;
-    for (const d of e.swapped_out) this.req(d.request_id).state = PHASE.swapped;
-    for (const d of [...e.admitted, ...e.swapped_in]) this.req(d.request_id).state = PHASE.waiting;
-    why(e.admitted, "admitted"); why(e.preempted, "preempted"); why(e.swapped_out, "swapped");
-    why(e.swapped_in, "swapped_in"); why(e.drafted || [], "drafted"); why(e.finished, "finished");
+    if (!history) { // a joining page's history: figures only, its requests come in the view
+      const why = (list, tag) => list.forEach((d) => this.req(d.request_id).reasons.push([k, d.reason, tag]));
+      for (const d of e.preempted) this.req(d.request_id).state = d.mode === "swap" ? PHASE.swapped : PHASE.preempted;
+      for (const d of e.swapped_out) this.req(d.request_id).state = PHASE.swapped;
+      for (const d of [...e.admitted, ...e.swapped_in]) this.req(d.request_id).state = PHASE.waiting;
+      why(e.admitted, "admitted"); why(e.preempted, "preempted"); why(e.swapped_out, "swapped");
+      why(e.swapped_in, "swapped_in"); why(e.drafted || [], "drafted"); why(e.finished, "finished");
+    }
     // rows for occupancy; tokens for padding waste (docs/events.md: padding tokens / all
-    // tokens computed, so a prefill chunk weighs its tokens)
-    let useful = 0, padding = 0, tokens = 0, paddingTokens = 0;
-    const ran = new Set();
-    // blocks holding each request's KV after this step (beyond them: held, not written);
-    // a request admitted without running yet has written none
-    for (const d of e.admitted) this.written.set(String(d.request_id), 0);
-    for (const row of e.scheduled) {
-      this.written.set(String(row.request_id), Math.ceil(row.context_len / (e.block_size || 16)));
-      const r = this.req(row.request_id);
-      const code = PHASE[row.phase] ?? PHASE.decode;
-      r.setCell(k, code);
-      if (row.num_draft_tokens) r.produced[k - r.startStep] = 1 + (row.num_accepted_tokens || 0);
-      ran.add(row.request_id);
-      const n = row.num_tokens ?? 1;
-      tokens += n;
-      if (code === PHASE.padding) { padding++; paddingTokens += n; } else useful++;
+    // tokens computed, so a prefill chunk weighs its tokens): the server adds them up
+    const useful = e.useful_rows, padding = e.padding_rows, tokens = e.num_tokens;
+    const paddingTokens = e.padding_tokens;
+    this.tokensAt.set(k, e.generated || 0);
+    if (!history) {
+      // blocks holding each request's KV after this step (beyond them: held, not written);
+      // a request admitted without running yet has written none
+      for (const d of e.admitted) this.written.set(String(d.request_id), 0);
+      for (const [rid, code] of e.row_changes) {
+        if (code < 0) this.rowCode.delete(rid); else this.rowCode.set(rid, code);
+      }
+      for (const [rid, code] of this.rowCode) this.req(rid).setCell(k, code);
+      for (const [rid, , contextLen, drafts, accepted] of e.rows || []) { // a small batch's detail
+        this.written.set(String(rid), Math.ceil(contextLen / (e.block_size || 16)));
+        if (drafts) { const r = this.req(rid); r.produced[k - r.startStep] = 1 + (accepted || 0); }
+      }
+      for (const id of this.live) { // everyone else still here shows what it waits as
+        if (this.rowCode.has(id)) continue;
+        const r = this.reqs.get(id);
+        if (k >= r.startStep) r.setCell(k, r.state);
+      }
+      if (e.kv_ops) this.kv.apply(e.kv_ops);
     }
-    for (const id of this.live) { // everyone else still here shows what it waits as
-      if (ran.has(id)) continue;
-      const r = this.reqs.get(id);
-      if (k >= r.startStep) r.setCell(k, r.state);
-    }
-    for (const d of e.finished) this.end(d.request_id, k);
+    if (!history) for (const d of e.finished) { this.end(d.request_id, k); this.rowCode.delete(d.request_id); }
     this.steps.push({
       step: k, wallStart: e.wall_start, wallEnd: e.wall_end,
       // the step on the side's own clock (ownNow); older traces: the engine's
@@ -192,11 +270,9 @@ export class PanelModel {
       waiting: e.num_waiting, swapped: e.num_swapped, finished: e.finished.length,
       preempted: e.preempted.map((d) => [d.request_id, d.mode]),
       decisions: [...e.admitted, ...e.preempted, ...e.swapped_out, ...e.swapped_in, ...e.finished],
-      notes: e.notes,
-      // request id (a string) -> its block ids after this step: what the KV map draws
-      blockTables: e.block_tables, swapTables: e.swap_tables,
-      cachedBlocks: e.cached_blocks || [], // evictable blocks still holding a cached prefix
-      written: Object.fromEntries(this.written),
+      notes: e.notes, kvCached: e.kv_cached,
+      kvOps: e.kv_ops || null, // this step's KV changes: a replay rebuilds any step's map
+      written: e.rows ? Object.fromEntries(this.written) : null, // a small batch only
       // tensor parallelism (absent from older traces: one rank)
       tp: e.tensor_parallel_size || 1, collectiveS: e.collective_s || 0,
       // how busy the GPU was, 0..1 (a simulated GPU's model; null: unknown, older traces)
@@ -204,8 +280,19 @@ export class PanelModel {
     });
     this.current = null;
     if (e.kv_total) this.kvTotal = e.kv_total;
+    if (!history && e.kv_ops && k % CHECKPOINT_EVERY === 0 && this.mapsKept === Infinity) {
+      this.checkpoints.push([k, this.kv.clone()]);
+    }
     const old = this.steps[this.steps.length - 1 - this.mapsKept];
-    if (old) old.blockTables = old.swapTables = old.cachedBlocks = old.written = null;
+    if (old) old.kvOps = old.written = null;
+    if (this.order.length > MAX_REQUESTS) this.forget();
+  }
+
+  // A live page at a GPU's scale sees tens of thousands of requests: it keeps the latest.
+  forget() {
+    const keep = new Set(this.order.filter((r, i) => r.endStep == null || i >= this.order.length - MAX_REQUESTS / 2));
+    for (const r of this.order) if (!keep.has(r)) this.reqs.delete(r.id);
+    this.order = this.order.filter((r) => keep.has(r));
   }
 
   end(id, step) {
@@ -230,10 +317,9 @@ const HANDLERS = {
   },
   token: (m, e) => {
     const r = m.req(e.request_id);
-    r.pieces.push([e.step, e.text]);
+    r.pieces.push([e.step, e.text ?? ""]);
     if (e.redacted) r.redacted = true; // a text-free view: the server blanked text and id
     else r.tokenIds.push(e.token_id);
-    m.tokensAt.set(e.step, (m.tokensAt.get(e.step) || 0) + 1);
   },
   finished: (m, e) => {
     const r = m.req(e.request_id);
@@ -243,4 +329,8 @@ const HANDLERS = {
   preempted: () => {}, admitted: () => {}, swapped_out: () => {}, swapped_in: () => {},
   rejected: () => {},
   reset: (m, e) => m.reset(e.info), // request ids and step numbers start again
+  kv_snapshot: (m, e) => { // a trace's whole map: the steps after it change this one
+    m.kv = KvState.fromView(e);
+    m.checkpoints.push([e.step, m.kv.clone()]);
+  },
 };

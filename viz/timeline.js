@@ -14,6 +14,7 @@ export const COLORS = {
 };
 const AXIS_H = 16; // pixels under the rows for the x ticks
 const MAX_ROW_H = 16;
+const MIN_ROW_H = 3; // below this a row is a smear: fewer, later rows instead
 
 export function fitCanvas(canvas) {
   const dpr = window.devicePixelRatio || 1;
@@ -56,10 +57,19 @@ export class Timeline {
     this.hatch = null;
   }
 
-  visibleRows(model, scale, cursor) {
+  // The requests inside the window; where more than fit at MIN_ROW_H pixels (a GPU's 256
+  // slots and its queue), the latest ones that ran, then the latest that waited: a row
+  // stays tall enough to see it enter and leave the batch.
+  visibleRows(model, scale, cursor, fit = Infinity) {
     const from = firstStepFrom(model, scale.x0, scale);
-    return model.order.filter((r) => r.startStep <= Math.max(cursor, 1) &&
+    const rows = model.order.filter((r) => r.startStep <= Math.max(cursor, 1) &&
       (r.endStep == null || r.endStep >= from));
+    this.total = rows.length;
+    if (rows.length <= fit) return rows;
+    const ran = rows.filter((r) => r.cellsFrom != null);
+    if (ran.length >= fit) return ran.slice(-fit);
+    const keep = new Set([...ran, ...rows.filter((r) => r.cellsFrom == null).slice(-(fit - ran.length))]);
+    return rows.filter((r) => keep.has(r));
   }
 
   draw(model, scale, cursor) {
@@ -71,7 +81,7 @@ export class Timeline {
     const { ctx, w, h } = fitCanvas(c);
     ctx.clearRect(0, 0, w, h);
     const rowsH = h - AXIS_H;
-    const rows = this.visibleRows(model, scale, cursor);
+    const rows = this.visibleRows(model, scale, cursor, Math.max(1, Math.floor(rowsH / MIN_ROW_H)));
     const rowH = Math.min(MAX_ROW_H, Math.max(rowsH / Math.max(rows.length, 1), 0.25));
     this.rows = rows; this.rowH = rowH;
     const px = (x) => ((x - scale.x0) / Math.max(scale.x1 - scale.x0, 1e-9)) * w;

@@ -262,7 +262,7 @@ class BlockManager:
             return None
         device_blocks = self.block_tables.pop(request_id, [])
         self.chains.pop(request_id, None)
-        self.changes.append(["swap_out", request_id, cpu_blocks])
+        self.changes.append(["swap_out", request_id, list(cpu_blocks)])
         self._drop(device_blocks)
         self.swap_tables[request_id] = cpu_blocks
         return list(zip(device_blocks, cpu_blocks, strict=True))
@@ -281,7 +281,7 @@ class BlockManager:
         del self.swap_tables[request_id]
         self.swap.release(cpu_blocks)
         self.block_tables[request_id] = device_blocks
-        self.changes.append(["swap_in", request_id, device_blocks])
+        self.changes.append(["swap_in", request_id, list(device_blocks)])  # a copy: it grows
         return list(zip(cpu_blocks, device_blocks[: len(cpu_blocks)], strict=True))
 
     # ---- invariants ----------------------------------------------------------------

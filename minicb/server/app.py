@@ -4,19 +4,13 @@ per browser: events out, controls in.
     app = create_app(engine_loop, mode="demo", model_name="SmolLM2-135M-Instruct")
 
 The app never touches an engine itself: controls run in the engine thread through the
-EngineLoop (minicb.server.controls), and events come back through one bounded
-subscription per engine per browser on that engine's bus, so nothing a browser does can
-make the engine wait:
-
-    engine thread ──put──► Subscription (bounded; drops the oldest when full, counted)
-                               │  pump task: await drain_async()
-                               ▼
-                           outbox (small asyncio.Queue) ──► writer task ──► socket
-
-A slow tab fills its own outbox, its pumps stop draining, and its subscriptions drop old
-events; the engine and the other tabs go on. A closed tab's subscriptions close at once.
-Step events carry every request's block ids, and a rebuilt engine announces itself with
-a "reset" event on the same bus: both arrive in order with the events around them.
+EngineLoop (minicb.server.controls), and what the engines did reaches the browsers as
+*frames*: one subscription per engine, folded a dozen times a second into what a page
+draws and encoded once for every browser of the same kind (broadcast.py, frames.py), so
+nothing a browser does can make the engine or another browser wait. A browser gets a
+*view* of each engine first (its requests, recent iterations and KV map), then the frames
+after it; a slow tab's backlog is replaced by a fresh view. A rebuilt engine announces
+itself with a "reset" event, which arrives in order with the events around it.
 
 The door (guard.Guard): a foreign page's Origin is refused before the upgrade
 (403); with a key set, a connection shows it as ``?key=`` or in its first message,
@@ -27,9 +21,10 @@ redacted here, in the fan-out, never in the engine's events: for viewers unless
 controllers see the prompts typed on a page. Each connection's messages are bounded in
 size and rate, so a flood is answered with errors at the door, not in the engine thread.
 
-Messages out: (``auth_required``), ``hello`` (with the ``role``), then ``events``
-batches ({engine, events, dropped}), replies to controls (``ack`` or ``error``), and in
-replay mode one ``replay`` with the whole trace.
+Messages out: (``auth_required``), ``hello`` (with the ``role`` and each engine's view),
+then ``frame``s ({engine, events, dropped, kv_grid at scale}), a ``view`` again for a tab
+that fell behind, replies to controls (``ack`` or ``error``), and in replay mode one
+``replay`` with each whole trace, folded as a live page gets it.
 Modes: "demo" (engines, a workload feeder, every control), "serve" (one engine behind
 the API), "replay" (no engine: the browser scrubs through recorded traces).
 """
@@ -51,25 +46,26 @@ from fastapi.staticfiles import StaticFiles
 from starlette.websockets import WebSocketDisconnect
 
 from minicb.server.api_error import APIError, error_handler
+from minicb.server.broadcast import OUTBOX_FRAMES, Broadcast
 from minicb.server.controls import handle_control
-from minicb.server.guard import CONTROLLER, VIEWER, Guard
+from minicb.server.frames import StepFolder
+from minicb.server.guard import CONTROLLER, VIEWER, Guard, check_hosts
+from minicb.server.redaction import redact_event
 from minicb.server.simulation import simulation_choices
-from minicb.telemetry.events import StepEvent, to_dict
+from minicb.telemetry.events import StepEvent
+from minicb.telemetry.kv_state import KVState
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from minicb.server.engine_loop import EngineLoop
     from minicb.server.lesson import Lesson
-    from minicb.telemetry.bus import Subscription
     from minicb.telemetry.trace import Trace
 
 # viz/ sits beside the package in the repository (the project is installed editable).
 VIZ_DIR = Path(__file__).resolve().parents[2] / "viz"
 MODES = ("demo", "serve", "replay")
 KEEP_EXPLANATIONS = 64  # rounds whose decisions stay available to the single-step reply
-OUTBOX_SIZE = 16  # batches waiting for the socket; beyond this the pumps wait, not the engine
-MAX_BATCH = 2048  # events per message, so one message never grows without bound
 AUTH_TIMEOUT_S = 30.0  # for the first message's key: a person may be typing it
 MAX_MESSAGE_CHARS = 16_384  # the largest control (a prompt of 4,000 chars fits with room)
 CONTROL_RATE, CONTROL_BURST = 20.0, 40  # controls a second per connection, and the burst
@@ -79,19 +75,17 @@ CLOSE_UNAUTHORIZED = 4401  # WebSocket close code: the page asks for a key again
 
 @dataclass(eq=False)
 class Client:
-    """One browser: a bounded event queue on each engine's bus, its role, and whether it
-    sees texts (``True``: all, ``False``: none, ``None``: only what this app's controllers
-    typed)."""
+    """One browser: its role, whether it sees texts (``True``: all, ``False``: none,
+    ``None``: only what this app's controllers typed), and its outbox of messages."""
 
-    subs: dict[str, Subscription]
     role: str = CONTROLLER
     sees_text: bool | None = True
+    # Frames (encoded) and replies waiting for its socket; None until its socket is up.
+    outbox: asyncio.Queue | None = None
     # Puts a message in this browser's outbox from any thread (set once its socket is up).
     send: Callable[[dict[str, Any]], None] | None = None
-
-    def close(self) -> None:
-        for sub in self.subs.values():
-            sub.close()
+    bytes_sent: int = 0
+    resyncs: int = 0  # times its backlog was replaced by a fresh view (a slow tab)
 
 
 @dataclass
@@ -118,7 +112,7 @@ class Hub:
     scheduler's explanations of recent rounds, kept for the single-step control.
 
     ``replay`` maps panel names to recorded traces (replay mode, no engine loop);
-    ``queue_size`` bounds each browser's queue per engine; ``guard`` is the door.
+    ``guard`` is the door.
     """
 
     def __init__(
@@ -128,7 +122,6 @@ class Hub:
         mode: str = "demo",
         model_name: str = "",
         replay: dict[str, Trace] | None = None,
-        queue_size: int = 4096,
         guard: Guard | None = None,
         lesson: Lesson | None = None,
     ) -> None:
@@ -141,7 +134,7 @@ class Hub:
         if mode != "replay" and engine_loop is None:
             raise ValueError(f"{mode} mode needs an engine loop")
         self.loop, self.mode, self.model_name = engine_loop, mode, model_name
-        self.replay, self.queue_size, self.guard = replay or {}, queue_size, guard or Guard()
+        self.replay, self.guard = replay or {}, guard or Guard()
         # engine name -> ids of the requests typed on a page (an ordered set, bounded)
         self.typed: dict[str, OrderedDict[int, None]] = {}
         # the demo's workload (a lesson's feeder is the scenario's, not for the page to set)
@@ -150,28 +143,28 @@ class Hub:
         if lesson is not None:
             lesson.notify = self.broadcast
         self.clients: set[Client] = set()
+        self.broadcast_frames = Broadcast(self)
         # round number -> {engine name: the plan's decisions in words}
         self._explained: OrderedDict[int, dict[str, list[str]]] = OrderedDict()
         for name, engine in (engine_loop.engines if engine_loop else {}).items():
             engine.bus.subscribe(functools.partial(self._record, name), kinds=["step"])
 
     # ---- browsers (engine thread) ----------------------------------------------------------
-    def join(self, role: str = CONTROLLER) -> tuple[Client, dict[str, Any]]:
-        """Subscribe a browser and describe the engines with the requests they hold; run
-        in the engine thread, so no event falls between the description and the queue."""
-        client, hello = self.connect(role), self.hello(role)
-        for info in hello["engines"]:
-            requests = self.loop.engines[info["name"]].live_requests()
-            info["requests"] = [self.shown(client, info["name"], r) for r in requests]
+    async def join(self, role: str = CONTROLLER) -> tuple[Client, dict[str, Any]]:
+        """A browser's client and its hello, with each engine's view as of the last frame;
+        in the asyncio loop, between two frames, so it gets every frame after its view."""
+        await self.broadcast_frames.start()
+        assert self.loop is not None
+        hello = await self.loop.acall(lambda: self.hello(role))
+        client = self.connect(role)
+        hello["engines"] = self.broadcast_frames.views(client)
         return client, hello
 
     def connect(self, role: str = CONTROLLER) -> Client:
-        engines = self.loop.engines if self.loop else {}
-        subs = {n: e.bus.subscribe_async(self.queue_size) for n, e in engines.items()}
         sees = self.guard.show_text or (
             role == CONTROLLER and (True if self.mode != "serve" else None)
         )
-        client = Client(subs, role, sees)
+        client = Client(role, sees)
         self.clients.add(client)
         return client
 
@@ -183,7 +176,16 @@ class Hub:
 
     def disconnect(self, client: Client) -> None:
         self.clients.discard(client)
-        client.close()
+        if not self.clients:
+            self.broadcast_frames.close()
+
+    def viewer_figures(self) -> dict[str, float]:
+        """Browsers connected and bytes sent to them, for /metrics."""
+        return {
+            "minicb_viewers": len(self.clients),
+            "minicb_viewer_bytes_sent_total": self.broadcast_frames.bytes_sent,
+            "minicb_viewer_resyncs_total": sum(c.resyncs for c in self.clients),
+        }
 
     def hello(self, role: str = CONTROLLER) -> dict[str, Any]:
         """The first message a browser gets: mode, model, engines, its role and the control
@@ -241,19 +243,14 @@ class Hub:
             typed.popitem(last=False)
 
     def shown(self, client: Client, name: str, event: dict[str, Any]) -> dict[str, Any]:
-        """``event`` (a JSON dict) as ``client`` may see it: texts and token ids blanked
-        (and ``redacted`` set) where it may not read them."""
-        if client.sees_text is True or not REDACT.keys() & event.keys():
+        """``event`` (a JSON dict) as ``client`` may see it: where it may not read texts,
+        only what the allow-list keeps (redaction.redact_event)."""
+        if client.sees_text is True:
             return event
         rid = event.get("request_id")
         if client.sees_text is None and rid in self.typed.get(name, ()):
             return event
-        hidden = {k: REDACT[k] for k in REDACT if event.get(k) is not None}
-        return {**event, **hidden, "redacted": True} if hidden else event
-
-
-# What a text-free view shows instead: a token's id would give its text away.
-REDACT: dict[str, Any] = {"prompt": None, "text": "", "token_id": None}
+        return redact_event(event)
 
 
 def _replay_info(name: str, trace: Trace) -> dict[str, Any]:
@@ -276,30 +273,18 @@ def _replay_info(name: str, trace: Trace) -> dict[str, Any]:
     }
 
 
-# ---- /ws -------------------------------------------------------------------------------
-async def _pump(hub: Hub, client: Client, name: str, outbox: asyncio.Queue) -> None:
-    """Move this engine's events from the client's subscription to the outbox, in batches,
-    as the client may see them."""
-    sub = client.subs[name]
-    while True:
-        events = await sub.drain_async(MAX_BATCH)
-        if not events:  # closed
-            return
-        shown = [hub.shown(client, name, to_dict(e)) for e in events]
-        await outbox.put(
-            {"type": "events", "engine": name, "events": shown, "dropped": sub.dropped}
-        )
+def replay_events(name: str, trace: Trace) -> list[dict[str, Any]]:
+    """A recorded engine's events folded as a live page gets them (frames.StepFolder), with
+    every step's KV changes: a replay draws exactly the map the live page drew."""
+    folder = StepFolder(_replay_info(name, trace), KVState())
+    folder.exact = True  # the whole trace is sent once: the slider needs every block
+    return folder.fold(trace.events, tokens=True)
 
 
 def _offer(aloop: asyncio.AbstractEventLoop, outbox: asyncio.Queue, message: dict) -> None:
     """Queue ``message`` for the socket from another thread (a narration point: rare, and
     the outbox waits for the socket, so a put that must wait is scheduled, never dropped)."""
     aloop.call_soon_threadsafe(lambda: aloop.create_task(outbox.put(message)))
-
-
-async def _write(websocket: WebSocket, outbox: asyncio.Queue) -> None:
-    while True:
-        await websocket.send_text(json.dumps(await outbox.get()))
 
 
 async def _admit(websocket: WebSocket, guard: Guard) -> str | None:
@@ -309,8 +294,9 @@ async def _admit(websocket: WebSocket, guard: Guard) -> str | None:
         await websocket.close(code=1008)  # before accept: the upgrade is answered 403
         return None
     query_key = websocket.query_params.get("key")
+    who = websocket.client.host if websocket.client else None  # wrong keys are counted per address
     if query_key is not None:
-        role = guard.role(query_key)
+        role = guard.role(query_key, who)
         await (websocket.accept() if role else websocket.close(code=1008))
         return role
     await websocket.accept()
@@ -319,14 +305,15 @@ async def _admit(websocket: WebSocket, guard: Guard) -> str | None:
     # Browsers cannot set headers on a WebSocket: the key comes as the first message.
     await websocket.send_text(json.dumps({"type": "auth_required"}))
     try:
-        text = await asyncio.wait_for(websocket.receive_text(), AUTH_TIMEOUT_S)
+        first = await asyncio.wait_for(websocket.receive(), AUTH_TIMEOUT_S)
+        if first["type"] == "websocket.disconnect":
+            return None
+        text = first.get("text") or ""  # a binary frame holds no key (and is no error)
         msg = json.loads(text) if len(text) <= MAX_MESSAGE_CHARS else None
-    except WebSocketDisconnect:
-        return None
     except (TimeoutError, ValueError, RecursionError):  # silence, or no JSON
         msg = None
     key = msg.get("key") if isinstance(msg, dict) and msg.get("type") == "auth" else None
-    role = guard.role(key) if isinstance(key, str) else None
+    role = guard.role(key, who) if isinstance(key, str) else None
     if role is None:
         why = 'this server needs a key: send {"type": "auth", "key": KEY} first'
         await websocket.send_text(json.dumps({"type": "error", "control": "auth", "message": why}))
@@ -351,20 +338,22 @@ async def serve_client(websocket: WebSocket, hub: Hub) -> None:
     if role is None:
         return
     if hub.loop:
-        client, hello = await hub.loop.acall(lambda: hub.join(role))
+        client, hello = await hub.join(role)
     else:
         client, hello = hub.connect(role), hub.hello(role)
+    client.outbox = outbox = asyncio.Queue(OUTBOX_FRAMES)
     await websocket.send_text(json.dumps(hello))
     if hub.mode == "replay":
         traces = {
-            n: {"header": t.header, "events": [hub.shown(client, n, to_dict(e)) for e in t.events]}
+            n: {
+                "header": t.header,
+                "events": [hub.shown(client, n, e) for e in replay_events(n, t)],
+            }
             for n, t in hub.replay.items()
         }
         await websocket.send_text(json.dumps({"type": "replay", "traces": traces}))
-    outbox: asyncio.Queue = asyncio.Queue(OUTBOX_SIZE)
     client.send = functools.partial(_offer, asyncio.get_running_loop(), outbox)
-    tasks = [asyncio.create_task(_write(websocket, outbox))]
-    tasks += [asyncio.create_task(_pump(hub, client, n, outbox)) for n in client.subs]
+    tasks = [asyncio.create_task(hub.broadcast_frames.write(websocket.send_text, client))]
     limit = RateLimit()
     try:
         while True:
@@ -388,8 +377,9 @@ def create_app(engine_loop: EngineLoop | None, **options: Any) -> FastAPI:
     the guarded ``/ws`` and ``/viz/info``."""
     hub = Hub(engine_loop, **options)
     reader = [Depends(hub.guard.http_check(CONTROLLER, VIEWER))]
-    app = FastAPI(title="minicb", docs_url=None, redoc_url=None)
+    app = FastAPI(title="minicb", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.hub = hub
+    check_hosts(app, hub.guard)  # a foreign Host (DNS rebinding) is refused before any route
     app.add_exception_handler(APIError, error_handler)  # a refused /viz/info
 
     @app.get("/", include_in_schema=False)

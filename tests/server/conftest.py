@@ -25,22 +25,23 @@ def fake_engine(batching: str = "continuous", **config) -> LLMEngine:
 
 
 def control(ws, **msg):
-    """Send a control; return (events received meanwhile, the reply)."""
+    """Send a control; return (events received meanwhile in frames, the reply)."""
     ws.send_text(json.dumps(msg))
     events = []
     while True:
         reply = ws.receive_json()
-        if reply["type"] != "events":
+        if reply["type"] != "frame":
             return events, reply
         events += [(reply["engine"], e) for e in reply["events"]]
 
 
 def events_until(ws, done, limit=5000):
-    """Receive events until ``done(engine, event)`` is true; all of them, in order."""
+    """Receive frames until ``done(engine, event)`` is true for one of their events; all of
+    them, in order."""
     seen = []
     while len(seen) < limit:
         msg = ws.receive_json()
-        assert msg["type"] == "events", msg
+        assert msg["type"] == "frame", msg
         for e in msg["events"]:
             seen.append((msg["engine"], e))
             if done(msg["engine"], e):

@@ -1,41 +1,58 @@
-"""A trace recorded from a live engine replays to the same KV block map: the block ids the
-live /ws stream delivered after each step, the engine's own ``kv_snapshot()`` at that
-moment, and those of the replayed trace are the same, swap space included."""
+"""A trace recorded from a live engine replays to the same KV block map: the map a live
+page rebuilds from the frames (its view, then each step digest's kv_ops), the engine's own
+``kv_snapshot()`` at that moment, and the map the replayed trace rebuilds are the same at
+every iteration, block ids compared, swap space and cached blocks included: for a run on
+the engine's fake model and for one on a simulated H100."""
 
 from __future__ import annotations
 
+import pytest
 from fastapi.testclient import TestClient
 
-from minicb import SamplingParams
+from minicb import EngineConfig, LLMEngine, SamplingParams, VirtualClock
+from minicb.runner.simulated import SimulatedRunner
 from minicb.server.app import create_app
 from minicb.server.engine_loop import EngineLoop
+from minicb.telemetry.kv_state import KVState
 from minicb.telemetry.trace import read_trace, record_trace
 from tests.server.conftest import events_until, fake_engine
 
-# A pool too small for everyone at once, preempting by swap: blocks move around, are
-# freed, swapped out and back in, so a map drawn from counts alone would differ.
-CONFIG = dict(num_kv_blocks=12, block_size=4, max_num_seqs=4, preemption_mode="swap")
+# A pool too small for everyone at once, preempting by swap, with prefix caching: blocks
+# move around, are freed, cached, swapped out and back in, so a map drawn from counts
+# alone would differ.
+CONFIG = dict(
+    num_kv_blocks=12, block_size=4, max_num_seqs=4, preemption_mode="swap",
+    enable_prefix_caching=True,
+)  # fmt: skip
 PROMPTS = [[5] * n for n in (7, 3, 11, 5, 9)]
 PARAMS = SamplingParams(max_tokens=14, temperature=0.0, ignore_eos=True)
 
 
-def maps(step_dicts):
-    """Step number -> (device block tables, swap block tables), as the events give them."""
-    return {e["step"]: (e["block_tables"], e["swap_tables"]) for e in step_dicts}
+def simulated_engine(**config) -> LLMEngine:
+    clock = VirtualClock()
+    cfg = EngineConfig(**config)
+    runner = SimulatedRunner("H100:llama-3.1-8b", cfg, clock=clock)
+    return LLMEngine(config=cfg, runner=runner, clock=clock)
 
 
-def snapshot_map(kv):
-    """A KVSnapshot in the events' form (request ids as strings, as JSON has them)."""
-    device = {str(r): t for r, t in kv.block_tables.items()}
-    return device, {str(r): t for r, t in kv.swap_tables.items()}
+def maps(kv: KVState, events) -> dict[int, tuple]:
+    """Step number -> the map after it, from ``kv`` changed by each digest's kv_ops."""
+    out = {}
+    for e in events:
+        if e["type"] == "kv_snapshot":
+            kv = KVState(e["block_tables"], e["swap_tables"], e["cached_blocks"])
+        elif e["type"] == "step":
+            kv.apply(e["kv_ops"])
+            out[e["step"]] = kv.copy().as_tuple()
+    return out
 
 
-def test_a_replayed_trace_draws_the_live_kv_map(tmp_path):
-    engine = fake_engine(**CONFIG)
+@pytest.mark.parametrize("make", [fake_engine, simulated_engine], ids=["fake", "simulated"])
+def test_a_replayed_trace_draws_the_live_kv_map(tmp_path, make):
+    engine = make(**CONFIG)
     snapshots = {}  # step -> the engine's own view, read in the engine thread after the step
     engine.bus.subscribe(
-        lambda e: snapshots.update({e.plan.step: snapshot_map(engine.kv_snapshot())}),
-        kinds=["step"],
+        lambda e: snapshots.update({e.plan.step: _own(engine.kv_snapshot())}), kinds=["step"]
     )
     loop = EngineLoop({"continuous": engine})
     app = create_app(loop, mode="demo", model_name="fake")
@@ -43,8 +60,11 @@ def test_a_replayed_trace_draws_the_live_kv_map(tmp_path):
     loop.paused = True  # everyone arrives before the first step: the pool is contended at once
     loop.start()
     try:
-        with TestClient(app) as client, client.websocket_connect("/ws") as ws:
-            ws.receive_json()  # hello
+        with (
+            TestClient(app, base_url="http://127.0.0.1") as client,
+            client.websocket_connect("ws://127.0.0.1/ws") as ws,
+        ):
+            view = ws.receive_json()["engines"][0]["kv"]  # hello: the map the page starts from
             with record_trace(engine, path):
                 for prompt in PROMPTS:
                     loop.call(lambda p=prompt: engine.add_request(p, PARAMS)).result(5)
@@ -56,28 +76,31 @@ def test_a_replayed_trace_draws_the_live_kv_map(tmp_path):
                         finished.add(e["request_id"])
                     return len(finished) == len(PROMPTS)
 
-                live = [e for _, e in events_until(ws, all_done) if e["type"] == "step"]
+                live = [e for _, e in events_until(ws, all_done)]
     finally:
         loop.stop()
 
-    live_maps = maps(live)
-    assert list(live_maps) == list(range(1, len(live) + 1))  # every step, none dropped
-    assert any(swap for _, swap in live_maps.values()), "no swap happened: a weak test"
+    start = KVState(view["block_tables"], view["swap_tables"], view["cached_blocks"])
+    live_maps = maps(start, live)
+    assert list(live_maps) == list(range(1, len(live_maps) + 1))  # every step, none dropped
+    assert any(swap for _, swap, _ in live_maps.values()), "no swap happened: a weak test"
+    assert any(cached for _, _, cached in live_maps.values()), "nothing cached: a weak test"
     assert live_maps == snapshots
 
     trace = read_trace(path)
     replay_app = create_app(None, mode="replay", replay={"continuous": trace})
-    with TestClient(replay_app) as rc, rc.websocket_connect("/ws") as ws:
+    with (
+        TestClient(replay_app, base_url="http://127.0.0.1") as rc,
+        rc.websocket_connect("ws://127.0.0.1/ws") as ws,
+    ):
         assert ws.receive_json()["type"] == "hello"
         replay = ws.receive_json()
     events = replay["traces"]["continuous"]["events"]
-    assert maps(e for e in events if e["type"] == "step") == live_maps
-    # each row's own block ids agree too: the map and the rows are one picture
-    rows = {(e["step"], r["request_id"]): r["block_table"] for e in live for r in e["scheduled"]}
-    replayed = {
-        (e["step"], r["request_id"]): r["block_table"]
-        for e in events
-        if e["type"] == "step"
-        for r in e["scheduled"]
-    }
-    assert replayed == rows
+    assert maps(KVState(), events) == live_maps
+    # each row's block count agrees with the map: the map and the rows are one picture
+    rows = {(e["step"], tuple(r)) for e in live if e["type"] == "step" for r in e["rows"]}
+    assert rows == {(e["step"], tuple(r)) for e in events if e["type"] == "step" for r in e["rows"]}
+
+
+def _own(kv) -> tuple:
+    return kv.block_tables, kv.swap_tables, kv.cached_blocks

@@ -1,0 +1,143 @@
+"""Broadcast: one fold of each engine's events, encoded once per kind of browser, sent to
+every browser at a bounded rate (frames.py says what a frame holds).
+
+    engine thread ──put──► one Subscription per engine (this broadcast's; never dropped)
+                               │  every 1/FRAME_HZ s, in the server's asyncio loop:
+                               │  drain, fold (StepFolder), encode once per text class
+                               ▼
+                           each browser's outbox (bounded) ──► writer task ──► socket
+
+Two hundred browsers cost two hundred socket writes of the same bytes a frame, not two
+hundred folds and encodings; the engine thread pays one queue put per event whatever the
+number of browsers. A browser whose outbox is full (a slow tab) gets its queued frames
+replaced by one *view* (the fold's state now) and the frames after it: coarser, never
+broken, and nobody else waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from minicb.server.frames import DETAIL_ROWS, FRAME_HZ, KV_GRID_EVERY, StepFolder
+from minicb.telemetry.events import EVENT_KINDS
+from minicb.telemetry.kv_state import KVState
+
+if TYPE_CHECKING:
+    from minicb.server.app import Client, Hub
+    from minicb.telemetry.bus import Subscription
+
+# The broadcast's own queue per engine: a frame's worth of events at any scale (a simulated
+# GPU runs a few hundred iterations a second, each a step and a few request events).
+FOLD_QUEUE = 1 << 16
+OUTBOX_FRAMES = 24  # about two seconds of frames waiting for a browser's socket
+
+
+class Broadcast:
+    """The frames of every engine of one app, for every browser connected to it."""
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+        self.folders: dict[str, StepFolder] = {}
+        self.subs: dict[str, Subscription] = {}
+        self.frames = 0  # frames folded so far (each engine's)
+        self.bytes_sent = 0  # bytes written to every browser's socket, all messages
+        self._task: asyncio.Task | None = None
+
+    # ---- starting (the first browser starts it, in the server's asyncio loop) -------------
+    async def start(self) -> None:
+        if self._task is not None:
+            return
+        loop = self.hub.loop
+        assert loop is not None, "a replay has no engines to broadcast"
+        for name in list(loop.engines):
+            # In the engine thread: the description, the map and the subscription at one
+            # moment, so no event falls between the view a browser gets and the frames after.
+            self.folders[name], self.subs[name] = await loop.acall(lambda n=name: self._join(n))
+        self._task = asyncio.create_task(self._run())
+
+    def _join(self, name: str) -> tuple[StepFolder, Subscription]:
+        engine = self.hub.loop.engines[name]
+        info = {"name": name, **engine.describe(), "requests": engine.live_requests()}
+        # Every token of 256 rows, each iteration, is more than a page can show: at scale the
+        # broadcast does not ask for token events, so the engine does not build them for it.
+        small = engine.config.max_num_seqs <= DETAIL_ROWS
+        kinds = None if small else EVENT_KINDS - {"token"}
+        sub = engine.bus.subscribe_async(FOLD_QUEUE, kinds)
+        return StepFolder(info, KVState.from_snapshot(engine.kv_snapshot_event())), sub
+
+    def close(self) -> None:
+        """Stop (the last browser left): the engines build no event for nobody. The next
+        browser starts it again from a fresh description of each engine."""
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        for sub in self.subs.values():
+            sub.close()
+        self.subs, self.folders = {}, {}
+
+    # ---- what a browser gets first -----------------------------------------------------------
+    def views(self, client: Client) -> list[dict[str, Any]]:
+        """Each engine as of the last frame, as ``client`` may see it."""
+        out = []
+        for name, folder in self.folders.items():
+            view = folder.view()
+            view["requests"] = [self.hub.shown(client, name, r) for r in view["requests"]]
+            out.append(view)
+        return out
+
+    # ---- the frames ------------------------------------------------------------------------
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(1 / FRAME_HZ)
+            self.frames += 1
+            for name, sub in self.subs.items():
+                self._frame(name, sub)
+
+    def _frame(self, name: str, sub: Subscription) -> None:
+        folder = self.folders[name]
+        events = folder.fold(sub.drain(), tokens=self._tokens(name))
+        grid = None
+        if not folder.exact and (events or self.frames % KV_GRID_EVERY == 0):
+            grid = folder.grid() if self.frames % KV_GRID_EVERY == 0 else None
+        if not events and grid is None:
+            return
+        encoded: dict[Any, str] = {}  # one encoding per text class, shared by its browsers
+        for client in list(self.hub.clients):
+            if client.outbox is None:
+                continue
+            key = client.sees_text
+            if key not in encoded:
+                shown = [self.hub.shown(client, name, e) for e in events]
+                message = {"type": "frame", "engine": name, "events": shown}
+                message["dropped"] = sub.dropped  # the broadcast's own queue: 0 unless broken
+                if grid is not None:
+                    message["kv_grid"] = grid
+                encoded[key] = json.dumps(message)
+            self.offer(client, encoded[key])
+
+    def _tokens(self, name: str) -> bool:
+        return self.hub.loop.engines[name].config.max_num_seqs <= DETAIL_ROWS
+
+    def offer(self, client: Client, text: str) -> None:
+        """Queue an encoded frame; a full outbox is replaced by one view (coarser, whole)."""
+        outbox = client.outbox
+        if outbox.full():
+            while not outbox.empty():
+                outbox.get_nowait()
+            client.resyncs += 1
+            outbox.put_nowait(json.dumps({"type": "view", "engines": self.views(client)}))
+            return
+        outbox.put_nowait(text)
+
+    async def write(self, send: Callable[[str], Any], client: Client) -> None:
+        """The browser's writer: its outbox to its socket, counting the bytes."""
+        while True:
+            message = await client.outbox.get()
+            text = message if isinstance(message, str) else json.dumps(message)
+            await send(text)
+            size = len(text.encode())
+            client.bytes_sent += size
+            self.bytes_sent += size

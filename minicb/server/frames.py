@@ -1,0 +1,204 @@
+"""Frames: what a browser gets, folded from the engine's events at a rate it can draw.
+
+A step event is the scheduler's whole plan (every row); at a GPU's 256 slots that is tens
+of kilobytes an iteration, and a simulated H100 runs hundreds of iterations a second. A
+page draws a few frames a second. So the server folds each engine's events into *frames*,
+a bounded number a second, and every browser of the same kind (one that may read texts,
+one that may not) gets the same frame, encoded once:
+
+    engine thread ──► one Subscription per engine (the frame hub's, never a browser's)
+                          │  every 1/FRAME_HZ s: drain, fold (StepFolder), encode per class
+                          ▼
+                      each browser's outbox (bounded) ──► its socket
+
+What a frame keeps and what it folds:
+- every iteration's figures, as a *digest* (``digest``): the plan's own numbers (step,
+  times, slots, budget, KV pool, queues), its decisions with their reasons, and what the
+  rows add up to (useful and padding rows, tokens, padding tokens, tokens generated),
+  plus the rows that changed phase since the iteration before (``row_changes``). Nothing
+  is lost: the charts and counters get every iteration's numbers, and a request's row on
+  the timeline is rebuilt exactly from its changes;
+- where a step has few rows (the real demo's 8 slots), each row's detail (``rows``) and
+  the request events of every token, as before;
+- the KV map: where the pool is small enough to draw block by block, each digest carries
+  its step's ``kv_ops`` (exact: block ids); at a GPU's scale the frame carries a
+  ``kv_grid`` a few times a second instead, one cell for several blocks.
+
+A browser that joins, or one that falls behind (its outbox full: a slow tab), gets a
+*view*: the folder's state as of the last frame (the requests held, the last iterations'
+digests, the KV map) and then the frames after it. A slow tab gets coarser pictures, never
+a broken one, and never makes the engine or another tab wait. Pure Python.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+from minicb.telemetry.events import StepEvent, to_dict
+from minicb.telemetry.kv_state import KVState
+
+FRAME_HZ = 12  # frames a second to each browser: smooth enough, and few enough to stay light
+DETAIL_ROWS = 64  # a step with this many rows or fewer keeps each row's detail and tokens
+EXACT_BLOCKS = 4096  # a pool this small is drawn block by block: digests carry kv_ops
+KV_GRID_CELLS = 2048  # at most this many cells in a large pool's folded map
+KV_GRID_EVERY = 4  # frames between two grids of a large pool (about 3 a second)
+RECENT_STEPS = 600  # digests a view carries: the charts' longest window, twice
+# Phase codes, as the page's timeline numbers them (viz/model.js PHASE).
+PHASE_CODES = {"prefill": 1, "decode": 2, "padding": 3}
+NOT_SCHEDULED = -1  # a row change: this request ran no row in this iteration
+# The plan's figures a digest keeps as they are.
+STEP_FIELDS = (
+    "step", "batching", "block_size", "budget_used", "budget_limit", "slots_used",
+    "slots_limit", "kv_used", "kv_free", "kv_total", "kv_swapped", "kv_cached", "kv_shared",
+    "prefix_query_tokens", "prefix_hit_tokens", "num_waiting", "num_swapped", "notes",
+    "admitted", "preempted", "swapped_out", "swapped_in", "drafted", "finished",
+)  # fmt: skip
+TIMING_FIELDS = (
+    "wall_start", "wall_end", "schedule_s", "forward_s", "sample_s", "tensor_parallel_size",
+    "collective_s", "bandwidth_util", "flop_util", "busy_s",
+)  # fmt: skip
+
+
+class StepFolder:
+    """One engine's events folded into digests, and the state a joining browser needs.
+
+    ``info`` is the engine's description (LLMEngine.describe, with its live requests and
+    its KV snapshot event under "requests" and "kv"), read in the engine thread at the
+    moment this folder's subscription began, so no event falls between them.
+    """
+
+    def __init__(self, info: dict[str, Any], kv: KVState) -> None:
+        self.reset(info, kv)
+
+    def reset(self, info: dict[str, Any], kv: KVState | None = None) -> None:
+        name = info.get("name") or getattr(self, "info", {}).get("name")  # a reset's info has none
+        self.info = {k: v for k, v in info.items() if k != "requests"} | {"name": name}
+        self.kv_total = int(info.get("kv_total") or 0)
+        self.exact = self.kv_total <= EXACT_BLOCKS
+        self.kv = kv or KVState()
+        self.rows: dict[int, int] = {}  # request id -> phase code of its row last iteration
+        # request id -> what a joining page needs to draw it (arrival, prompt, state)
+        self.requests: dict[int, dict[str, Any]] = {
+            r["request_id"]: dict(r) for r in info.get("requests", ())
+        }
+        self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_STEPS)
+
+    # ---- folding ---------------------------------------------------------------------------
+    def fold(self, events: Iterable[Any], tokens: bool) -> list[dict[str, Any]]:
+        """The frame's events: a digest per step event, the request events as dicts (token
+        events only where ``tokens``), in the order they came."""
+        out = []
+        for e in events:
+            if isinstance(e, StepEvent):
+                out.append(self.digest(e))
+                continue
+            data = to_dict(e)
+            kind = data["type"]
+            if kind == "reset":
+                self.reset(data["info"])
+            elif kind == "kv_snapshot":  # a trace's whole map (live, the bus carries none)
+                self.kv = KVState.from_snapshot(e)
+            else:
+                self._note(data)
+                if kind == "token" and not tokens:
+                    continue
+            out.append(data)
+        return out
+
+    def digest(self, e: StepEvent) -> dict[str, Any]:
+        """One iteration as a page draws it (see the module docstring)."""
+        plan = e.plan
+        data: dict[str, Any] = {"type": "step"}
+        plan_dict = plan.to_dict()  # the decisions' dicts; rows are read from the plan below
+        data.update((name, plan_dict[name]) for name in STEP_FIELDS)
+        data.update((name, getattr(e, name)) for name in TIMING_FIELDS)
+        useful = padding = tokens = padding_tokens = prefill_tokens = generated = 0
+        rows: dict[int, int] = {}
+        detail = len(plan.scheduled) <= DETAIL_ROWS
+        details = []
+        for row in plan.scheduled:
+            code = PHASE_CODES.get(row.phase, 2)
+            rows[row.request_id] = code
+            tokens += row.num_tokens
+            if code == 3:
+                padding += 1
+                padding_tokens += row.num_tokens
+                continue
+            useful += 1
+            prefill_tokens += row.num_tokens if code == 1 else 0
+            generated += (1 + row.num_accepted_tokens) if row.samples else 0
+            if detail:
+                details.append(
+                    [row.request_id, row.num_tokens, row.context_len, row.num_draft_tokens,
+                     row.num_accepted_tokens]
+                )  # fmt: skip
+        changes = [[rid, code] for rid, code in rows.items() if self.rows.get(rid) != code]
+        changes += [[rid, NOT_SCHEDULED] for rid in self.rows if rid not in rows]
+        self.rows = rows
+        data.update(
+            useful_rows=useful, padding_rows=padding, num_tokens=tokens,
+            padding_tokens=padding_tokens, prefill_tokens=prefill_tokens, generated=generated,
+            row_changes=changes,
+        )  # fmt: skip
+        if detail:
+            data["rows"] = details
+        self.kv.apply(plan.kv_ops)
+        if self.exact:
+            data["kv_ops"] = plan_dict["kv_ops"]
+        for d in plan.finished:
+            self.requests.pop(d.request_id, None)
+        self.recent.append(data)
+        return data
+
+    def _note(self, data: dict[str, Any]) -> None:
+        """Keep what a joining page needs of each live request."""
+        rid, kind = data.get("request_id"), data["type"]
+        if kind == "arrived":
+            self.requests[rid] = {
+                "request_id": rid,
+                "arrival": data["time"],
+                "prompt": data["prompt"],
+                "num_prompt_tokens": data["num_prompt_tokens"],
+                "max_tokens": data["max_tokens"],
+                "first_token_time": None,
+            }
+        elif kind == "first_token" and rid in self.requests:
+            self.requests[rid]["first_token_time"] = data["time"]
+        elif kind in ("finished", "aborted"):
+            self.requests.pop(rid, None)
+
+    # ---- what a joining page gets ------------------------------------------------------------
+    def view(self) -> dict[str, Any]:
+        """The engine as of the last fold: its description, the requests it holds (with the
+        phase of their last row), the recent digests, and its KV map (exact or folded)."""
+        requests = [{**r, "row": self.rows.get(rid)} for rid, r in self.requests.items()]
+        view = {**self.info, "requests": requests, "recent": list(self.recent)}
+        if self.exact:
+            view["kv"] = {
+                "block_tables": {str(r): t for r, t in self.kv.block_tables.items()},
+                "swap_tables": {str(r): t for r, t in self.kv.swap_tables.items()},
+                "cached_blocks": self.kv.cached_blocks,
+            }
+        else:
+            view["kv_grid"] = self.grid()
+        return view
+
+    def grid(self) -> dict[str, Any]:
+        """The pool folded into at most KV_GRID_CELLS cells of ``per`` blocks each: a cell
+        shows the request holding most of its blocks (-1: mostly free, -2: mostly cached),
+        and the share of its blocks in use (0..100)."""
+        total = self.kv_total
+        per = max(1, -(-total // KV_GRID_CELLS))
+        owners = self.kv.owners(total)
+        cells, used = [], []
+        for start in range(0, total, per):
+            chunk = owners[start : start + per]
+            counts: dict[int, int] = {}
+            for owner in chunk:
+                counts[owner] = counts.get(owner, 0) + 1
+            cells.append(max(counts, key=counts.__getitem__))
+            used.append(round(100 * sum(1 for o in chunk if o >= 0) / len(chunk)))
+        swapped = sum(len(t) for t in self.kv.swap_tables.values())
+        return {"per": per, "total": total, "cells": cells, "used": used, "swapped": swapped}
