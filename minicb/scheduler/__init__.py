@@ -7,7 +7,6 @@ from minicb.config import EngineConfig
 from minicb.scheduler.base import RequestRejected, SchedulerBase
 from minicb.scheduler.continuous import ContinuousScheduler
 from minicb.scheduler.plan import DECODE, PADDING, PREFILL, Decision, ScheduledRequest, StepPlan
-from minicb.scheduler.speculative import RenderTokens
 from minicb.scheduler.static import StaticScheduler
 
 
@@ -16,10 +15,9 @@ def make_scheduler(
     num_kv_blocks: int,
     max_model_len: int,
     num_swap_blocks: int | None = None,
-    render_tokens: RenderTokens | None = None,
 ) -> SchedulerBase:
     cls = ContinuousScheduler if config.batching == "continuous" else StaticScheduler
-    return cls(config, num_kv_blocks, max_model_len, num_swap_blocks, render_tokens)
+    return cls(config, num_kv_blocks, max_model_len, num_swap_blocks)
 
 
 __all__ = [

@@ -41,6 +41,7 @@ from minicb.config import (
     SamplingParams,
 )
 from minicb.runner.catalogue import read_catalogue
+from minicb.server.redaction import text_free
 from minicb.server.workload import LENGTHS, PRESETS, WorkloadSpec, encode_prompt
 
 if TYPE_CHECKING:
@@ -100,7 +101,9 @@ async def _step(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
     """Pause if running, then run exactly one round and report its decisions."""
     await _pause(hub, loop, msg)
     round_no = await asyncio.to_thread(loop.step_once)  # waits for the engine thread
-    return {"paused": True, "round": round_no, "explain": hub.explained(round_no)}
+    # text-free, as every page's reasons are (the reply may concern API requests' texts)
+    explained = {n: [text_free(w) for w in lines] for n, lines in hub.explained(round_no).items()}
+    return {"paused": True, "round": round_no, "explain": explained}
 
 
 async def _speed(hub: Hub, loop: EngineLoop, msg: dict) -> dict:

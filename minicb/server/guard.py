@@ -1,5 +1,6 @@
-"""Who may come in: the ``Guard``, one key check (roles: controller or viewer; 401
-otherwise) and, for WebSockets, one Origin check, shared by the OpenAI routes, ``/ws``,
+"""Who may come in: the ``Guard``, one Host check before any route (``HostCheck``), one
+key check (roles: controller or viewer; 401 otherwise, and wrong keys slowed down per
+client) and, for WebSockets, one Origin check, shared by the OpenAI routes, ``/ws``,
 ``/metrics``, ``/viz/info`` and a replay's traces.
 
 ``LOOPBACK`` names the hosts a server with no key may listen on (launch.server_guard).
@@ -8,15 +9,49 @@ otherwise) and, for WebSockets, one Origin check, shared by the OpenAI routes, `
 from __future__ import annotations
 
 import hmac
+import ipaddress
+import json
+import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
-from fastapi import Request
+from fastapi import FastAPI, Request
 
 from minicb.server.api_error import APIError
 
 CONTROLLER, VIEWER = "controller", "viewer"
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+# Wrong keys a client (an address) may show in a burst, then one per GUESS_INTERVAL_S: a
+# key of 16 random characters then takes longer than the universe's age to guess.
+GUESS_BURST, GUESS_INTERVAL_S = 10, 1.0
+KEEP_GUESSERS = 4096  # addresses whose wrong keys are counted (the oldest are forgotten)
+
+
+@dataclass
+class GuessLimit:
+    """Wrong keys per client address, as a token bucket: while one is out of guesses,
+    every key it shows is refused unread, the right one too, so guessing faster than
+    one key a second teaches it nothing. Other addresses are not slowed."""
+
+    burst: int = GUESS_BURST
+    interval_s: float = GUESS_INTERVAL_S
+    # address -> (guesses left, when counted)
+    _left: OrderedDict[str, tuple[float, float]] = field(default_factory=OrderedDict)
+
+    def _now_left(self, who: str) -> float:
+        left, then = self._left.get(who, (self.burst, 0.0))
+        return min(self.burst, left + (time.monotonic() - then) / self.interval_s)
+
+    def blocked(self, who: str) -> bool:
+        return self._now_left(who) < 1
+
+    def wrong(self, who: str) -> None:
+        self._left[who] = (self._now_left(who) - 1, time.monotonic())
+        self._left.move_to_end(who)
+        while len(self._left) > KEEP_GUESSERS:
+            self._left.popitem(last=False)
 
 
 @dataclass(frozen=True)
@@ -36,17 +71,39 @@ class Guard:
     allowed_origins: tuple[str, ...] = ()
     metrics_public: bool = False
     show_text: bool = False
+    allowed_hosts: tuple[str, ...] = ()  # names beyond loopback and IP addresses
+    guesses: GuessLimit = field(default_factory=GuessLimit, compare=False)
 
-    def role(self, key: str | None) -> str | None:
-        """CONTROLLER, VIEWER, or None for a key that opens nothing."""
+    def role(self, key: str | None, who: str | None = None) -> str | None:
+        """CONTROLLER, VIEWER, or None for a key that opens nothing. ``who``: the client's
+        address, whose wrong keys are counted; one out of guesses gets None, unread."""
         if self.api_key is None:
             return CONTROLLER
+        if who is not None and self.guesses.blocked(who):
+            return None
         given = (key or "").encode("utf-8", "replace")
         # compare_digest: the time taken does not tell how much of a guess was right
         for role, secret in ((CONTROLLER, self.api_key), (VIEWER, self.viewer_key)):
             if secret and hmac.compare_digest(given, secret.encode("utf-8")):
                 return role
+        if who is not None and key is not None:  # no key at all is no guess
+            self.guesses.wrong(who)
         return None
+
+    def host_ok(self, host: str | None) -> bool:
+        """Whether a request's ``Host`` header names this server. A page of a foreign site
+        whose name its DNS points at 127.0.0.1 (DNS rebinding) sends that name: refusing
+        it keeps such a page from reading and driving a server on loopback. An IP address
+        cannot be rebound, so any is accepted (a class reaches the teacher's machine by
+        its address); other names only if listed with ``--allowed-host``."""
+        name = _host_name(host or "").lower()
+        if name == "localhost" or name in (h.lower() for h in self.allowed_hosts):
+            return True
+        try:
+            ipaddress.ip_address(name)
+        except ValueError:
+            return False
+        return True
 
     def origin_ok(self, origin: str | None, host: str | None) -> bool:
         """Whether a WebSocket from a page at ``origin`` may connect. Browsers send Origin
@@ -69,7 +126,8 @@ class Guard:
         """A route dependency: 401 unless the request's key has one of ``roles``."""
 
         async def check(request: Request) -> None:
-            if self.role(self.key_of(request)) not in roles:
+            who = request.client.host if request.client else None
+            if self.role(self.key_of(request), who) not in roles:
                 raise APIError(
                     "missing or incorrect API key; send the header Authorization: Bearer <key>",
                     status=401,
@@ -78,3 +136,48 @@ class Guard:
                 )
 
         return check
+
+
+def _host_name(host: str) -> str:
+    """The name in a Host header, without its port: "[::1]:8000" -> "::1"."""
+    if host.startswith("["):
+        return host[1 : host.find("]")]
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+class HostCheck:
+    """ASGI middleware: a request (HTTP or WebSocket) whose Host the guard does not accept
+    is answered 403 before any route runs."""
+
+    def __init__(self, app: Any, guard: Guard) -> None:
+        self.app, self.guard = app, guard
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            return await self.app(scope, receive, send)
+        host = dict(scope.get("headers") or ()).get(b"host", b"").decode("latin-1")
+        if self.guard.host_ok(host):
+            return await self.app(scope, receive, send)
+        if scope["type"] == "websocket":
+            await receive()  # the connect message; closing before accept answers 403
+            return await send({"type": "websocket.close", "code": 1008})
+        why = (
+            f"Host {host!r} is not a name of this server; give it with --allowed-host "
+            "(localhost and IP addresses need none)"
+        )
+        body = APIError(why, 403, code="host_not_allowed").body()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 403,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": json.dumps(body).encode()})
+
+
+def check_hosts(app: FastAPI, guard: Guard) -> None:
+    """Put ``HostCheck`` in front of ``app`` (once, whoever asks first)."""
+    if not getattr(app.state, "host_check", False):
+        app.add_middleware(HostCheck, guard=guard)
+        app.state.host_check = True

@@ -76,6 +76,14 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--show-text", action="store_true", help="viewers see prompts and outputs")
     g.add_argument("--metrics-public", action="store_true", help="/metrics without a key")
     g.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a name this server is reached by, beyond localhost and IP addresses (e.g. "
+        "teacher.local); requests naming any other Host are refused",
+    )
+    g.add_argument(
         "--insecure-public",
         action="store_true",
         help="listen beyond loopback with no key (anyone who can reach the port can drive it)",
@@ -102,6 +110,7 @@ def server_guard(args: argparse.Namespace) -> Guard:
         allowed_origins=tuple(args.allowed_origin),
         metrics_public=args.metrics_public,
         show_text=args.show_text,
+        allowed_hosts=tuple(args.allowed_host),
     )
 
 
@@ -187,6 +196,7 @@ def run_server(
         # frame far beyond that closes its connection without being buffered whole.
         uvicorn.run(
             app, host=args.host, port=args.port, log_level=log_level, ws_max_size=WS_MAX_BYTES
+    keep_keys_out_of_logs()
         )
     finally:
         if loop is not None:
@@ -200,6 +210,24 @@ def _app(
     model_name: str,
     guard: Guard,
     lesson: Lesson | None = None,
+def hide_query(record: logging.LogRecord) -> bool:
+    """A log filter: paths without their query, which may hold ``?key=KEY``. uvicorn logs
+    each request (``uvicorn.access``) and each WebSocket (``uvicorn.error``) with the path
+    and query as one of the record's arguments."""
+    if isinstance(record.args, tuple):
+        record.args = tuple(
+            a.split("?", 1)[0] if isinstance(a, str) and a.startswith("/") else a
+            for a in record.args
+        )
+    return True
+
+
+def keep_keys_out_of_logs() -> None:
+    """Log every request's path without its query (uvicorn's logging setup keeps it)."""
+    for name in ("uvicorn.access", "uvicorn.error"):
+        logging.getLogger(name).addFilter(hide_query)
+
+
     **api: Any,
 ) -> FastAPI:
     """The visualizer's app for ``loop`` (playing ``lesson``, if any) with the OpenAI

@@ -25,7 +25,7 @@ from minicb.config import SamplingParams
 from minicb.request import RequestOutput
 from minicb.server.api_error import APIError, error_handler, invalid
 from minicb.server.engine_loop import EngineLoop, RequestStream
-from minicb.server.guard import CONTROLLER, VIEWER, Guard
+from minicb.server.guard import CONTROLLER, VIEWER, Guard, check_hosts
 from minicb.server.openai_params import (
     chat_messages,
     check_unsupported,
@@ -220,7 +220,9 @@ def install_openai_routes(
     for error in (APIError, Exception):
         app.add_exception_handler(error, error_handler)
     guard = guard or Guard()
-    v1 = APIRouter(prefix="/v1", dependencies=[Depends(guard.http_check(CONTROLLER))])
+    check_hosts(app, guard)  # a foreign Host (DNS rebinding) is refused before any route
+    controller = [Depends(guard.http_check(CONTROLLER))]
+    v1 = APIRouter(prefix="/v1", dependencies=controller)
     v1.add_api_route("/completions", routes.completions, methods=["POST"])
     v1.add_api_route("/chat/completions", routes.chat_completions, methods=["POST"])
     v1.add_api_route("/models", routes.models, methods=["GET"])
@@ -233,3 +235,10 @@ def install_openai_routes(
     scrape = [] if guard.metrics_public else scrape
     app.add_api_route("/metrics", routes.metrics, methods=["GET"], dependencies=scrape)
     return routes
+    # The API's description, for the controller only (create_app serves none of its own).
+    app.add_api_route(
+        "/openapi.json",
+        lambda: JSONResponse(app.openapi()),
+        dependencies=controller,
+        include_in_schema=False,
+    )

@@ -1,8 +1,9 @@
 """An OpenAI request as it arrives: its body read and checked, then validated against the
 endpoint's schema, every refusal a 400 (413 for size) naming what is wrong.
 
-- the body: a size bound (413, on Content-Length and again while reading, as chunked
-  uploads have none), then UTF-8, JSON, an object, no lone surrogate escape;
+- the body: declared JSON (415 otherwise: what keeps a foreign page's plain-text POST
+  out), a size bound (413, on Content-Length and again while reading, as chunked uploads
+  have none), then UTF-8, JSON, an object, no lone surrogate escape;
 - the schemas: strict, so "12" is not 12, and an unknown argument (``max_token``) is
   refused by name. Fields of several shapes (prompt, messages, stop) are typed Any and
   checked by hand (openai_params): one clear message instead of one per union branch.
@@ -79,6 +80,7 @@ class ChatCompletionRequest(Common):
 # ---- the body --------------------------------------------------------------------------
 async def read_request(request: Request, model: type[M], max_bytes: int) -> M:
     """The body, parsed and validated into ``model``; APIError saying what is wrong."""
+    _check_json_type(request.headers.get("content-type", ""))
     raw = await _read_body(request, max_bytes)
     try:
         return model.model_validate(_decode_json(raw))
@@ -86,6 +88,20 @@ async def read_request(request: Request, model: type[M], max_bytes: int) -> M:
         raise _from_validation_error(err) from err
     except RecursionError as err:
         raise APIError("request body is nested too deeply", code="invalid_json") from err
+
+
+def _check_json_type(content_type: str) -> None:
+    """415 unless the body is declared JSON. A page of another site can POST text/plain
+    (or a form) without asking first; declaring JSON makes the browser ask (a CORS
+    preflight), which this server never grants: so no foreign page can start a
+    generation, even on a server with no key."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media != "application/json" and not media.endswith("+json"):
+        raise APIError(
+            f"Content-Type must be application/json, got {media or 'none'!r}",
+            status=415,
+            code="unsupported_media_type",
+        )
 
 
 async def _read_body(request: Request, max_bytes: int) -> bytes:

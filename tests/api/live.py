@@ -19,14 +19,18 @@ from fastapi import FastAPI
 from minicb.server.engine_loop import EngineLoop
 from minicb.server.openai_api import install_openai_routes
 
+# TestClient's base address: a Host the server accepts (its default, "testserver", is no
+# name of this server: the Host check refuses it, as it would a DNS-rebinding page's).
+LOCAL = "http://127.0.0.1"
+
 
 @contextmanager
-def live_server(app: FastAPI) -> Iterator[str]:
+def live_server(app: FastAPI, log_level: str = "warning") -> Iterator[str]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1)
+    config = uvicorn.Config(app, log_level=log_level, lifespan="off", timeout_graceful_shutdown=1)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

@@ -13,7 +13,7 @@ from minicb import EngineConfig, FakeRunner, LLMEngine
 from minicb.server.engine_loop import EngineLoop
 from minicb.server.openai_api import install_openai_routes
 from tests.api.conftest import tiny_engine
-from tests.api.live import api_server
+from tests.api.live import LOCAL, api_server
 
 BODY = {"model": "tiny", "prompt": [5, 6], "max_tokens": 4, "ignore_eos": True}
 
@@ -63,7 +63,7 @@ def test_a_bug_behind_a_route_answers_500_in_the_openai_shape(monkeypatch):
         raise RuntimeError("a bug")
 
     monkeypatch.setattr(routes, "_read", bug)
-    with TestClient(app, raise_server_exceptions=False) as client:
+    with TestClient(app, base_url=LOCAL, raise_server_exceptions=False) as client:
         r = client.post("/v1/completions", json={"model": "fake", "prompt": [5]})
     assert r.status_code == 500
     error = {"message": "internal error: RuntimeError", "type": "server_error"}

@@ -51,7 +51,7 @@ def test_the_engines_are_the_scenarios_sides_under_the_panel_names(lesson_demo):
 
 def test_hello_describes_the_scenario_and_the_loop_pauses_at_its_first_point(lesson_demo):
     loop, app = lesson_demo
-    with TestClient(app).websocket_connect("/ws") as ws:
+    with TestClient(app).websocket_connect("ws://127.0.0.1/ws") as ws:
         hello = ws.receive_json()
         scenario = hello["scenario"]
         assert scenario["name"] == NAME and scenario["points"] == 2
@@ -68,14 +68,14 @@ def test_hello_describes_the_scenario_and_the_loop_pauses_at_its_first_point(les
         assert loop.paused
         ws.send_json({"type": "resume"})
         assert next_message(ws, "narration")["index"] == 1
-    with TestClient(app).websocket_connect("/ws") as ws:  # a page that joins later
+    with TestClient(app).websocket_connect("ws://127.0.0.1/ws") as ws:  # a page that joins later
         fired = ws.receive_json()["scenario"]["fired"]
         assert [p["index"] for p in fired] == [0, 1]
 
 
 def test_a_lesson_fixes_its_runner_no_gpu_picker_and_no_simulate(lesson_demo):
     loop, app = lesson_demo
-    with TestClient(app).websocket_connect("/ws") as ws:
+    with TestClient(app).websocket_connect("ws://127.0.0.1/ws") as ws:
         assert ws.receive_json()["simulation"] is None  # the page hides its picker
         _, reply = control(ws, type="simulate", gpu="L4", model="llama-3.1-8b")
         assert reply["type"] == "error" and f"lesson {NAME} fixes its runner" in reply["message"]
@@ -85,7 +85,7 @@ def test_a_lesson_fixes_its_runner_no_gpu_picker_and_no_simulate(lesson_demo):
 def test_the_menu_switches_to_another_scenario_and_refuses_unknown_ones(lesson_demo):
     loop, app = lesson_demo
     old = app.state.hub.lesson.feeder.records  # the first lesson's, by side
-    with TestClient(app).websocket_connect("/ws") as ws:
+    with TestClient(app).websocket_connect("ws://127.0.0.1/ws") as ws:
         ws.receive_json()
         _, reply = control(ws, type="scenario", name="../../etc/passwd")
         assert reply["type"] == "error" and "name must be one of 01-" in reply["message"]
@@ -108,7 +108,7 @@ def test_a_free_demo_refuses_the_scenario_control():
     app = create_app(loop, mode="demo")
     loop.start()
     try:
-        with TestClient(app).websocket_connect("/ws") as ws:
+        with TestClient(app).websocket_connect("ws://127.0.0.1/ws") as ws:
             assert ws.receive_json()["scenario"] is None
             _, reply = control(ws, type="scenario", name=NAME)
             assert reply["type"] == "error" and "--scenario NAME" in reply["message"]
@@ -132,7 +132,7 @@ def test_an_exported_scenario_replays_with_its_narration(tmp_path, capsys):
     from minicb.server.app import create_app
 
     app = create_app(None, mode="replay", replay=traces)
-    with TestClient(app).websocket_connect("/ws") as ws:
+    with TestClient(app).websocket_connect("ws://127.0.0.1/ws") as ws:
         scenario = ws.receive_json()["scenario"]
     assert scenario["name"] == NAME
     assert [p["index"] for p in scenario["fired"]] == [0, 1]

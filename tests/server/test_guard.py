@@ -19,6 +19,7 @@ from minicb.server.app import create_app
 from minicb.server.guard import Guard
 from minicb.server.launch import serve_replay, server_guard
 from minicb.telemetry.trace import Trace
+from tests.api.live import LOCAL
 from tests.server.conftest import (
     CharTokenizer,
     guarded_demo,
@@ -203,10 +204,10 @@ def test_a_replays_traces_need_a_key_and_a_viewer_gets_them_without_texts():
     engine.run_until_done()
     trace = Trace({"model": "fake", "config": engine.config.to_dict()}, seen)
     app = create_app(None, mode="replay", replay={"continuous": trace}, guard=GUARD)
-    with TestClient(app) as client:
+    with TestClient(app, base_url=LOCAL) as client:
         assert client.get("/viz/info").status_code == 401
         for key, sees in ((KEY, True), (VIEWER_KEY, False)):
-            with client.websocket_connect("/ws?key=" + key) as ws:
+            with client.websocket_connect("ws://127.0.0.1/ws?key=" + key) as ws:
                 assert ws.receive_json()["role"] == ("controller" if sees else "viewer")
                 events = ws.receive_json()["traces"]["continuous"]["events"]
                 assert (SECRET in json.dumps(events)) is sees

@@ -21,7 +21,7 @@ from minicb.server.launch import record_demo, trace_paths
 from minicb.server.openai_api import install_openai_routes
 from minicb.server.workload import WorkloadFeeder, WorkloadSpec
 from minicb.telemetry.trace import read_trace
-from tests.api.live import metric
+from tests.api.live import LOCAL, metric
 from tests.helpers import wait_for
 from tests.server.conftest import control, events_until, fake_engine
 
@@ -35,7 +35,7 @@ def demo():
     app = create_app(loop, mode="demo", model_name="fake")
     routes = install_openai_routes(app, loop, "continuous", "fake", max_waiting=2)
     loop.start()
-    with TestClient(app) as client:
+    with TestClient(app, base_url=LOCAL) as client:
         yield client, loop, routes
     loop.stop()
 
@@ -61,7 +61,7 @@ def sse_chunks(client, body):
 
 def test_a_rebuild_resets_in_order_and_every_subscriber_goes_on(demo):
     client, loop, routes = demo
-    with client.websocket_connect("/ws") as ws:
+    with client.websocket_connect("ws://127.0.0.1/ws") as ws:
         ws.receive_json()
         control(ws, type="pause")
         held = in_thread(lambda: sse_chunks(client, {**BODY, "max_tokens": 50}))

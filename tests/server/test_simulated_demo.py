@@ -26,6 +26,7 @@ from minicb.server.pacing import MAX_TICK_S, Pacer
 from minicb.server.simulation import SIMULATED_WORKLOAD, simulated_engines
 from minicb.server.workload import WorkloadFeeder, WorkloadSpec
 from minicb.telemetry.trace import TraceWriter, read_trace, trace_header
+from tests.api.live import LOCAL
 from tests.server.conftest import control
 
 PROFILE = "H100:llama-3.1-8b"
@@ -185,7 +186,10 @@ def test_the_picker_rebuilds_both_engines_on_another_gpu():
     app = create_app(loop, mode="demo", model_name="llama-3.1-8b")
     loop.start()
     try:
-        with TestClient(app) as client, client.websocket_connect("/ws") as ws:
+        with (
+            TestClient(app, base_url=LOCAL) as client,
+            client.websocket_connect("ws://127.0.0.1/ws") as ws,
+        ):
             assert ws.receive_json()["simulation"]["model"] == "llama-3.1-8b"
             clocks = {n: e.clock for n, e in loop.engines.items()}
             _, reply = control(ws, type="simulate", gpu="A100-80GB", model="mistral-7b")
@@ -209,7 +213,10 @@ def test_the_speed_factor_changes_from_the_page():
     loop, app = launch.build_demo(demo_args("--simulate", PROFILE, "--paused"))
     loop.start()
     try:
-        with TestClient(app) as client, client.websocket_connect("/ws") as ws:
+        with (
+            TestClient(app, base_url=LOCAL) as client,
+            client.websocket_connect("ws://127.0.0.1/ws") as ws,
+        ):
             assert ws.receive_json()["simulation"]["speed"] == 1.0
             _, reply = control(ws, type="pace", speed=0.25)
             assert reply["type"] == "ack" and loop.pacer.speed == 0.25
@@ -225,7 +232,10 @@ def test_the_picker_is_refused_on_a_real_model():
     app = create_app(loop, mode="demo", model_name="fake")
     loop.start()
     try:
-        with TestClient(app) as client, client.websocket_connect("/ws") as ws:
+        with (
+            TestClient(app, base_url=LOCAL) as client,
+            client.websocket_connect("ws://127.0.0.1/ws") as ws,
+        ):
             assert ws.receive_json()["simulation"] is None
             _, reply = control(ws, type="simulate", gpu="H100-SXM", model="llama-3.1-8b")
             assert reply["type"] == "error" and "--simulate" in reply["message"]
