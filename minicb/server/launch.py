@@ -53,7 +53,9 @@ DEFAULT_HOST = "127.0.0.1"  # local only by default: the demo has controls anyon
 DEFAULT_PORT = 8000
 # Small enough to read on the projector and to move on two CPU cores.
 DEMO_DEFAULTS = dict(max_num_seqs=8, max_num_batched_tokens=256, num_kv_blocks=128)
-DEMO_WORKLOAD = dict(rate=0.7, burst=12, short=(4, 12), long=(24, 48), max_outstanding=48)
+# The opening: a burst of three times the slots, sent again each time both engines are done
+# (docs/teaching.md, 0:00); rate is for --workload poisson.
+DEMO_WORKLOAD = dict(rate=0.7, burst=24, short=(4, 12), long=(24, 48), max_outstanding=48)
 SERVE_ENGINE = "api"  # the one engine's name in serve mode
 WS_MAX_BYTES = 2 << 20  # the largest WebSocket frame uvicorn reads
 
@@ -141,10 +143,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "its settings replace the engine, workload and --simulate options",
     )
     w = p.add_argument_group("workload (the same for both engines; defaults depend on --simulate)")
-    w.add_argument("--workload", default="poisson", choices=PRESETS, help="arrival pattern")
+    w.add_argument(
+        "--workload",
+        choices=PRESETS,
+        help="arrival pattern (default: the opening, a burst of --burst requests sent again "
+        "each time both engines are done; poisson if --rate is given)",
+    )
     w.add_argument("--rate", type=float, help="poisson arrivals per second (0.7; simulated 60)")
     w.add_argument("--lengths", default="mixed", choices=LENGTHS, help="output lengths")
-    w.add_argument("--burst", type=int, help="requests arriving at the start (12; simulated 256)")
+    w.add_argument("--burst", type=int, help="requests arriving at the start (24; simulated 768)")
     w.add_argument("--short", type=int, nargs=2, metavar=("MIN", "MAX"), help="(4 12; 16 128)")
     w.add_argument("--long", type=int, nargs=2, metavar=("MIN", "MAX"), help="(24 48; 256 768)")
     w.add_argument(
@@ -247,6 +254,9 @@ def resolve_demo_defaults(args: argparse.Namespace) -> None:
     from minicb.server.simulation import SIMULATED_DEFAULTS, SIMULATED_WORKLOAD
 
     simulated = getattr(args, "simulate", None)
+    if getattr(args, "workload", "poisson") is None:  # the opening, unless a rate was asked
+        args.workload = "poisson" if args.rate is not None else "burst"
+        args.repeat = args.workload == "burst"
     engine = SIMULATED_DEFAULTS if simulated else DEMO_DEFAULTS
     workload = SIMULATED_WORKLOAD if simulated else DEMO_WORKLOAD
     for name, value in {**engine, **workload}.items():
@@ -284,15 +294,18 @@ def build_demo(args: argparse.Namespace) -> tuple[EngineLoop, FastAPI]:
     resolve_demo_defaults(args)
     pacer = Pacer(args.speed) if args.simulate else None
     engines = demo_engines(args)
+    opening = args.workload == "burst"  # the burst is the workload: --burst requests
     spec = WorkloadSpec(
         preset=args.workload,
         rate=args.rate,
         lengths=args.lengths,
         max_outstanding=args.max_outstanding,
+        **({"count": args.burst, "repeat": getattr(args, "repeat", False)} if opening else {}),
     )
     timing = dict(clock=pacer.now, max_tick_s=MAX_TICK_S * pacer.speed) if pacer else {}
     feeder = WorkloadFeeder(spec, short=tuple(args.short), long=tuple(args.long), **timing)
-    feeder.burst(args.burst)
+    if not opening:
+        feeder.burst(args.burst)
     loop = EngineLoop(engines, feeder=feeder)
     loop.paused, loop.delay_s, loop.pacer = args.paused, args.delay, pacer
     return loop, _app(loop, "demo", "continuous", engines["continuous"].model_name, guard)

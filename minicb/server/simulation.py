@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 # workload that keeps 256 rows busy on an H100 with an 8B model.
 SIMULATED_DEFAULTS = dict(max_num_seqs=256, max_num_batched_tokens=2048, num_kv_blocks=None)
 SIMULATED_WORKLOAD = dict(
-    rate=60.0, burst=256, short=(16, 128), long=(256, 768), max_outstanding=2048
+    rate=60.0, burst=768, short=(16, 128), long=(256, 768), max_outstanding=2048
 )
 
 

@@ -9,6 +9,15 @@ Presets: ``burst`` (``count`` requests at once), ``poisson`` (arrivals at ``rate
 second, exponential gaps), ``off``. Output lengths: ``short``, ``long`` or ``mixed`` (mostly
 short, some long: the mix where static batching pads the most). Requests ignore EOS so that
 their lengths are exactly the ones drawn.
+
+A burst with ``repeat`` is sent again each time every engine has finished all it holds:
+the demo's opening. A burst of a few times the slots keeps a queue in front of both
+engines, so within a minute the page shows what the project is named for: continuous
+batching refills each freed slot at the next iteration and keeps its batch full of useful
+rows, while static batching pads until its longest member ends and leaves the queue
+waiting. It counts in iterations, not seconds, so the lesson is the same on a slow CPU,
+a fast one and a simulated GPU (a Poisson rate is light on one machine and a flood on
+another).
 """
 
 from __future__ import annotations
@@ -55,6 +64,7 @@ class WorkloadSpec:
     lengths: str = "mixed"
     count: int = 16  # requests in a burst
     max_outstanding: int = 48  # skip arrivals while an engine holds this many requests
+    repeat: bool = False  # burst: again each time every engine has finished all it holds
 
 
 def encode_prompt(engine: Any, text: str) -> str | list[int]:
@@ -136,6 +146,9 @@ class WorkloadFeeder:
 
     def __call__(self, engines: dict[str, Any]) -> None:
         """Before each round: add this round's arrivals to every engine."""
+        if self.spec.preset == "burst" and self.spec.repeat and not self._burst_left:
+            if all(not any(e.queue_sizes().values()) for e in engines.values()):
+                self._burst_left = self.spec.count  # everyone is done: the opening again
         for _ in range(self.due()):
             full = self.spec.max_outstanding
             if any(sum(e.queue_sizes().values()) >= full for e in engines.values()):
