@@ -44,6 +44,7 @@ class Broadcast:
         self.subs: dict[str, Subscription] = {}
         self.frames = 0  # frames folded so far (each engine's)
         self.bytes_sent = 0  # bytes written to every browser's socket, all messages
+        self.last_grid: dict[str, list[int]] = {}  # the folded map each engine sent last
         self._task: asyncio.Task | None = None
 
     # ---- starting (the first browser starts it, in the server's asyncio loop) -------------
@@ -76,7 +77,7 @@ class Broadcast:
             self._task = None
         for sub in self.subs.values():
             sub.close()
-        self.subs, self.folders = {}, {}
+        self.subs, self.folders, self.last_grid = {}, {}, {}
 
     # ---- what a browser gets first -----------------------------------------------------------
     def views(self, client: Client) -> list[dict[str, Any]]:
@@ -100,8 +101,12 @@ class Broadcast:
         folder = self.folders[name]
         events = folder.fold(sub.drain(), tokens=self._tokens(name))
         grid = None
-        if not folder.exact and (events or self.frames % KV_GRID_EVERY == 0):
-            grid = folder.grid() if self.frames % KV_GRID_EVERY == 0 else None
+        if not folder.exact and self.frames % KV_GRID_EVERY == 0:
+            grid = folder.grid()
+            if grid["cells"] == self.last_grid.get(name):
+                grid = None  # the map did not change: nothing to send
+            else:
+                self.last_grid[name] = grid["cells"]
         if not events and grid is None:
             return
         encoded: dict[Any, str] = {}  # one encoding per text class, shared by its browsers

@@ -104,6 +104,7 @@ class StepFolder:
                 self._note(data)
                 if kind == "token" and not tokens:
                     continue
+                data.pop("params", None)  # every sampling setting: the page draws none of them
             out.append(data)
         return out
 
@@ -113,7 +114,8 @@ class StepFolder:
         data: dict[str, Any] = {"type": "step"}
         plan_dict = plan.to_dict()  # the decisions' dicts; rows are read from the plan below
         data.update((name, plan_dict[name]) for name in STEP_FIELDS)
-        data.update((name, getattr(e, name)) for name in TIMING_FIELDS)
+        # Microseconds are all a page can tell apart: shorter numbers, fewer bytes.
+        data.update((name, _short(getattr(e, name))) for name in TIMING_FIELDS)
         useful = padding = tokens = padding_tokens = prefill_tokens = generated = 0
         rows: dict[int, int] = {}
         detail = len(plan.scheduled) <= DETAIL_ROWS
@@ -187,18 +189,23 @@ class StepFolder:
 
     def grid(self) -> dict[str, Any]:
         """The pool folded into at most KV_GRID_CELLS cells of ``per`` blocks each: a cell
-        shows the request holding most of its blocks (-1: mostly free, -2: mostly cached),
-        and the share of its blocks in use (0..100)."""
+        shows the request holding most of its blocks if any is held (a pool's blocks are
+        scattered: a majority rule would hide most of them), else -2 if any is cached, else
+        -1 (free)."""
         total = self.kv_total
         per = max(1, -(-total // KV_GRID_CELLS))
         owners = self.kv.owners(total)
-        cells, used = [], []
+        cells = []
         for start in range(0, total, per):
-            chunk = owners[start : start + per]
             counts: dict[int, int] = {}
-            for owner in chunk:
+            for owner in owners[start : start + per]:
                 counts[owner] = counts.get(owner, 0) + 1
-            cells.append(max(counts, key=counts.__getitem__))
-            used.append(round(100 * sum(1 for o in chunk if o >= 0) / len(chunk)))
+            held = [o for o in counts if o >= 0]
+            cells.append(max(held, key=counts.__getitem__) if held else min(counts))
         swapped = sum(len(t) for t in self.kv.swap_tables.values())
-        return {"per": per, "total": total, "cells": cells, "used": used, "swapped": swapped}
+        step = self.recent[-1]["step"] if self.recent else self.info.get("step", 0)
+        return {"per": per, "total": total, "cells": cells, "swapped": swapped, "step": step}
+
+
+def _short(value: Any) -> Any:
+    return round(value, 6) if isinstance(value, float) else value

@@ -111,7 +111,9 @@ def test_step_runs_exactly_one_iteration_and_explains_it(demo):
         assert rounds_over_passes(loop) == {before + 1}  # and no second one after it
         # frames come a dozen times a second: wait for both engines' step, then a barrier
         got = {n for n, e in events if e["type"] == "step"}
-        events += events_until(ws, lambda n, e: got.add(n) or e["type"] == "step" and len(got) == 2) if len(got) < 2 else []  # fmt: skip
+        if len(got) < 2:
+            is_step = lambda n, e: e["type"] == "step" and not got.add(n)  # noqa: E731
+            events += events_until(ws, lambda n, e: is_step(n, e) and len(got) == 2)
         more, _ = control(ws, type="speed", delay_s=0.0)
         events += more
         steps = [(n, e["step"]) for n, e in events if e["type"] == "step"]
