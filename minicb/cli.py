@@ -4,7 +4,8 @@
 - ``replay FILE``: the metrics of a recorded trace (as text or JSON), its Chrome/Perfetto
   export, and ``--serve``: the visualizer fed from the trace, with no model loaded;
 - ``demo`` and ``serve`` (minicb.server.launch) and ``bench`` (minicb.bench.suite);
-- ``scenario list|check|export`` (minicb.scenarios.command): the classroom's lessons.
+- ``scenario list|check|export`` (minicb.scenarios.command): the classroom's lessons;
+- ``lab student|check`` (minicb.lab.command): graded labs, the student notebooks and their checker.
 
 Each subcommand's parser sets ``func``, the function that runs it. Building the parser
 imports nothing heavy: torch and the model load when a command runs. ``format_summary``
@@ -22,6 +23,7 @@ from typing import Any
 
 from minicb.bench import suite
 from minicb.config import add_engine_options, describe_choices, engine_kwargs
+from minicb.lab import command as lab_command
 from minicb.scenarios import command as scenario_command
 from minicb.server import launch
 from minicb.telemetry.trace import add_trace_option, read_trace, traced
@@ -35,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     launch.register(subparsers)
     suite.register(subparsers)
     scenario_command.register(subparsers)
+    lab_command.register(subparsers)
     return parser
 
 

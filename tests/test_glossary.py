@@ -32,10 +32,15 @@ def avoid_patterns(text: str) -> dict[str, str]:
 
 
 def student_files() -> list[Path]:
-    files = [*(ROOT / "docs").rglob("*.md"), *(ROOT / "docs").rglob("*.html"),
-             ROOT / "README.md", ROOT / "README.zh.md",
-             *(ROOT / "notebooks").rglob("*.ipynb"),
-             *(ROOT / "minicb" / "scenarios").glob("*.json"), ROOT / "viz" / "i18n.js"]
+    files = [
+        *(ROOT / "docs").rglob("*.md"),
+        *(ROOT / "docs").rglob("*.html"),
+        ROOT / "README.md",
+        ROOT / "README.zh.md",
+        *(ROOT / "notebooks").rglob("*.ipynb"),
+        *(ROOT / "minicb" / "scenarios").glob("*.json"),
+        ROOT / "viz" / "i18n.js",
+    ]
     return sorted(p for p in files if p != GLOSSARY)
 
 
@@ -53,8 +58,10 @@ def offences(patterns: dict[str, str], files: list[Path]) -> list[str]:
         for n, line in enumerate(readable_lines(path), 1):
             for pattern, preferred in patterns.items():
                 for m in re.finditer(pattern, line):
-                    found.append(f"{path.relative_to(ROOT)}:{n}: {m.group(0)!r} "
-                                 f"(the glossary says {preferred})")
+                    found.append(
+                        f"{path.relative_to(ROOT)}:{n}: {m.group(0)!r} "
+                        f"(the glossary says {preferred})"
+                    )
     return found
 
 
@@ -72,11 +79,19 @@ def test_no_file_uses_a_wording_the_glossary_avoids():
     assert not found, "\n".join(found)
 
 
-@pytest.mark.parametrize("text, bad", [
-    ("在这台笔记本上", True), ("在这台笔记本电脑上", False), ("投机解码很快", True),
-    ("分段预填充", False), ("不分块时", True), ("GPU utilization", True),
-    ("gpu_memory_utilization", False), ("GPU utilisation", False),
-])
+@pytest.mark.parametrize(
+    "text, bad",
+    [
+        ("在这台笔记本上", True),
+        ("在这台笔记本电脑上", False),
+        ("投机解码很快", True),
+        ("分段预填充", False),
+        ("不分块时", True),
+        ("GPU utilization", True),
+        ("gpu_memory_utilization", False),
+        ("GPU utilisation", False),
+    ],
+)
 def test_the_scan_catches_what_it_should(tmp_path, text, bad):
     """The check itself can fail: a planted wording is found, the preferred one is not."""
     patterns = avoid_patterns(GLOSSARY.read_text(encoding="utf-8"))

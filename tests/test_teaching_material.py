@@ -54,9 +54,15 @@ def page_colours() -> dict[str, str]:
 
 def meaning(label: str) -> str | None:
     """What a plotted series stands for, from its label."""
-    for word, phase in (("padding", "padding"), ("prefill", "prefill"), ("decode", "decode"),
-                        ("useful", "decode"), ("preempt", "preempted"), ("swap", "swapped"),
-                        ("waiting", "waiting")):
+    for word, phase in (
+        ("padding", "padding"),
+        ("prefill", "prefill"),
+        ("decode", "decode"),
+        ("useful", "decode"),
+        ("preempt", "preempted"),
+        ("swap", "swapped"),
+        ("waiting", "waiting"),
+    ):
         if word in label:
             return phase
     return label if label in ("static", "continuous") else None
@@ -95,5 +101,5 @@ def test_the_colour_check_can_fail(tmp_path):
     bad = tmp_path / "01_x.ipynb"
     source = 'fig.add_bar(x=x, y=p, name="static: padding rows", marker_color="#f58518")\n'
     bad.write_text(json.dumps({"cells": [{"cell_type": "code", "source": [source]}]}))
-    (label, colour), = coloured_series(bad)
+    ((label, colour),) = coloured_series(bad)
     assert meaning(label) == "padding" and colour != page_colours()["padding"]

@@ -37,8 +37,9 @@ def test_the_default_workload_is_the_looping_opening_and_explicit_options_win():
 def fake_engines(slots: int = 8) -> dict[str, LLMEngine]:
     engines = {}
     for batching in ("static", "continuous"):
-        config = EngineConfig(batching=batching, max_num_seqs=slots, num_kv_blocks=256,
-                              max_num_batched_tokens=256)
+        config = EngineConfig(
+            batching=batching, max_num_seqs=slots, num_kv_blocks=256, max_num_batched_tokens=256
+        )
         engines[batching] = LLMEngine(config=config, runner=FakeRunner(num_kv_blocks=256))
     return engines
 
