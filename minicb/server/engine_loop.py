@@ -5,6 +5,12 @@ arrive in bursts). They hand work to this thread with ``call(fn)``, which return
 concurrent Future, and hear back through the engines' buses: a request's tokens through
 its RequestStream (below), a browser's events through its own subscriptions (app.py).
 
+If the thread ends (stopped, or a bug that escaped every guard), every queued command and
+every later one fails at once with ``EngineStopped``, and every open stream ends with an
+error: nobody waits for a thread that is gone. A step that raises ends its engine's
+streams with an error and is counted (``failed_steps``, ``last_error``); until a step of
+that engine succeeds again, ``failing(name)`` says so (/health answers 503).
+
 Each round the loop runs the queued commands, lets its feeder (the demo's workload, if
 any) add that round's arrivals, then steps every engine that has work, one iteration
 each, so that several engines (static beside continuous) advance together. ``pause()``
@@ -42,6 +48,10 @@ Feeder = Callable[[dict[str, LLMEngine]], None]
 STREAM_KINDS = ("token", "aborted")
 
 
+class EngineStopped(RuntimeError):
+    """The engine thread has ended: nothing sent to it will run."""
+
+
 @dataclass
 class RequestStream:
     """Tokens of one request, delivered to an asyncio consumer without loss."""
@@ -71,7 +81,14 @@ class EngineLoop:
         self._open: dict[str, dict[int, RequestStream]] = {name: {} for name in engines}
         for name, engine in engines.items():
             engine.bus.subscribe(functools.partial(self._on_event, name), kinds=STREAM_KINDS)
-        self._commands: queue.Queue[Callable[[], None]] = queue.Queue()
+        self._commands: queue.Queue[tuple[Callable[[], Any], Future]] = queue.Queue()
+        # Held while a command is queued and while the thread's end is marked, so no
+        # command slips into the queue after the last look at it.
+        self._door = threading.Lock()
+        self._ended: str | None = None  # why the thread ended, once it has
+        self.failed_steps: dict[str, int] = dict.fromkeys(engines, 0)
+        self.last_error: dict[str, str] = {}  # engine name -> its latest failed step, in words
+        self._failing: set[str] = set()  # engines whose latest step failed
         self.paused = False
         self.delay_s = 0.0
         self.pacer: Pacer | None = None  # holds simulated engines to wall time x speed
@@ -92,22 +109,24 @@ class EngineLoop:
 
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive()
+        """Whether commands sent now will run (the thread runs and is not ending)."""
+        return self._thread.is_alive() and self._ended is None
 
     # ---- commands from other threads -----------------------------------------------------
     def call(self, fn: Callable[[], Any]) -> Future:
-        """Run ``fn()`` in the engine thread before the next round; its result in a Future."""
+        """Run ``fn()`` in the engine thread before the next round; its result in a Future
+        (which raises EngineStopped at once if the thread has ended)."""
         future: Future = Future()
-
-        def run() -> None:
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(fn())
-                except BaseException as err:  # delivered to the caller, never kills the loop
-                    future.set_exception(err)
-
-        self._commands.put(run)
+        with self._door:
+            if self._ended is None:
+                self._commands.put((fn, future))
+                return future
+        future.set_exception(EngineStopped(self._ended))
         return future
+
+    def failing(self, name: str) -> bool:
+        """Whether ``name``'s latest step failed (no step has succeeded since)."""
+        return name in self._failing
 
     async def acall(self, fn: Callable[[], Any]) -> Any:
         return await asyncio.wrap_future(self.call(fn))
@@ -168,6 +187,7 @@ class EngineLoop:
         if engine.bus is not self.engines[name].bus:
             raise ValueError(f"a new {name!r} engine must keep the old one's bus (rebuilt())")
         self.engines[name] = engine
+        self._failing.discard(name)  # a new engine has failed no step yet
 
     def engine_infos(self) -> list[dict[str, Any]]:
         """Each engine's name and description, for a browser; read in the engine thread."""
@@ -175,6 +195,34 @@ class EngineLoop:
 
     # ---- the thread ----------------------------------------------------------------------
     def _run(self) -> None:
+        why = "the engine thread was stopped"
+        try:
+            self._rounds()
+        except BaseException as err:
+            self.error = err
+            why = f"the engine thread died: {type(err).__name__}: {err}"
+            log.exception("the engine thread died; every request is ended", exc_info=err)
+        finally:
+            self._end(why)
+
+    def _end(self, why: str) -> None:
+        """Fail every queued command and end every open stream: nobody waits for a
+        thread that is gone."""
+        with self._door:
+            self._ended = why
+        while True:
+            try:
+                _, future = self._commands.get_nowait()
+            except queue.Empty:
+                break
+            if future.set_running_or_notify_cancel():
+                future.set_exception(EngineStopped(why))
+        for streams in self._open.values():
+            for rid, stream in list(streams.items()):
+                stream.push(RequestOutput.ended(rid, "error", why))
+            streams.clear()
+
+    def _rounds(self) -> None:
         while not self._stop.is_set():
             self._run_commands()
             if self.paused and self._single_steps == 0:
@@ -225,11 +273,18 @@ class EngineLoop:
             self.error = err
             log.exception("engine %r failed a step; its requests are ended", name, exc_info=err)
             why = f"internal error: {type(err).__name__}: {err}"
+            self.failed_steps[name] = self.failed_steps.get(name, 0) + 1
+            self.last_error[name] = why
+            self._failing.add(name)
             for rid, stream in streams.items():
                 stream.push(RequestOutput.ended(rid, "error", why))
             streams.clear()
-            engine.abort_all()  # after the streams ended: these aborts find none left
+            try:
+                engine.abort_all()  # after the streams ended: these aborts find none left
+            except Exception:
+                log.exception("engine %r could not abort its requests", name)
             return
+        self._failing.discard(name)
         for out in outputs:
             if out.request_id in streams:
                 streams.pop(out.request_id).push(out)
@@ -240,8 +295,17 @@ class EngineLoop:
         try:
             command = self._commands.get(timeout=wait_s) if wait_s else self._commands.get_nowait()
             for _ in range(MAX_COMMANDS_PER_ROUND - 1):
-                command()
+                _execute(*command)
                 command = self._commands.get_nowait()
-            command()
+            _execute(*command)
         except queue.Empty:
             pass
+
+
+def _execute(fn: Callable[[], Any], future: Future) -> None:
+    """Run one command into its Future: an error goes to the caller, never kills the loop."""
+    if future.set_running_or_notify_cancel():
+        try:
+            future.set_result(fn())
+        except BaseException as err:
+            future.set_exception(err)

@@ -24,7 +24,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from minicb.config import SamplingParams
 from minicb.request import RequestOutput
 from minicb.server.api_error import APIError, error_handler, invalid
-from minicb.server.engine_loop import EngineLoop, RequestStream
+from minicb.server.engine_loop import EngineLoop, EngineStopped, RequestStream
 from minicb.server.guard import CONTROLLER, VIEWER, Guard, check_hosts
 from minicb.server.openai_params import (
     chat_messages,
@@ -41,6 +41,7 @@ from minicb.server.openai_request import (
     M,
     read_request,
 )
+from minicb.server.redaction import text_free
 from minicb.server.waiting_gate import WaitingGate
 from minicb.telemetry.prometheus import PrometheusMetrics
 
@@ -171,8 +172,15 @@ class OpenAIRoutes:
         return JSONResponse(self.model_card())
 
     async def health(self) -> JSONResponse:
+        """200 while a step can succeed: 503 once the engine thread has ended, or while the
+        engine's latest step failed (say, a tensor-parallel group broken for good); the
+        error itself is on /metrics, behind the key."""
         if not self.loop.alive:
             return JSONResponse({"status": "engine thread stopped"}, status_code=503)
+        if self.loop.failing(self.engine_name):
+            failed = self.loop.failed_steps.get(self.engine_name, 0)
+            body = {"status": "the latest step failed", "failed_steps": failed}
+            return JSONResponse(body, status_code=503)
         return JSONResponse({"status": "ok", "model": self.model_name})
 
     async def metrics(self) -> Response:
@@ -182,8 +190,13 @@ class OpenAIRoutes:
         try:
             kv = await asyncio.wait_for(read, METRICS_READ_TIMEOUT_S)
             self.prometheus.kv_usage.set(kv.num_used / kv.num_blocks if kv.num_blocks else 0.0)
-        except TimeoutError:
-            pass  # a stuck engine thread must not stall the scrape; serve what is known
+        except (TimeoutError, EngineStopped):
+            pass  # a stuck or ended engine thread must not stall the scrape
+        name = self.engine_name
+        error = self.loop.last_error.get(name)  # viewers may scrape: shown text-free
+        self.prometheus.note_failures(
+            self.loop.failed_steps.get(name, 0), error and text_free(error)
+        )
         return Response(self.prometheus.exposition(), media_type=self.prometheus.content_type)
 
     async def unknown(self, request: Request, path: str) -> JSONResponse:
@@ -193,6 +206,11 @@ class OpenAIRoutes:
             status=404,
             code="unknown_url",
         )
+
+
+async def engine_stopped(request: Request, err: Exception) -> JSONResponse:
+    """A request that reached an ended engine thread: 503 at once, never a wait."""
+    return APIError(str(err), 503, type="server_error", code="engine_stopped").response()
 
 
 def install_openai_routes(
@@ -219,6 +237,7 @@ def install_openai_routes(
     app.state.openai = routes
     for error in (APIError, Exception):
         app.add_exception_handler(error, error_handler)
+    app.add_exception_handler(EngineStopped, engine_stopped)
     guard = guard or Guard()
     check_hosts(app, guard)  # a foreign Host (DNS rebinding) is refused before any route
     controller = [Depends(guard.http_check(CONTROLLER))]

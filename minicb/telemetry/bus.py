@@ -28,12 +28,15 @@ the engine one short lock per event and its memory stays bounded.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from minicb.telemetry.events import EVENT_KINDS, Event
+
+log = logging.getLogger(__name__)
 
 Listener = Callable[[Event], Any]
 Deliver = Callable[[Sequence[Event]], Any]  # takes a step's events, in order
@@ -48,7 +51,8 @@ class EventBus:
         self._wanted: frozenset[str] = frozenset()
         # Who gets events, in order (sync listeners first, then the queues' put_many), and
         # which kinds (None: all). Built when subscriptions change, not per event.
-        self._targets: tuple[tuple[Deliver, frozenset[str] | None], ...] = ()
+        # (the third item is the listener or queue itself, to drop it if it raises)
+        self._targets: tuple[tuple[Deliver, frozenset[str] | None, Any], ...] = ()
         self._lock = threading.Lock()
 
     # ---- subscribing ---------------------------------------------------------------------
@@ -84,8 +88,8 @@ class EventBus:
         for kinds in [k for _, k in self._sync] + [s.kinds for s in self._async]:
             wanted |= EVENT_KINDS if kinds is None else kinds
         self._targets = (
-            *((_deliverer(fn), kinds) for fn, kinds in self._sync),
-            *((sub.put_many, sub.kinds) for sub in self._async),
+            *((_deliverer(fn), kinds, fn) for fn, kinds in self._sync),
+            *((sub.put_many, sub.kinds, sub) for sub in self._async),
         )
         self._wanted = frozenset(wanted)
 
@@ -102,12 +106,23 @@ class EventBus:
     def emit_many(self, events: Sequence[Event]) -> None:
         """Deliver ``events`` (a step's, in order): each listener gets those of its kinds in
         one go, before the next one; a listener that unsubscribes meanwhile still gets this
-        call's events, and none after."""
+        call's events, and none after. A listener that raises (a trace on a full disk) is
+        logged and unsubscribed: the engine's step and the other listeners go on."""
         events = tuple(events)  # one shared, read-only sequence for every listener
-        for deliver, kinds in self._targets:
+        for deliver, kinds, owner in self._targets:
             share = events if kinds is None else [e for e in events if e.kind in kinds]
             if share:
-                deliver(share)
+                try:
+                    deliver(share)
+                except Exception:
+                    log.exception("event listener %r raised; it hears no more events", owner)
+                    self._drop(owner)
+
+    def _drop(self, owner: Listener | Subscription) -> None:
+        if isinstance(owner, Subscription):
+            owner.close()
+        else:
+            self.unsubscribe(owner)
 
 
 def _deliverer(listener: Listener) -> Deliver:

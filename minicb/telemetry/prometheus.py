@@ -148,7 +148,11 @@ COUNTERS = (
      "Speculative tokens kept as output."),
     ("success", "minicb:request_success", "Finished requests."),  # by finished_reason
     ("rejected", "minicb:request_rejected", "Requests refused at the door."),
+    # set by the server (a step that raises emits no event): note_failures
+    ("failed_steps", "minicb:engine_failed_steps",
+     "Engine steps that raised; their requests ended with an error."),
 )  # fmt: skip
+LAST_ERROR = ("minicb:engine_last_error_info", "The latest failed step's error, as a label.")
 HISTOGRAMS = (
     ("ttft", "minicb:time_to_first_token_seconds", "Time to first token.", TTFT_BUCKETS),
     ("itl", "minicb:inter_token_latency_seconds", "Gap between tokens.", TPOT_BUCKETS),
@@ -169,10 +173,12 @@ class PrometheusMetrics(HandlerListener):
         self._live: dict[int, _Live] = {}  # requests in flight
         self._counts = {"waiting": 0, "running": 0, "swapped": 0}
         self.kv_usage = Gauge()  # also set by the server before a scrape
+        self.last_error: str | None = None  # likewise: note_failures
         for attr, *_ in COUNTERS:
             setattr(self, attr, Counter(labelled=attr in LABELLED))
         for attr, _, _, bounds in HISTOGRAMS:
             setattr(self, attr, Histogram(bounds))
+        self._last_error_name = self._name(GaugeMetricFamily, LAST_ERROR[0])
         self._names = {
             attr: self._name(family, name)
             for kinds, family in ((GAUGES, GaugeMetricFamily), (COUNTERS, CounterMetricFamily),
@@ -192,6 +198,12 @@ class PrometheusMetrics(HandlerListener):
             return self.renamed[name]
         return name
 
+    def note_failures(self, failed_steps: int, last_error: str | None) -> None:
+        """The engine's failed steps so far and the latest one's error, which the server
+        keeps (a step that raises emits no event); set before a scrape."""
+        self.failed_steps.values[""] = float(failed_steps)
+        self.last_error = last_error
+
     def exposition(self) -> bytes:
         """The text format for ``GET /metrics``; serve it with ``content_type``."""
         return generate_latest(self.registry)
@@ -206,6 +218,11 @@ class PrometheusMetrics(HandlerListener):
             yield family
         for attr, _, doc in COUNTERS:
             yield self._counter(attr, doc, model)
+        if self.last_error is not None:
+            labels = ["model_name", "error"]
+            family = GaugeMetricFamily(self._last_error_name, LAST_ERROR[1], labels=labels)
+            family.add_metric([*model, self.last_error[:200]], 1.0)
+            yield family
         for attr, _, doc, _ in HISTOGRAMS:
             hist: Histogram = getattr(self, attr)
             family = HistogramMetricFamily(self._names[attr], doc, labels=["model_name"])
