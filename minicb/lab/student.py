@@ -39,13 +39,15 @@ def student_version(nb: Any, name: str) -> Any:
 
 
 def write_student_versions(notebooks: Path, out_dir: Path | None = None) -> list[Path]:
-    """Write the student version of every numbered notebook with exercises; the paths."""
+    """Write the student version of every numbered notebook and every ``lab_*`` notebook
+    with exercises; the paths."""
     import nbformat
 
     out_dir = out_dir or notebooks / STUDENT_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for path in sorted(notebooks.glob("[0-9][0-9]_*.ipynb")):
+    labs = [*notebooks.glob("[0-9][0-9]_*.ipynb"), *notebooks.glob("lab_*.ipynb")]
+    for path in sorted(labs):
         nb = nbformat.read(path, as_version=4)
         if not find_exercises(nb):
             continue
