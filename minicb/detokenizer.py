@@ -14,10 +14,12 @@ their bytes) gives exactly the text a full decode gives. While the window's text
 U+FFFD, a multi-byte character is still incomplete: nothing is added and the window grows
 until the character is whole, so a split character never shows as a replacement char.
 
-Stop strings are matched on the text as it grows (only the end where a new match can
-begin is searched), the text is cut where the earliest one begins, as the OpenAI API does,
-and a tail that could still begin a stop string is held back, so the deltas of a request
-always add up to its final text.
+Stop strings are matched on the text as it grows, by one KMP automaton per stop string
+(``StopMatcher``): each new character moves each automaton once (amortised), so the check
+costs what the new text is long, however long the stops or the output. The text is cut
+where the earliest stop begins, as the OpenAI API does, and the tail that could still
+begin a stop string (the automata's states say how long) is held back, so the deltas of a
+request always add up to its final text.
 """
 
 from __future__ import annotations
@@ -25,17 +27,53 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from minicb.request import find_stop_string
-
 REPLACEMENT_CHAR = "\ufffd"
 
 
-def stop_prefix_len(text: str, stops: list[str]) -> int:
-    """Length of the longest end of ``text`` that is the beginning of a stop string."""
-    for n in range(min(len(text), max((len(s) for s in stops), default=1) - 1), 0, -1):
-        if any(s.startswith(text[-n:]) for s in stops):
-            return n
-    return 0
+def _failure(stop: str) -> list[int]:
+    """KMP's table: ``fail[i]`` is the length of the longest proper prefix of ``stop[:i]``
+    that is also a suffix of it (where a match of ``i`` characters falls back to)."""
+    fail, k = [0, 0], 0
+    for c in stop[1:]:
+        while k and stop[k] != c:
+            k = fail[k]
+        k += stop[k] == c
+        fail.append(k)
+    return fail
+
+
+class StopMatcher:
+    """Where stop strings occur in a text given a piece at a time, in time linear in the
+    text: per stop string, the length of the longest end of the text so far that begins
+    it (its automaton's state)."""
+
+    def __init__(self, stops: list[str]) -> None:
+        self.stops = stops
+        self._fail = [_failure(s) for s in stops]
+        self._state = [0] * len(stops)
+
+    def feed(self, text: str, offset: int) -> int | None:
+        """Read ``text``, the whole text's characters from ``offset`` on; returns where the
+        earliest-beginning stop string that ends in it begins, or None."""
+        found = None
+        for k, (stop, fail) in enumerate(zip(self.stops, self._fail, strict=True)):
+            state = self._state[k]
+            for i, c in enumerate(text):
+                while state and stop[state] != c:
+                    state = fail[state]
+                state += stop[state] == c
+                if state == len(stop):  # a match: the earliest of this stop in the new text
+                    begin = offset + i + 1 - len(stop)
+                    found = begin if found is None else min(found, begin)
+                    state = fail[state]
+                    break
+            self._state[k] = state
+        return found
+
+    @property
+    def held(self) -> int:
+        """Characters at the end of the text read that could still begin a stop string."""
+        return max(self._state, default=0)
 
 
 @dataclass
@@ -50,6 +88,9 @@ class IncrementalDetokenizer:
     _prefix: int = 0  # output ids before this index are not decoded again
     _read: int = 0  # output ids before this index are in ``text``
 
+    def __post_init__(self) -> None:
+        self._matcher = StopMatcher(self.stops)
+
     def add(self, token_ids: list[int], final: bool) -> str:
         """The text the newest of ``token_ids`` (the whole output so far) adds to the deltas.
 
@@ -57,12 +98,12 @@ class IncrementalDetokenizer:
         nothing is held back. Sets ``stopped`` if a stop string ends the text."""
         old = len(self.text)
         if self._grow(token_ids) and self.stops:
-            cut = self._find_stop(old)
+            cut = self._matcher.feed(self.text[old:], old)
             if cut is not None:  # the text ends where the stop string begins
                 self.text, self.stopped = self.text[:cut], True
         end = len(self.text)
         if self.stops and not (final or self.stopped):  # hold back a possible stop's start
-            end -= stop_prefix_len(self.text, self.stops)
+            end -= self._matcher.held
         end = max(end, self.shown)
         delta, self.shown = self.text[self.shown : end], end
         return delta
@@ -79,10 +120,3 @@ class IncrementalDetokenizer:
         self.text += new[len(known) :]
         self._prefix, self._read = self._read, len(token_ids)
         return True
-
-    def _find_stop(self, old: int) -> int | None:
-        """Where the earliest stop string begins; the text before ``old`` held none, so a
-        match must end in the new part and only that end is searched."""
-        start = max(0, old - max(len(s) for s in self.stops) + 1)
-        hit = find_stop_string(self.text[start:], self.stops)
-        return None if hit is None else start + hit

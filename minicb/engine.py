@@ -175,18 +175,21 @@ class LLMEngine:
         priority: int = 0,
         arrival_time: float | None = None,
         expected_output_tokens: int | None = None,
+        prompt_token_ids: list[int] | None = None,
     ) -> int:
         """Queue a request and return its id.
 
         ``expected_output_tokens``: the output length the ``pow2`` and ``oracle`` KV
         reservations plan for (default ``max_tokens``); a wrong hint costs memory, never
-        tokens. Raises ValueError, naming the limit, if the request can never be served.
+        tokens. ``prompt_token_ids``: ``tokenize(prompt)``, when the caller has it already
+        (the server tokenizes off the engine thread: a long prompt's cost stays there).
+        Raises ValueError, naming the limit, if the request can never be served.
         """
         params = params or SamplingParams()
         try:
             params.validate()
             _check_hint(expected_output_tokens, params.max_tokens)
-            token_ids = self.tokenize(prompt)
+            token_ids = self.tokenize(prompt) if prompt_token_ids is None else prompt_token_ids
             req = Request(
                 request_id=next(self._ids),
                 prompt_token_ids=token_ids,

@@ -144,12 +144,6 @@ class Request:
         return None
 
 
-def find_stop_string(text: str, stops: list[str]) -> int | None:
-    """Index where the earliest stop string begins in ``text``, or None."""
-    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
-    return min(hits) if hits else None
-
-
 @dataclass
 class RequestOutput:
     """A finished request: its text, tokens, why it stopped, and its times."""

@@ -158,15 +158,19 @@ class EngineLoop:
         params: SamplingParams,
         priority: int = 0,
         on_queued: Callable[[], None] | None = None,
+        token_ids: list[int] | None = None,
     ) -> RequestStream:
         """Add a request and open its token stream. Raises ValueError for a bad request.
 
-        ``on_queued()`` runs in the engine thread right after the request joined the queue.
+        ``on_queued()`` runs in the engine thread right after the request joined the queue;
+        ``token_ids``: the prompt's, tokenized already (off this thread).
         """
         loop = asyncio.get_running_loop()
 
         def add() -> RequestStream:
-            rid = self.engines[engine].add_request(prompt, params, priority)
+            rid = self.engines[engine].add_request(
+                prompt, params, priority, prompt_token_ids=token_ids
+            )
             stream = self._open[engine][rid] = RequestStream(rid, loop)
             if on_queued is not None:
                 on_queued()

@@ -4,18 +4,21 @@
     install_openai_routes(app, engine_loop, "api", "SmolLM2-135M-Instruct", guard=Guard("KEY"))
 
 A request goes: the Guard (guard) -> body and schema (openai_request) -> parameter checks
-and sampling settings (openai_params) -> (chat) template applied in the engine thread ->
-the waiting-queue gate (waiting_gate) -> ``EngineLoop.submit`` -> its token stream,
-returned whole or as server-sent events (openai_reply). Every refusal is an APIError
-(api_error). Handlers only await; model work and tokenizer calls run in the engine thread,
-so a slow step never stalls other clients' chunks. The engine is looked up by name on every
-request because the demo may rebuild it with new settings.
+and sampling settings (openai_params) -> the prompt tokenized (the chat template applied)
+in the tokenizer's own thread -> the waiting-queue gate (waiting_gate) ->
+``EngineLoop.submit`` -> its token stream, returned whole or as server-sent events
+(openai_reply). Every refusal is an APIError (api_error). Handlers only await; model work
+runs in the engine thread and tokenizing in the tokenizer's, so a slow step never stalls
+other clients' chunks and a long prompt never stalls a step. The engine is looked up by
+name on every request because the demo may rebuild it with new settings.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
@@ -59,6 +62,10 @@ class OpenAIRoutes:
     gate: WaitingGate
     prometheus: PrometheusMetrics
     max_body_bytes: int
+    # The tokenizer's thread, beside the engine's: one, so prompts queue there in turn.
+    tokenizing: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="minicb-tokenizer")
+    )
 
     @property
     def engine(self) -> Any:
@@ -72,15 +79,26 @@ class OpenAIRoutes:
     # ---- generation ----------------------------------------------------------------------
     async def completions(self, request: Request) -> Response:
         req, params = await self._read(request, CompletionRequest)
-        return await self._generate(request, req, completion_prompt(req.prompt), params)
+        prompt, engine = completion_prompt(req.prompt), self.engine
+        ids = await self._tokenized(lambda: engine.tokenize(prompt), "prompt")
+        return await self._generate(request, req, prompt, params, ids)
 
     async def chat_completions(self, request: Request) -> Response:
         req, params = await self._read(request, ChatCompletionRequest)
-        messages = chat_messages(req.messages)
-        ids, room = await self.loop.acall(lambda: self._chat_prompt(messages))
+        messages, engine = chat_messages(req.messages), self.engine
+        ids = await self._tokenized(lambda: engine.apply_chat_template(messages), "messages")
         if requested_max_tokens(req) is None:
-            params.max_tokens = room
-        return await self._generate(request, req, ids, params)
+            params.max_tokens = await self.loop.acall(lambda: self._room(len(ids)))
+        return await self._generate(request, req, ids, params, ids)
+
+    async def _tokenized(self, tokenize: Callable[[], list[int]], param: str) -> list[int]:
+        """``tokenize()`` in the tokenizer's own thread (the tokenizer releases the GIL): a
+        prompt of a megabyte costs its sender the wait, never a running stream a step. A
+        refusal (no tokenizer, no chat template, an id outside the vocabulary) is a 400."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.tokenizing, tokenize)
+        except ValueError as err:
+            raise APIError(str(err), param=param) from err
 
     async def _read(self, request: Request, schema: type[M]) -> tuple[M, SamplingParams]:
         """The request checked as far as it can be without the tokenizer, and its settings
@@ -95,19 +113,21 @@ class OpenAIRoutes:
             raise invalid("max_tokens", why)
         return req, sampling_params(req, max_tokens)
 
-    def _chat_prompt(self, messages: list[dict[str, str]]) -> tuple[list[int], int]:
-        """The template applied (engine thread), and OpenAI's chat default for max_tokens:
-        as much as the context and the KV pool leave after the prompt."""
+    def _room(self, num_prompt_tokens: int) -> int:
+        """OpenAI's chat default for max_tokens: as much as the context and the KV pool
+        leave after the prompt (engine thread)."""
         engine = self.engine
-        try:
-            ids = engine.apply_chat_template(messages)
-        except ValueError as err:
-            raise APIError(str(err), param="messages") from err
         kv = engine.kv_snapshot()
-        return ids, max(1, min(engine.max_model_len, kv.num_blocks * kv.block_size) - len(ids))
+        pool = kv.num_blocks * kv.block_size
+        return max(1, min(engine.max_model_len, pool) - num_prompt_tokens)
 
     async def _generate(
-        self, request: Request, req: Common, prompt: str | list[int], params: SamplingParams
+        self,
+        request: Request,
+        req: Common,
+        prompt: str | list[int],
+        params: SamplingParams,
+        token_ids: list[int],
     ) -> Response:
         chat = isinstance(req, ChatCompletionRequest)
         usage = bool(req.stream_options and req.stream_options.include_usage)
@@ -115,7 +135,7 @@ class OpenAIRoutes:
         with self.gate.admit() as queued:
             try:
                 stream = await self.loop.submit(
-                    self.engine_name, prompt, params, req.priority, on_queued=queued
+                    self.engine_name, prompt, params, req.priority, queued, token_ids
                 )
             except ValueError as err:  # the engine's refusal already names the limit
                 why = str(err)
@@ -253,7 +273,6 @@ def install_openai_routes(
     scrape = [Depends(guard.http_check(CONTROLLER, VIEWER))]
     scrape = [] if guard.metrics_public else scrape
     app.add_api_route("/metrics", routes.metrics, methods=["GET"], dependencies=scrape)
-    return routes
     # The API's description, for the controller only (create_app serves none of its own).
     app.add_api_route(
         "/openapi.json",
@@ -261,3 +280,4 @@ def install_openai_routes(
         dependencies=controller,
         include_in_schema=False,
     )
+    return routes

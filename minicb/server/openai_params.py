@@ -6,8 +6,8 @@
 - the features minicb lacks (logprobs, penalties, tools, n > 1, ...): refused by name
   rather than quietly ignored, unless given the value that leaves them unused;
 - the sampling settings: ``SamplingParams`` from temperature, top_p, top_k, seed, stop
-  (up to 4 strings, as OpenAI) and ignore_eos; chat's ``max_completion_tokens`` wins over
-  ``max_tokens``.
+  (up to 4 strings, as OpenAI, of up to 256 characters each) and ignore_eos; chat's
+  ``max_completion_tokens`` wins over ``max_tokens``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ from minicb.server.api_error import APIError, invalid
 from minicb.server.openai_request import Common
 
 MAX_STOP_STRINGS = 4  # as OpenAI
+# Characters per stop string: a stop is a few words ("\n\nUser:"), and a request's cost
+# per token must not grow with what it sends (the text held back for a stop is this long).
+MAX_STOP_CHARS = 256
 CHAT_ROLES = ("system", "developer", "user", "assistant")
 MESSAGE_KEYS = {"role", "content", "name"}
 # Features minicb lacks, each with the values that leave it unused (either endpoint's).
@@ -109,12 +112,17 @@ def check_unsupported(req: Common) -> None:
 
 def _stop_strings(stop: Any) -> list[str]:
     stops = [stop] if isinstance(stop, str) else [] if stop is None else stop
-    if isinstance(stops, list) and len(stops) <= MAX_STOP_STRINGS:
-        if all(isinstance(s, str) and s for s in stops):
-            return stops
-    raise invalid(
-        "stop", f"must be a non-empty string or a list of up to {MAX_STOP_STRINGS} of them"
-    )
+    if not (isinstance(stops, list) and len(stops) <= MAX_STOP_STRINGS) or not all(
+        isinstance(s, str) and s for s in stops
+    ):
+        raise invalid(
+            "stop", f"must be a non-empty string or a list of up to {MAX_STOP_STRINGS} of them"
+        )
+    longest = max(stops, key=len, default="")
+    if len(longest) > MAX_STOP_CHARS:
+        why = f"holds a string of {len(longest)} characters; the limit is {MAX_STOP_CHARS}"
+        raise invalid("stop", why)
+    return stops
 
 
 def sampling_params(req: Common, max_tokens: int) -> SamplingParams:
