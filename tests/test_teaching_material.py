@@ -103,3 +103,20 @@ def test_the_colour_check_can_fail(tmp_path):
     bad.write_text(json.dumps({"cells": [{"cell_type": "code", "source": [source]}]}))
     ((label, colour),) = coloured_series(bad)
     assert meaning(label) == "padding" and colour != page_colours()["padding"]
+
+
+@pytest.mark.parametrize(
+    "doc, parts",
+    [
+        ("docs/drill.md", ("**Rubric.**", "**Follow-ups.**", "**Model answer.**")),
+        ("docs/zh/drill.md", ("**评分标准**", "**追问链**", "**参考回答。**")),
+    ],
+)
+def test_the_drill_has_the_seeds_four_questions_each_with_rubric_follow_ups_and_answer(doc, parts):
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    questions = re.split(r"^## \d\. ", text, flags=re.M)[1:]
+    assert len(questions) == 4, doc
+    for q in questions:
+        for part in parts:
+            assert q.count(part) == 1, (doc, q.splitlines()[0], part)
+    assert "issue 33" in questions[3]  # routing: the fleet work, not built yet
