@@ -71,7 +71,8 @@ def test_a_hit_on_an_evictable_block_takes_it_back_with_its_key():
     assert [b for b, _ in hits] == table[:2]
     bm.allocate_slots(2, 9, hits)
     for block, key in hits:  # the key and contents survive being taken back
-        assert bm.cache.info[block].key == key and bm.cache.by_key[key] == block
+        info = bm.cache.info[block]
+        assert info.key == key and bm.cache.by_prefix[(info.parent, info.tokens)] == block
     assert bm.num_cached_blocks == 0 and bm.num_used_blocks == 3
     bm.check()
 

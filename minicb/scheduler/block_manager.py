@@ -197,7 +197,8 @@ class BlockManager:
         table = self.block_tables[request_id]
         for i in range(len(chain), num_computed // bs):
             tokens = tuple(token_slice(i * bs, (i + 1) * bs))
-            chain.append(self.cache.register(table[i], chain[-1] if chain else None, tokens))
+            parent = chain[-1] if chain else self.cache.root
+            chain.append(self.cache.register(table[i], parent, tokens))
 
     def trim(self, request_id: int, keep: int) -> int:
         """Give back the request's blocks after its first ``keep`` (the blocks a step took
@@ -301,7 +302,7 @@ class BlockManager:
         assert evictable <= set(self.cache.info), "an evictable block has no key"
         assert len(held) + len(free) + len(evictable) == self.num_blocks, "a block leaked"
         for block, info in self.cache.info.items():
-            assert self.cache.by_key[info.key] == block, "the key index disagrees"
+            assert self.cache.by_prefix[(info.parent, info.tokens)] == block, "index disagrees"
         owned = [b for blocks in self.swap_tables.values() for b in blocks]
         assert len(owned) == len(set(owned)), "a swap block is owned twice"
         assert len(owned) + self.swap.num_free == self.swap.num_blocks, "swap used + free != total"

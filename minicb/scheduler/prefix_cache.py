@@ -1,12 +1,17 @@
 """PrefixCache: which full KV blocks hold which tokens, so that requests can share them.
 
-Hashed full blocks, as vLLM does it: a block's key is ``hash((parent key, its token
-ids))``, so a key stands for the whole prefix up to the end of that block, and a lookup
-walks a new prompt block by block until a key is missing. A hit is confirmed by comparing
-the block's stored tokens and parent key, not by the hash alone. Only full blocks are
-keyed, and only once their KV has been written (the block manager registers them after
-the step that computed them). Nothing else needs to enter the key: one cache serves one
-model in one dtype, and a new engine (``rebuilt``) starts with an empty pool.
+Chained full blocks, as vLLM does it: a block is found by (its parent's key, its token
+ids), so it stands for the whole prefix up to the end of that block, and a lookup walks a
+new prompt block by block until one is missing. A key is a number handed out when a block
+is registered and never handed out again, so it names exactly one prefix, and the dict
+compares the whole (parent key, tokens) pair, not its hash: two prefixes whose hashes
+collide cost a probe, never a hit on the other's KV (an unsalted hash of the tokens as the
+key once let a forced collision hand one request another's KV; vLLM had it as a security
+issue). The keys start at a random number per process, so nobody outside it can compute a
+block's dict hash and crowd one slot with colliding prompts. Only full blocks are keyed,
+and only once their KV has been written (the block manager registers them after the step
+that computed them). Nothing else needs to enter the key: one cache serves one model in
+one dtype, and a new engine (``rebuilt``) starts with an empty pool.
 
 Why not a radix tree (SGLang's RadixAttention)? A tree shares prefixes at token
 granularity and evicts whole subtrees, but needs a tree walk, node splits and its own
@@ -20,6 +25,8 @@ needs it for something else (``evict``). Pure Python.
 
 from __future__ import annotations
 
+import itertools
+import secrets
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -27,22 +34,18 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class CachedBlock:
-    """What a keyed block holds: its key, its parent's key (None first), its tokens."""
+    """What a keyed block holds: its key, its parent's key (``root`` first), its tokens."""
 
     key: int
-    parent: int | None
+    parent: int
     tokens: tuple[int, ...]
-
-
-def block_key(parent: int | None, tokens: tuple[int, ...]) -> int:
-    # Keys never leave the engine, so only this process's hash matters; a collision costs
-    # a miss (match compares the tokens), never a wrong hit.
-    return hash((parent, tokens))
 
 
 class PrefixCache:
     def __init__(self) -> None:
-        self.by_key: dict[int, int] = {}  # key -> block id
+        self._keys = itertools.count(secrets.randbits(62))  # never the same key twice
+        self.root = next(self._keys)  # the parent of every first block
+        self.by_prefix: dict[tuple[int, tuple[int, ...]], int] = {}  # (parent, tokens) -> block
         self.info: dict[int, CachedBlock] = {}  # block id -> what it holds
         # Keyed blocks nobody holds, least recently freed first: free, but still cached.
         self.evictable: OrderedDict[int, None] = OrderedDict()
@@ -50,25 +53,26 @@ class PrefixCache:
     def match(self, blocks_of_tokens: Iterable[tuple[int, ...]]) -> list[tuple[int, int]]:
         """(block, key) of the cached blocks that begin this run of full blocks' tokens
         (read lazily: the walk stops at the first miss)."""
-        hits = []
-        parent = None
+        hits, parent = [], self.root
         for tokens in blocks_of_tokens:
-            key = block_key(parent, tokens)
-            block = self.by_key.get(key)
-            if block is None or self.info[block] != CachedBlock(key, parent, tokens):
-                break  # a miss, or a hash collision caught by comparing the tokens
-            hits.append((block, key))
-            parent = key
+            block = self.by_prefix.get((parent, tokens))
+            if block is None:
+                break
+            parent = self.info[block].key
+            hits.append((block, parent))
         return hits
 
-    def register(self, block: int, parent: int | None, tokens: tuple[int, ...]) -> int:
-        """Key ``block`` by its tokens, unless another block already holds that key (the
-        first one stays: the table entry is never swapped for it, so no request ever loses
-        the page it points to). Returns the key, for the next block's parent."""
-        key = block_key(parent, tokens)
-        if key not in self.by_key and block not in self.info:
-            self.by_key[key] = block
-            self.info[block] = CachedBlock(key, parent, tokens)
+    def register(self, block: int, parent: int, tokens: tuple[int, ...]) -> int:
+        """Key ``block`` as ``tokens`` after the prefix ``parent`` names, unless another
+        block holds that prefix already (the first one stays: the table entry is never
+        swapped for it, so no request ever loses the page it points to). Returns the key
+        that names this prefix, for the next block's parent."""
+        held = self.by_prefix.get((parent, tokens))
+        if held is not None:
+            return self.info[held].key
+        key = next(self._keys)
+        self.by_prefix[(parent, tokens)] = block
+        self.info[block] = CachedBlock(key, parent, tokens)
         return key
 
     def park(self, block: int) -> bool:
@@ -85,5 +89,6 @@ class PrefixCache:
     def evict(self) -> int:
         """The least recently freed evictable block, its key dropped, for a new use."""
         block, _ = self.evictable.popitem(last=False)
-        del self.by_key[self.info.pop(block).key]
+        info = self.info.pop(block)
+        del self.by_prefix[(info.parent, info.tokens)]
         return block
