@@ -1,0 +1,101 @@
+"""The lecture deck (docs/lecture/index.html): 90 minutes in timed slides, every slide in
+both languages with notes, every figure present, and every live step a command minicb
+takes, naming a shipped scenario (whose claims tests/scenarios/test_claims.py checks)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from html.parser import HTMLParser
+from pathlib import Path
+
+from minicb.cli import build_parser
+from minicb.scenarios import scenario_names
+
+DECK = Path(__file__).resolve().parent.parent / "docs" / "lecture" / "index.html"
+
+
+class Slides(HTMLParser):
+    """Each slide's attributes, its text by language, its images and its live commands."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.slides: list[dict] = []
+        self.stack: list[tuple[str, dict]] = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "section" and "slide" in attrs.get("class", ""):
+            self.slides.append({**attrs, "text": {"en": "", "zh": ""}, "images": [], "live": [],
+                                "notes": {"en": "", "zh": ""}})  # fmt: skip
+        if tag == "img" and self.slides:
+            self.slides[-1]["images"].append(attrs["src"])
+        if tag not in ("img", "br", "meta", "sup"):
+            self.stack.append((tag, attrs))
+
+    def handle_endtag(self, tag):
+        while self.stack:
+            if self.stack.pop()[0] == tag:
+                break
+
+    def handle_data(self, data):
+        if not self.slides or not data.strip():
+            return
+        slide = self.slides[-1]
+        langs = [a["lang"] for _, a in self.stack if "lang" in a]
+        in_notes = any(t == "aside" for t, _ in self.stack)
+        if any("live" in a.get("class", "") for _, a in self.stack):
+            slide["live"].append(data.strip())
+        for lang in langs[-1:] or ("en", "zh"):
+            (slide["notes"] if in_notes else slide["text"])[lang] += data
+
+
+def slides() -> list[dict]:
+    parser = Slides()
+    parser.feed(DECK.read_text(encoding="utf-8"))
+    return parser.slides
+
+
+def minutes(at: str) -> int:
+    h, m = at.split(":")
+    return 60 * int(h) + int(m)
+
+
+def test_the_deck_takes_ninety_minutes_in_order():
+    deck = slides()
+    assert len(deck) >= 12
+    clock = 0
+    for s in deck:
+        assert minutes(s["data-at"]) == clock, s["data-at"]
+        clock += int(s["data-minutes"])
+    assert clock == 90
+
+
+def test_every_slide_speaks_both_languages_and_has_timed_notes():
+    for s in slides():
+        for lang in ("en", "zh"):
+            assert len(s["text"][lang].strip()) > 5, (s["data-at"], lang)
+            assert s["notes"][lang].strip().startswith(s["data-at"]), (s["data-at"], lang)
+        assert re.search(r"[\u4e00-\u9fff]", s["text"]["zh"]), s["data-at"]
+
+
+def test_every_slide_has_a_figure_or_a_live_step_and_the_figures_exist():
+    for s in slides():
+        assert s["images"] or s["live"] or s["data-at"] == "0:47", s["data-at"]  # 0:47: break
+        for src in s["images"]:
+            assert (DECK.parent / src).resolve().is_file(), src
+
+
+def test_every_live_step_is_a_command_minicb_takes():
+    parser = build_parser()
+    names = set(scenario_names())
+    live = [cmd for s in slides() for cmd in s["live"]]
+    assert len(live) >= 10
+    for cmd in live:
+        argv = shlex.split(cmd)
+        assert argv[0] == "minicb", cmd
+        args = parser.parse_args(argv[1:])  # exits (fails the test) on an unknown option
+        if getattr(args, "scenario", None):
+            assert args.scenario in names, cmd
+        files = [p for p in argv[2:] if p.endswith((".ipynb", ".jsonl"))]
+        assert all(Path(DECK.parents[2], p).is_file() for p in files), cmd
