@@ -334,11 +334,21 @@ class LLMEngine:
 
     # ---- the iteration -------------------------------------------------------------------
     def step(self) -> StepResult:
+        """One iteration. If the runner raises, the step is undone before the error goes
+        on: every request it touched (ran a row, swapped in or out) waits again with its
+        blocks freed and its tokens kept, as after a preemption by recompute, since the
+        runner may have written part of their KV or none of their copies. Stepping again
+        (after catching the error from here or from ``LLM.generate``) is then safe: no
+        row ever reads a block that a failed step was meant to fill."""
         wall_start = self.clock()
         t0 = time.perf_counter()
         plan = self.scheduler.schedule()
         schedule_s = time.perf_counter() - t0
-        out = self.runner.execute(plan)
+        try:
+            out = self.runner.execute(plan)
+        except BaseException:  # an interrupt in a notebook too: the retry must be safe
+            self.scheduler.undo(plan)
+            raise
         now = self.clock()
         for decision in plan.admitted:
             metrics = self.scheduler.requests[decision.request_id].metrics

@@ -195,6 +195,28 @@ class SchedulerBase:
         self._record_kv(plan)
         return done
 
+    def undo(self, plan: StepPlan) -> list[int]:
+        """After ``plan`` failed to run: every request it touched (a row, a swap in or out)
+        waits again, its device and swap blocks freed and its tokens kept, to be computed
+        again when admitted (its KV may be half written, its copies never made). Nothing
+        else changed, so a retry reads only KV that was written. Returns their ids."""
+        touched = [r.request_id for r in plan.scheduled if r.phase != PADDING]
+        touched += [d.request_id for d in plan.swapped_in + plan.swapped_out]
+        undone = []
+        for rid in dict.fromkeys(touched):
+            req = self.requests.get(rid)
+            if req is None or req.finished:
+                continue
+            for queue in (self.running, self.swapped, self.waiting):
+                if req in queue:
+                    queue.remove(req)
+            self.blocks.free(rid)
+            req.num_computed_tokens = 0
+            req.status = RequestStatus.WAITING
+            self.waiting.insert(len(undone), req)  # first, in the plan's order
+            undone.append(rid)
+        return undone
+
     def abort(self, request_id: int) -> Request | None:
         """Remove a request wherever it is and free its blocks at once."""
         req = self.requests.get(request_id)
