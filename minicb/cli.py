@@ -122,11 +122,27 @@ def replay_traces(path: str) -> dict[str, Any]:
 
 
 def replay(args: argparse.Namespace) -> int:
+    """The metrics of a recorded trace (or the page over it, with ``--serve``). A trace
+    is anyone's file: one whose fields hold values of the wrong type ends in one line
+    naming the file and the fault, exit status 2, never a traceback."""
+    try:
+        return _replay(args)
+    except (TypeError, KeyError, AttributeError, IndexError) as err:
+        raise ValueError(
+            f"{args.trace} is not a usable trace: a field holds the wrong type or shape "
+            f"({type(err).__name__}: {err})"
+        ) from err
+
+
+def _replay(args: argparse.Namespace) -> int:
     from minicb.telemetry.metrics import compute_metrics
     from minicb.telemetry.trace import write_chrome_trace
 
     if args.serve:
-        return launch.serve_replay(_read(args.trace, replay_traces), args)
+        traces = _read(args.trace, replay_traces)
+        for trace in traces.values():  # refused now, not when the first page opens
+            compute_metrics(trace.events)
+        return launch.serve_replay(traces, args)
     trace = _read(args.trace, read_trace)
     summary = compute_metrics(trace.events, args.ttft_slo, args.tpot_slo)
     if args.json:

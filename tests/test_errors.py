@@ -146,3 +146,31 @@ def test_abort_frees_blocks_at_once(llm):
     assert engine.kv_snapshot().num_used == 0
     assert not engine.abort_request(rid)
     assert [d.reason for d in engine.step().plan.finished] == ["aborted by the client"]
+
+
+@pytest.mark.parametrize("serve", [False, True])
+def test_a_trace_with_fields_of_the_wrong_type_is_one_error_line(tmp_path, capsys, serve):
+    from minicb.cli import main
+    from minicb.telemetry.trace import TraceWriter, trace_header
+    from tests.helpers import add, fake_engine
+
+    engine = fake_engine()
+    path = tmp_path / "t.jsonl"
+    writer = TraceWriter(path, trace_header(engine, command="test"))
+    engine.bus.subscribe(writer)
+    add(engine, 5, 4)
+    engine.run_until_done()
+    writer.close()
+    lines = path.read_text().splitlines()
+    broken = [json.loads(line) for line in lines]
+    for event in broken:
+        if event.get("type") == "step":
+            event["kv_used"] = "many"
+        if event.get("type") == "token":
+            event["time"] = "soon"
+    path.write_text("\n".join(json.dumps(e) for e in broken) + "\n")
+    argv = ["replay", str(path)] + (["--serve", "--port", "1"] if serve else [])
+    assert main(argv) == 2  # before serving anything
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"minicb replay: error: {path} is not a usable trace" in err
