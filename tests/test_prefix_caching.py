@@ -213,7 +213,7 @@ def test_static_batching_does_not_share():
     engine.run_until_done()
     engine.add_request(_tokens(12), GREEDY)
     plan = engine.step().plan
-    assert plan.admitted[0].num_cached_tokens == 0 and not plan.cached_blocks
+    assert plan.admitted[0].num_cached_tokens == 0 and not engine.kv_snapshot().cached_blocks
 
 
 # ---- the hit rate, in the metrics and in /metrics ------------------------------------------
@@ -293,5 +293,6 @@ def test_a_cached_step_event_round_trips_through_json():
     engine.add_request(_tokens(10), GREEDY)
     plan = engine.step().plan
     data = json.loads(json.dumps(plan.to_dict()))
-    assert data["cached_blocks"] == [2] and data["admitted"][0]["num_cached_tokens"] == 8
+    assert data["kv_ops"] == [["uncache", None, [0, 1]], ["append", 1, [0, 1, 3]]]  # 2 hits
+    assert data["admitted"][0]["num_cached_tokens"] == 8
     assert StepPlan.from_dict(data) == plan

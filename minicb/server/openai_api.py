@@ -203,7 +203,7 @@ class OpenAIRoutes:
             return JSONResponse(body, status_code=503)
         return JSONResponse({"status": "ok", "model": self.model_name})
 
-    async def metrics(self) -> Response:
+    async def metrics(self, request: Request) -> Response:
         # KV usage is otherwise set by steps only, so an idle engine would keep showing its
         # last busy figure after aborts; read the pool now, in the engine thread.
         read = self.loop.acall(lambda: self.engine.kv_snapshot())
@@ -217,7 +217,8 @@ class OpenAIRoutes:
         self.prometheus.note_failures(
             self.loop.failed_steps.get(name, 0), error and text_free(error)
         )
-        return Response(self.prometheus.exposition(), media_type=self.prometheus.content_type)
+        body = self.prometheus.exposition() + _viewer_lines(request)
+        return Response(body, media_type=self.prometheus.content_type)
 
     async def unknown(self, request: Request, path: str) -> JSONResponse:
         raise APIError(
@@ -226,6 +227,19 @@ class OpenAIRoutes:
             status=404,
             code="unknown_url",
         )
+
+
+def _viewer_lines(request: Request) -> bytes:
+    """The browsers watching /ws and the bytes sent to them (Hub.viewer_figures), in the
+    Prometheus text format: how a teacher sees what a class costs the server."""
+    hub = getattr(request.app.state, "hub", None)
+    if hub is None:
+        return b""
+    lines = []
+    for name, value in hub.viewer_figures().items():
+        kind = "counter" if name.endswith("_total") else "gauge"
+        lines += [f"# TYPE {name} {kind}", f"{name} {value}"]
+    return ("\n".join(lines) + "\n").encode()
 
 
 async def engine_stopped(request: Request, err: Exception) -> JSONResponse:

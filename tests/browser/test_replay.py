@@ -25,7 +25,7 @@ def recorded(tiny_llama_dir, tmp_path_factory):
         with ws_connect("ws" + url.removeprefix("http") + "ws") as ws:
             while min(finished["static"], finished["continuous"]) < 6:
                 msg = receive(ws, timeout=120)
-                if msg["type"] == "events":
+                if msg["type"] == "frame":
                     finished[msg["engine"]] += sum(e["type"] == "finished" for e in msg["events"])
     return path
 

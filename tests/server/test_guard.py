@@ -133,7 +133,7 @@ def _events_until_finished(ws) -> list[dict]:
     seen = []
     while not any(e["type"] == "finished" for e in seen):
         msg = receive(ws)
-        if msg["type"] == "events":
+        if msg["type"] == "frame":
             seen += msg["events"]
     return seen
 

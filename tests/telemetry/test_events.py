@@ -14,6 +14,7 @@ from minicb.config import EngineConfig, SamplingParams
 from minicb.engine import LLMEngine
 from minicb.scheduler.plan import Decision, ScheduledRequest, StepPlan
 from minicb.telemetry.events import (
+    KVSnapshotEvent,
     EVENT_TYPES,
     SCHEMA_VERSION,
     STEP_OPTIONAL_FIELDS,
@@ -37,14 +38,17 @@ from minicb.telemetry.events import (
 from tests.helpers import add, fake_engine
 
 ONE_OF_EACH = [
+    KVSnapshotEvent(
+        time=1.0, step=2, block_tables={4: [3], 5: [1, 2]}, swap_tables={6: [0]}, cached_blocks=[7]
+    ),
     StepEvent(
         plan=StepPlan(
             step=3,
             batching="continuous",
             block_size=16,
             scheduled=[
-                ScheduledRequest(4, "prefill", 12, 0, 12, [3], True, True),
-                ScheduledRequest(5, "decode", 1, 30, 31, [1, 2], True, True),
+                ScheduledRequest(4, "prefill", 12, 0, 12, [3], 1, True, True),
+                ScheduledRequest(5, "decode", 1, 30, 31, [1, 2], 2, True, True),
             ],
             admitted=[Decision(4, "admitted: 12-token prompt fits")],
             preempted=[Decision(6, "preempted by swap: no blocks", "swap")],
@@ -63,8 +67,7 @@ ONE_OF_EACH = [
             kv_swapped=2,
             num_waiting=1,
             num_swapped=1,
-            block_tables={4: [3], 5: [1, 2]},
-            swap_tables={6: [0, 1]},
+            kv_ops=[["append", 4, [3]], ["swap_out", 6, [0, 1]], ["cache", None, [7]]],
         ),
         wall_start=1.5,
         wall_end=1.75,
@@ -113,29 +116,29 @@ def test_every_event_type_is_covered_and_round_trips_through_json():
 
 
 def test_to_dict_does_not_share_mutable_state():
-    arrived = ONE_OF_EACH[1]
+    arrived = ONE_OF_EACH[2]
     data = to_dict(arrived)
     data["params"]["max_tokens"] = 1
     assert arrived.params["max_tokens"] == 8
-    step = ONE_OF_EACH[0]
+    step = ONE_OF_EACH[1]
     data = to_dict(step)
-    data["scheduled"][1]["block_table"].append(9)
-    data["block_tables"]["5"].append(9)
+    data["kv_ops"][0][2].append(9)
     data["admitted"][0]["reason"] = "changed"
-    assert step.plan.scheduled[1].block_table == [1, 2] and step.plan.block_tables[5] == [1, 2]
+    assert step.plan.kv_ops[0] == ["append", 4, [3]]
     assert step.plan.admitted[0].reason == "admitted: 12-token prompt fits"
     reset = ONE_OF_EACH[-1]
     to_dict(reset)["info"]["config"]["block_size"] = 1
     assert reset.info["config"]["block_size"] == 16
 
 
-def test_a_step_event_is_flat_with_the_step_number_and_block_ids():
-    data = to_dict(ONE_OF_EACH[0])
+def test_a_step_event_is_flat_with_its_kv_changes_not_the_whole_map():
+    data = to_dict(ONE_OF_EACH[1])
     assert data["type"] == "step" and data["step"] == 3 and "index" not in data
     assert "plan" not in data and data["wall_end"] == 1.75 and data["kv_used"] == 3
-    assert [r["block_table"] for r in data["scheduled"]] == [[3], [1, 2]]
-    assert all("num_blocks" not in r for r in data["scheduled"])
-    assert data["block_tables"] == {"4": [3], "5": [1, 2]} and data["swap_tables"] == {"6": [0, 1]}
+    assert [r["num_blocks"] for r in data["scheduled"]] == [1, 2]
+    assert all("block_table" not in r for r in data["scheduled"])  # the runner's, not the event's
+    assert "block_tables" not in data and "swap_tables" not in data
+    assert data["kv_ops"] == [["append", 4, [3]], ["swap_out", 6, [0, 1]], ["cache", None, [7]]]
 
 
 @pytest.mark.parametrize(
@@ -149,7 +152,7 @@ def test_a_step_event_is_flat_with_the_step_number_and_block_ids():
             "unknown field(s): mood",
         ),
         (
-            {**to_dict(ONE_OF_EACH[0]), "scheduled": [{"request_id": 1}]},
+            {**to_dict(ONE_OF_EACH[1]), "scheduled": [{"request_id": 1}]},
             "scheduled row event lacks",
         ),
         ([1, 2], "must be a JSON object"),
@@ -162,13 +165,13 @@ def test_malformed_events_are_refused_with_a_clear_message(data, message):
 
 def test_schema_version_is_the_documented_one():
     """Bumping the version is a change of the documented schema: docs/events.md says which."""
-    assert SCHEMA_VERSION == 2
+    assert SCHEMA_VERSION == 3
     docs = (Path(__file__).resolve().parents[2] / "docs" / "events.md").read_text("utf-8")
     assert f"`minicb.telemetry.events.SCHEMA_VERSION` is **{SCHEMA_VERSION}**" in docs
 
 
 # ---- the step event is the plan ----------------------------------------------------------
-RUNNER_ONLY = {"token_ids", "params", "num_output_tokens"}  # inputs of the forward pass
+RUNNER_ONLY = {"token_ids", "params", "num_output_tokens", "block_table"}  # inputs of the forward pass
 
 
 @pytest.fixture(scope="module")
@@ -276,10 +279,11 @@ def test_rows_report_phase_tokens_context_and_blocks():
         ("decode", 1, 7, 8, [0, 1]),
         ("decode", 1, 8, 9, [0, 1, 2]),
     ]
+    assert [r.num_blocks for s in steps for r in s.scheduled] == [2, 2, 2, 3]
     assert steps[0].budget_used == 6 and steps[0].budget_limit == 8
     assert steps[0].slots_used == 1 and steps[0].slots_limit == 2
     assert steps[0].kv_used == 2 and steps[0].kv_total == 64 and steps[-1].kv_used == 0
-    assert steps[0].block_tables == {0: [0, 1]} and steps[-1].block_tables == {}
+    assert steps[0].kv_ops == [["append", 0, [0, 1]]] and ["free", 0, None] in steps[-1].kv_ops
 
 
 class CharTokenizer:

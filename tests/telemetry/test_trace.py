@@ -145,7 +145,7 @@ def test_a_trace_from_another_schema_is_refused_naming_both_versions(tmp_path):
     # A hand-written v1 trace: its step events had block counts, not block ids.
     v1_step = {"type": "step", "index": 1, "scheduled": [{"request_id": 0, "num_blocks": 2}]}
     old = write_trace(tmp_path / "old.jsonl", 1, [v1_step])
-    with pytest.raises(TraceError, match=r"schema version 1; this minicb reads version 2 only"):
+    with pytest.raises(TraceError, match=r"schema version 1; this minicb reads version 3"):
         read_trace(old)
     assert main(["replay", str(old)]) == 2  # a clear error, not a traceback
     new = write_trace(tmp_path / "new.jsonl", SCHEMA_VERSION + 1)
