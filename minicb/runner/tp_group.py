@@ -26,16 +26,28 @@ words (the server then answers each request with that error instead of hanging).
 Workers are started with ``torch.multiprocessing`` (spawn: forking a process that has
 loaded torch is unsafe), or already exist under ``torchrun`` (``env://``): every rank runs
 the user's script, and ranks 1..N-1 turn into workers where the engine is built.
+
+Who may join: spawned workers meet rank 0 through a file store in a directory only this
+user can read (no TCP store listening on every interface), their sockets on loopback, and
+each command carries an HMAC under a key that only the workers got (through spawn's own
+pipe), checked before anything is unpickled; what workers send back is bytes, never
+pickles. Under torchrun, the rendezvous (``MASTER_ADDR``) decides who joins: keep it on a
+private network, and give every rank the same ``MINICB_TP_SECRET`` to sign the commands.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
+import hmac
 import logging
 import os
 import pickle
+import secrets
+import shutil
 import socket
+import tempfile
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -51,16 +63,21 @@ log = logging.getLogger(__name__)
 COMPUTE_TIMEOUT_S = 120.0  # longest wait for a peer inside one step's collectives
 CONTROL_TIMEOUT = timedelta(days=30)  # workers wait this long for the next command
 DEATH_GRACE_S = 5.0  # after a failed collective, how long a dying worker may take to exit
+STATUS_BYTES = 512  # a worker's answer to "open": empty (ready) or why not, UTF-8, cut here
+TAG_BYTES = 32  # the HMAC-SHA256 tag before each command
 
 
 class TensorParallelError(RuntimeError):
     """A tensor-parallel rank died or stopped answering; the message names it."""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _loopback_sockets() -> None:
+    """Gloo's and NCCL's sockets on the loopback interface, unless the user chose one:
+    spawned ranks share this host, and nothing beyond it should reach them."""
+    names = [name for _, name in socket.if_nameindex() if name.startswith("lo")]
+    for variable in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+        if names:
+            os.environ.setdefault(variable, names[0])
 
 
 def _launched_by_torchrun() -> bool:
@@ -82,6 +99,8 @@ class TPGroup:
         self._handles = iter(range(1 << 62))
         self._released: list[int] = []  # runner handles to close with the next command
         self._closed = False
+        self._store_dir: str | None = None  # the spawned group's rendezvous, removed at the end
+        self.secret = b""  # signs every command (receive_object checks it before unpickling)
         if _launched_by_torchrun():
             self._join_torchrun(timeout_s)
         else:
@@ -91,11 +110,14 @@ class TPGroup:
     def _spawn(self, timeout_s: float) -> None:
         from minicb.runner import tp_worker
 
-        init = f"tcp://127.0.0.1:{_free_port()}"
+        self.secret = secrets.token_bytes(32)  # to the workers through spawn's pipe only
+        _loopback_sockets()  # before the workers start: they inherit the environment
+        self._store_dir = tempfile.mkdtemp(prefix="minicb-tp-")  # mode 0700: this user only
+        init = f"file://{os.path.join(self._store_dir, 'store')}"
         ctx = torch.multiprocessing.get_context("spawn")
         threads = torch.get_num_threads()
         for rank in range(1, self.world):
-            args = (rank, self.world, init, self.backend, timeout_s, threads)
+            args = (rank, self.world, init, self.backend, timeout_s, threads, self.secret)
             proc = ctx.Process(target=tp_worker.main, args=args, daemon=True, name=f"tp{rank}")
             proc.start()
             self.processes.append(proc)
@@ -111,6 +133,8 @@ class TPGroup:
                 f"tensor_parallel_size {self.world} but torchrun started {world} processes; "
                 "give --nproc-per-node equal to tensor_parallel_size"
             )
+        # every rank the same key (unset: the rendezvous is the only door, see above)
+        self.secret = os.environ.get("MINICB_TP_SECRET", "").encode()
         if self.backend == "nccl":  # one GPU per rank on this host
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(self.backend, timeout=timedelta(seconds=timeout_s))
@@ -118,9 +142,8 @@ class TPGroup:
         if rank != 0:
             from minicb.runner import tp_worker
 
-            tp_worker.serve(
-                rank, self.world, dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
-            )
+            control = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
+            tp_worker.serve(rank, self.world, control, self.secret)
             raise SystemExit(0)  # a worker's script ends with rank 0's engine
 
     # ---- commands ------------------------------------------------------------------------
@@ -130,9 +153,8 @@ class TPGroup:
         self.command(("open", handle, path, config, shared))
         # Wait (as long as loading takes) until every worker has built its shard, or says
         # why it could not: steps are only sent to workers that are ready for them.
-        statuses: list[str | None] = [None] * self.world
         with self.guard():
-            dist.all_gather_object(statuses, None, group=self.control)
+            statuses = gather_statuses("", self.world, self.control)
         failed = [(rank, why) for rank, why in enumerate(statuses) if why]
         if failed:
             self.release(handle)
@@ -152,7 +174,7 @@ class TPGroup:
         released = [self._released.pop() for _ in range(len(self._released))]
         t0 = time.perf_counter()
         with self.guard():
-            send_object((msg, released), self.control, self.timeout)
+            send_object((msg, released), self.control, self.timeout, self.secret)
         self.shard.timer.seconds += time.perf_counter() - t0
 
     @contextlib.contextmanager
@@ -217,28 +239,56 @@ class TPGroup:
         self.broken = self.broken or "the tensor-parallel group was shut down"
         if dist.is_initialized():
             dist.destroy_process_group()
+        if self._store_dir is not None:
+            shutil.rmtree(self._store_dir, ignore_errors=True)
 
 
 def _broken(why: str) -> str:
     return f"tensor-parallel worker {why}; this engine cannot step again: build a new one"
 
 
-def send_object(obj: Any, group: Any, timeout: timedelta) -> None:
-    """Rank 0: broadcast ``obj`` pickled (its length, then its bytes), waiting at most
-    ``timeout`` for each part: a receiver that has stopped answering raises, never hangs."""
-    payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
+def _tag(secret: bytes, data: bytes) -> bytes:
+    return hmac.new(secret, data, hashlib.sha256).digest()
+
+
+def send_object(obj: Any, group: Any, timeout: timedelta, secret: bytes) -> None:
+    """Rank 0: broadcast ``obj`` pickled, after its HMAC under ``secret`` (the length, then
+    tag and bytes), waiting at most ``timeout`` for each part: a receiver that has stopped
+    answering raises, never hangs."""
+    data = pickle.dumps(obj)
+    payload = torch.frombuffer(bytearray(_tag(secret, data) + data), dtype=torch.uint8)
     for tensor in (torch.tensor([payload.numel()], dtype=torch.int64), payload):
         dist.broadcast(tensor, src=0, group=group, async_op=True).wait(timeout)
 
 
-def receive_object(group: Any) -> Any:
+def receive_object(group: Any, secret: bytes) -> Any:
     """Ranks 1..N-1: the next object ``send_object`` broadcasts (waits as long as the
-    group's timeout allows)."""
+    group's timeout allows). Its tag is checked before a byte is unpickled: pickle runs
+    whatever code its bytes name, so only rank 0's commands are read."""
     size = torch.zeros(1, dtype=torch.int64)
     dist.broadcast(size, src=0, group=group)
     payload = torch.empty(int(size.item()), dtype=torch.uint8)
     dist.broadcast(payload, src=0, group=group)
-    return pickle.loads(payload.numpy().tobytes())
+    return pickle.loads(checked(payload.numpy().tobytes(), secret))
+
+
+def checked(signed: bytes, secret: bytes) -> bytes:
+    """The bytes after the tag, if the tag is theirs under ``secret``; else the error."""
+    tag, data = signed[:TAG_BYTES], signed[TAG_BYTES:]
+    if not hmac.compare_digest(tag, _tag(secret, data)):
+        raise TensorParallelError("a command failed its signature check: it is not rank 0's")
+    return data
+
+
+def gather_statuses(status: str, world: int, group: Any) -> list[str]:
+    """Every rank's status (rank order): UTF-8 bytes in a fixed-size tensor, so nothing
+    a rank sends is unpickled by another."""
+    data = status.encode("utf-8")[:STATUS_BYTES]
+    mine = torch.zeros(STATUS_BYTES, dtype=torch.uint8)
+    mine[: len(data)] = torch.tensor(list(data), dtype=torch.uint8)
+    every = [torch.zeros(STATUS_BYTES, dtype=torch.uint8) for _ in range(world)]
+    dist.all_gather(every, mine, group=group)
+    return [bytes(t.numpy()).rstrip(b"\0").decode("utf-8", "replace") for t in every]
 
 
 _current: TPGroup | None = None
