@@ -75,8 +75,6 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
         metavar="ORIGIN",
         help="another origin whose pages may open /ws (e.g. https://course.example.org)",
     )
-    g.add_argument("--show-text", action="store_true", help="viewers see prompts and outputs")
-    g.add_argument("--metrics-public", action="store_true", help="/metrics without a key")
     g.add_argument(
         "--allowed-host",
         action="append",
@@ -85,6 +83,8 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
         help="a name this server is reached by, beyond localhost and IP addresses (e.g. "
         "teacher.local); requests naming any other Host are refused",
     )
+    g.add_argument("--show-text", action="store_true", help="viewers see prompts and outputs")
+    g.add_argument("--metrics-public", action="store_true", help="/metrics without a key")
     g.add_argument(
         "--insecure-public",
         action="store_true",
@@ -110,9 +110,9 @@ def server_guard(args: argparse.Namespace) -> Guard:
         api_key=args.api_key,
         viewer_key=args.viewer_key,
         allowed_origins=tuple(args.allowed_origin),
+        allowed_hosts=tuple(args.allowed_host),
         metrics_public=args.metrics_public,
         show_text=args.show_text,
-        allowed_hosts=tuple(args.allowed_host),
     )
 
 
@@ -196,6 +196,7 @@ def run_server(
     # blocks stop the engine thread and close the trace files. So make it a SystemExit.
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     log_level = getattr(args, "log_level", "warning")
+    keep_keys_out_of_logs()
     if loop is not None:
         loop.start()
     try:
@@ -203,20 +204,12 @@ def run_server(
         # frame far beyond that closes its connection without being buffered whole.
         uvicorn.run(
             app, host=args.host, port=args.port, log_level=log_level, ws_max_size=WS_MAX_BYTES
-    keep_keys_out_of_logs()
         )
     finally:
         if loop is not None:
             loop.stop()
 
 
-def _app(
-    loop: EngineLoop,
-    mode: str,
-    engine: str,
-    model_name: str,
-    guard: Guard,
-    lesson: Lesson | None = None,
 def hide_query(record: logging.LogRecord) -> bool:
     """A log filter: paths without their query, which may hold ``?key=KEY``. uvicorn logs
     each request (``uvicorn.access``) and each WebSocket (``uvicorn.error``) with the path
@@ -235,6 +228,13 @@ def keep_keys_out_of_logs() -> None:
         logging.getLogger(name).addFilter(hide_query)
 
 
+def _app(
+    loop: EngineLoop,
+    mode: str,
+    engine: str,
+    model_name: str,
+    guard: Guard,
+    lesson: Lesson | None = None,
     **api: Any,
 ) -> FastAPI:
     """The visualizer's app for ``loop`` (playing ``lesson``, if any) with the OpenAI
