@@ -115,6 +115,9 @@ STEP_FIGURES = (
     "num_waiting", "num_swapped", "block_tables", "swap_tables", "cached_blocks", "kv_ops",
     "wall_start", "wall_end", "schedule_s", "forward_s", "sample_s",
     "tensor_parallel_size", "collective_s", "bandwidth_util", "flop_util", "busy_s",
+    # a frame's digest of a step (server/frames.py): counts, and rows as lists of numbers
+    "useful_rows", "padding_rows", "num_tokens", "padding_tokens", "prefill_tokens",
+    "generated", "row_changes", "rows",
 )  # fmt: skip
 DECISIONS = ("admitted", "preempted", "swapped_out", "swapped_in", "drafted", "finished")
 

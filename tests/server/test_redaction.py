@@ -145,6 +145,27 @@ def test_every_field_of_every_event_is_classified():
     assert not short_substrings(SECRET, *STOPS) & short_substrings(text)
 
 
+def test_every_field_of_a_frame_is_classified_too():
+    """What a page gets is folded into frames (server/frames.py): their step digests and
+    request events must reach a viewer whole but for the texts."""
+    from minicb.server.frames import StepFolder
+    from minicb.telemetry.kv_state import KVState
+
+    engine = speculative_engine()
+    folder = StepFolder({"name": "api", **engine.describe()}, KVState())
+    seen: list = []
+    engine.bus.subscribe(seen.append)
+    for _ in range(2):
+        engine.add_request(SECRET, SamplingParams(max_tokens=12, temperature=0.0, stop=STOPS))
+    engine.run_until_done()
+    frame = folder.fold(seen, tokens=True)
+    assert any(e["type"] == "step" and e["row_changes"] for e in frame)
+    for event in frame + [{**r} for r in folder.view()["requests"]]:
+        assert set(event) <= set(redact_event(event)), set(event) - set(redact_event(event))
+    text = json.dumps([redact_event(e) for e in frame])
+    assert not short_substrings(SECRET, *STOPS) & short_substrings(text)
+
+
 def test_an_unknown_event_type_or_field_keeps_only_who_and_when():
     odd = {"type": "future", "time": 1.0, "request_id": 3, "words": "QZJX VKWQ"}
     assert redact_event(odd) == {"type": "future", "time": 1.0, "request_id": 3, "redacted": True}
