@@ -99,3 +99,15 @@ def test_every_live_step_is_a_command_minicb_takes():
             assert args.scenario in names, cmd
         files = [p for p in argv[2:] if p.endswith((".ipynb", ".jsonl"))]
         assert all(Path(DECK.parents[2], p).is_file() for p in files), cmd
+
+
+def test_the_recorded_live_step_replays(capsys):
+    """The deck's recording opens in `minicb replay` (here without --serve: its figures)."""
+    from minicb.cli import main
+
+    live = [cmd for s in slides() for cmd in s["live"] if cmd.startswith("minicb replay")]
+    assert live
+    for cmd in live:
+        argv = [a for a in shlex.split(cmd)[1:] if a != "--serve"]
+        assert main(argv) == 0, cmd
+    assert "TTFT" in capsys.readouterr().out

@@ -87,3 +87,12 @@ def test_the_opening_keeps_continuous_batching_fuller_than_static():
     static, continuous = (statistics.mean(occupancy[n]) for n in ("static", "continuous"))
     assert feeder.sent >= 48  # the opening came round at least once more
     assert continuous > 1.5 * static, (continuous, static)
+
+
+def test_the_simulated_demos_opening_shows_it_at_a_gpus_scale():
+    """`minicb demo --simulate H100:llama-3.1-8b` as it starts: 256 slots, a burst of 768."""
+    loop, _app = launch.build_demo(demo_args("--simulate", "H100:llama-3.1-8b"))
+    occupancy = run_rounds(loop.engines, loop.feeder, 300)
+    static, continuous = (statistics.mean(occupancy[n]) for n in ("static", "continuous"))
+    assert loop.feeder.sent == 768
+    assert continuous > 1.5 * static, (continuous, static)
