@@ -84,6 +84,12 @@ function onHello(msg) {
   $("model").textContent = msg.model || "";
   buildPanels(msg.engines);
   onView(msg);
+  // Simulated GPUs paced to the wall clock run different numbers of iterations in the same
+  // seconds (a fuller batch takes longer a step): on one iteration axis the side that ran
+  // fewer would sit left of the window. Time puts both sides' present at the right edge.
+  if (msg.mode === "demo" && !msg.scenario && msg.engines.some((e) => e.simulated)) {
+    app.scale.mode = "time"; $("xmode").value = "time";
+  }
   app.setPaused(msg.paused);
   $("delay").value = Math.round((msg.delay_s || 0) * 1000);
   $("delay-out").value = `${$("delay").value} ms`;

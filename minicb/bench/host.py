@@ -93,18 +93,18 @@ def _subscribe(engine: LLMEngine, folder: Path, names: tuple[str, ...]) -> Any:
 
 class _SteadyLoad:
     """An engine over a FakeRunner that always holds ``num_running`` requests: each one
-    that finishes is replaced by a new one (prompts of 32 tokens that share no prefix, 16 to
-    64 new tokens),
-    so every kind of event comes each step and contexts stay short, as in serving."""
+    that finishes is replaced by a new one (prompts of ``prompt_len`` tokens that share no
+    prefix, 16 to 64 new tokens), so every kind of event comes each step."""
 
-    def __init__(self, num_running: int) -> None:
-        self.count = 0
-        blocks = num_running * blocks_needed(32 + 64, 16)
+    def __init__(self, num_running: int, prompt_len: int = 32) -> None:
+        self.count, self.prompt_len = 0, prompt_len
+        blocks = num_running * blocks_needed(prompt_len + 64, 16)
         config = EngineConfig(
             max_num_seqs=num_running, num_kv_blocks=blocks, num_swap_blocks=0,
-            max_num_batched_tokens=max(512, num_running),
+            max_num_batched_tokens=max(512, num_running, prompt_len),
         )  # fmt: skip
-        self.engine = LLMEngine(config=config, runner=FakeRunner(blocks, num_swap_blocks=0))
+        runner = FakeRunner(blocks, max(256, prompt_len + 64), num_swap_blocks=0)
+        self.engine = LLMEngine(config=config, runner=runner)
         for _ in range(num_running):
             self._add()
 
@@ -112,7 +112,8 @@ class _SteadyLoad:
         max_tokens = 16 + (self.count * 13) % 49  # spread, so that some finish every step
         params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
         c = self.count  # its first two tokens are its own: no prompt shares a block
-        prompt = [3 + c % 250, 3 + c // 250 % 250] + [3 + (7 * c + j) % 250 for j in range(30)]
+        tail = [3 + (7 * c + j) % 250 for j in range(self.prompt_len - 2)]
+        prompt = [3 + c % 250, 3 + c // 250 % 250] + tail
         self.engine.add_request(prompt, params)
         self.count += 1
 
@@ -125,16 +126,20 @@ class _SteadyLoad:
 
 
 def time_instrumentation(
-    num_running: int = 16, steps: int = 400, settings: tuple[str, ...] = ("full",)
+    num_running: int = 16,
+    steps: int = 400,
+    settings: tuple[str, ...] = ("full",),
+    prompt_len: int = 32,
 ) -> dict[str, Any]:
     """Median CPU seconds per step of engines under the same load, one with nothing
     subscribed ("off") and one per setting (a listener of ``LISTENERS`` alone, or "full":
     all of them), stepped in turns (the order reversed every other round) so that the
     machine's load falls on all alike. CPU time of the engine's thread, not wall time: on
     a shared machine a wall-clock step also counts the time other processes held the core.
-    ``instrumentation_s`` is the first setting's median less off's."""
+    ``instrumentation_s`` is the first setting's median less off's; ``step_event_bytes`` the
+    median size of a step event's JSON line in the trace (what a listener serialises)."""
     modes = ("off", *settings)
-    loads = {m: _SteadyLoad(num_running) for m in modes}
+    loads = {m: _SteadyLoad(num_running, prompt_len) for m in modes}
     times: dict[str, list[float]] = {m: [] for m in modes}
     with tempfile.TemporaryDirectory() as tmp:
         undo = [
@@ -148,15 +153,20 @@ def time_instrumentation(
                     times[mode].append(seconds)
         for fn in undo:
             fn()
+        lines = [p.read_bytes().splitlines() for p in Path(tmp).glob("host-*.jsonl")]
+    sizes = [len(line) for f in lines for line in f if line.startswith(b'{"type":"step"')]
     medians = {f"{m}_s": statistics.median(times[m]) for m in modes}
-    return {"num_running": num_running, "steps": steps, **medians,
-            "instrumentation_s": medians[f"{settings[0]}_s"] - medians["off_s"]}  # fmt: skip
+    return {"num_running": num_running, "steps": steps, "prompt_len": prompt_len, **medians,
+            "instrumentation_s": medians[f"{settings[0]}_s"] - medians["off_s"],
+            "step_event_bytes": statistics.median(sizes) if sizes else None}  # fmt: skip
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=500, help="output length to detokenize")
     ap.add_argument("--running", type=int, nargs="+", default=[16, 256])
+    ap.add_argument("--prompt-len", type=int, default=32, help="prompt tokens per request")
+    ap.add_argument("--only-instrumentation", action="store_true", help="skip the other timings")
     ap.add_argument(
         "--listeners", action="store_true", help="also each listener alone, at each --running"
     )
@@ -164,20 +174,22 @@ def main() -> None:
     from minicb.bench.theory import time_schedule
     from minicb.runner.loader import default_model_dir, load_tokenizer
 
-    d = time_detokenize(load_tokenizer(default_model_dir()), args.tokens)
-    print(f"detokenize, {d['num_tokens']} tokens of the default tokenizer, per token: "
-          f"full decode {d['full_decode_s'] * 1e6:.1f} us, incremental "
-          f"{d['incremental_s'] * 1e6:.1f} us ({d['speedup']:.1f}x)")  # fmt: skip
+    if not args.only_instrumentation:
+        d = time_detokenize(load_tokenizer(default_model_dir()), args.tokens)
+        print(f"detokenize, {d['num_tokens']} tokens of the default tokenizer, per token: "
+              f"full decode {d['full_decode_s'] * 1e6:.1f} us, incremental "
+              f"{d['incremental_s'] * 1e6:.1f} us ({d['speedup']:.1f}x)")  # fmt: skip
+        for n in args.running:
+            s = time_schedule(n)
+            print(f"schedule() with {n} running: median {s['median_s'] * 1e3:.3f} ms, "
+                  f"p90 {s['p90_s'] * 1e3:.3f} ms")  # fmt: skip
     for n in args.running:
-        s = time_schedule(n)
-        print(f"schedule() with {n} running: median {s['median_s'] * 1e3:.3f} ms, "
-              f"p90 {s['p90_s'] * 1e3:.3f} ms")  # fmt: skip
-    for n in args.running:
-        r = time_instrumentation(n)
-        print(f"engine.step() CPU time, {n} running over FakeRunner, median of {r['steps']}: "
-              f"off {r['off_s'] * 1e6:.0f} us, full instrumentation {r['full_s'] * 1e6:.0f} us, "
-              f"instrumentation {r['instrumentation_s'] * 1e6:.0f} us per step "
-              f"({r['full_s'] / r['off_s']:.2f}x)")  # fmt: skip
+        r = time_instrumentation(n, prompt_len=args.prompt_len)
+        print(f"engine.step() CPU time, {n} running ({args.prompt_len}-token prompts) over "
+              f"FakeRunner, median of {r['steps']}: off {r['off_s'] * 1e6:.0f} us, full "
+              f"instrumentation {r['full_s'] * 1e6:.0f} us, instrumentation "
+              f"{r['instrumentation_s'] * 1e6:.0f} us per step ({r['full_s'] / r['off_s']:.2f}x); "
+              f"step event {r['step_event_bytes']:,} bytes")  # fmt: skip
     for n in args.running if args.listeners else ():
         r = time_instrumentation(n, settings=(*LISTENERS, "full"))
         alone = ", ".join(f"{m} {(r[f'{m}_s'] - r['off_s']) * 1e6:.0f}" for m in LISTENERS)

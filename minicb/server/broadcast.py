@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 # GPU runs a few hundred iterations a second, each a step and a few request events).
 FOLD_QUEUE = 1 << 16
 OUTBOX_FRAMES = 24  # about two seconds of frames waiting for a browser's socket
+# No message over this many bytes: a burst of ten thousand arrivals in one frame is sent
+# as several messages in a row (same order, nothing dropped), each one a client can take.
+MAX_MESSAGE_BYTES = 192 * 1024
 
 
 class Broadcast:
@@ -46,18 +49,23 @@ class Broadcast:
         self.bytes_sent = 0  # bytes written to every browser's socket, all messages
         self.last_grid: dict[str, list[int]] = {}  # the folded map each engine sent last
         self._task: asyncio.Task | None = None
+        self._starting = asyncio.Lock()
 
     # ---- starting (the first browser starts it, in the server's asyncio loop) -------------
     async def start(self) -> None:
-        if self._task is not None:
-            return
-        loop = self.hub.loop
-        assert loop is not None, "a replay has no engines to broadcast"
-        for name in list(loop.engines):
-            # In the engine thread: the description, the map and the subscription at one
-            # moment, so no event falls between the view a browser gets and the frames after.
-            self.folders[name], self.subs[name] = await loop.acall(lambda n=name: self._join(n))
-        self._task = asyncio.create_task(self._run())
+        # One start for browsers that join together: the first builds the folders, the
+        # others wait for it (without the lock, each would subscribe its own and leak them).
+        async with self._starting:
+            if self._task is not None:
+                return
+            loop = self.hub.loop
+            assert loop is not None, "a replay has no engines to broadcast"
+            for name in list(loop.engines):
+                # In the engine thread: the description, the map and the subscription at one
+                # moment, so no event falls between a browser's view and the frames after it.
+                folder, sub = await loop.acall(lambda n=name: self._join(n))
+                self.folders[name], self.subs[name] = folder, sub
+            self._task = asyncio.create_task(self._run())
 
     def _join(self, name: str) -> tuple[StepFolder, Subscription]:
         engine = self.hub.loop.engines[name]
@@ -116,12 +124,12 @@ class Broadcast:
             key = client.sees_text
             if key not in encoded:
                 shown = [self.hub.shown(client, name, e) for e in events]
-                message = {"type": "frame", "engine": name, "events": shown}
-                message["dropped"] = sub.dropped  # the broadcast's own queue: 0 unless broken
+                head = {"type": "frame", "engine": name, "dropped": sub.dropped}
                 if grid is not None:
-                    message["kv_grid"] = grid
-                encoded[key] = json.dumps(message)
-            self.offer(client, encoded[key])
+                    head["kv_grid"] = grid
+                encoded[key] = _messages(head, shown)
+            for text in encoded[key]:
+                self.offer(client, text)
 
     def _tokens(self, name: str) -> bool:
         return self.hub.loop.engines[name].config.max_num_seqs <= DETAIL_ROWS
@@ -146,3 +154,22 @@ class Broadcast:
             size = len(text.encode())
             client.bytes_sent += size
             self.bytes_sent += size
+
+
+def _messages(head: dict[str, Any], events: list[dict[str, Any]]) -> list[str]:
+    """The frame as one encoded message, or, past MAX_MESSAGE_BYTES, as several in a row
+    that split its events (the folded map rides on the last)."""
+    text = json.dumps({**head, "events": events})
+    if len(text) <= MAX_MESSAGE_BYTES or len(events) < 2:
+        return [text]
+    grid = head.pop("kv_grid", None)
+    budget = MAX_MESSAGE_BYTES - len(json.dumps(head)) - 64 - len(json.dumps(grid or 0))
+    out, part, size = [], [], 0
+    for event, encoded in zip(events, map(json.dumps, events), strict=True):
+        if part and size + len(encoded) + 2 > budget:
+            out.append({**head, "events": part})
+            part, size = [], 0
+        part.append(event)
+        size += len(encoded) + 2
+    out.append({**head, "events": part, **({"kv_grid": grid} if grid else {})})
+    return [json.dumps(m) for m in out]

@@ -44,7 +44,8 @@ DETAIL_ROWS = 64  # a step with this many rows or fewer keeps each row's detail 
 EXACT_BLOCKS = 4096  # a pool this small is drawn block by block: digests carry kv_ops
 KV_GRID_CELLS = 2048  # at most this many cells in a large pool's folded map
 KV_GRID_EVERY = 4  # frames between two grids of a large pool (about 3 a second)
-RECENT_STEPS = 600  # digests a view carries: the charts' longest window, twice
+RECENT_STEPS = 300  # digests a view carries: the charts' longest window
+VIEW_WAITING = 512  # waiting requests a view lists (the latest): a page draws no more rows
 # Phase codes, as the page's timeline numbers them (viz/model.js PHASE).
 PHASE_CODES = {"prefill": 1, "decode": 2, "padding": 3}
 NOT_SCHEDULED = -1  # a row change: this request ran no row in this iteration
@@ -165,6 +166,7 @@ class StepFolder:
                 "num_prompt_tokens": data["num_prompt_tokens"],
                 "max_tokens": data["max_tokens"],
                 "first_token_time": None,
+                "start_step": self.recent[-1]["step"] + 1 if self.recent else None,
             }
         elif kind == "first_token" and rid in self.requests:
             self.requests[rid]["first_token_time"] = data["time"]
@@ -175,7 +177,13 @@ class StepFolder:
     def view(self) -> dict[str, Any]:
         """The engine as of the last fold: its description, the requests it holds (with the
         phase of their last row), the recent digests, and its KV map (exact or folded)."""
-        requests = [{**r, "row": self.rows.get(rid)} for rid, r in self.requests.items()]
+        # Those in the batch, and the latest that wait: ten thousand queued requests would
+        # make a view of megabytes, and a page shows a few hundred rows.
+        requests = [
+            {**r, "row": self.rows[rid]} for rid, r in self.requests.items() if rid in self.rows
+        ]
+        waiting = [r for rid, r in self.requests.items() if rid not in self.rows]
+        requests += [{**r, "row": None} for r in waiting[-VIEW_WAITING:]]
         view = {**self.info, "requests": requests, "recent": list(self.recent)}
         if self.exact:
             view["kv"] = {

@@ -1,0 +1,170 @@
+"""A class from one laptop: N viewers on the simulated H100 demo, what each gets, and what
+the engine and the server pay for them.
+
+It starts ``minicb demo --simulate GPU:MODEL`` on a loopback port (its own process) twice,
+lets it run alone for ``--warmup`` seconds, then watches it for ``--seconds`` seconds with
+no viewer, and the second time with ``--viewers`` plain WebSocket clients on ``/ws``:
+
+- per viewer: frames and bytes a second (as received: after permessage-deflate, which a
+  browser negotiates too, unless ``--no-compression``), the largest message, and whether
+  it was disconnected;
+- the engine: iterations a second (``minicb:iterations_total`` on /metrics) over the same
+  window of the demo's life in two runs, one with no viewer and one with the viewers (the
+  simulated engines are paced to the wall clock: an engine that keeps up steps alike);
+- the server process: CPU seconds a wall second, and its resident memory every 10 s.
+
+Loopback only, bounded in count (at most 500 viewers) and time (at most 15 minutes), and it
+stops the demo it started. A benchmark, not a test:
+
+    python scripts/viewer_load.py --viewers 200 --seconds 300
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+
+import psutil
+import websockets
+
+MAX_VIEWERS, MAX_SECONDS = 500, 900
+
+
+@dataclass
+class Viewer:
+    frames: int = 0
+    bytes: int = 0
+    largest: int = 0
+    closed: str | None = None  # why it was disconnected, if it was
+    frame_times: list[float] = field(default_factory=list)
+
+
+async def watch(url: str, viewer: Viewer, until: float, compression: bool, origin: str) -> None:
+    try:
+        async with websockets.connect(
+            url, max_size=None, compression="deflate" if compression else None,
+            origin=origin, open_timeout=60,
+        ) as ws:  # fmt: skip
+            while time.monotonic() < until:
+                try:
+                    message = await asyncio.wait_for(ws.recv(), until - time.monotonic())
+                except TimeoutError:
+                    break
+                size = len(message)
+                viewer.largest = max(viewer.largest, size)
+                viewer.bytes += size
+                if message.startswith('{"type": "frame"'):  # json.dumps's own spacing
+                    viewer.frames += 1
+                    viewer.frame_times.append(time.monotonic())
+    except Exception as err:  # a refused or dropped connection is a result, not a crash
+        viewer.closed = f"{type(err).__name__}: {err}"
+
+
+def iterations(base: str) -> float:
+    text = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
+    found = re.search(r"^minicb:iterations_total(?:\{[^}]*\})? ([0-9.e+]+)$", text, re.M)
+    return float(found.group(1)) if found else float("nan")
+
+
+def sample(proc: psutil.Process, base: str) -> tuple[float, float, float]:
+    """(wall time, server CPU seconds, engine iterations) now."""
+    cpu = proc.cpu_times()
+    return time.monotonic(), cpu.user + cpu.system, iterations(base)
+
+
+def rates(a: tuple, b: tuple) -> tuple[float, float]:
+    wall = b[0] - a[0]
+    return (b[1] - a[1]) / wall, (b[2] - a[2]) / wall
+
+
+def start(args: argparse.Namespace) -> tuple[subprocess.Popen, psutil.Process, str]:
+    """The demo in its own process, answering on /metrics; the caller stops it."""
+    base = f"http://127.0.0.1:{args.port}"
+    command = [sys.executable, "-m", "minicb.cli", "demo", "--simulate", args.simulate,
+               "--host", "127.0.0.1", "--port", str(args.port)]  # fmt: skip
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(600):  # the server's start, bounded
+        try:
+            iterations(base)
+            break
+        except OSError:
+            time.sleep(0.5)
+    return server, psutil.Process(server.pid), base
+
+
+def stop(server: subprocess.Popen) -> None:
+    server.terminate()
+    try:
+        server.wait(20)
+    except subprocess.TimeoutExpired:
+        server.kill()
+
+
+def run_phase(args: argparse.Namespace, num_viewers: int) -> dict:
+    """A fresh demo, ``--warmup`` seconds alone, then ``--seconds`` with ``num_viewers``
+    viewers: the same workload over the same window of its life in either phase."""
+    server, proc, base = start(args)
+    try:
+        time.sleep(args.warmup)
+        viewers = [Viewer() for _ in range(num_viewers)]
+        until = time.monotonic() + args.seconds
+        compression = not args.no_compression
+        url = base.replace("http", "ws") + "/ws"
+
+        async def run() -> tuple[list, list]:
+            tasks = [asyncio.create_task(watch(url, v, until, compression, base)) for v in viewers]
+            marks, rss = [sample(proc, base)], [proc.memory_info().rss]
+            while time.monotonic() < until - 1:
+                await asyncio.sleep(min(10.0, until - 1 - time.monotonic()))
+                marks.append(sample(proc, base))
+                rss.append(proc.memory_info().rss)
+            await asyncio.gather(*tasks)
+            return marks, rss
+
+        marks, rss = asyncio.run(run())
+    finally:
+        stop(server)
+    cpu, rate = rates(marks[0], marks[-1])
+    out = {"viewers": num_viewers, "iterations_per_s": rate, "server_cpu": cpu,
+           "server_rss_mb": [round(r / 2**20) for r in rss]}  # fmt: skip
+    if viewers:
+        settled = args.seconds - min(20.0, args.seconds / 4)  # after everyone connected
+        first = until - settled
+        fps = [sum(t >= first for t in v.frame_times) / settled for v in viewers]
+        kbps = [v.bytes / args.seconds / 1e3 for v in viewers]
+        out.update(
+            frames_per_s_min=min(fps), frames_per_s_median=statistics.median(fps),
+            kbytes_per_s_median=statistics.median(kbps), kbytes_per_s_max=max(kbps),
+            largest_message_kbytes=max(v.largest for v in viewers) / 1e3,
+            disconnected=sum(v.closed is not None for v in viewers),
+            first_disconnection=next((v.closed for v in viewers if v.closed), None),
+        )  # fmt: skip
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--viewers", type=int, default=200)
+    ap.add_argument("--seconds", type=float, default=300)
+    ap.add_argument("--warmup", type=float, default=20, help="seconds with no viewer first")
+    ap.add_argument("--port", type=int, default=8790)
+    ap.add_argument("--simulate", default="H100:llama-3.1-8b")
+    ap.add_argument("--no-compression", action="store_true")
+    args = ap.parse_args()
+    if not 1 <= args.viewers <= MAX_VIEWERS or not 1 <= args.seconds <= MAX_SECONDS:
+        sys.exit(f"at most {MAX_VIEWERS} viewers and {MAX_SECONDS} seconds")
+    alone, watched = run_phase(args, 0), run_phase(args, args.viewers)
+    ratio = watched["iterations_per_s"] / alone["iterations_per_s"]
+    print(json.dumps({"alone": alone, "watched": watched, "step_rate_ratio": ratio}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
