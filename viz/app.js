@@ -89,6 +89,7 @@ function onHello(msg) {
   // fewer would sit left of the window. Time puts both sides' present at the right edge.
   if (msg.mode === "demo" && !msg.scenario && msg.engines.some((e) => e.simulated)) {
     app.scale.mode = "time"; $("xmode").value = "time";
+    app.scale.window = "100"; $("window").value = "100"; // 20 s: a row of a few seconds reads
   }
   app.setPaused(msg.paused);
   $("delay").value = Math.round((msg.delay_s || 0) * 1000);

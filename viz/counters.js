@@ -39,6 +39,7 @@ export function countersAt(model, cursor) {
     if (seen && seen.value != null) ttfts.push(seen);
     if (r.endStep != null && r.endStep <= step.step) out.done++;
   }
+  out.done += model.forgotten; // the oldest ended ones a long live page let go of
   ttfts.sort((a, b) => a.value - b.value);
   for (const p of [50, 99]) {
     const at = percentile(ttfts, p);

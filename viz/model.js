@@ -12,7 +12,7 @@
 export const PHASE = { waiting: 0, prefill: 1, decode: 2, padding: 3, preempted: 4, swapped: 5 };
 export const PHASE_NAMES = ["waiting", "prefill", "decode", "padding", "preempted", "swapped"];
 const CHECKPOINT_EVERY = 64; // a replay rebuilds the map of any step from the copy before it
-const MAX_REQUESTS = 4000; // ended requests beyond this many are forgotten, oldest first
+const MAX_REQUESTS = 12000; // live: ended requests beyond this many are forgotten, oldest first
 
 // The KV map: every request's device and swap blocks and the evictable cached blocks,
 // changed by each step's kv_ops exactly as the block manager changed the pool.
@@ -133,6 +133,7 @@ export class PanelModel {
     this.tokensAt = new Map(); // step number -> tokens generated in it
     this.written = new Map(); // request id (a string) -> KV blocks it has written
     this.rowCode = new Map(); // request id -> the phase of its row in the last step
+    this.forgotten = 0; // ended requests dropped from order (a long live run): still counted
     // the KV map after the last step, and copies every CHECKPOINT_EVERY steps for a replay
     this.kv = info.kv ? KvState.fromView(info.kv) : new KvState();
     this.kvGrid = info.kv_grid || null; // a large pool: the server's folded map (live)
@@ -285,13 +286,13 @@ export class PanelModel {
     }
     const old = this.steps[this.steps.length - 1 - this.mapsKept];
     if (old) old.kvOps = old.written = null;
-    if (this.order.length > MAX_REQUESTS) this.forget();
+    if (this.order.length > MAX_REQUESTS && this.mapsKept !== Infinity) this.forget();
   }
 
   // A live page at a GPU's scale sees tens of thousands of requests: it keeps the latest.
   forget() {
     const keep = new Set(this.order.filter((r, i) => r.endStep == null || i >= this.order.length - MAX_REQUESTS / 2));
-    for (const r of this.order) if (!keep.has(r)) this.reqs.delete(r.id);
+    for (const r of this.order) if (!keep.has(r)) { this.reqs.delete(r.id); this.forgotten++; }
     this.order = this.order.filter((r) => keep.has(r));
   }
 
