@@ -5,9 +5,9 @@ It starts ``minicb demo --simulate GPU:MODEL`` on a loopback port (its own proce
 lets it run alone for ``--warmup`` seconds, then watches it for ``--seconds`` seconds with
 no viewer, and the second time with ``--viewers`` plain WebSocket clients on ``/ws``:
 
-- per viewer: frames and bytes a second (as received: after permessage-deflate, which a
-  browser negotiates too, unless ``--no-compression``), the largest message, and whether
-  it was disconnected;
+- per viewer: frames and bytes a second (decoded, and on the wire: the loopback's bytes
+  over the viewers, after permessage-deflate, which a browser negotiates too, unless
+  ``--no-compression``), the largest message, and whether it was disconnected;
 - the engine: iterations a second (``minicb:iterations_total`` on /metrics) over the same
   window of the demo's life in two runs, one with no viewer and one with the viewers (the
   simulated engines are paced to the wall clock: an engine that keeps up steps alike);
@@ -119,6 +119,8 @@ def run_phase(args: argparse.Namespace, num_viewers: int) -> dict:
         compression = not args.no_compression
         url = base.replace("http", "ws") + "/ws"
 
+        wire = psutil.net_io_counters(pernic=True)["lo"].bytes_sent
+
         async def run() -> tuple[list, list]:
             tasks = [asyncio.create_task(watch(url, v, until, compression, base)) for v in viewers]
             marks, rss = [sample(proc, base)], [proc.memory_info().rss]
@@ -130,6 +132,7 @@ def run_phase(args: argparse.Namespace, num_viewers: int) -> dict:
             return marks, rss
 
         marks, rss = asyncio.run(run())
+        wire = psutil.net_io_counters(pernic=True)["lo"].bytes_sent - wire
     finally:
         stop(server)
     cpu, rate = rates(marks[0], marks[-1])
@@ -139,7 +142,10 @@ def run_phase(args: argparse.Namespace, num_viewers: int) -> dict:
         settled = args.seconds - min(20.0, args.seconds / 4)  # after everyone connected
         first = until - settled
         fps = [sum(t >= first for t in v.frame_times) / settled for v in viewers]
-        kbps = [v.bytes / args.seconds / 1e3 for v in viewers]
+        kbps = [v.bytes / args.seconds / 1e3 for v in viewers]  # as decoded
+        # On the wire (loopback, everything this machine sent there, both ways): what
+        # permessage-deflate leaves of them; the client's own traffic is small beside it.
+        out["wire_kbytes_per_s_per_viewer"] = wire / args.seconds / 1e3 / len(viewers)
         out.update(
             frames_per_s_min=min(fps), frames_per_s_median=statistics.median(fps),
             kbytes_per_s_median=statistics.median(kbps), kbytes_per_s_max=max(kbps),
