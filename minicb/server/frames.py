@@ -56,9 +56,10 @@ STEP_FIELDS = (
     "prefix_query_tokens", "prefix_hit_tokens", "num_waiting", "num_swapped", "notes",
     "admitted", "preempted", "swapped_out", "swapped_in", "drafted", "finished",
 )  # fmt: skip
+CLOCK_FIELDS = ("wall_start", "wall_end", "busy_s")
 TIMING_FIELDS = (
-    "wall_start", "wall_end", "schedule_s", "forward_s", "sample_s", "tensor_parallel_size",
-    "collective_s", "bandwidth_util", "flop_util", "busy_s",
+    "schedule_s", "forward_s", "sample_s", "tensor_parallel_size", "collective_s",
+    "bandwidth_util", "flop_util",
 )  # fmt: skip
 
 
@@ -115,7 +116,9 @@ class StepFolder:
         data: dict[str, Any] = {"type": "step"}
         plan_dict = plan.to_dict()  # the decisions' dicts; rows are read from the plan below
         data.update((name, plan_dict[name]) for name in STEP_FIELDS)
-        # Microseconds are all a page can tell apart: shorter numbers, fewer bytes.
+        # The step's durations to the microsecond (shorter numbers, fewer bytes); its clock
+        # readings as they are: the page adds them up into each side's own clock.
+        data.update((name, getattr(e, name)) for name in CLOCK_FIELDS)
         data.update((name, _short(getattr(e, name))) for name in TIMING_FIELDS)
         useful = padding = tokens = padding_tokens = prefill_tokens = generated = 0
         rows: dict[int, int] = {}
