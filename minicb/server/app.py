@@ -170,7 +170,11 @@ class Hub:
         return client
 
     def broadcast(self, message: dict[str, Any]) -> None:
-        """Send ``message`` to every connected browser (any thread)."""
+        """Send ``message`` to every connected browser (any thread), after the frames of
+        what the engines did before it (a narration names requests those frames bring)."""
+        if self.broadcast_frames.running:
+            self.broadcast_frames.notice(message)
+            return
         for client in list(self.clients):
             if client.send is not None:
                 client.send(message)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import queue
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +51,17 @@ class Broadcast:
         self.last_grid: dict[str, list[int]] = {}  # the folded map each engine sent last
         self._task: asyncio.Task | None = None
         self._starting = asyncio.Lock()
+        # Messages for every browser from the engine thread (narrations), sent after the
+        # frames folded from the events that came before them.
+        self._notices: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
 
+    @property
+    def running(self) -> bool:
+        return self._task is not None
+
+    def notice(self, message: dict[str, Any]) -> None:
+        """Send ``message`` to every browser at the next frame, after its events (any thread)."""
+        self._notices.put(message)
     # ---- starting (the first browser starts it, in the server's asyncio loop) -------------
     async def start(self) -> None:
         # One start for browsers that join together: the first builds the folders, the
@@ -102,8 +113,15 @@ class Broadcast:
         while True:
             await asyncio.sleep(1 / FRAME_HZ)
             self.frames += 1
+            notices = []  # taken first: the events before them are in the queues already
+            while not self._notices.empty():
+                notices.append(json.dumps(self._notices.get()))
             for name, sub in self.subs.items():
                 self._frame(name, sub)
+            for text in notices:
+                for client in list(self.hub.clients):
+                    if client.outbox is not None:
+                        self.offer(client, text)
 
     def _frame(self, name: str, sub: Subscription) -> None:
         folder = self.folders[name]
