@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from minicb.config import EngineConfig, SamplingParams
 from minicb.detokenizer import IncrementalDetokenizer
 from minicb.request import Request, RequestOutput, RequestStatus, TokenDelta
-from minicb.scheduler import RequestRejected, make_scheduler
+from minicb.scheduler import RequestRejected, SchedulerBase, make_scheduler
 from minicb.scheduler.plan import StepPlan
 from minicb.telemetry import events
 from minicb.telemetry.bus import EventBus
@@ -102,10 +102,13 @@ class LLMEngine:
         runner: Runner | None = None,
         clock: Callable[[], float] | None = None,
         bus: EventBus | None = None,
+        scheduler: Callable[..., SchedulerBase] = make_scheduler,
     ) -> None:
         """``runner``: who executes the plans (default: the model runner on ``model``);
         ``clock``: seconds for every timestamp (default: the wall clock); ``bus``: where
-        events go (default: a new one; a rebuilt engine keeps its predecessor's)."""
+        events go (default: a new one; a rebuilt engine keeps its predecessor's);
+        ``scheduler``: what builds the scheduler, called as ``make_scheduler`` is (a lab
+        tries its own admission policy through it)."""
         self.config = config or EngineConfig()
         if runner is None:
             from minicb.runner.model_runner import ModelRunner  # torch only when needed
@@ -118,7 +121,7 @@ class LLMEngine:
         self.tokenizer = runner.tokenizer
         self.eos_token_ids = runner.stop_token_ids
         self.max_model_len = runner.max_model_len
-        self.scheduler = make_scheduler(
+        self.scheduler = scheduler(
             self.config,
             runner.num_kv_blocks,
             self.max_model_len,

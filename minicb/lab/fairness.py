@@ -65,15 +65,17 @@ def fairness_engine(config: EngineConfig, runner: Any, clock: Any, *, policy: st
     "fill-whatever-fits" (with the fixes' knobs)."""
     from minicb.engine import LLMEngine
 
-    engine = LLMEngine(config=config, runner=runner, clock=clock)
-    if policy == "fill-whatever-fits":
-        old = engine.scheduler
-        new = FillWhateverFits(config, old.blocks.num_blocks, old.max_model_len)
-        new.aging_steps, new.reserve_blocks = aging_steps, reserve_blocks
-        engine.scheduler = new
-    elif policy != "head-of-line":
+    if policy == "head-of-line":
+        return LLMEngine(config=config, runner=runner, clock=clock)
+    if policy != "fill-whatever-fits":
         raise ValueError(f"unknown policy {policy!r}: head-of-line or fill-whatever-fits")
-    return engine
+
+    def build(*args: Any) -> FillWhateverFits:  # the engine's scheduler seam
+        scheduler = FillWhateverFits(*args)
+        scheduler.aging_steps, scheduler.reserve_blocks = aging_steps, reserve_blocks
+        return scheduler
+
+    return LLMEngine(config=config, runner=runner, clock=clock, scheduler=build)
 
 
 @dataclass

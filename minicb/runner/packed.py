@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from minicb.runner.dtype import cpu_capabilities
+
 # The row count oneDNN is told to expect when it lays the weight out. Any count runs on any
 # layout, but the layout decides how fast. The model's 211 products, laid out for one row
 # (a decode of batch 1) against 64 rows: 34.5 against 31.2 ms at 32 rows, 37.1 against 31.8
@@ -45,8 +47,16 @@ class PackedLinear(nn.Module):
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
 
+# oneDNN's bf16 weight reorder needs one of these (its own error names them); an AVX2-only
+# CPU (some AMD EPYCs) has neither, and asking for bf16 there must not crash the engine.
+ONEDNN_BF16 = (("avx512_bw", "avx512_vl", "avx512_dq"), ("avx_ne_convert",))
+
+
 def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
-    return device.type == "cpu" and dtype == torch.bfloat16 and torch.backends.mkldnn.is_available()
+    if device.type != "cpu" or dtype != torch.bfloat16 or not torch.backends.mkldnn.is_available():
+        return False
+    flags = cpu_capabilities()
+    return any(all(flags.get(f) for f in needs) for needs in ONEDNN_BF16)
 
 
 def pack_linears(model: nn.Module) -> int:

@@ -21,6 +21,7 @@ from minicb.bench import roofline
 from minicb.kernels.torch_attention import DecodeIndex, decode_attention
 from minicb.runner import compiled, model_runner
 from minicb.runner.loader import TINY_ARCHITECTURES, make_tiny_model_dir
+from minicb.runner.packed import can_pack
 
 GREEDY = SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True)
 PROMPTS = [[5, 6, 7], [9] * 20, list(range(3, 40)), [11]]
@@ -151,6 +152,9 @@ def test_compiled_tokens_equal_eager_on_every_tiny_architecture(arch, tmp_path, 
     assert llm.engine.runner.describe()["compile"] == "compiled decode steps"
 
 
+@pytest.mark.skipif(
+    not can_pack(torch.device("cpu"), torch.bfloat16), reason="oneDNN cannot pack bf16 here"
+)
 def test_compiled_tokens_equal_eager_with_packed_bf16_layers(tiny_llama_dir, dynamo_eager):
     # Compiled, a packed layer hands its plain weight to the graph (freezing packs it there).
     eager = tokens(LLM(model=tiny_llama_dir, num_kv_blocks=64, dtype="bfloat16"))

@@ -11,7 +11,8 @@ from minicb.runner.loader import TINY_ARCHITECTURES, make_tiny_model_dir
 from minicb.runner.packed import PackedLinear, can_pack, pack_linears
 
 pytestmark = pytest.mark.skipif(
-    not can_pack(torch.device("cpu"), torch.bfloat16), reason="torch built without oneDNN"
+    not can_pack(torch.device("cpu"), torch.bfloat16),
+    reason="oneDNN cannot pack bf16 here (no oneDNN; no AVX-512 BW/VL/DQ nor AVX-NE-CONVERT)",
 )
 
 

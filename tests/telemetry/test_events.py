@@ -14,13 +14,13 @@ from minicb.config import EngineConfig, SamplingParams
 from minicb.engine import LLMEngine
 from minicb.scheduler.plan import Decision, ScheduledRequest, StepPlan
 from minicb.telemetry.events import (
-    KVSnapshotEvent,
     EVENT_TYPES,
     SCHEMA_VERSION,
     STEP_OPTIONAL_FIELDS,
     STEP_PARALLEL_FIELDS,
     STEP_TIMING_FIELDS,
     EngineReset,
+    KVSnapshotEvent,
     RequestAborted,
     RequestAdmitted,
     RequestArrived,
@@ -171,7 +171,7 @@ def test_schema_version_is_the_documented_one():
 
 
 # ---- the step event is the plan ----------------------------------------------------------
-RUNNER_ONLY = {"token_ids", "params", "num_output_tokens", "block_table"}  # inputs of the forward pass
+RUNNER_ONLY = {"token_ids", "params", "num_output_tokens", "block_table"}  # forward inputs
 
 
 @pytest.fixture(scope="module")
