@@ -126,7 +126,9 @@ def test_a_demo_trace_stops_at_the_rebuild_and_never_mixes_two_engines(tmp_path)
         trace = read_trace(path)
         assert trace.header["panel"] == name
         kinds = [e.kind for e in trace.events]
-        assert kinds[0] == "arrived" and kinds[-1] == "aborted" and "reset" not in kinds
+        # a trace opens with the KV map as it stood (schema 3), then the first request
+        assert kinds[:2] == ["kv_snapshot", "arrived"] and kinds[-1] == "aborted"
+        assert "reset" not in kinds
         assert [e.plan.step for e in trace.events if e.kind == "step"] == [1]
 
 
