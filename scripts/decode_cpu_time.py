@@ -28,8 +28,8 @@ from minicb import EngineConfig, SamplingParams
 from minicb.bench import roofline
 from minicb.engine import LLMEngine
 from minicb.runner import probes
-from minicb.runner.catalogue import model_shape
 from minicb.scheduler.plan import DECODE
+from minicb.sim.catalogue import model_shape
 
 PROMPT, WARM, STEPS = 32, 2, 8
 

@@ -6,8 +6,11 @@ labels. Plain Python reads the JS file: the two tables are flat ``key: "text"`` 
 
 The scheduler's reasons and the engine's rejections are shown on the page too, translated by
 the patterns of ``REASONS`` (JS regular expressions of a syntax Python's ``re`` reads alike):
-runs over FakeRunner that provoke every kind of decision check that each reason they give
-has a pattern.
+runs over FakeRunner that provoke every kind of decision (speculative drafts included) check
+that each reason they give has a pattern, and that its Chinese leaves no English words
+behind (a pattern whose ``(.+)`` swallows English words matches, yet shows them untranslated:
+"n-gram of 3 tokens" did). The rendering is checked by the page's own ``translateReason``
+under Node where Node is installed, and by the plain-string templates in Python everywhere.
 
 Each notebook is one notebook for both languages, so the code never drifts between two
 copies: every English markdown cell is followed by its Chinese translation, a markdown cell
@@ -16,7 +19,11 @@ marked ``"lang": "zh"`` in its metadata.
 
 from __future__ import annotations
 
+import functools
+import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -33,6 +40,12 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 # Keys whose Chinese text may carry no Chinese character: "token" is the word Chinese
 # texts on LLMs use (docs/zh keep it too).
 LATIN_OK = {"tokens"}
+# The Latin words a translated reason may keep: the units and names docs/zh keep too, the
+# API's finish reasons, the KV reservations' names and the settings' own names.
+REASON_LATIN_OK = set(
+    "token KV CPU id n-gram stop length max pow2 oracle max_tokens max_num_batched_tokens "
+    "expected_output_tokens messages".split()
+)
 
 
 def _tables() -> dict[str, dict[str, str]]:
@@ -46,10 +59,19 @@ def _tables() -> dict[str, dict[str, str]]:
     return tables
 
 
-def _reason_patterns() -> list[re.Pattern]:
+def _reason_templates() -> list[tuple[re.Pattern, str | None]]:
+    """(pattern, Chinese template) in the page's order; None for a template that is code."""
     source = (VIZ / "i18n.js").read_text(encoding="utf-8")
     body = source[source.index("const REASONS = [") : source.index("\n];")]
-    return [re.compile(p) for p in re.findall(r"^  \[/(.+?)/, ", body, re.M)]
+    found = re.findall(r"^  \[/(.+?)/, (.*)\],$", body, re.M)
+    return [
+        (re.compile(p), t[1:-1] if t.startswith('"') and t.endswith('"') else None)
+        for p, t in found
+    ]
+
+
+def _reason_patterns() -> list[re.Pattern]:
+    return [p for p, _ in _reason_templates()]
 
 
 def _reasons_of_a_run(**options) -> set[str]:
@@ -62,7 +84,7 @@ def _reasons_of_a_run(**options) -> set[str]:
     while engine.has_unfinished():
         plan = engine.step().event.plan
         seen.update(d.reason for d in plan.admitted + plan.preempted + plan.finished)
-        seen.update(d.reason for d in plan.swapped_out + plan.swapped_in)
+        seen.update(d.reason for d in plan.swapped_out + plan.swapped_in + plan.drafted)
         seen.update(plan.notes)
     return seen
 
@@ -82,8 +104,8 @@ def _rejections() -> set[str]:
     return seen
 
 
-def test_every_reason_and_rejection_has_a_chinese_pattern():
-    patterns = _reason_patterns()
+@functools.cache
+def _all_reasons() -> frozenset[str]:
     seen = _rejections()
     for options in (
         {},
@@ -91,11 +113,64 @@ def test_every_reason_and_rejection_has_a_chinese_pattern():
         {"policy": "priority"},
         {"batching": "static"},
         {"enable_chunked_prefill": False, "max_num_batched_tokens": 64},
+        {"speculative": "ngram"},
+        {"speculative": "ngram", "num_speculative_tokens": 8, "max_num_batched_tokens": 40},
     ):
         seen |= _reasons_of_a_run(**options)
+    return frozenset(seen)
+
+
+def _english_left(chinese: str) -> list[str]:
+    return [w for w in re.findall(r"[A-Za-z][A-Za-z0-9_-]*", chinese) if w not in REASON_LATIN_OK]
+
+
+def test_every_reason_and_rejection_has_a_chinese_pattern():
+    patterns = _reason_patterns()
+    seen = _all_reasons()
     assert len(seen) > 20  # the runs really met many kinds of decision
+    assert any(r.startswith("drafts ") for r in seen)  # speculative drafts among them
     untranslated = sorted(r for r in seen if not any(p.match(r) for p in patterns))
     assert untranslated == []
+
+
+def test_a_translated_reason_leaves_no_english_behind():
+    """The first matching pattern's plain-string template, filled as the page fills it,
+    leaves only the Latin words docs/zh keep (token, KV, the settings' names)."""
+    left = {}
+    for reason in sorted(_all_reasons()):
+        for pattern, template in _reason_templates():
+            m = pattern.match(reason)
+            if m:
+                if template is not None:
+                    out = re.sub(r"\$(\d)", lambda g, m=m: m.group(int(g.group(1))), template)
+                    if _english_left(out):
+                        left[reason] = out
+                break
+    assert left == {}
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is not installed")
+def test_the_pages_own_translation_leaves_no_english_behind():
+    """The same, through viz/i18n.js's translateReason itself (the templates that are code,
+    and the reasons nested in reasons, included)."""
+    script = (
+        'globalThis.localStorage = { getItem: () => "zh", setItem() {} };'
+        "const { translateReason } = await import(process.argv[1]);"
+        'let data = ""; for await (const c of process.stdin) data += c;'
+        "process.stdout.write(JSON.stringify(JSON.parse(data).map(translateReason)));"
+    )
+    reasons = sorted(_all_reasons())
+    done = subprocess.run(
+        ["node", "--input-type=module", "-e", script, (VIZ / "i18n.js").as_uri()],
+        input=json.dumps(reasons),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    chinese = json.loads(done.stdout)
+    left = {r: c for r, c in zip(reasons, chinese, strict=True) if _english_left(c)}
+    assert left == {}
 
 
 def test_every_english_string_has_a_chinese_one():

@@ -167,10 +167,10 @@ const REASONS = [
   [/^token id (.+) is outside the vocabulary of (\d+) tokens$/, "token id $1 超出了 $2 个 token 的词表"],
   [/^messages is empty; give at least one message$/, "messages 为空；至少需要一条消息"],
   [/^this model has no chat template; give a plain prompt instead$/, "该模型没有对话模板；请改用普通提示词"],
-  [/^drafts nothing: the n-gram (.+) appeared at position (\d+), but no free KV block is left for drafts$/, "不起草：n-gram $1 之前出现在位置 $2，但已没有空闲的 KV 块可放草稿"],
-  [/^drafts (\d+) tokens?: the n-gram (.+) appeared at position (\d+); trimmed from (\d+): the free KV blocks hold (\d+) more$/, "起草 $1 个 token：n-gram $2 之前出现在位置 $3；从 $4 个削减：空闲的 KV 块只能再放 $5 个"],
-  [/^drafts (\d+) tokens?: the n-gram (.+) appeared at position (\d+); (the token budget|max_tokens|the context) leaves room for (\d+)$/, (m) => `起草 ${m[1]} 个 token：n-gram ${m[2]} 之前出现在位置 ${m[3]}；${LIMITS[m[4]]}只留得下 ${m[5]} 个`],
-  [/^drafts (\d+) tokens?: the n-gram (.+) appeared at position (\d+)$/, "起草 $1 个 token：n-gram $2 之前出现在位置 $3"],
+  [/^drafts nothing: the n-gram of (\d+) tokens? appeared at position (\d+), but no free KV block is left for drafts$/, "不起草：长 $1 个 token 的 n-gram 之前出现在位置 $2，但已没有空闲的 KV 块可放草稿"],
+  [/^drafts (\d+) tokens?: the n-gram of (\d+) tokens? appeared at position (\d+); trimmed from (\d+): the free KV blocks hold (\d+) more$/, "起草 $1 个 token：长 $2 个 token 的 n-gram 之前出现在位置 $3；从 $4 个削减：空闲的 KV 块只能再放 $5 个"],
+  [/^drafts (\d+) tokens?: the n-gram of (\d+) tokens? appeared at position (\d+); (the token budget|max_tokens|the context) leaves room for (\d+)$/, (m) => `起草 ${m[1]} 个 token：长 ${m[2]} 个 token 的 n-gram 之前出现在位置 ${m[3]}；${LIMITS[m[4]]}只留得下 ${m[5]} 个`],
+  [/^drafts (\d+) tokens?: the n-gram of (\d+) tokens? appeared at position (\d+)$/, "起草 $1 个 token：长 $2 个 token 的 n-gram 之前出现在位置 $3"],
   [/^request (\d+) (.+)$/, (m) => `请求 ${m[1]} ${translateReason(m[2])}`],
 ];
 

@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from minicb.runner.step_time import plan_rows, step_totals
+from minicb.sim.step_time import plan_rows, step_totals
 from minicb.telemetry.events import Event, StepEvent
 from minicb.telemetry.metrics import MetricsCollector
 

@@ -15,7 +15,6 @@ from typing import Any
 from minicb.bench import (
     RunRecord,
     aggregate,
-    calibration,
     outside_model_share,
     paired_ratio,
     ratio_table,
@@ -27,9 +26,10 @@ from minicb.bench.bench_plan import MINICB, BenchPlan, sweep_workload
 from minicb.bench.systems import Systems, compare_prefix_caching, kv_blocks_for, sibling
 from minicb.bench.workloads import Workload
 from minicb.runner import probes
-from minicb.runner.catalogue import model_shape
-from minicb.runner.step_time import ModelShape
 from minicb.scheduler.block_manager import blocks_needed
+from minicb.sim import calibration
+from minicb.sim.catalogue import model_shape
+from minicb.sim.step_time import ModelShape
 
 
 def count_runs(plan: BenchPlan, num_workloads: int, num_cached: int = 0) -> int:

@@ -10,7 +10,7 @@ request's KV cache, and do two FLOPs per weight per row plus the attention arith
     t_min(B) = max(bytes(B) / copy bandwidth, flops(B) / matmul FLOP/s)
 
 The ceiling is B / t_min(B) tokens per second. The bytes and FLOPs are the step-time model's
-(``ModelShape.step_work``, minicb/runner/step_time.py: counted from the model's config, the
+(``ModelShape.step_work``, minicb/sim/step_time.py: counted from the model's config, the
 norms left out) for B one-token rows. Copy bandwidth (read + write bytes of one large
 ``copy_``, as STREAM counts it) and matmul FLOP/s (a square matmul in the engine's dtype,
 sized so that one product takes about ``probes.PROBE_S``) are measured with torch on the
@@ -32,8 +32,8 @@ from minicb.bench.hf_padded import generate_times
 from minicb.config import SamplingParams
 from minicb.engine import LLMEngine
 from minicb.runner import probes
-from minicb.runner.step_time import ModelShape
 from minicb.scheduler.plan import DECODE
+from minicb.sim.step_time import ModelShape
 from minicb.telemetry.events import StepEvent
 
 

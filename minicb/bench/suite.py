@@ -24,7 +24,6 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from minicb.bench import calibration
 from minicb.bench.bench_plan import (
     FULL,
     MINICB,
@@ -40,8 +39,9 @@ from minicb.bench.systems import (
     build_systems,
 )
 from minicb.config import COMPILE_MODES, DTYPES, describe_choices
-from minicb.runner.catalogue import model_shape
 from minicb.runner.loader import load_hf_config, resolve_model_path
+from minicb.sim import calibration
+from minicb.sim.catalogue import model_shape
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -87,8 +87,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_simulated_bench(args: argparse.Namespace) -> int:
     """``--simulate``: the reproductions, printed as markdown and written as
     reproductions.json/.md/.html to ``--out-dir``."""
-    from minicb.bench.reproduction_report import render, render_html
-    from minicb.bench.reproductions import REPRODUCTIONS, run_all
+    from minicb.sim.report import render, render_html
+    from minicb.sim.reproductions import REPRODUCTIONS, run_all
 
     size = 0.25 if args.quick else 1.0
     results = run_all(args.reproduce or list(REPRODUCTIONS), args.simulate, size)

@@ -4,7 +4,7 @@ roofline minimum measured on this machine.
 For one StepPlan whose forward pass took ``forward_s`` seconds:
 
     bytes, flops   = the step-time model's work of the plan's rows (ModelShape.step_work of
-                     step_totals, minicb/runner/step_time.py), divided by the ranks
+                     step_totals, minicb/sim/step_time.py), divided by the ranks
     bandwidth_util = bytes / (copy bandwidth x forward_s)
     flop_util      = flops / (matmul FLOP/s x forward_s)
 
@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from minicb.runner.catalogue import model_shape
 from minicb.runner.probes import MachineRates, copy_bytes, machine_rates
-from minicb.runner.step_time import ModelShape, plan_rows, step_totals
+from minicb.sim.catalogue import model_shape
+from minicb.sim.step_time import ModelShape, plan_rows, step_totals
 
 if TYPE_CHECKING:
     from minicb.scheduler.plan import StepPlan

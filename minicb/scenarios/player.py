@@ -69,7 +69,7 @@ def build_engines(
     configs = {s.name: EngineConfig.from_kwargs(**s.engine) for s in scenario.sides}
     profile = scenario.runner if scenario.simulated else profile
     if profile is not None:
-        from minicb.server.simulation import simulated_engines
+        from minicb.sim.demo import simulated_engines
 
         return simulated_engines(profile, configs)
     names = list(configs)

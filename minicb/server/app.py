@@ -52,7 +52,7 @@ from minicb.server.controls import handle_control
 from minicb.server.frames import StepFolder
 from minicb.server.guard import CONTROLLER, VIEWER, Guard, check_hosts
 from minicb.server.redaction import redact_event
-from minicb.server.simulation import simulation_choices
+from minicb.sim.demo import simulation_choices
 from minicb.telemetry.events import StepEvent
 from minicb.telemetry.kv_state import KVState
 

@@ -40,9 +40,9 @@ from minicb.config import (
     STATIC_ORDERS,
     SamplingParams,
 )
-from minicb.runner.catalogue import read_catalogue
 from minicb.server.redaction import text_free
 from minicb.server.workload import LENGTHS, PRESETS, WorkloadSpec, encode_prompt
+from minicb.sim.catalogue import read_catalogue
 
 if TYPE_CHECKING:
     from minicb.server.app import Hub
@@ -253,7 +253,7 @@ async def _simulate(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
     if hub.mode != "demo" or not all(e.describe()["simulated"] for e in loop.engines.values()):
         raise ControlError("this demo runs a real model; start one with --simulate GPU:MODEL")
     try:
-        from minicb.server.simulation import resimulate
+        from minicb.sim.demo import resimulate
 
         return {"engines": await loop.acall(lambda: resimulate(loop, f"{gpu}:{model}"))}
     except ValueError as err:  # e.g. weights larger than the GPU's memory

@@ -35,7 +35,7 @@ from typing import Any
 from minicb.config import SamplingParams
 from minicb.engine import LLMEngine
 from minicb.request import RequestOutput, TokenDelta
-from minicb.server.pacing import Pacer
+from minicb.sim.pacing import Pacer
 from minicb.telemetry.events import Event
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@
 
 - replay: the visualizer fed from recorded traces, with a scrub slider and no model.
 - demo --simulate GPU:MODEL: the same demo at data-centre scale on a GPU that is not
-  there (minicb/runner/simulated.py): 256 slots, the KV pool of that GPU, step times
+  there (minicb/sim/runner.py): 256 slots, the KV pool of that GPU, step times
   predicted, paced against the wall clock by ``--speed`` (pacing.py). The page, its
   title, the traces and the reports say "simulated" and name the profile.
 
@@ -251,7 +251,7 @@ def _app(
 def resolve_demo_defaults(args: argparse.Namespace) -> None:
     """Fill the engine and workload options left unset with the demo's defaults: small for
     the real model on a CPU, a serving engine's scale for a simulated GPU."""
-    from minicb.server.simulation import SIMULATED_DEFAULTS, SIMULATED_WORKLOAD
+    from minicb.sim.demo import SIMULATED_DEFAULTS, SIMULATED_WORKLOAD
 
     simulated = getattr(args, "simulate", None)
     if getattr(args, "workload", "poisson") is None:  # the opening, unless a rate was asked
@@ -274,7 +274,7 @@ def demo_engines(args: argparse.Namespace) -> dict[str, LLMEngine]:
     kwargs.pop("batching")
     configs = {b: EngineConfig(batching=b, **kwargs) for b in ("static", "continuous")}
     if args.simulate:
-        from minicb.server.simulation import simulated_engines
+        from minicb.sim.demo import simulated_engines
 
         return simulated_engines(args.simulate, configs)
     continuous = LLMEngine(args.model, configs["continuous"])
@@ -285,8 +285,8 @@ def demo_engines(args: argparse.Namespace) -> dict[str, LLMEngine]:
 def build_demo(args: argparse.Namespace) -> tuple[EngineLoop, FastAPI]:
     """The engine loop (not started) and the app of a demo, from parsed options."""
     from minicb.server.engine_loop import EngineLoop
-    from minicb.server.pacing import MAX_TICK_S, Pacer
     from minicb.server.workload import WorkloadFeeder, WorkloadSpec
+    from minicb.sim.pacing import MAX_TICK_S, Pacer
 
     guard = server_guard(args)  # before the model loads: a refused host costs no wait
     if args.scenario:

@@ -35,8 +35,8 @@ SIMULATED_DELAY_S = 0.05  # a simulated round is instant: slow it enough to watc
 def runners(scenario: Scenario, real: Runner | None) -> dict[str, tuple[Runner, Any]]:
     """Each panel's runner and clock for ``scenario``: a simulated GPU of its own with a
     virtual clock, or ``real`` (the model, loaded once) with the wall clock."""
-    from minicb.runner.catalogue import load_profile
-    from minicb.runner.simulated import SimulatedRunner
+    from minicb.sim.catalogue import load_profile
+    from minicb.sim.runner import SimulatedRunner
 
     out = {}
     profile = load_profile(scenario.runner) if scenario.simulated else None

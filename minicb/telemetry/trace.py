@@ -110,7 +110,7 @@ def trace_header(engine: Any = None, **extra: Any) -> dict[str, Any]:
         header["config"] = engine.config.to_dict()
         header["model"] = engine.model_name
         header["hardware"].update(engine.runner.describe())
-        # A run on a simulated GPU (minicb/runner/simulated.py) is no measurement: say so.
+        # A run on a simulated GPU (minicb/sim/runner.py) is no measurement: say so.
         header["simulated"] = bool(header["hardware"].get("simulated"))
     header.update(extra)
     return header

@@ -14,7 +14,7 @@ from minicb.bench import (
     theory,
 )
 from minicb.bench.goals import evaluate
-from minicb.runner.step_time import ModelShape
+from minicb.sim.step_time import ModelShape
 
 
 def _run(system, out_tok_s, ttft=None, error=None):

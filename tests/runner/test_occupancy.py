@@ -12,7 +12,7 @@ from minicb.runner.fake import FakeRunner
 from minicb.runner.model_runner import ModelRunner
 from minicb.runner.occupancy import Occupancy
 from minicb.runner.probes import MachineRates, copy_bytes, matmul_size, measure_matmul_flops
-from minicb.runner.step_time import ModelShape
+from minicb.sim.step_time import ModelShape
 
 # The shape of tests/sim/test_utilisation.py: one layer of 160 matmul parameters, 224
 # streamed (with the lm_head): 448 bytes in bf16; KV 16 bytes per token.

@@ -18,7 +18,7 @@ from minicb.server.broadcast import MAX_MESSAGE_BYTES, _messages
 from minicb.server.engine_loop import EngineLoop
 from minicb.server.frames import DETAIL_ROWS, KV_GRID_CELLS
 from minicb.server.openai_api import install_openai_routes
-from minicb.server.simulation import simulated_engines
+from minicb.sim.demo import simulated_engines
 from tests.api.live import LOCAL
 from tests.helpers import wait_for
 

@@ -10,9 +10,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from minicb import EngineConfig, LLMEngine, SamplingParams, VirtualClock
-from minicb.runner.simulated import SimulatedRunner
 from minicb.server.app import create_app
 from minicb.server.engine_loop import EngineLoop
+from minicb.sim.runner import SimulatedRunner
 from minicb.telemetry.kv_state import KVState
 from minicb.telemetry.trace import read_trace, record_trace
 from tests.server.conftest import events_until, fake_engine

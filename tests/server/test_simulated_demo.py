@@ -22,9 +22,9 @@ from minicb.runner.fake import FakeRunner
 from minicb.server import launch
 from minicb.server.app import _replay_info, create_app
 from minicb.server.engine_loop import EngineLoop
-from minicb.server.pacing import MAX_TICK_S, Pacer
-from minicb.server.simulation import SIMULATED_WORKLOAD, simulated_engines
 from minicb.server.workload import WorkloadFeeder, WorkloadSpec
+from minicb.sim.demo import SIMULATED_WORKLOAD, simulated_engines
+from minicb.sim.pacing import MAX_TICK_S, Pacer
 from minicb.telemetry.trace import TraceWriter, read_trace, trace_header
 from tests.api.live import LOCAL
 from tests.server.conftest import control

@@ -3,17 +3,17 @@ bench workload."""
 
 import pytest
 
-from minicb.bench.calibration import (
+from minicb.bench.workloads import capped_exponential
+from minicb.config import EngineConfig
+from minicb.sim.calibration import (
     cpu_profile,
     probe_steps,
     simulated_ratio,
     step_errors,
     step_kind,
 )
-from minicb.bench.workloads import capped_exponential
-from minicb.config import EngineConfig
-from minicb.runner.catalogue import load_profile
-from minicb.runner.step_time import step_totals
+from minicb.sim.catalogue import load_profile
+from minicb.sim.step_time import step_totals
 from tests.helpers import fake_engine
 from tests.sim.test_step_time import SHAPE
 

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from minicb.bench import reproductions as rp
-from minicb.bench.reproduction_report import render, render_html
-from minicb.bench.simulate import SimRequest, exponential_lengths, run_simulated
 from minicb.cli import main
 from minicb.config import EngineConfig
-from minicb.runner.catalogue import load_profile
+from minicb.sim import reproductions as rp
+from minicb.sim.catalogue import load_profile
+from minicb.sim.report import render, render_html
+from minicb.sim.run import SimRequest, exponential_lengths, run_simulated
 
 
 def by(rows, key):

@@ -7,7 +7,7 @@ import pytest
 
 from minicb import LLMEngine, SamplingParams, VirtualClock
 from minicb.config import EngineConfig
-from minicb.runner.simulated import SimulatedRunner
+from minicb.sim.runner import SimulatedRunner
 from tests.helpers import mixed_prompts
 
 PROMPTS = mixed_prompts(12, vocab=256, seed=5, min_len=3, max_len=40)

@@ -5,8 +5,8 @@ import pytest
 
 from minicb import LLMEngine, SamplingParams, VirtualClock
 from minicb.config import EngineConfig
-from minicb.runner.catalogue import load_profile
-from minicb.runner.simulated import SimulatedRunner
+from minicb.sim.catalogue import load_profile
+from minicb.sim.runner import SimulatedRunner
 
 
 def test_the_pool_is_the_gpus_unless_the_config_fixes_it():
@@ -62,7 +62,7 @@ def test_the_simulator_never_loads_torch():
     import sys
 
     code = (
-        "import sys; from minicb.bench.reproductions import scale; scale(0.02); "
+        "import sys; from minicb.sim.reproductions import scale; scale(0.02); "
         "assert 'torch' not in sys.modules, 'torch was imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

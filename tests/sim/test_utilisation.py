@@ -6,8 +6,8 @@ import pytest
 
 from minicb import LLMEngine, SamplingParams, VirtualClock
 from minicb.config import EngineConfig
-from minicb.runner.simulated import SimulatedRunner
-from minicb.runner.step_time import Efficiency, GPUSpec, ModelShape, StepTimeModel
+from minicb.sim.runner import SimulatedRunner
+from minicb.sim.step_time import Efficiency, GPUSpec, ModelShape, StepTimeModel
 from minicb.telemetry.events import from_dict, to_dict
 
 # Round numbers: 1,000 B/s and 1,000 FLOP/s at half efficiency, 0.1 s overhead per step.

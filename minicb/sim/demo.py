@@ -1,11 +1,12 @@
 """The simulated demo's engines: static and continuous batching on simulated GPUs, the
 picker's choices, and rebuilding both engines on another GPU.
 
-``minicb demo --simulate GPU:MODEL`` (launch.py) runs the demo on SimulatedRunner
-(minicb/runner/simulated.py): no weights, the KV pool of that GPU, predicted step times.
-Each engine has its own simulated GPU and its own VirtualClock, as two machines side by
-side would; the engine loop's Pacer (pacing.py) holds both to the wall clock. The page's
-picker (controls.py's ``simulate``) moves both to another catalogue profile. Pure Python.
+``minicb demo --simulate GPU:MODEL`` (minicb/server/launch.py) runs the demo on
+SimulatedRunner (minicb/sim/runner.py): no weights, the KV pool of that GPU, predicted step
+times. Each engine has its own simulated GPU and its own VirtualClock, as two machines side
+by side would; the engine loop's Pacer (sim/pacing.py) holds both to the wall clock. The
+page's picker (minicb/server/controls.py's ``simulate``) moves both to another catalogue
+profile. Pure Python.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from minicb.engine import LLMEngine
 from minicb.runner import VirtualClock
-from minicb.runner.catalogue import load_profile, read_catalogue
-from minicb.runner.simulated import SimulatedRunner
+from minicb.sim.catalogue import load_profile, read_catalogue
+from minicb.sim.runner import SimulatedRunner
 
 if TYPE_CHECKING:
     from minicb.config import EngineConfig

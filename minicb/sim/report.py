@@ -12,7 +12,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from minicb.bench.reproductions import PUBLISHED, SARATHI_SYSTEMS
+from minicb.sim.reproductions import PUBLISHED, SARATHI_SYSTEMS
 
 TBT_SLO_S = 0.1  # the P99 time-between-tokens target the Sarathi capacity is read at
 

@@ -2,7 +2,7 @@
 
 It is ``FakeRunner`` (the same deterministic tokens, the same forced output lengths) with
 two things of a real GPU: the KV pool a serving engine would size on it, and a step time
-predicted by the step-time model (minicb/runner/step_time.py) from each plan's rows. Each
+predicted by the step-time model (minicb/sim/step_time.py) from each plan's rows. Each
 ``execute`` advances the engine's ``VirtualClock`` by that time, so every event, metric and
 trace carries the times the GPU would have taken. The scheduler, block manager, events,
 metrics, traces, server and visualizer are the real ones: the simulator is the engine with
@@ -21,10 +21,10 @@ from typing import Any
 
 from minicb.config import EngineConfig
 from minicb.runner import RunnerOutput, VirtualClock
-from minicb.runner.catalogue import load_profile
 from minicb.runner.fake import FakeRunner
-from minicb.runner.step_time import StepTimeModel
 from minicb.scheduler.plan import StepPlan
+from minicb.sim.catalogue import load_profile
+from minicb.sim.step_time import StepTimeModel
 
 GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of device memory for weights + KV
 ELEM_BYTES = {"auto": 2, "bfloat16": 2, "float16": 2, "float32": 4}
@@ -44,7 +44,7 @@ class SimulatedRunner(FakeRunner):
         tokenizer: Any | None = None,
     ) -> None:
         """``profile``: a step-time model, or its name (``"H100:llama-3.1-8b"``, see
-        minicb.runner.catalogue.load_profile); ``config``: the engine's settings (its
+        minicb.sim.catalogue.load_profile); ``config``: the engine's settings (its
         block size, dtype, tensor-parallel degree, and pool sizes where it fixes them);
         ``clock``: the engine's clock, advanced by each step's predicted time."""
         config = config or EngineConfig()

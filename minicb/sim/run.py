@@ -23,8 +23,8 @@ from minicb.bench.driver import feed
 from minicb.config import EngineConfig, SamplingParams
 from minicb.engine import LLMEngine
 from minicb.runner import VirtualClock
-from minicb.runner.simulated import SimulatedRunner
-from minicb.runner.step_time import StepTimeModel
+from minicb.sim.runner import SimulatedRunner
+from minicb.sim.step_time import StepTimeModel
 from minicb.telemetry.metrics import MetricsCollector
 
 

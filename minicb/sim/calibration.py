@@ -1,6 +1,6 @@
 """Calibration: does the simulated runner's step-time model predict the real engine here?
 
-The ``cpu`` profile is the step-time model (minicb/runner/step_time.py) of this machine:
+The ``cpu`` profile is the step-time model (minicb/sim/step_time.py) of this machine:
 the copy bandwidth and matmul FLOP/s the bench measured (``hardware``), memory and compute
 added rather than overlapped (one core does both in turn), and three figures read off a
 probe of the same engine taken just before each workload (``probe_steps``; the roofline's
@@ -40,8 +40,8 @@ from minicb.bench.workloads import Workload
 from minicb.config import EngineConfig, SamplingParams
 from minicb.engine import LLMEngine
 from minicb.runner import VirtualClock
-from minicb.runner.simulated import SimulatedRunner
-from minicb.runner.step_time import Efficiency, GPUSpec, ModelShape, StepTimeModel
+from minicb.sim.runner import SimulatedRunner
+from minicb.sim.step_time import Efficiency, GPUSpec, ModelShape, StepTimeModel
 
 PAIR = ("minicb-continuous", "minicb-static")
 STEP_TARGET, RATIO_TARGET = 0.25, 0.10

@@ -20,7 +20,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from minicb.bench import theory
-from minicb.bench.simulate import (
+from minicb.config import EngineConfig
+from minicb.sim.catalogue import load_profile
+from minicb.sim.run import (
     SimRequest,
     exponential_lengths,
     lognormal_lengths,
@@ -28,9 +30,7 @@ from minicb.bench.simulate import (
     run_simulated,
     with_arrivals,
 )
-from minicb.config import EngineConfig
-from minicb.runner.catalogue import load_profile
-from minicb.runner.step_time import StepTimeModel
+from minicb.sim.step_time import StepTimeModel
 
 PAPER_ENGINE = dict(enable_prefix_caching=False, max_num_seqs=256)  # none had a prefix cache
 

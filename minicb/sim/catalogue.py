@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from minicb.runner.step_time import GIB, Efficiency, GPUSpec, ModelShape, StepTimeModel
+from minicb.sim.step_time import GIB, Efficiency, GPUSpec, ModelShape, StepTimeModel
 
 CATALOGUE_FILE = Path(__file__).with_name("catalogue.json")
 
