@@ -166,7 +166,7 @@ def test_a_trace_with_fields_of_the_wrong_type_is_one_error_line(tmp_path, capsy
     for event in broken:
         if event.get("type") == "step":
             event["kv_used"] = "many"
-        if event.get("type") == "token":
+        if event.get("type") == "tokens":
             event["time"] = "soon"
     path.write_text("\n".join(json.dumps(e) for e in broken) + "\n")
     argv = ["replay", str(path)] + (["--serve", "--port", "1"] if serve else [])

@@ -316,11 +316,14 @@ const HANDLERS = {
     const r = m.req(e.request_id);
     r.firstTokenStep = e.step; r.firstTokenTime = e.time; r.firstTokenOwn = m.ownNow(e.time);
   },
-  token: (m, e) => {
-    const r = m.req(e.request_id);
-    r.pieces.push([e.step, e.text ?? ""]);
-    if (e.redacted) r.redacted = true; // a text-free view: the server blanked text and id
-    else r.tokenIds.push(e.token_id);
+  tokens: (m, e) => { // a step's tokens, one entry per token in each list
+    e.request_ids.forEach((id, i) => {
+      const r = m.req(id);
+      r.pieces.push([e.step, e.texts[i] ?? ""]);
+      // a text-free view: the server blanked the texts and ids of others' requests
+      if (e.token_ids[i] == null) r.redacted = true;
+      else r.tokenIds.push(e.token_ids[i]);
+    });
   },
   finished: (m, e) => {
     const r = m.req(e.request_id);

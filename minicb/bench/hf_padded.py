@@ -27,8 +27,8 @@ from minicb.telemetry.events import (
     RequestAdmitted,
     RequestArrived,
     RequestFinished,
-    RequestToken,
     StepEvent,
+    StepTokens,
 )
 
 PAD_ID = 0
@@ -131,7 +131,7 @@ def request_events(
             max_tokens=spec.max_tokens, priority=0, params={},
         ),
         RequestAdmitted(time=admitted, request_id=rid, step=0, reason="started"),
-        *(RequestToken(time=t, request_id=rid, step=0, token_id=0, index=j, text="")
+        *(StepTokens(time=t, step=0, request_ids=[rid], token_ids=[0], indexes=[j], texts=[""])
           for j, t in enumerate(times)),
         RequestFinished(
             time=end, request_id=rid, step=0, finish_reason="length", reason="returned",

@@ -91,11 +91,12 @@ class SideRecord:
         """Each request's longest gap between two consecutive tokens."""
         last: dict[int, float] = {}
         worst: dict[int, float] = defaultdict(float)
-        for e in self.requests["token"]:
+        for e in self.requests["tokens"]:
             now = self.own(e.time)
-            if e.request_id in last:
-                worst[e.request_id] = max(worst[e.request_id], now - last[e.request_id])
-            last[e.request_id] = now
+            for rid in e.request_ids:
+                if rid in last:
+                    worst[rid] = max(worst[rid], now - last[rid])
+                last[rid] = now
         return dict(worst)
 
 

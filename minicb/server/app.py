@@ -51,7 +51,7 @@ from minicb.server.broadcast import OUTBOX_FRAMES, Broadcast
 from minicb.server.controls import handle_control
 from minicb.server.frames import StepFolder
 from minicb.server.guard import CONTROLLER, VIEWER, Guard, check_hosts
-from minicb.server.redaction import redact_event
+from minicb.server.redaction import redact_event, with_own_tokens
 from minicb.sim.demo import simulation_choices
 from minicb.telemetry.events import StepEvent
 from minicb.telemetry.kv_state import KVState
@@ -252,10 +252,13 @@ class Hub:
         only what the allow-list keeps (redaction.redact_event)."""
         if client.sees_text is True:
             return event
-        rid = event.get("request_id")
-        if client.sees_text is None and rid in self.typed.get(name, ()):
+        typed = self.typed.get(name, {}) if client.sees_text is None else {}
+        if event.get("request_id") in typed:
             return event
-        return redact_event(event)
+        shown = redact_event(event)
+        if typed and event.get("type") == "tokens":  # a step's tokens: its own ones, shown
+            return with_own_tokens(shown, event, typed)
+        return shown
 
 
 def _replay_info(name: str, trace: Trace) -> dict[str, Any]:

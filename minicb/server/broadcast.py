@@ -84,7 +84,7 @@ class Broadcast:
         # Every token of 256 rows, each iteration, is more than a page can show: at scale the
         # broadcast does not ask for token events, so the engine does not build them for it.
         small = engine.config.max_num_seqs <= DETAIL_ROWS
-        kinds = None if small else EVENT_KINDS - {"token"}
+        kinds = None if small else EVENT_KINDS - {"tokens"}
         sub = engine.bus.subscribe_async(FOLD_QUEUE, kinds)
         return StepFolder(info, KVState.from_snapshot(engine.kv_snapshot_event())), sub
 

@@ -36,7 +36,7 @@ from minicb.config import SamplingParams
 from minicb.engine import LLMEngine
 from minicb.request import RequestOutput, TokenDelta
 from minicb.sim.pacing import Pacer
-from minicb.telemetry.events import Event
+from minicb.telemetry.events import Event, StepTokens
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ IDLE_WAIT_S = 0.05  # how long an idle loop sleeps between looks at its command 
 # clients) then slows its senders' replies, never the engines' steps.
 MAX_COMMANDS_PER_ROUND = 64
 Feeder = Callable[[dict[str, LLMEngine]], None]
-STREAM_KINDS = ("token", "aborted")
+STREAM_KINDS = ("tokens", "aborted")
 
 
 class EngineStopped(RuntimeError):
@@ -256,15 +256,17 @@ class EngineLoop:
                 self._run_commands(self.delay_s)
 
     def _on_event(self, name: str, event: Event) -> None:
-        """A token event feeds its request's open stream; an aborted one (a client hung up,
-        a rebuild, a failed step) ends it with finish reason "abort"."""
+        """A step's tokens feed their requests' open streams; an aborted event (a client hung
+        up, a rebuild, a failed step) ends its request's stream with finish reason "abort"."""
         streams = self._open[name]
-        if event.request_id not in streams:
+        if not streams:
             return
-        if event.kind == "token":
-            delta = TokenDelta(event.request_id, event.token_id, event.text, event.index)
-            streams[event.request_id].push(delta)
-        else:
+        if isinstance(event, StepTokens):
+            for delta in event.deltas():
+                stream = streams.get(delta.request_id)
+                if stream is not None:
+                    stream.push(delta)
+        elif event.request_id in streams:
             streams.pop(event.request_id).push(RequestOutput.ended(event.request_id, "abort"))
 
     def _step(self, name: str, engine: LLMEngine) -> None:

@@ -104,7 +104,7 @@ class StepFolder:
                 self.kv = KVState.from_snapshot(e)
             else:
                 self._note(data)
-                if kind == "token" and not tokens:
+                if kind == "tokens" and not tokens:
                     continue
                 data.pop("params", None)  # every sampling setting: the page draws none of them
             out.append(data)

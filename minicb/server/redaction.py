@@ -20,7 +20,7 @@ A field added to an event must be added here to reach viewers
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any
 
 # A rule turns a value into what a text-free view shows, and says whether it changed it.
@@ -134,7 +134,11 @@ ALLOWED: dict[str | None, dict[str, Rule]] = {
     ),
     "admitted": _keeping(*WHO, reason=_words),
     "first_token": _keeping(*WHO),
-    "token": _keeping(*WHO, "index", token_id=_blank(None), text=_blank("")),
+    # which request got how many tokens stays; which tokens they were does not
+    "tokens": _keeping(
+        "type", "time", "step", "request_ids", "indexes",
+        token_ids=_each(_blank(None)), texts=_each(_blank("")),
+    ),  # fmt: skip
     "preempted": _keeping(*WHO, "mode", reason=_words),
     "swapped_out": _keeping(*WHO, reason=_words),
     "swapped_in": _keeping(*WHO, reason=_words),
@@ -167,6 +171,21 @@ ALLOWED: dict[str | None, dict[str, Rule]] = {
     ),
 }
 UNKNOWN = _keeping(*WHO)  # an event type not listed above: who and when only
+
+
+def with_own_tokens(
+    shown: dict[str, Any], event: dict[str, Any], own: Container[int]
+) -> dict[str, Any]:
+    """A redacted ``tokens`` event (``shown``) with the entries of the requests in ``own``
+    as ``event`` has them: one event holds every request's tokens of a step, and a page
+    sees the text of what it typed itself. ``shown`` is not modified."""
+    keep = [i for i, rid in enumerate(event["request_ids"]) if rid in own]
+    if not keep:
+        return shown
+    token_ids, texts = list(shown["token_ids"]), list(shown["texts"])
+    for i in keep:
+        token_ids[i], texts[i] = event["token_ids"][i], event["texts"][i]
+    return {**shown, "token_ids": token_ids, "texts": texts}
 
 
 def redact_event(event: dict[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ lists, dicts, None), so that a trace file, a WebSocket and a notebook all see th
   ids, what the scheduler decided and why, budgets, slots, KV pool, queues) and timings;
 - request events (``RequestArrived`` ... ``RequestRejected``): one request's life, stamped
   with the engine's clock;
+- ``StepTokens``: the tokens of one iteration, every request's at once;
 - ``EngineReset``: an engine was rebuilt with new settings (request ids start again);
 - ``KVSnapshotEvent``: the whole KV map (every request's blocks), now and then: a step
   event carries only the changes its step made (``kv_ops``), so a reader that joins late
@@ -24,16 +25,19 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from minicb.request import TokenDelta
 from minicb.scheduler.plan import StepPlan, check_keys
 
 if TYPE_CHECKING:
-    from minicb.request import Request, RequestOutput, TokenDelta
+    from minicb.request import Request, RequestOutput
 
+# 4: a step's tokens are one "tokens" event (parallel lists), not one "token" event each:
+# at 256 running the per-token events were most of what instrumentation cost.
 # 3: a step event carries the KV changes its step made (kv_ops) and each row's block count
 # (num_blocks); the whole map is a kv_snapshot event, now and then. v2 carried every
-# request's block table in every step event (416 kB a step at 256 running): trace.py
-# converts a v2 trace on reading. v1 carried block counts only.
-SCHEMA_VERSION = 3
+# request's block table in every step event (416 kB a step at 256 running).
+# trace.py converts a v2 or v3 trace on reading. v1 carried block counts only.
+SCHEMA_VERSION = 4
 STEP_TIMING_FIELDS = ("wall_start", "wall_end", "schedule_s", "forward_s", "sample_s")
 # Tensor parallelism, with defaults (traces written before them read as one rank).
 STEP_PARALLEL_FIELDS = ("tensor_parallel_size", "collective_s")
@@ -109,12 +113,26 @@ class RequestFirstToken(StepRequestEvent):
 
 
 @dataclass(kw_only=True)
-class RequestToken(StepRequestEvent):
-    kind: ClassVar[str] = "token"
+class StepTokens:
+    """Every token one iteration gave, in the order of its rows: one entry per token in
+    each list (a request that speculated may have several). One event per step, not one
+    per token: a listener handles a step's tokens in one call, a trace writes one line."""
 
-    token_id: int
-    index: int  # 0 for the first generated token
-    text: str  # the text this token adds ("" while a multi-byte character is incomplete)
+    kind: ClassVar[str] = "tokens"
+
+    time: float  # the step's end, when its results were ready
+    step: int
+    request_ids: list[int]
+    token_ids: list[int]
+    indexes: list[int]  # each token's place in its request's output, 0 for the first
+    texts: list[str]  # the text each adds ("" while a multi-byte character is incomplete)
+
+    def deltas(self) -> Iterator[TokenDelta]:
+        """The tokens one by one, as the engine hands them out."""
+        for rid, token, text, index in zip(
+            self.request_ids, self.token_ids, self.texts, self.indexes, strict=True
+        ):
+            yield TokenDelta(rid, token, text, index)
 
 
 @dataclass(kw_only=True)
@@ -195,7 +213,7 @@ class KVSnapshotEvent:
     cached_blocks: list[int]  # evictable blocks that keep a cached prefix, oldest first
 
 
-Event = StepEvent | RequestEvent | EngineReset | KVSnapshotEvent
+Event = StepEvent | RequestEvent | StepTokens | EngineReset | KVSnapshotEvent
 
 EVENT_TYPES: dict[str, type] = {
     cls.kind: cls
@@ -204,7 +222,7 @@ EVENT_TYPES: dict[str, type] = {
         RequestArrived,
         RequestAdmitted,
         RequestFirstToken,
-        RequestToken,
+        StepTokens,
         RequestPreempted,
         RequestSwappedOut,
         RequestSwappedIn,
@@ -216,7 +234,7 @@ EVENT_TYPES: dict[str, type] = {
     )
 }
 EVENT_KINDS = frozenset(EVENT_TYPES)
-REQUEST_EVENT_KINDS = EVENT_KINDS - {"step", "reset", "kv_snapshot"}
+REQUEST_EVENT_KINDS = EVENT_KINDS - {"step", "tokens", "reset", "kv_snapshot"}
 
 
 # ---- to and from plain dicts -----------------------------------------------------------
@@ -286,11 +304,11 @@ def step_request_events(
     new_tokens: list[TokenDelta],
     finished: list[RequestOutput],
     wants: Callable[[str], bool],
-) -> Iterator[RequestEvent]:
+) -> Iterator[RequestEvent | StepTokens]:
     """The request events of one step, in the documented order: preempted, swapped out,
     swapped in, admitted (stamped ``wall_start``, when the scheduler decided), then first
-    token, token and finished (stamped ``wall_end``, when results were ready). Nothing is
-    built for a kind that ``wants`` refuses."""
+    token, the step's tokens and finished (stamped ``wall_end``, when results were ready).
+    Nothing is built for a kind that ``wants`` refuses."""
     plan, start, end = step.plan, step.wall_start, step.wall_end
     n = plan.step
     if wants("preempted"):
@@ -306,20 +324,19 @@ def step_request_events(
         if wants(kind):
             for d in decisions:
                 yield cls(time=start, request_id=d.request_id, step=n, reason=d.reason)
-    first, token = wants("first_token"), wants("token")
-    for delta in new_tokens if first or token else ():
-        rid = delta.request_id
-        if first and delta.index == 0:
-            yield RequestFirstToken(time=end, request_id=rid, step=n)
-        if token:
-            yield RequestToken(
-                time=end,
-                request_id=rid,
-                step=n,
-                token_id=delta.token_id,
-                index=delta.index,
-                text=delta.text,
-            )
+    if wants("first_token"):
+        for delta in new_tokens:
+            if delta.index == 0:
+                yield RequestFirstToken(time=end, request_id=delta.request_id, step=n)
+    if new_tokens and wants("tokens"):
+        yield StepTokens(
+            time=end,
+            step=n,
+            request_ids=[d.request_id for d in new_tokens],
+            token_ids=[d.token_id for d in new_tokens],
+            indexes=[d.index for d in new_tokens],
+            texts=[d.text for d in new_tokens],
+        )
     if wants("finished"):
         yield from _finished_events(plan, finished, end)
 

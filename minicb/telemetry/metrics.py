@@ -154,8 +154,14 @@ class MetricsCollector(HandlerListener):
     def _on_swapped_in(self, e: Any) -> None:
         self._req(e).stop_waiting(e.time)
 
-    def _on_token(self, e: Any) -> None:
-        self._req(e).token_times.append(e.time)
+    def _on_tokens(self, e: Any) -> None:
+        self._seen(e.time, e.time)
+        requests, generation, now = self.requests, self.generation, e.time
+        for request_id in e.request_ids:
+            r = requests.get((generation, request_id))
+            if r is None:
+                r = requests[(generation, request_id)] = RequestRecord()
+            r.token_times.append(now)
 
     def _on_finished(self, e: Any) -> None:
         r = self._req(e)

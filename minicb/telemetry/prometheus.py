@@ -294,17 +294,19 @@ class PrometheusMetrics(HandlerListener):
     def _on_swapped_in(self, e: Any) -> None:
         self._move(e.request_id, "running")
 
-    def _on_token(self, e: Any) -> None:
-        self.generation_tokens.inc()
-        live = self._live.get(e.request_id)
-        if live is None:  # arrived before we started listening
-            return
-        if live.first is None:
-            live.first = e.time
-            self.ttft.observe(ttft(live.arrival, e.time))
-        else:
-            self.itl.observe(e.time - live.last)
-        live.last = e.time
+    def _on_tokens(self, e: Any) -> None:
+        self.generation_tokens.inc(len(e.request_ids))
+        now, live_of = e.time, self._live.get
+        for request_id in e.request_ids:
+            live = live_of(request_id)
+            if live is None:  # arrived before we started listening
+                continue
+            if live.first is None:
+                live.first = now
+                self.ttft.observe(ttft(live.arrival, now))
+            else:  # a second token of one step (speculation) came with no gap
+                self.itl.observe(now - live.last)
+            live.last = now
 
     def _on_finished(self, e: Any) -> None:
         self.success.inc(label=e.finish_reason or "")

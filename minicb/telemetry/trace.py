@@ -49,7 +49,9 @@ from minicb.telemetry.events import (
     EngineReset,
     Event,
     KVSnapshotEvent,
+    RequestFirstToken,
     StepEvent,
+    StepTokens,
     from_dict,
     to_dict,
 )
@@ -213,25 +215,56 @@ def read_trace(path: str | os.PathLike) -> Trace:
                 f"{path} is not a minicb trace: its first line has no minicb-trace header"
             )
         version = header.get("schema_version")
-        if version not in (SCHEMA_VERSION, 2):
+        if version not in (SCHEMA_VERSION, *CONVERTED):
             raise TraceError(
                 f"{path} was written with event schema version {version!r}; this minicb reads "
-                f"version {SCHEMA_VERSION} (and converts version 2; docs/events.md says what "
-                "changed): record the run again, or replay it with the minicb that wrote it"
+                f"version {SCHEMA_VERSION} (and converts versions 2 and 3; docs/events.md says "
+                "what changed): record the run again, or replay it with the minicb that wrote it"
             )
         upgrade = _V2Upgrade() if version == 2 else None
-        events = []
+        events: list[Event] = []
         for number, line in lines:
             if not line.strip():
                 continue
             try:
                 data = _parse(line, path, number)
+                if version in CONVERTED and data.get("type") == "token":
+                    _fold_token(events, data)
+                    continue
                 events.append(from_dict(upgrade(data) if upgrade else data))
             except ValueError as err:
                 raise TraceError(f"{path}, line {number}: {err}") from err
-        if upgrade:
+        if version in CONVERTED:
             header = {**header, "schema_version": SCHEMA_VERSION, "converted_from": version}
     return Trace(header, events)
+
+
+CONVERTED = (2, 3)  # older schemas read_trace converts to this one
+
+
+def _fold_token(events: list[Event], data: dict[str, Any]) -> None:
+    """A version 2 or 3 ``token`` line (one token) into the step's ``tokens`` event: the
+    previous event if it holds this step's tokens, else a new one. Those versions wrote a
+    step's token lines one after another (first-token lines between them, which the
+    conversion moves ahead of the step's tokens, where version 4 writes them)."""
+    try:
+        rid, token, text, index = (data[k] for k in ("request_id", "token_id", "text", "index"))
+        time, step = data["time"], data["step"]
+    except KeyError as err:
+        raise ValueError(f"token event lacks field {err.args[0]!r}") from None
+    i = len(events)
+    while i and isinstance(events[i - 1], RequestFirstToken) and events[i - 1].step == step:
+        i -= 1  # a first-token event of this step: the step's tokens come after it
+    last = events[i - 1] if i else None
+    if isinstance(last, StepTokens) and last.step == step:
+        events.append(events.pop(i - 1))  # after this step's first-token events
+        last.request_ids.append(rid)
+        last.token_ids.append(token)
+        last.texts.append(text)
+        last.indexes.append(index)
+    else:
+        events.append(StepTokens(time=time, step=step, request_ids=[rid], token_ids=[token],
+                                 indexes=[index], texts=[text]))  # fmt: skip
 
 
 class _V2Upgrade:
@@ -343,7 +376,7 @@ def to_chrome_trace(
         if isinstance(e, StepEvent):
             _step(out, e)
             continue
-        if isinstance(e, EngineReset | KVSnapshotEvent):  # nothing to draw on these tracks
+        if isinstance(e, EngineReset | KVSnapshotEvent | StepTokens):  # nothing to draw here
             continue
         rid, kind = e.request_id, e.kind
         if kind == "arrived":

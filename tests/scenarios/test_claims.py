@@ -94,5 +94,5 @@ def test_a_sides_own_clock_leaves_out_the_other_sides_steps():
     assert [record.own(t) for t in (0.0, 0.5, 1.0, 2.0, 3.0, 3.5, 4.0, 9.0)] == [
         0.0, 0.5, 1.0, 1.0, 1.0, 1.5, 2.0, 2.0,
     ]  # fmt: skip
-    record.requests["token"] = [NS(request_id=0, time=1.0), NS(request_id=0, time=4.0)]
+    record.requests["tokens"] = [NS(request_ids=[0], time=1.0), NS(request_ids=[0], time=4.0)]
     assert record.token_gaps() == {0: 1.0}  # not the 3 s of the wall clock

@@ -55,7 +55,7 @@ def test_a_gpu_scale_demo_sends_every_iteration_in_bounded_frames():
                 if msg["type"] != "frame":
                     continue
                 steps += [e for e in msg["events"] if e["type"] == "step"]
-                tokens += sum(e["type"] == "token" for e in msg["events"])
+                tokens += sum(e["type"] == "tokens" for e in msg["events"])
                 if "kv_grid" in msg:
                     grids.append(msg["kv_grid"])
             loop.pause()

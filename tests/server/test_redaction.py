@@ -134,7 +134,7 @@ def test_every_field_of_every_event_is_classified():
     so whoever adds a field decides whether it may carry text."""
     events = [to_dict(e) for e in _every_kind_of_event()]
     kinds = {e["type"] for e in events}
-    assert {"step", "arrived", "token", "finished", "aborted", "rejected", "reset"} <= kinds
+    assert {"step", "arrived", "tokens", "finished", "aborted", "rejected", "reset"} <= kinds
     for event in events:
         shown = redact_event(event)
         assert set(event) <= set(shown), (event["type"], set(event) - set(shown))
@@ -169,11 +169,14 @@ def test_every_field_of_a_frame_is_classified_too():
 def test_an_unknown_event_type_or_field_keeps_only_who_and_when():
     odd = {"type": "future", "time": 1.0, "request_id": 3, "words": "QZJX VKWQ"}
     assert redact_event(odd) == {"type": "future", "time": 1.0, "request_id": 3, "redacted": True}
-    token = {"type": "token", "time": 1.0, "request_id": 3, "step": 2, "index": 0,
-             "token_id": 81, "text": "Q", "logprob_text": "Q"}  # fmt: skip
-    shown = redact_event(token)
-    assert shown["token_id"] is None and shown["text"] == "" and "logprob_text" not in shown
-    assert token["text"] == "Q"  # the event itself is untouched
+    tokens = {"type": "tokens", "time": 1.0, "step": 2, "request_ids": [3, 4],
+              "indexes": [0, 5], "token_ids": [81, 82], "texts": ["Q", "Z"],
+              "logprob_texts": ["Q", "Z"]}  # fmt: skip
+    shown = redact_event(tokens)
+    assert shown["token_ids"] == [None, None] and shown["texts"] == ["", ""]
+    assert shown["request_ids"] == [3, 4] and shown["indexes"] == [0, 5]
+    assert "logprob_texts" not in shown and shown["redacted"] is True
+    assert tokens["texts"] == ["Q", "Z"]  # the event itself is untouched
 
 
 def test_a_viewer_of_a_replay_gets_no_texts_either():

@@ -74,10 +74,16 @@ def test_hello_then_events_in_order_for_each_engine(demo):
         steps = [e["step"] for e in mine if e["type"] == "step"]
         assert steps == list(range(1, len(steps) + 1))  # every iteration, in order
         for rid in range(3):
-            kinds = [e["type"] for e in mine if e.get("request_id") == rid]
+            kinds = [e["type"] for e in mine if rid in e.get("request_ids", [e.get("request_id")])]
             assert kinds[0] == "arrived" and kinds[-1] == "finished"
-            assert kinds.index("admitted") < kinds.index("first_token") < kinds.index("token")
-            tokens = [e["index"] for e in mine if e["type"] == "token" and e["request_id"] == rid]
+            assert kinds.index("admitted") < kinds.index("first_token") < kinds.index("tokens")
+            tokens = [
+                index
+                for e in mine
+                if e["type"] == "tokens"
+                for r, index in zip(e["request_ids"], e["indexes"], strict=True)
+                if r == rid
+            ]
             assert tokens == [0, 1, 2, 3]
         # every step digest of this small pool carries its KV changes (block ids): applied
         # from the empty pool, 3 prompt tokens + 4 new fit one 16-token block: each request
@@ -144,7 +150,7 @@ def test_a_disconnected_client_is_dropped_and_the_engine_goes_on(demo):
     with client.websocket_connect("ws://127.0.0.1/ws") as ws:
         ws.receive_json()
         add(loop, "continuous", params=SamplingParams(max_tokens=40, ignore_eos=True))
-        events_until(ws, lambda n, e: e["type"] == "token")
+        events_until(ws, lambda n, e: e["type"] == "tokens")
     wait_for(lambda: not hub.clients)
     # the browser's subscriptions are forgotten: nobody else on the buses asks for arrivals
     assert all(not e.bus.wants("arrived") for e in loop.engines.values())

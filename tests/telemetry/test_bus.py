@@ -33,7 +33,7 @@ def test_nothing_is_built_when_nobody_listens(monkeypatch):
 
     # The StepEvent is the StepResult's own content (plan and timings), so it exists anyway;
     # every request event, and every emit, must not.
-    for name in ("arrived", "step_request_events", "RequestAborted", "RequestToken"):
+    for name in ("arrived", "step_request_events", "RequestAborted", "StepTokens"):
         monkeypatch.setattr(events, name, fail)
     monkeypatch.setattr(EventBus, "emit", fail)
     monkeypatch.setattr(EventBus, "emit_many", fail)
@@ -56,7 +56,7 @@ def test_only_the_kinds_asked_for_are_built(monkeypatch):
     bus = engine.bus
     steps = []
     bus.subscribe(steps.append, kinds=["step"])
-    monkeypatch.setattr(events, "RequestToken", lambda **kw: pytest.fail("token built"))
+    monkeypatch.setattr(events, "StepTokens", lambda **kw: pytest.fail("tokens built"))
     engine.run_until_done()
     assert steps and all(e.kind == "step" for e in steps)
     with pytest.raises(ValueError, match="unknown event kind"):
@@ -248,7 +248,7 @@ def test_each_listener_gets_a_steps_events_in_one_call_in_order():
     bus, order = engine.bus, []
     plain = bus.subscribe(lambda e: order.append(("plain", e.kind)))
     batched = bus.subscribe(Batched())
-    tokens = bus.subscribe(Batched(), kinds=["token"])
+    tokens = bus.subscribe(Batched(), kinds=["tokens"])
     queue = bus.subscribe_async(maxsize=100_000)
     bus.subscribe(lambda e: order.append(("last", e.kind)))
     steps = 0
@@ -261,7 +261,7 @@ def test_each_listener_gets_a_steps_events_in_one_call_in_order():
         assert order == [("plain", k) for k in mine] + [("last", k) for k in mine]
         assert [e.kind for e in batched.calls[-1]] == mine and mine[0] == "step"
     assert len(batched.calls) == steps  # one call a step
-    with_tokens = [[e for e in call if e.kind == "token"] for call in batched.calls]
+    with_tokens = [[e for e in call if e.kind == "tokens"] for call in batched.calls]
     assert tokens.calls == [call for call in with_tokens if call]  # none for a step without
     assert queue.drain() == [e for call in batched.calls for e in call]
     bus.unsubscribe(plain)

@@ -30,8 +30,8 @@ from minicb.telemetry.events import (
     RequestRejected,
     RequestSwappedIn,
     RequestSwappedOut,
-    RequestToken,
     StepEvent,
+    StepTokens,
     from_dict,
     to_dict,
 )
@@ -86,7 +86,14 @@ ONE_OF_EACH = [
     ),
     RequestAdmitted(time=1.5, request_id=4, step=3, reason="admitted"),
     RequestFirstToken(time=1.75, request_id=4, step=3),
-    RequestToken(time=1.75, request_id=4, step=3, token_id=99, index=0, text=" wor"),
+    StepTokens(
+        time=1.75,
+        step=3,
+        request_ids=[4, 5, 5],
+        token_ids=[99, 7, 8],
+        indexes=[0, 3, 4],
+        texts=[" wor", "", "✓"],
+    ),
     RequestPreempted(time=1.5, request_id=6, step=3, mode="swap", reason="no blocks"),
     RequestSwappedOut(time=1.5, request_id=6, step=3, reason="2 blocks to CPU"),
     RequestSwappedIn(time=2.5, request_id=6, step=5, reason="2 blocks free"),
@@ -165,7 +172,7 @@ def test_malformed_events_are_refused_with_a_clear_message(data, message):
 
 def test_schema_version_is_the_documented_one():
     """Bumping the version is a change of the documented schema: docs/events.md says which."""
-    assert SCHEMA_VERSION == 3
+    assert SCHEMA_VERSION == 4
     docs = (Path(__file__).resolve().parents[2] / "docs" / "events.md").read_text("utf-8")
     assert f"`minicb.telemetry.events.SCHEMA_VERSION` is **{SCHEMA_VERSION}**" in docs
 
@@ -248,12 +255,19 @@ def test_request_events_follow_the_plans(mode):
     assert all(e.mode == mode for e in by_kind("preempted"))
     if mode == "swap":
         assert by_kind("swapped_out") and by_kind("swapped_in")
-    # tokens: 8 per request, indices 0..7 in order, a first-token event with index 0
+    # tokens: 8 per request, indices 0..7 in order, a first-token event with index 0; one
+    # tokens event per step that gave any, with one entry per token
+    assert len(by_kind("tokens")) == len({e.step for e in by_kind("tokens")})
     for rid in range(3):
-        tokens = [e for e in by_kind("token") if e.request_id == rid]
-        assert [t.index for t in tokens] == list(range(8))
+        tokens = [
+            (e.time, i)
+            for e in by_kind("tokens")
+            for r, i in zip(e.request_ids, e.indexes, strict=True)
+            if r == rid
+        ]
+        assert [i for _, i in tokens] == list(range(8))
         first = [e for e in by_kind("first_token") if e.request_id == rid]
-        assert len(first) == 1 and first[0].time == tokens[0].time
+        assert len(first) == 1 and first[0].time == tokens[0][0]
     # request events of a step come right after its StepEvent, decisions at its start
     current = None
     for e in events:
@@ -261,7 +275,7 @@ def test_request_events_follow_the_plans(mode):
             current = e
         elif e.kind in ("admitted", "preempted", "swapped_out", "swapped_in"):
             assert e.step == current.plan.step and e.time == current.wall_start
-        elif e.kind in ("token", "first_token", "finished"):
+        elif e.kind in ("tokens", "first_token", "finished"):
             assert e.step == current.plan.step and e.time == current.wall_end
 
 

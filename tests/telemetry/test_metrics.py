@@ -16,7 +16,7 @@ from minicb.telemetry.events import (
     RequestFinished,
     RequestPreempted,
     RequestSwappedIn,
-    RequestToken,
+    StepTokens,
 )
 from minicb.telemetry.metrics import (
     MetricsCollector,
@@ -141,8 +141,8 @@ def test_waits_count_preemption_and_swap_time():
         RequestAdmitted(time=4.0, request_id=1, step=3, reason="admitted again"),
         RequestPreempted(time=5.0, request_id=1, step=4, mode="swap", reason="no blocks"),
         RequestSwappedIn(time=5.5, request_id=1, step=5, reason="blocks free"),
-        RequestToken(time=6.0, request_id=1, step=5, token_id=3, index=0, text="a"),
-        RequestToken(time=7.0, request_id=1, step=6, token_id=3, index=1, text="b"),
+        StepTokens(time=6.0, step=5, request_ids=[1], token_ids=[3], indexes=[0], texts=["a"]),
+        StepTokens(time=7.0, step=6, request_ids=[1], token_ids=[3], indexes=[1], texts=["b"]),
         RequestFinished(
             time=7.0,
             request_id=1,
@@ -191,7 +191,7 @@ def test_empty_and_partial_runs_do_not_crash():
     assert MetricsCollector().summary()["throughput"]["requests_per_s"] is None
     # a token of a request whose arrival we never saw (listener joined late) is tolerated
     m = compute_metrics(
-        [RequestToken(time=1.0, request_id=9, step=1, token_id=1, index=3, text="")]
+        [StepTokens(time=1.0, step=1, request_ids=[9], token_ids=[1], indexes=[3], texts=[""])]
     )
     assert m["requests"]["arrived"] == 0 and m["latency"]["ttft_s"]["count"] == 0
 

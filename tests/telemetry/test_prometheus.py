@@ -173,14 +173,15 @@ class PerEvent:
         elif e.kind == "admitted" and rid not in self.admitted:
             self.admitted.add(rid)
             h["request_queue_time_seconds"].observe(e.time - self.arrival[rid])
-        elif e.kind == "token":
-            self.tokens.inc()
-            times = self.times[rid]
-            if times:
-                h["inter_token_latency_seconds"].observe(e.time - times[-1])
-            else:
-                h["time_to_first_token_seconds"].observe(e.time - self.arrival[rid])
-            times.append(e.time)
+        elif e.kind == "tokens":
+            for rid in e.request_ids:
+                self.tokens.inc()
+                times = self.times[rid]
+                if times:
+                    h["inter_token_latency_seconds"].observe(e.time - times[-1])
+                else:
+                    h["time_to_first_token_seconds"].observe(e.time - self.arrival[rid])
+                times.append(e.time)
         elif e.kind == "finished":
             self.success.labels("", e.finish_reason).inc()
             h["e2e_request_latency_seconds"].observe(e.time - self.arrival[rid])

@@ -81,7 +81,11 @@ def test_the_trace_holds_the_run(recorded):
     assert h["versions"]["python"] == platform.python_version()
     for out in outs:
         tokens = [
-            e.token_id for e in trace.events if e.kind == "token" and e.request_id == out.request_id
+            token
+            for e in trace.events
+            if e.kind == "tokens"
+            for rid, token in zip(e.request_ids, e.token_ids, strict=True)
+            if rid == out.request_id
         ]
         assert tokens == out.token_ids
 
@@ -145,7 +149,7 @@ def test_a_trace_from_another_schema_is_refused_naming_both_versions(tmp_path):
     # A hand-written v1 trace: its step events had block counts, not block ids.
     v1_step = {"type": "step", "index": 1, "scheduled": [{"request_id": 0, "num_blocks": 2}]}
     old = write_trace(tmp_path / "old.jsonl", 1, [v1_step])
-    with pytest.raises(TraceError, match=r"schema version 1; this minicb reads version 3"):
+    with pytest.raises(TraceError, match=r"schema version 1; this minicb reads version 4"):
         read_trace(old)
     assert main(["replay", str(old)]) == 2  # a clear error, not a traceback
     new = write_trace(tmp_path / "new.jsonl", SCHEMA_VERSION + 1)
@@ -154,6 +158,35 @@ def test_a_trace_from_another_schema_is_refused_naming_both_versions(tmp_path):
         match=rf"version {SCHEMA_VERSION + 1}; this minicb reads version {SCHEMA_VERSION}",
     ):
         read_trace(new)
+
+
+def test_a_version_3_trace_reads_as_the_same_run(recorded, tmp_path):
+    """Version 3 wrote a line per token, each after its first-token line; read, they are
+    the step's one tokens event again, after the step's first-token events."""
+    path = recorded[0]
+    header, *lines = [json.loads(line) for line in path.read_text("utf-8").splitlines()]
+    old = []
+    for line in lines:
+        if line["type"] != "tokens":
+            if line["type"] != "first_token":  # v3 wrote these beside their token lines
+                old.append(line)
+            continue
+        columns = zip(line["request_ids"], line["token_ids"], line["indexes"], line["texts"],
+                      strict=True)  # fmt: skip
+        for rid, token, index, text in columns:
+            at = {"time": line["time"], "request_id": rid, "step": line["step"]}
+            if index == 0:
+                old.append({"type": "first_token", **at})
+            old.append({"type": "token", **at, "token_id": token, "index": index, "text": text})
+    v3 = tmp_path / "v3.jsonl"
+    v3.write_text(
+        "\n".join(json.dumps(x) for x in [{**header, "schema_version": 3}, *old]) + "\n"
+    )
+    converted, now = read_trace(v3), read_trace(path)
+    assert converted.header["converted_from"] == 3
+    assert converted.header["schema_version"] == SCHEMA_VERSION
+    assert converted.events == now.events
+    assert sum(e.kind == "tokens" for e in now.events) > 5  # the run had tokens to fold
 
 
 def test_a_reset_event_round_trips_through_a_trace(tmp_path):
@@ -217,5 +250,5 @@ def test_generate_writes_a_trace(tmp_path, capsys):
     assert trace.header["model"] and trace.header["command"] == "generate"
     (arrived,) = [e for e in trace.events if e.kind == "arrived"]
     assert arrived.prompt == "Hello"  # the prompt text travels with the arrival
-    tokens = [e for e in trace.events if e.kind == "token"]
-    assert 1 <= len(tokens) <= 3 and "".join(t.text for t in tokens) in capsys.readouterr().out
+    texts = [text for e in trace.events if e.kind == "tokens" for text in e.texts]
+    assert 1 <= len(texts) <= 3 and "".join(texts) in capsys.readouterr().out

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from minicb import SamplingParams
-from minicb.telemetry.events import RequestToken, to_dict
+from minicb.telemetry.events import StepTokens, to_dict
 from minicb.telemetry.trace import TraceWriter
 from tests.helpers import fake_engine
 
@@ -41,12 +41,14 @@ def test_every_line_reads_back_as_the_event(tmp_path):
     assert [json.loads(line) for line in lines[1:]] == [as_json(to_dict(e)) for e in seen]
     assert "é" in lines[0] and chr(0x4E00 + 7) in "".join(lines)  # UTF-8, not \u escapes
     kinds = {e.kind for e in seen}
-    assert {"arrived", "admitted", "step", "token", "finished", "preempted"} <= kinds
+    assert {"arrived", "admitted", "step", "tokens", "finished", "preempted"} <= kinds
 
 
 def test_a_nan_is_written_as_null_so_the_file_stays_strict_json(tmp_path):
     writer = TraceWriter(tmp_path / "t.jsonl", {"type": "header"})
-    event = RequestToken(time=float("nan"), request_id=0, step=1, token_id=7, index=0, text="")
+    event = StepTokens(
+        time=float("nan"), step=1, request_ids=[0], token_ids=[7], indexes=[0], texts=[""]
+    )
     writer(event)
     writer.close()
     _, line = (tmp_path / "t.jsonl").read_text(encoding="utf-8").splitlines()
