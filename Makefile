@@ -13,7 +13,7 @@ PYTEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 DEMO_ARGS ?=
 
-.PHONY: setup browser demo test test-fast lint clean
+.PHONY: setup browser demo test test-fast test-perflab lint clean
 
 setup: $(STAMP)
 
@@ -46,8 +46,13 @@ test: setup browser
 test-fast: setup
 	$(PYTEST) -m "not slow and not browser" $(PYTEST_ARGS)
 
+# The performance lab's long builds (perflab/; the compiled default model, minutes), which
+# `make test` leaves out (pyproject's addopts: -m "not perflab").
+test-perflab: setup
+	$(PYTEST) -m perflab $(PYTEST_ARGS)
+
 lint: setup
-	$(VENV)/bin/ruff check minicb tests scripts
+	$(VENV)/bin/ruff check minicb tests scripts perflab
 
 clean:
 	rm -rf $(VENV) .pytest_cache

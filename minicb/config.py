@@ -20,7 +20,6 @@ PREEMPTION_MODES = ("recompute", "swap")
 KV_RESERVATIONS = ("paged", "max", "pow2", "oracle")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-COMPILE_MODES = ("off", "on")
 SPECULATIVE_MODES = ("off", "ngram")
 
 
@@ -57,9 +56,6 @@ class EngineConfig:
     # The share of free memory the KV pool may take when sized automatically.
     kv_memory_fraction: float = 0.5
     use_cuda_graphs: bool = True
-    # "on": decode-only steps as one compiled graph of the whole forward (minicb.runner.compiled;
-    # minutes to build at the first step), eager where compilation fails; "off": eager.
-    compile: str = "off"
     # bfloat16 on CPU: linear layers read weights packed once for oneDNN
     # (minicb.runner.packed); False keeps plain nn.Linear, the reference.
     packed_weights: bool = True
@@ -87,7 +83,6 @@ class EngineConfig:
         self._check_choice("static_order", STATIC_ORDERS)
         self._check_choice("attention_backend", ATTENTION_BACKENDS)
         self._check_choice("dtype", DTYPES)
-        self._check_choice("compile", COMPILE_MODES)
         self._check_choice("speculative", SPECULATIVE_MODES)
         self._check_positive("max_num_seqs")
         self._check_positive("max_num_batched_tokens")
@@ -179,12 +174,6 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--attention-backend", default="auto", choices=ATTENTION_BACKENDS)
     g.add_argument(
-        "--compile",
-        default="off",
-        choices=COMPILE_MODES,
-        help="decode steps as one compiled graph (builds for minutes; falls back to eager)",
-    )
-    g.add_argument(
         "--packed-weights",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -230,7 +219,6 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         kv_reservation=args.kv_reservation,
         static_order=args.static_order,
         attention_backend=args.attention_backend,
-        compile=args.compile,
         packed_weights=args.packed_weights,
         speculative=args.speculative,
         num_speculative_tokens=args.num_speculative_tokens,
@@ -248,7 +236,7 @@ def describe_choices(runner: dict[str, Any]) -> str:
     choices = (
         ("dtype", "dtype", "dtype_reason"),
         ("attention", "attention_backend", "attention_reason"),
-        ("forward", "compile", None),  # eager, compiled, or why not compiled
+        ("forward", "compile", None),  # eager, or a wrapper's compiled step (perflab)
     )
     for label, key, why in choices:
         if key in runner:  # a simulated or fake runner has no dtype or kernels

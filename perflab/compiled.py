@@ -1,5 +1,10 @@
 """The compiled decode step: the whole forward of a decode-only step as one Inductor graph.
 
+A lab runner, not the engine's: ``CompiledRunner`` wraps a ``ModelRunner`` through the
+runner seam (``LLMEngine(runner=...)``) and hands the model runner's ``execute`` its own
+logits for decode-only steps; everything else (swaps, prompt chunks, sampling, timing,
+utilisation) is the model runner's one eager path. ``compiled_engine`` builds one.
+
 Besides its matmuls, a decode step of eager PyTorch runs some 1,500 small ops (RMSNorm,
 rope, SiLU, residual adds, the attention's gathers), each a trip through the dispatcher and
 a separate pass over memory: at batch 1 on the 2-core AMX machine, 12 of a step's 40 ms.
@@ -26,8 +31,10 @@ What makes it one graph, and rounds as eager:
   (where eager reads them back after storing), and the graph returns them; one write after
   the graph stores all layers' (``store_all_layers``).
 - **No fused post-ops.** Inductor fuses a residual add or a SiLU into the oneDNN product
-  before it, one bf16 rounding fewer than eager; ``llama.residual_add`` and ``llama.silu``
-  are written so that, compiled, they round as eager does.
+  before it, one bf16 rounding fewer than eager; while the graph is traced and called,
+  ``llama.residual_add`` and ``llama.silu`` are this module's fp32 forms rounded once, which
+  round as eager does, and a packed layer hands the graph its plain weight (freezing lays it
+  out for oneDNN itself): ``graph_forms``.
 - **The layout of eager's products.** Freezing lays a weight out for the batch size of the
   call that builds the graph, and the layout decides the order of the sums: the graphs are
   built before the first step, on one row and on ``PACKED_FOR_ROWS`` (eager's layout).
@@ -39,14 +46,15 @@ one-row graph's attention is fused sums over the cache, not an SDPA call per lay
 What stays different: Inductor's fused reductions (RMSNorm's sum) add in another order than
 ATen's, which now and then moves a value across a bf16 rounding boundary (one row in 32 of
 a decode step, on repetitive prompts with near ties). Greedy tokens then can differ from
-eager's in bf16; on the oracle's prompts they are equal (tests/runner/test_compiled_forward.py).
+eager's in bf16; on the oracle's prompts they are equal (tests/perflab/test_compiled_forward.py).
 Forcing ATen's reduction (an opaque operator for the sum) made the first step bitwise equal
 but cost most of the speed, and later steps still differed.
 
 Two graphs in all, whatever the batch sizes and context lengths (the shapes are dynamic;
 Dynamo specialises a batch of one). Building them for the default model on two cores takes
 about two minutes with ATen's products and six to seven with the GEMM template, whose C++ is
-larger, so ``compile`` is off by default. Where compilation fails, the runner says so in one
+larger, so the engine does not compile (``minicb bench --compile on`` wraps its runners
+here where this folder sits beside the package). Where compilation fails, the runner says so in one
 logged line and runs eager for good; the graph is pure, so a failed call leaves nothing half
 written.
 docs/performance.md ("Forward pass") has the figures.
@@ -59,15 +67,57 @@ import logging
 import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+from torch import nn
 
+from minicb.config import EngineConfig
+from minicb.engine import LLMEngine
 from minicb.kernels import reference
 from minicb.kernels.torch_attention import DecodeIndex, attend_contexts, gather_contexts
+from minicb.runner import RunnerOutput, llama
 from minicb.runner.dtype import cpu_capabilities
-from minicb.runner.packed import PACKED_FOR_ROWS
+from minicb.runner.model_runner import ModelRunner
+from minicb.runner.packed import PACKED_FOR_ROWS, PackedLinear
+from minicb.runner.step_inputs import StepInputs
+from minicb.scheduler.plan import StepPlan
 
 log = logging.getLogger(__name__)
+
+
+def residual_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """x + y as an fp32 add rounded once to the dtype, which is what eager computes: written
+    plainly, Inductor fuses the add into the oneDNN product before it (a post-op on its fp32
+    accumulator), one bf16 rounding fewer than eager and transformers, and the greedy tokens
+    change."""
+    return (x.float() + y.float()).to(x.dtype)
+
+
+def silu(x: torch.Tensor) -> torch.Tensor:
+    """SiLU as ``x * sigmoid(x)`` in fp32, rounded once, for the reason of ``residual_add``:
+    Inductor fuses ``F.silu`` into the product before it."""
+    xf = x.float()
+    return (xf * torch.sigmoid(xf)).to(x.dtype)
+
+
+def plain_linear(self: PackedLinear, x: torch.Tensor) -> torch.Tensor:
+    """A packed layer inside the graph: the plain weight, which Inductor's freezing lays out
+    for oneDNN itself and multiplies from its generated code."""
+    return nn.functional.linear(x, self.weight, self.bias)
+
+
+@contextlib.contextmanager
+def graph_forms() -> Iterator[None]:
+    """The model's residual add, SiLU and packed products in the forms above while a graph
+    is traced or called (Dynamo reads the module's globals as it traces; the guards on
+    them are skipped, ``inputs_guards_only``, so the eager forms come back after it)."""
+    saved = llama.residual_add, llama.silu, PackedLinear.forward
+    llama.residual_add, llama.silu, PackedLinear.forward = residual_add, silu, plain_linear
+    try:
+        yield
+    finally:
+        llama.residual_add, llama.silu, PackedLinear.forward = saved
 
 
 @dataclass(frozen=True)
@@ -219,7 +269,7 @@ class CompiledDecode:
             yield
 
     def _call(self, ids, positions, slots, visible, last, kv_cache):
-        with self._inductor_options():
+        with self._inductor_options(), graph_forms():
             return self._graph(ids, positions, slots, visible, last, kv_cache)
 
     def products_alone(
@@ -228,7 +278,7 @@ class CompiledDecode:
         """``linears`` (the model's linear layers, in forward order) back to back, compiled
         as the step is (freezing, the same GEMM kernels, built on one row and on eager's
         layout): the bound the products alone set, which the bench times beside the step
-        (minicb.bench.roofline.time_linears). The returned function takes one input per
+        (perflab.roofline.time_linears). The returned function takes one input per
         layer width, (rows, width), and returns each layer's output. None where the step
         runs eager."""
         if self.error is not None:
@@ -244,7 +294,7 @@ class CompiledDecode:
         )
 
         def run(inputs: dict[int, torch.Tensor]) -> list[torch.Tensor]:
-            with self._inductor_options(), torch.inference_mode():
+            with self._inductor_options(), graph_forms(), torch.inference_mode():
                 return graph(*(inputs[w] for w in widths))
 
         weight = linears[0].weight
@@ -295,3 +345,69 @@ class CompiledDecode:
         if self.backend == "inductor" and self.gemm == "CPP":
             return "compiled decode steps (products: Inductor's AMX GEMM template)"
         return "compiled decode steps"
+
+
+TENSOR_PARALLEL = "eager: the compiled decode step needs tensor_parallel_size 1"
+
+
+class CompiledRunner:
+    """A runner: ``inner``'s steps, with its decode-only steps through the compiled graph.
+
+    Everything but ``execute``, ``with_config`` and ``describe`` is the model runner's (its
+    pools, tokenizer, dtype, device). Siblings built by ``with_config`` share the one
+    ``CompiledDecode`` (and its graphs), as they share the weights. Under tensor parallelism
+    the layers' all-reduces would sit inside the graph: every step runs eager, and
+    ``describe`` says why."""
+
+    def __init__(
+        self, inner: ModelRunner, decode: CompiledDecode | None = None, backend: str | None = None
+    ) -> None:
+        """``decode``: a sibling's compiled step to share; ``backend``: torch.compile's
+        (None: CompiledDecode's own default, Inductor)."""
+        self.inner = inner
+        self.decode: CompiledDecode | None = None
+        if inner.config.tensor_parallel_size == 1:
+            options = {} if backend is None else {"backend": backend}
+            self.decode = decode or CompiledDecode(inner.model, **options)
+
+    def __getattr__(self, name: str) -> Any:  # the Runner protocol's fields and the rest
+        if name == "inner":  # not set yet (copying, unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def execute(self, plan: StepPlan) -> RunnerOutput:
+        return self.inner.execute(plan, forward=self.logits)
+
+    def logits(self, batch: StepInputs) -> torch.Tensor | None:
+        """The sampling rows' logits: from the graph for a decode-only step that no CUDA
+        graph replays, else (or where the graph cannot run) the model runner's eager ones."""
+        meta, inner = batch.meta, self.inner
+        if self.decode is None or not meta.is_decode_only or inner.replays(meta):
+            return inner.logits(batch)
+        # The graph ends with the LM head: every row's logits (a static batch's padding rows
+        # too, which sample nothing); None if it could not run.
+        logits = self.decode.run(
+            batch.input_ids, batch.positions, meta, inner.kv_cache, inner.config.block_size
+        )
+        if logits is None:
+            return inner.logits(batch)
+        rows = batch.sample_rows
+        if len(rows) == len(logits):
+            return logits  # every row samples: no copy
+        return logits[rows] if rows else None
+
+    def with_config(self, config: EngineConfig) -> CompiledRunner:
+        return CompiledRunner(self.inner.with_config(config), self.decode)
+
+    def describe(self) -> dict[str, Any]:
+        compiled = self.decode.describe() if self.decode is not None else TENSOR_PARALLEL
+        return self.inner.describe() | {"compile": compiled}
+
+
+def compiled_engine(
+    model: str | None, config: EngineConfig, backend: str | None = None, **kwargs: Any
+) -> LLMEngine:
+    """An engine on ``model`` whose decode-only steps run the compiled graph (``kwargs``:
+    LLMEngine's, such as ``clock`` or ``bus``)."""
+    runner = CompiledRunner(ModelRunner(model, config), backend=backend)
+    return LLMEngine(config=config, runner=runner, **kwargs)

@@ -6,8 +6,10 @@
   continuous batching (``driver``, ``hf_padded``, ``hf_continuous``), each run reduced
   to minicb's events;
 - ``theory``: static vs continuous predicted from the lengths, and the cost of
-  ``schedule()``; ``roofline``: the decode roofline of this machine, and how close the
-  model's linear layers alone come to it;
+  ``schedule()``;
+- the decode roofline of this machine (how close a step and the model's linear layers
+  alone come to it) and ``--compile on`` are the performance lab's (perflab/, beside the
+  package in a source checkout): ``performance_lab`` imports it where it is there;
 - ``goals``: the goals judged; ``report``: the markdown tables; ``report_html``: the
   self-contained HTML page;
 - ``suite``: the ``minicb bench`` subcommand, the whole run in order; ``measurements``: the
@@ -22,6 +24,7 @@ alternate within each repeat, so a pair shares the machine's mood). Pure Python.
 
 from __future__ import annotations
 
+import importlib
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -30,6 +33,23 @@ from typing import Any
 from minicb.sim.step_time import plan_rows, step_totals
 from minicb.telemetry.events import Event, StepEvent
 from minicb.telemetry.metrics import MetricsCollector
+
+NO_LAB = (
+    "not measured: the decode roofline is the performance lab's (perflab/, beside the package "
+    "in a source checkout); run minicb bench from the repository root to measure it"
+)
+
+
+def performance_lab(module: str) -> Any | None:
+    """``perflab.<module>`` where the performance lab sits beside the package (a source
+    checkout, run from its root); None where it does not (a ``minicb`` installed from a
+    wheel, which holds ``minicb`` only)."""
+    try:
+        return importlib.import_module(f"perflab.{module}")
+    except ModuleNotFoundError as err:
+        if err.name not in ("perflab", f"perflab.{module}"):
+            raise  # the lab is there but something it imports is not: say so
+        return None
 
 
 @dataclass

@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from minicb.bench import RunRecord, measure_events
 from minicb.bench.workloads import RequestSpec, Workload
 from minicb.config import SamplingParams
 from minicb.engine import LLMEngine
-from minicb.telemetry.events import Event
+from minicb.scheduler.plan import DECODE
+from minicb.telemetry.events import Event, StepEvent
 from minicb.telemetry.trace import record_trace
 
 SLOs = tuple[float | None, float | None]  # (TTFT, TPOT) goodput targets
@@ -94,3 +95,13 @@ def run_minicb(
     finally:
         engine.bus.unsubscribe(listener)
     return run_record(system, workload, events, start, end, slo)
+
+
+def decode_steps(engine: LLMEngine, batch: int) -> Iterator[StepEvent]:
+    """Step until every request is done, yielding the steps in which ``batch`` rows all
+    decode (prefill steps and partly filled batches are left out)."""
+    while engine.has_unfinished():
+        event = engine.step().event
+        rows = event.plan.scheduled
+        if len(rows) == batch and all(r.phase == DECODE for r in rows):
+            yield event

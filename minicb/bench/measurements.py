@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from minicb.bench import (
+    NO_LAB,
     RunRecord,
     aggregate,
     outside_model_share,
     paired_ratio,
+    performance_lab,
     ratio_table,
-    roofline,
     theory,
 )
 from minicb.bench.arrivals import arrival_times, describe_arrivals
@@ -32,15 +33,18 @@ from minicb.sim.catalogue import model_shape
 from minicb.sim.step_time import ModelShape
 
 
-def count_runs(plan: BenchPlan, num_workloads: int, num_cached: int = 0) -> int:
+def count_runs(
+    plan: BenchPlan, num_workloads: int, num_cached: int = 0, roofline: bool = True
+) -> int:
     """How many units of work the progress bar will see (``num_cached``: prefix-caching
-    workloads, one unit per repeat and per warm-up, off and on together)."""
+    workloads, one unit per repeat and per warm-up, off and on together; ``roofline``:
+    whether the performance lab's decode sweep runs)."""
     n_sys = len(plan.systems)
     warmups = n_sys * (num_workloads if plan.warmup_each_workload else 1)
     sweep_points = len(plan.loads) + (1 if plan.bursty else 0)
     return (
         2  # hardware, scheduler
-        + len(plan.decode_batches) * plan.decode_rounds
+        + len(plan.decode_batches) * plan.decode_rounds * roofline
         + warmups
         + num_workloads * n_sys * plan.repeats
         + sweep_points * len([s for s in plan.systems if s in MINICB])
@@ -55,7 +59,7 @@ class Suite:
     bar: Any  # tqdm
     trace_stem: str | None
 
-    def _tick(self, what: str) -> None:
+    def tick(self, what: str) -> None:
         self.bar.set_postfix_str(what, refresh=True)
 
     def _trace_path(self, *parts: str) -> str | None:
@@ -71,10 +75,11 @@ class Suite:
         """Copy bandwidth and matmul FLOP/s, best of 5 each. Measured at the start and again
         after the decode sweep, into the first measurement ``hw`` (same sizes): other work
         on a shared machine can only lower a figure, so the higher of the two is the limit."""
-        self._tick("hardware: copy bandwidth, matmul FLOP/s")
+        self.tick("hardware: copy bandwidth, matmul FLOP/s")
         dtype, device = self.systems.continuous.runner.dtype, self.systems.continuous.runner.device
         if hw is None:
-            nbytes = probes.copy_bytes(self.model_sizes()["weight_bytes"])
+            weight_bytes = self.model_shape().streamed_params * dtype.itemsize
+            nbytes = probes.copy_bytes(weight_bytes)
             hw = {"copy_bytes": nbytes, "matmul_n": probes.matmul_size(dtype, device=device),
                   "copy_bandwidth_samples": [], "matmul_flops_samples": []}  # fmt: skip
             self.bar.update()
@@ -88,66 +93,21 @@ class Suite:
 
     def model_shape(self) -> ModelShape:
         """The model's shape, read from its config.json as the step-time model reads it."""
-        return model_shape(str(self.systems.continuous.runner.files.path))
-
-    def model_sizes(self) -> dict[str, int]:
-        return roofline.model_sizes(
-            self.model_shape(), self.systems.continuous.runner.dtype.itemsize
-        )
+        return model_shape(self.systems.continuous.runner.model_path)
 
     def scheduler_cost(self) -> list[dict[str, float]]:
-        self._tick("scheduler cost")
+        self.tick("scheduler cost")
         out = [theory.time_schedule(n, self.plan.sched_iterations) for n in self.plan.sched_sizes]
         self.bar.update()
         return out
 
     def decode_roofline(self, hw: dict[str, Any]) -> dict[str, Any]:
-        """Pure decode steps at each batch size, minicb and padded generate alternating, and
-        the model's linear layers alone on as many rows (the matmul library's bound); each
-        figure is the median over the rounds of each round's median step."""
-        p = self.plan
-        top, args = max(p.decode_batches), (p.decode_prompt, p.decode_warm, p.decode_steps)
-        per_req = blocks_needed(sum(args) + 2, p.block_size)
-        engine = sibling(self.systems.continuous, max_num_seqs=top, num_kv_blocks=top * per_req + 1)
-        hf = self.systems.hf_model if "hf-padded" in p.systems else None
-        # The products alone through the step's own kernels: the compiled step's, if any.
-        compiled = engine.runner.compiled
-        products = None
-        if compiled is not None:
-            products = compiled.products_alone(roofline.linear_layers(engine.runner.model))
-        ours: dict[int, list[dict[str, float]]] = {b: [] for b in p.decode_batches}
-        linears: dict[int, list[float]] = {b: [] for b in p.decode_batches}
-        theirs: dict[int, list[float]] = {b: [] for b in p.decode_batches}
-        batches = list(p.decode_batches)
-        for r in range(p.decode_rounds):
-            k = r % len(batches)
-            for b in batches[k:] + batches[:k]:
-                self._tick(f"decode at batch {b}, round {r + 1}/{p.decode_rounds}")
-                ours[b].append(roofline.time_decode(engine, b, *args))
-                linears[b].append(roofline.time_linears(engine.runner.model, b, products=products))
-                if hf is not None:  # transformers' padded generate, same prompts and steps
-                    try:
-                        theirs[b].append(roofline.time_hf_decode(hf, b, *args))
-                    except Exception:  # its column stays empty; the workloads say why
-                        hf = None
-                self.bar.update()
-        self.hardware(hw)
-        shape, elem = self.model_shape(), engine.runner.dtype.itemsize
-        points = []
-        for b, rounds in ours.items():
-            steps = [m["step_s"] for m in rounds]
-            measured = {"step_s": statistics.median(steps), "step_s_min": min(steps),
-                        "step_s_max": max(steps),
-                        "forward_s": statistics.median(m["forward_s"] for m in rounds),
-                        "context": statistics.fmean(m["context"] for m in rounds),
-                        "linears_s": statistics.median(linears[b])}  # fmt: skip
-            point = roofline.roofline_point(measured, shape, elem, b, hw)
-            if theirs[b]:
-                point["hf_step_s"] = statistics.median(theirs[b])
-                point["hf_tok_s"] = b / point["hf_step_s"]
-            points.append(point)
-        sizes = roofline.model_sizes(shape, elem)
-        return {"sizes": sizes, "prompt_len": p.decode_prompt, "points": points}
+        """The decode roofline sweep: the performance lab's (perflab.roofline), run where
+        it sits beside the package; otherwise the section says where to find it."""
+        lab = performance_lab("roofline")
+        if lab is None:
+            return {"skipped": NO_LAB, "points": []}
+        return lab.decode_roofline(self, hw)
 
     # ---- the workloads -------------------------------------------------------------------
     def workload(self, w: Workload, warm: bool) -> dict[str, Any]:
@@ -155,7 +115,7 @@ class Suite:
         if warm:
             head = w.head(self.plan.max_num_seqs, max_tokens=8)
             for name in names:
-                self._tick(f"{w.name}: warm-up {name}")
+                self.tick(f"{w.name}: warm-up {name}")
                 self.systems.run(name, head)
                 self.bar.update()
         probe = self.calibration_probe(w.name) if set(calibration.PAIR) <= set(names) else None
@@ -163,7 +123,7 @@ class Suite:
         for r in range(self.plan.repeats):
             k = r % len(names)
             for name in names[k:] + names[:k]:
-                self._tick(f"{w.name}: {name}, repeat {r + 1}/{self.plan.repeats}")
+                self.tick(f"{w.name}: {name}, repeat {r + 1}/{self.plan.repeats}")
                 trace = self._trace_path(w.name, name) if r == 0 and name in MINICB else None
                 runs[name].append(self.systems.run(name, w, trace))
                 self.bar.update()
@@ -188,7 +148,7 @@ class Suite:
         runner's cpu profile reads its FLOP rate, step overhead and chunk-step cost off
         them, so a change in the shared machine's load since the roofline sweep does not
         pass for a model error."""
-        self._tick(f"{what}: decode and chunk-step probe for the calibration")
+        self.tick(f"{what}: decode and chunk-step probe for the calibration")
         p, pairs = self.plan, max(8, 2 * self.plan.decode_steps)  # 16 at full size
         per_req = blocks_needed(p.decode_prompt + 2 * pairs + 6, p.block_size)
         narrow = sibling(self.systems.continuous, max_num_seqs=1, num_kv_blocks=per_req + 1)
@@ -227,7 +187,7 @@ class Suite:
             times = arrival_times(len(base.requests), rate, burst, seed=p.seed + 2)
             wl = base.with_arrivals(times, describe_arrivals(rate, burst, p.seed + 2))
             for name in names[i % len(names) :] + names[: i % len(names)]:
-                self._tick(f"sweep {wl.arrivals}: {name}")
+                self.tick(f"sweep {wl.arrivals}: {name}")
                 trace = self._trace_path(f"load{load:g}-b{burst:g}", name)
                 rec = self.systems.run(name, wl, trace)
                 out.append(
@@ -246,12 +206,12 @@ class Suite:
         slo = (p.ttft_slo, p.tpot_slo)
         blocks = kv_blocks_for([w], p.max_num_seqs, p.block_size)
         if p.warmup_each_workload:
-            self._tick(f"{w.name}: warm-up, caching off and on")
+            self.tick(f"{w.name}: warm-up, caching off and on")
             compare_prefix_caching(engine, w.head(p.max_num_seqs, 8), num_kv_blocks=blocks)
             self.bar.update()
         runs: dict[str, list[RunRecord]] = {"off": [], "on": []}
         for r in range(p.repeats):
-            self._tick(f"{w.name}: caching off and on, repeat {r + 1}/{p.repeats}")
+            self.tick(f"{w.name}: caching off and on, repeat {r + 1}/{p.repeats}")
             order = ("off", "on") if r % 2 == 0 else ("on", "off")
             traces = {k: self._trace_path(w.name, f"minicb-cache-{k}") for k in order}
             pair = compare_prefix_caching(

@@ -24,6 +24,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from minicb.bench import performance_lab
 from minicb.bench.bench_plan import (
     FULL,
     MINICB,
@@ -38,7 +39,7 @@ from minicb.bench.systems import (
     Systems,
     build_systems,
 )
-from minicb.config import COMPILE_MODES, DTYPES, describe_choices
+from minicb.config import DTYPES, describe_choices
 from minicb.runner.loader import load_hf_config, resolve_model_path
 from minicb.sim import calibration
 from minicb.sim.catalogue import model_shape
@@ -54,8 +55,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     p.add_argument("--device", default="auto", help="cpu, cuda, or auto")
     p.add_argument(
-        "--compile", default="off", choices=COMPILE_MODES,
-        help="minicb's decode steps as one compiled graph (minutes to build at the start)",
+        "--compile", default="off", choices=("off", "on"),
+        help="minicb's decode steps as one compiled graph (the performance lab's, perflab/: "
+        "a source checkout, run from its root; minutes to build at the start)",
     )  # fmt: skip
     p.add_argument(
         "--threads", type=int, default=1,
@@ -130,7 +132,8 @@ def run(args: argparse.Namespace) -> int:
         args.model, plan, workloads, dtype=args.dtype, device=args.device, compile=args.compile
     )
     print(f"minicb bench: {describe_choices(systems.continuous.describe()['runner'])}")
-    total = count_runs(plan, len(workloads), len(cached))
+    roofline = performance_lab("roofline") is not None
+    total = count_runs(plan, len(workloads), len(cached), roofline)
     with tqdm(total=total, unit="run", file=sys.stderr, disable=args.no_progress) as bar:
         suite = Suite(plan, systems, bar, args.trace)
         results: dict[str, Any] = {"meta": _meta(args, plan, systems, started)}

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from minicb.bench import RunRecord
+from minicb.bench import RunRecord, performance_lab
 from minicb.bench.bench_plan import MINICB, MINICB_CONFIGS, BenchPlan
 from minicb.bench.driver import SLOs, run_minicb
 from minicb.bench.hf_continuous import run_hf_continuous
@@ -108,15 +108,27 @@ def kv_blocks_for(workloads: list[Workload], slots: int, block_size: int) -> int
 def build_systems(
     model: str | None, plan: BenchPlan, workloads: list[Workload], **options: str
 ) -> Systems:
-    """The suite's systems; ``options``: the engine's dtype, device and compile, which every
-    minicb system shares (its siblings share the runner, compiled graphs included)."""
+    """The suite's systems; ``options``: the engine's dtype and device, which every minicb
+    system shares (its siblings share the runner), and ``compile="on"``: every minicb
+    system on the performance lab's compiled runner (perflab.compiled), one compiled step
+    shared by all, graphs included."""
+    compiled = options.pop("compile", "off") == "on"
     blocks = kv_blocks_for(workloads, plan.max_num_seqs, plan.block_size)
     config = EngineConfig(
         batching="continuous", max_num_seqs=plan.max_num_seqs, **options,
         max_num_batched_tokens=plan.max_num_batched_tokens, block_size=plan.block_size,
         num_kv_blocks=blocks, num_swap_blocks=0, seed=plan.seed,  # recompute: no swap space
     )  # fmt: skip
-    continuous = LLMEngine(model, config)
+    if compiled:
+        lab = performance_lab("compiled")
+        if lab is None:
+            raise ValueError(
+                "--compile on is the performance lab's (perflab/, beside the package in a "
+                "source checkout): run minicb bench from the repository root"
+            )
+        continuous = lab.compiled_engine(model, config)
+    else:
+        continuous = LLMEngine(model, config)
     systems = Systems(plan, continuous, minicb_siblings(continuous), blocks)
     if any(s.startswith("hf-") for s in plan.systems):
         try:  # transformers' model from the same folder, in the engine's dtype and device

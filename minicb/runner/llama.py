@@ -76,22 +76,13 @@ class RMSNorm(nn.Module):
         return self.weight * x.to(dtype)
 
 
+# The residual add and the MLP's activation, named so that a tracer can substitute its own
+# forms (the performance lab's compiled step rounds them as these do: perflab/compiled.py).
 def residual_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """x + y. In a compiled graph written as an fp32 add rounded once to the dtype, which is
-    what eager computes: written plainly, Inductor fuses the add into the oneDNN product
-    before it (a post-op on its fp32 accumulator), one bf16 rounding fewer than eager and
-    transformers, and the greedy tokens change."""
-    if torch.compiler.is_compiling():
-        return (x.float() + y.float()).to(x.dtype)
     return x + y
 
 
 def silu(x: torch.Tensor) -> torch.Tensor:
-    """SiLU. In a compiled graph as ``x * sigmoid(x)`` in fp32, rounded once, for the reason
-    of ``residual_add``: Inductor fuses ``F.silu`` into the product before it."""
-    if torch.compiler.is_compiling():
-        xf = x.float()
-        return (xf * torch.sigmoid(xf)).to(x.dtype)
     return nn.functional.silu(x)
 
 

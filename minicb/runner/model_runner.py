@@ -23,7 +23,7 @@ import contextlib
 import os
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -31,7 +31,6 @@ import torch
 from minicb.config import EngineConfig
 from minicb.kernels import get_backend
 from minicb.runner import RunnerOutput
-from minicb.runner.compiled import CompiledDecode
 from minicb.runner.cuda_graphs import maybe_capture
 from minicb.runner.dtype import choose_dtype
 from minicb.runner.llama import LlamaModel, ModelConfig, RotaryEmbedding
@@ -46,6 +45,9 @@ from minicb.scheduler.plan import StepPlan
 
 CPU_KV_POOL_BYTES = 1 << 30  # ceiling of an automatically sized KV pool on CPU
 SWAP_SPACE_BYTES = 4 << 30  # ceiling of the default host swap space
+
+# A step's logits from its inputs: ``ModelRunner.logits``, or a wrapper's (``execute``).
+Forward = Callable[[StepInputs], "torch.Tensor | None"]
 
 
 def resolve_device(name: str) -> torch.device:
@@ -68,7 +70,6 @@ class ModelRunner:
         *,
         files: ModelFiles | None = None,
         shared_model: LlamaModel | None = None,
-        shared_compiled: CompiledDecode | None = None,
         shard: Shard | None = None,
         tp_shared: int | None = None,
         machine_rates: MachineRates | None = None,
@@ -115,11 +116,6 @@ class ModelRunner:
             self.model = shared_model
         else:
             self.model = self._load_model(self.files)
-        # Siblings on the same weights share the compiled decode step (and its graphs).
-        # Under tensor parallelism the layers' all-reduces would sit inside the graph: eager.
-        self.compiled = None
-        if config.compile == "on" and world == 1:
-            self.compiled = shared_compiled or CompiledDecode(self.model)
         self._allocate_kv()
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(config.seed)
@@ -191,7 +187,6 @@ class ModelRunner:
             config,
             files=self.files,
             shared_model=self.model,
-            shared_compiled=self.compiled,
             tp_shared=shared,
             machine_rates=self.occupancy.rates if self.occupancy else None,
         )
@@ -210,7 +205,7 @@ class ModelRunner:
             "torch_threads": torch.get_num_threads(),
             "tensor_parallel_size": self.config.tensor_parallel_size,
             "linear": "onednn-packed" if isinstance(self.model.lm_head, PackedLinear) else "plain",
-            "compile": self._describe_compile(),
+            "compile": "eager",  # a wrapper that compiles (the lab's) says so in its own
         }
         if self.tp is not None:
             info["tensor_parallel_backend"] = self.tp.backend
@@ -219,13 +214,6 @@ class ModelRunner:
         if self.device.type == "cuda":
             info["gpu"] = torch.cuda.get_device_name(self.device)
         return info
-
-    def _describe_compile(self) -> str:
-        if self.compiled is not None:
-            return self.compiled.describe()
-        if self.config.compile == "on":
-            return "eager: the compiled decode step needs tensor_parallel_size 1"
-        return "eager"
 
     def _check_shareable(self, model: LlamaModel) -> None:
         if model.cfg != self.model_config:
@@ -262,14 +250,24 @@ class ModelRunner:
         return max(1, min(wanted, affordable))
 
     # ---- one iteration ---------------------------------------------------------------------
+    @property
+    def model_path(self) -> str:
+        """The folder the weights and config.json were read from."""
+        return str(self.files.path)
+
     @torch.inference_mode()
-    def execute(self, plan: StepPlan) -> RunnerOutput:
+    def execute(self, plan: StepPlan, *, forward: Forward | None = None) -> RunnerOutput:
+        """One step. ``forward``: the step's logits from its inputs (default ``logits``, the
+        model eager or on a captured CUDA graph); a runner that wraps this one passes its
+        own (the performance lab's compiled decode step, perflab/compiled.py) and gets the
+        swaps, timing, sampling and utilisation of this one."""
         with self._tp_step(plan):
             self._copy_swaps(plan)
             if plan.is_empty:
                 return RunnerOutput(collective_s=self._collective_s())
             t0 = time.perf_counter()
-            logits = self._logits(plan)
+            batch = step_inputs(plan, self.config.block_size, self.device)
+            logits = (forward or self.logits)(batch)
             if self.device.type == "cuda":
                 torch.cuda.synchronize()
         t1 = time.perf_counter()
@@ -291,25 +289,14 @@ class ModelRunner:
         if not plan.is_empty:
             self._hidden(step_inputs(plan, self.config.block_size, self.device))
 
-    def _logits(self, plan: StepPlan) -> torch.Tensor | None:
-        """(N, vocab) logits of the plan's N sampling rows, in order; None if none samples."""
-        batch = step_inputs(plan, self.config.block_size, self.device)
-        sample_rows, meta = batch.sample_rows, batch.meta
-        logits = None
-        if self.compiled is not None and meta.is_decode_only and not self._replays(meta):
-            # The compiled step ends with the LM head: every row's logits (a static batch's
-            # padding rows too, which sample nothing); None if it could not run.
-            logits = self.compiled.run(
-                batch.input_ids, batch.positions, meta, self.kv_cache, self.config.block_size
-            )
-        if logits is None:  # the forward runs (and stores KV) whether or not a row samples
-            hidden = self._hidden(batch)
-            return self.model.logits(hidden[sample_rows]) if sample_rows else None
-        if len(sample_rows) == len(logits):
-            return logits  # every row samples: no copy
-        return logits[sample_rows] if sample_rows else None
+    def logits(self, batch: StepInputs) -> torch.Tensor | None:
+        """(N, vocab) logits of the batch's N sampling rows, in order; None if none samples.
+        The forward runs (and stores KV) whether or not a row samples."""
+        hidden = self._hidden(batch)
+        rows = batch.sample_rows
+        return self.model.logits(hidden[rows]) if rows else None
 
-    def _replays(self, meta) -> bool:
+    def replays(self, meta) -> bool:
         """Whether this step replays a captured CUDA graph (decode-only, a captured size)."""
         graphs = self.decode_graphs
         return graphs is not None and meta.is_decode_only and graphs.can_run(meta.num_requests)
@@ -318,7 +305,7 @@ class ModelRunner:
         """(T, hidden) final hidden states of the step's ragged batch, eager or on a
         captured CUDA graph."""
         ids, positions, meta = batch.input_ids, batch.positions, batch.meta
-        if self._replays(meta):
+        if self.replays(meta):
             return self.decode_graphs.run(ids, positions, meta)
         return self.model(ids, positions, meta, self.kv_caches, self.backend)
 

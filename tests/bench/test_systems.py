@@ -124,14 +124,17 @@ def test_bench_compile_on_gives_every_minicb_system_the_one_compiled_step(tiny_l
     # decode step of the suite); transformers' systems are not built when not asked for.
     plan = replace(QUICK, systems=MINICB)
     w = Workload("w", "two", [RequestSpec([5, 6, 7], 2), RequestSpec([5, 6], 3)])
+    # The compiled step is the performance lab's (perflab.compiled), found beside the package.
+    from perflab.compiled import CompiledRunner
+
     systems = build_systems(tiny_llama_dir, plan, [w], dtype="float32", device="cpu",
                             compile="on")  # fmt: skip
-    compiled = systems.continuous.runner.compiled
+    compiled = systems.continuous.runner.decode
     assert compiled is not None and compiled.describe() == "compiled decode steps"
     engines = [systems.continuous, *systems.siblings.values()]
-    assert all(sibling(e).runner.compiled is compiled for e in engines)
+    assert all(sibling(e).runner.decode is compiled for e in engines)
     assert [e.config.batching for e in engines] == ["continuous", "static", "static"]
     assert systems.hf_model is None and systems.hf_error is None
     eager = build_systems(tiny_llama_dir, plan, [w], dtype="float32", device="cpu")
-    assert eager.continuous.runner.compiled is None
+    assert not isinstance(eager.continuous.runner, CompiledRunner)
     assert eager.continuous.describe()["runner"]["compile"] == "eager"

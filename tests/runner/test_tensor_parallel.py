@@ -132,9 +132,16 @@ def test_two_ranks_with_speculation_give_the_tokens_of_one_without(model_dirs):
 
 def test_compile_on_runs_eager_under_tensor_parallelism_and_says_why(model_dirs):
     # The layers' all-reduces would sit inside the compiled decode graph: every rank eager.
+    # (The compiled step is the performance lab's runner, perflab/compiled.py, wrapping rank
+    # 0's model runner; here because it needs this module's two-rank group.)
+    from minicb import LLMEngine
+    from perflab.compiled import CompiledRunner
+
     path = model_dirs["llama"]
-    llm = LLM(dtype="float32", model=path, tensor_parallel_size=2, num_kv_blocks=64, compile="on")
-    assert llm.engine.runner.compiled is None
+    llm = LLM(dtype="float32", model=path, tensor_parallel_size=2, num_kv_blocks=64)
+    runner = CompiledRunner(llm.engine.runner)
+    llm.engine = LLMEngine(config=llm.engine.config, runner=runner)
+    assert runner.decode is None
     expected = "eager: the compiled decode step needs tensor_parallel_size 1"
     assert llm.engine.runner.describe()["compile"] == expected
     assert greedy_tokens(llm, PROMPTS, MAX_TOKENS) == _run(path, 1)[0]

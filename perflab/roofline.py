@@ -19,22 +19,30 @@ Beside them, the model's own linear layers run back to back on B rows (``time_li
 through the step's own kernels: how close the products alone come to the ceiling, so a
 report can tell the part of a gap that is the engine's from the part no step on those
 kernels can close.
+
+The performance lab's: ``minicb bench`` runs ``decode_roofline`` as its roofline section
+where this folder sits beside the package (minicb.bench.performance_lab), and says where
+it is not.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
+from minicb.bench.driver import decode_steps
 from minicb.bench.hf_padded import generate_times
+from minicb.bench.systems import sibling
 from minicb.config import SamplingParams
 from minicb.engine import LLMEngine
 from minicb.runner import probes
-from minicb.scheduler.plan import DECODE
+from minicb.scheduler.block_manager import blocks_needed
 from minicb.sim.step_time import ModelShape
-from minicb.telemetry.events import StepEvent
+
+if TYPE_CHECKING:
+    from minicb.bench.measurements import Suite
 
 
 # The probes (copy bandwidth, matmul FLOP/s) live in minicb.runner.probes, shared with the model
@@ -67,16 +75,6 @@ def ceiling(nbytes: float, flops: float, bandwidth: float, peak: float) -> tuple
 def decode_prompts(batch: int, prompt_len: int) -> list[list[int]]:
     """The decode probe's prompts, the same for minicb and transformers."""
     return [[3 + (7 * i + j) % 200 for j in range(prompt_len)] for i in range(batch)]
-
-
-def decode_steps(engine: LLMEngine, batch: int) -> Iterator[StepEvent]:
-    """Step until every request is done, yielding the steps in which ``batch`` rows all
-    decode (prefill steps and partly filled batches are left out)."""
-    while engine.has_unfinished():
-        event = engine.step().event
-        rows = event.plan.scheduled
-        if len(rows) == batch and all(r.phase == DECODE for r in rows):
-            yield event
 
 
 def time_decode(
@@ -118,7 +116,7 @@ def eager_products(model: Any) -> Products:
 def product_inputs(model: Any, rows: int) -> dict[int, Any]:
     """Random (rows, width) inputs, one per width the model's linear layers take, in its
     dtype and on its device."""
-    import torch  # here, not above: the simulator reaches this module (via theory) without torch
+    import torch
 
     w = model.lm_head.weight
     widths = {m.weight.shape[1] for m in linear_layers(model)}
@@ -132,10 +130,10 @@ def time_linears(
     back on ``batch`` rows of random input: a decode step's matrix products with nothing
     between them, streamed as fast as the step's own matmul kernels stream the weights
     (``products``: eager ATen's, oneDNN, MKL or cuBLAS, by default; the compiled step's
-    from ``CompiledDecode.products_alone``). What it cannot reach of the ceiling is the
-    kernels'; what a step adds to it is the engine's (attention, norms, rope, the sampler,
-    Python)."""
-    import torch  # here, not above: the simulator reaches this module (via theory) without torch
+    from ``perflab.compiled.CompiledDecode.products_alone``). What it cannot reach of the
+    ceiling is the kernels'; what a step adds to it is the engine's (attention, norms, rope,
+    the sampler, Python)."""
+    import torch
 
     run, device = products or eager_products(model), model.lm_head.weight.device
     inputs = product_inputs(model, batch)
@@ -184,3 +182,60 @@ def _linears_bound(measured: dict[str, float], batch: int, t_min: float) -> dict
         return {}
     return {"linears_tok_s": batch / measured["linears_s"],
             "linears_fraction": t_min / measured["linears_s"]}  # fmt: skip
+
+
+def step_products(engine: LLMEngine) -> Products | None:
+    """The products alone through the engine's step's own kernels: the compiled step's
+    (perflab.compiled) when its runner compiles, else None (eager ATen's)."""
+    from perflab.compiled import CompiledRunner  # torch.compile only when asked for
+
+    runner = engine.runner
+    if not isinstance(runner, CompiledRunner) or runner.decode is None:
+        return None
+    return runner.decode.products_alone(linear_layers(runner.model))
+
+
+def decode_roofline(suite: Suite, hw: dict[str, Any]) -> dict[str, Any]:
+    """``minicb bench``'s roofline section: pure decode steps at each batch size, minicb and
+    padded generate alternating, and the model's linear layers alone on as many rows (the
+    matmul library's bound); each figure is the median over the rounds of each round's
+    median step. Measures ``hw`` again afterwards (``suite.hardware``)."""
+    p = suite.plan
+    top, args = max(p.decode_batches), (p.decode_prompt, p.decode_warm, p.decode_steps)
+    per_req = blocks_needed(sum(args) + 2, p.block_size)
+    engine = sibling(suite.systems.continuous, max_num_seqs=top, num_kv_blocks=top * per_req + 1)
+    hf = suite.systems.hf_model if "hf-padded" in p.systems else None
+    model, products = engine.runner.model, step_products(engine)  # the lab's reach-in
+    ours: dict[int, list[dict[str, float]]] = {b: [] for b in p.decode_batches}
+    linears: dict[int, list[float]] = {b: [] for b in p.decode_batches}
+    theirs: dict[int, list[float]] = {b: [] for b in p.decode_batches}
+    batches = list(p.decode_batches)
+    for r in range(p.decode_rounds):
+        k = r % len(batches)
+        for b in batches[k:] + batches[:k]:
+            suite.tick(f"decode at batch {b}, round {r + 1}/{p.decode_rounds}")
+            ours[b].append(time_decode(engine, b, *args))
+            linears[b].append(time_linears(model, b, products=products))
+            if hf is not None:  # transformers' padded generate, same prompts and steps
+                try:
+                    theirs[b].append(time_hf_decode(hf, b, *args))
+                except Exception:  # its column stays empty; the workloads say why
+                    hf = None
+            suite.bar.update()
+    suite.hardware(hw)
+    shape, elem = suite.model_shape(), engine.runner.dtype.itemsize
+    points = []
+    for b, rounds in ours.items():
+        steps = [m["step_s"] for m in rounds]
+        measured = {"step_s": statistics.median(steps), "step_s_min": min(steps),
+                    "step_s_max": max(steps),
+                    "forward_s": statistics.median(m["forward_s"] for m in rounds),
+                    "context": statistics.fmean(m["context"] for m in rounds),
+                    "linears_s": statistics.median(linears[b])}  # fmt: skip
+        point = roofline_point(measured, shape, elem, b, hw)
+        if theirs[b]:
+            point["hf_step_s"] = statistics.median(theirs[b])
+            point["hf_tok_s"] = b / point["hf_step_s"]
+        points.append(point)
+    sizes = model_sizes(shape, elem)
+    return {"sizes": sizes, "prompt_len": p.decode_prompt, "points": points}

@@ -1,11 +1,12 @@
-"""The roofline's third probe: a decode step's linear layers alone, on the real model code."""
+"""The roofline's third probe (perflab/roofline.py): a decode step's linear layers alone, on
+the real model code."""
 
 import pytest
 import torch
 
 from minicb import EngineConfig
-from minicb.bench import roofline
 from minicb.engine import LLMEngine
+from perflab import roofline
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])  # bf16 on CPU: packed layers

@@ -1,27 +1,25 @@
-"""The compiled decode step (minicb.runner.compiled) against eager: the same greedy tokens,
-two graphs whatever the batch sizes and lengths, the store after the graph, and a clean
-fallback.
+"""The compiled decode step (perflab/compiled.py, a runner wrapping the model runner)
+against eager: the same greedy tokens, two graphs whatever the batch sizes and lengths, the
+store after the graph, and a clean fallback.
 
 Fast tests compile with Dynamo's "eager" backend (the same graph, captured and guarded,
 without Inductor's C++ code generation, which takes tens of seconds), on every tiny
 architecture; the slow ones run Inductor with freezing on one tiny model and on the default
-model.
+model (the default model's build, six to seven minutes, behind the ``perflab`` marker:
+``make test-perflab``).
 """
 
 from __future__ import annotations
-
-import functools
 
 import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from minicb import LLM, SamplingParams
-from minicb.bench import roofline
+from minicb import LLM, LLMEngine, SamplingParams
 from minicb.kernels.torch_attention import DecodeIndex, decode_attention
-from minicb.runner import compiled, model_runner
 from minicb.runner.loader import TINY_ARCHITECTURES, make_tiny_model_dir
 from minicb.runner.packed import can_pack
+from perflab import compiled, roofline
 
 GREEDY = SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True)
 PROMPTS = [[5, 6, 7], [9] * 20, list(range(3, 40)), [11]]
@@ -31,11 +29,27 @@ def tokens(llm: LLM, prompts=PROMPTS) -> list[list[int]]:
     return [o.token_ids for o in llm.generate(prompts, GREEDY)]
 
 
+def LLM_(model: str, compile: str = "off", **options) -> LLM:  # noqa: N802
+    """``LLM(model=model, **options)``; ``compile="on"``: on the lab's compiled runner."""
+    llm = LLM(model=model, **options)
+    if compile == "on":
+        wrap(llm, compiled.CompiledRunner(llm.engine.runner))
+    return llm
+
+
+def wrap(llm: LLM, runner: compiled.CompiledRunner) -> None:
+    """``llm`` on ``runner`` from now on: a new engine on the wrapper, same config."""
+    llm.engine = LLMEngine(config=llm.engine.config, runner=runner)
+
+
 @pytest.fixture
 def dynamo_eager(monkeypatch):
     """Runners built in the test compile with Dynamo's eager backend."""
-    fast = functools.partial(compiled.CompiledDecode, backend="eager")
-    monkeypatch.setattr(model_runner, "CompiledDecode", fast)
+    class EagerBackend(compiled.CompiledDecode):
+        def __init__(self, model, backend="eager"):
+            super().__init__(model, backend)
+
+    monkeypatch.setattr(compiled, "CompiledDecode", EagerBackend)
 
 
 def counting_runs(monkeypatch) -> list[int]:
@@ -57,8 +71,8 @@ def test_compiled_tokens_equal_eager_and_two_graphs_serve_every_step(
     tiny_llama_dir, dynamo_eager, monkeypatch
 ):
     torch._dynamo.reset()
-    eager = tokens(LLM(model=tiny_llama_dir, num_kv_blocks=64, compile="off"))
-    llm = LLM(model=tiny_llama_dir, num_kv_blocks=64, compile="on", max_num_batched_tokens=16)
+    eager = tokens(LLM_(tiny_llama_dir, num_kv_blocks=64, compile="off"))
+    llm = LLM_(tiny_llama_dir, num_kv_blocks=64, compile="on", max_num_batched_tokens=16)
     assert llm.engine.runner.describe()["compile"] == "compiled decode steps"
     batches = counting_runs(monkeypatch)
     before = counters["stats"]["unique_graphs"]
@@ -99,8 +113,8 @@ def test_padding_rows_of_static_batching_store_nothing(tiny_llama_dir, dynamo_ea
     # Static batches keep finished rows as padding (slot -1): their recomputed token must not
     # overwrite a block handed to someone else.
     options = dict(num_kv_blocks=64, batching="static", max_num_seqs=4)
-    eager = tokens(LLM(model=tiny_llama_dir, compile="off", **options), PROMPTS)
-    llm = LLM(model=tiny_llama_dir, compile="on", **options)
+    eager = tokens(LLM_(tiny_llama_dir, compile="off", **options), PROMPTS)
+    llm = LLM_(tiny_llama_dir, compile="on", **options)
     batches = counting_runs(monkeypatch)
     short = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
     outs = llm.generate(PROMPTS, [short, GREEDY, GREEDY, short])
@@ -114,8 +128,8 @@ def test_engine_runs_eager_when_torch_compile_is_unavailable(tiny_llama_dir, mon
         raise RuntimeError("torch.compile is not supported on this platform")
 
     monkeypatch.setattr(torch, "compile", unavailable)
-    eager = tokens(LLM(model=tiny_llama_dir, num_kv_blocks=64, compile="off"))
-    llm = LLM(model=tiny_llama_dir, num_kv_blocks=64, compile="on")
+    eager = tokens(LLM_(tiny_llama_dir, num_kv_blocks=64, compile="off"))
+    llm = LLM_(tiny_llama_dir, num_kv_blocks=64, compile="on")
     assert tokens(llm) == eager
     described = llm.engine.runner.describe()["compile"]
     assert described == "eager: torch.compile failed: RuntimeError: " + (
@@ -125,7 +139,7 @@ def test_engine_runs_eager_when_torch_compile_is_unavailable(tiny_llama_dir, mon
 
 
 def test_a_compiled_decode_that_fails_when_called_falls_back_once(tiny_llama_dir, caplog):
-    llm = LLM(model=tiny_llama_dir, num_kv_blocks=64, compile="off")
+    llm = LLM_(tiny_llama_dir, num_kv_blocks=64, compile="off")
     runner = llm.engine.runner
     eager = tokens(llm)
     decode = compiled.CompiledDecode(runner.model, backend="eager")
@@ -136,7 +150,7 @@ def test_a_compiled_decode_that_fails_when_called_falls_back_once(tiny_llama_dir
         raise OSError("no working C++ compiler")
 
     decode._graph = broken
-    runner.compiled = decode
+    wrap(llm, compiled.CompiledRunner(runner, decode))
     assert tokens(llm) == eager
     assert len(calls) == 1  # the first call failed; every later step went straight to eager
     assert decode.describe() == "eager: torch.compile failed: OSError: no working C++ compiler"
@@ -146,8 +160,8 @@ def test_a_compiled_decode_that_fails_when_called_falls_back_once(tiny_llama_dir
 @pytest.mark.parametrize("arch", TINY_ARCHITECTURES)
 def test_compiled_tokens_equal_eager_on_every_tiny_architecture(arch, tmp_path, dynamo_eager):
     path = str(make_tiny_model_dir(arch, tmp_path, seed=2))
-    eager = tokens(LLM(model=path, num_kv_blocks=64, compile="off"))
-    llm = LLM(model=path, num_kv_blocks=64, compile="on")
+    eager = tokens(LLM_(path, num_kv_blocks=64, compile="off"))
+    llm = LLM_(path, num_kv_blocks=64, compile="on")
     assert tokens(llm) == eager
     assert llm.engine.runner.describe()["compile"] == "compiled decode steps"
 
@@ -157,16 +171,17 @@ def test_compiled_tokens_equal_eager_on_every_tiny_architecture(arch, tmp_path, 
 )
 def test_compiled_tokens_equal_eager_with_packed_bf16_layers(tiny_llama_dir, dynamo_eager):
     # Compiled, a packed layer hands its plain weight to the graph (freezing packs it there).
-    eager = tokens(LLM(model=tiny_llama_dir, num_kv_blocks=64, dtype="bfloat16"))
-    llm = LLM(model=tiny_llama_dir, num_kv_blocks=64, dtype="bfloat16", compile="on")
+    eager = tokens(LLM_(tiny_llama_dir, num_kv_blocks=64, dtype="bfloat16"))
+    llm = LLM_(tiny_llama_dir, num_kv_blocks=64, dtype="bfloat16", compile="on")
     assert llm.engine.runner.describe()["linear"] == "onednn-packed"
     assert tokens(llm) == eager
 
 
 def test_siblings_on_the_same_weights_share_the_compiled_step(tiny_llama_dir, dynamo_eager):
-    llm = LLM(model=tiny_llama_dir, num_kv_blocks=64, compile="on")
+    llm = LLM_(tiny_llama_dir, num_kv_blocks=64, compile="on")
     sibling = llm.engine.runner.with_config(llm.engine.config)
-    assert sibling.compiled is llm.engine.runner.compiled
+    assert sibling.decode is llm.engine.runner.decode
+    assert sibling.model is llm.engine.runner.model
 
 
 def test_the_graph_checks_only_its_inputs_guards(tiny_llama_dir, dynamo_eager, monkeypatch):
@@ -182,7 +197,7 @@ def test_the_graph_checks_only_its_inputs_guards(tiny_llama_dir, dynamo_eager, m
         return flags
 
     monkeypatch.setattr(compiled, "inputs_guards_only", recording)
-    tokens(LLM(model=tiny_llama_dir, num_kv_blocks=64, compile="on"))
+    tokens(LLM_(tiny_llama_dir, num_kv_blocks=64, compile="on"))
     inputs = {"ids", "positions", "slots", "visible", "last", "kv_cache", ""}  # "": global state
     assert set(kept) == inputs
     on_the_model = [n for n in offered if n == "model" or n.startswith(("model.", "model["))]
@@ -196,9 +211,9 @@ def test_two_models_in_one_process_each_run_their_own_graphs(tmp_path, dynamo_ea
     # fp32: the graph's attention sums in another order than eager's SDPA, and a random
     # tiny model in bf16 has near ties that an ulp turns (the default model's oracle runs bf16).
     options = dict(num_kv_blocks=64, dtype="float32")
-    eager = [tokens(LLM(model=p, **options)) for p in paths]
+    eager = [tokens(LLM_(p, **options)) for p in paths]
     assert eager[0] != eager[1]
-    llms = [LLM(model=p, compile="on", **options) for p in paths]
+    llms = [LLM_(p, compile="on", **options) for p in paths]
     assert [tokens(llm) for llm in llms] == eager
     assert [tokens(llm) for llm in reversed(llms)] == eager[::-1]
 
@@ -229,7 +244,7 @@ def eager_and_compiled_products(llm: LLM, rows: int):
     step's ``products_alone``."""
     model = llm.engine.runner.model
     inputs = roofline.product_inputs(model, rows)
-    compiled_products = llm.engine.runner.compiled.products_alone(roofline.linear_layers(model))
+    compiled_products = llm.engine.runner.decode.products_alone(roofline.linear_layers(model))
     with torch.inference_mode():
         return roofline.eager_products(model)(inputs), compiled_products(inputs)
 
@@ -238,7 +253,7 @@ def test_the_products_alone_are_the_models_linear_layers_built_as_the_step(
     tiny_llama_dir, dynamo_eager
 ):
     torch._dynamo.reset()
-    llm = LLM(model=tiny_llama_dir, num_kv_blocks=64, compile="on")
+    llm = LLM_(tiny_llama_dir, num_kv_blocks=64, compile="on")
     before = counters["stats"]["unique_graphs"]
     eager, compiled_out = eager_and_compiled_products(llm, rows=5)
     assert len(compiled_out) == 7 * llm.engine.runner.model.cfg.num_layers + 1  # and the head
@@ -247,7 +262,7 @@ def test_the_products_alone_are_the_models_linear_layers_built_as_the_step(
     assert counters["stats"]["unique_graphs"] - before == 2
     # The bench times these, not eager's, when the step is compiled: once per run, on B rows.
     model = llm.engine.runner.model
-    products = llm.engine.runner.compiled.products_alone(roofline.linear_layers(model))
+    products = llm.engine.runner.decode.products_alone(roofline.linear_layers(model))
     rows_seen: list[set[int]] = []
 
     def counted(inputs):
@@ -264,8 +279,8 @@ def test_inductor_tokens_equal_eager_on_a_tiny_model(dtype, tmp_path, monkeypatc
     import torch._inductor.config as inductor_config
 
     path = str(make_tiny_model_dir("qwen3", tmp_path, seed=2))  # GQA, q/k norms
-    eager = tokens(LLM(model=path, num_kv_blocks=64, dtype=dtype, compile="off"))
-    llm = LLM(model=path, num_kv_blocks=64, dtype=dtype, compile="on")
+    eager = tokens(LLM_(path, num_kv_blocks=64, dtype=dtype, compile="off"))
+    llm = LLM_(path, num_kv_blocks=64, dtype=dtype, compile="on")
     batches = counting_runs(monkeypatch)
     counters.clear()
     with inductor_config.patch(fx_graph_cache=False):  # generate the kernels: count them
@@ -287,16 +302,17 @@ def test_inductor_tokens_equal_eager_on_a_tiny_model(dtype, tmp_path, monkeypatc
         torch.testing.assert_close(b, a, rtol=tol, atol=tol)
 
 
-@pytest.mark.slow  # the default model, compiled by Inductor: two to seven minutes
+@pytest.mark.slow
+@pytest.mark.perflab  # the default model, compiled by Inductor: two to seven minutes
 def test_inductor_tokens_equal_eager_on_the_default_model(default_llm):
     texts = ("The capital of France is", "def f(", "Continuous batching lets a server")
     prompts = [default_llm.tokenizer.encode(t) for t in texts]
     eager = tokens(default_llm, prompts)
-    runner = default_llm.engine.runner
-    saved = runner.compiled
-    try:
-        runner.compiled = compiled.CompiledDecode(runner.model)
+    engine = default_llm.engine
+    try:  # the default model's weights, wrapped; the shared fixture keeps its eager engine
+        runner = compiled.CompiledRunner(engine.runner)
+        wrap(default_llm, runner)
         assert tokens(default_llm, prompts) == eager
-        assert runner.compiled.describe() == described(runner.model.lm_head.weight)
+        assert runner.decode.describe() == described(runner.model.lm_head.weight)
     finally:
-        runner.compiled = saved
+        default_llm.engine = engine
