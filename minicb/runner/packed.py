@@ -25,7 +25,7 @@ from minicb.runner.dtype import cpu_capabilities
 # (a decode of batch 1) against 64 rows: 34.5 against 31.2 ms at 32 rows, 37.1 against 31.8
 # at 48 (15 decodes beside a 32-token chunk), 72.7 against 60.5 at 256; at 1 to 15 rows the
 # layout for one row is 1 to 3 % faster (25.9 against 26.6 ms at one). AMX machine, bf16,
-# one thread, scripts/packed_layout_cpu_time.py. Every step with a prompt chunk and every
+# one thread, perflab/packed_layout_cpu_time.py. Every step with a prompt chunk and every
 # decode batch from about 20 rows gains more than the small batches lose.
 PACKED_FOR_ROWS = 64
 

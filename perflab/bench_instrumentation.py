@@ -16,7 +16,7 @@ Besides end-to-end throughput (noisy on a shared machine), it times the bus's de
 themselves (the engine is given a bus that adds up the seconds its ``emit_many`` calls take),
 which measures the instrumentation's own share of the run directly.
 
-    python scripts/bench_instrumentation.py --dtype bfloat16 --threads 1 --repeats 7
+    python -m perflab.bench_instrumentation --dtype bfloat16 --threads 1 --repeats 7
 """
 
 from __future__ import annotations

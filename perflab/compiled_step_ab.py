@@ -9,12 +9,12 @@ step: minicb's, and one variant of it:
 - ``--against head-outside``: the graph ends at the final norm and the LM head runs eager
   after it (a sibling engine on the same weights).
 
-Each round runs the decode probe of scripts/decode_cpu_time.py at every batch size on both
+Each round runs the decode probe of perflab/decode_cpu_time.py at every batch size on both
 engines, in alternating order; thread CPU time of a step, median per round. A comparison in
 one process, minutes apart at most, is what a shared machine lets one measure: its copy
 speed moved by 15 % within an hour while these were taken.
 
-    PYTHONPATH=. .venv/bin/python scripts/compiled_step_ab.py --against aten-products
+    .venv/bin/python -m perflab.compiled_step_ab --against aten-products
         [--rounds 5] [--batches 1 8 32]
 
 Building the four graphs takes about a quarter of an hour. Prints, per batch size, each
@@ -28,11 +28,10 @@ import statistics
 import time
 
 import torch
-from decode_cpu_time import decode_round, probe_engine
 
-from minicb.bench.systems import sibling
 from minicb.engine import LLMEngine
-from minicb.runner.compiled import CompiledDecode
+from perflab.compiled import CompiledDecode, CompiledRunner
+from perflab.decode_cpu_time import decode_round, probe_engine
 
 
 class WithoutHead(torch.nn.Module):
@@ -51,7 +50,6 @@ class WithoutHead(torch.nn.Module):
 
 def head_outside(engine: LLMEngine) -> LLMEngine:
     """A sibling whose compiled step stops before the LM head, which then runs eager."""
-    other = sibling(engine)
     model = engine.runner.model
     compiled = CompiledDecode(WithoutHead(model))
     graph_only = compiled.run
@@ -61,8 +59,8 @@ def head_outside(engine: LLMEngine) -> LLMEngine:
         return None if hidden is None else model.logits(hidden)
 
     compiled.run = run_then_head
-    other.runner.compiled = compiled
-    return other
+    inner = engine.runner.inner.with_config(engine.config)  # the same weights, its own KV
+    return LLMEngine(config=engine.config, runner=CompiledRunner(inner, compiled))
 
 
 def main() -> None:
@@ -79,7 +77,7 @@ def main() -> None:
         variant = head_outside(minicb)
     else:
         variant = probe_engine(args.dtype, top, compile="on")
-        variant.runner.compiled.gemm = "ATEN"
+        variant.runner.decode.gemm = "ATEN"
     engines = {"minicb": minicb, args.against: variant}
     for name, engine in engines.items():
         start = time.perf_counter()

@@ -1,6 +1,6 @@
 """CPU time of one ``sample()`` call: this tree's sampler against another tree's.
 
-    PYTHONPATH=. python scripts/sampler_cpu_time.py OTHER_TREE/minicb/runner/sampler.py
+    python -m perflab.sampler_cpu_time OTHER_TREE/minicb/runner/sampler.py
 
 Random fp32 logits of 49152 columns (SmolLM2's vocabulary), 8 and 32 rows, temperature
 sampling, top-k + top-p, and greedy; thread CPU time, mean of 20 calls after one warm-up.

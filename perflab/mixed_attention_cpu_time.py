@@ -6,7 +6,7 @@ request), a step of prompt chunks only, and one long chunk. Thread CPU time, med
 thread, so other work on the machine drops out. Prints both, the ratio and the largest
 difference of the outputs (0: the same SDPA calls on the same values).
 
-    PYTHONPATH=. .venv/bin/python scripts/mixed_attention_cpu_time.py
+    .venv/bin/python -m perflab.mixed_attention_cpu_time
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ alternating between them with the order rotated, so that drift in the machine's 
 falls on both alike. Per batch size it prints the median step time of each dtype over the
 rounds and their ratio.
 
-    python scripts/bench_dtype.py --threads 1 --rounds 3 --batches 1 32
+    python -m perflab.bench_dtype --threads 1 --rounds 3 --batches 1 32
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import time
 import torch
 
 from minicb import EngineConfig, LLMEngine
-from minicb.bench.roofline import time_decode
 from minicb.runner.dtype import DTYPES as TORCH_DTYPES
 from minicb.runner.dtype import choose_dtype
 from minicb.runner.model_runner import resolve_device
+from perflab.roofline import time_decode
 
 DTYPES = ("float32", "bfloat16")
 

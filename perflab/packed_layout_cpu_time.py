@@ -8,7 +8,7 @@ row counts: one-token decodes of 1 to 32 rows and the 48 rows of 15 decodes besi
 32-token prompt chunk. Thread CPU time, median of 5 runs, one thread; the layouts alternate
 within each row count, so a change in the machine's load falls on all of them alike.
 
-    PYTHONPATH=. .venv/bin/python scripts/packed_layout_cpu_time.py [--layouts 1 16 32 64 128]
+    .venv/bin/python -m perflab.packed_layout_cpu_time [--layouts 1 16 32 64 128]
         [--rows 1 8 15 32 48 256]
 
 Prints one JSON line: per row count, milliseconds per layout (minicb.runner.packed uses
@@ -25,8 +25,8 @@ import time
 import torch
 
 from minicb import EngineConfig
-from minicb.bench.roofline import linear_layers
 from minicb.engine import LLMEngine
+from perflab.roofline import linear_layers
 
 
 def run_ms(packed: list[torch.Tensor], inputs: list[torch.Tensor], repeats: int = 5) -> float:

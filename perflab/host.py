@@ -13,7 +13,7 @@
 
 ``schedule()`` on its own is ``minicb.bench.theory.time_schedule``. Run all three with
 
-    python -m minicb.bench.host
+    python -m perflab.host
 """
 
 from __future__ import annotations

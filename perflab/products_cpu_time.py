@@ -7,7 +7,7 @@ with Inductor's own C++ GEMM template (its AMX micro-kernels in bf16). The produ
 inputs of several row counts; the variants alternate within each row count, so a change in
 the machine's load falls on all of them alike. Thread CPU time, median of 7 runs, one thread.
 
-    PYTHONPATH=. .venv/bin/python scripts/products_cpu_time.py [--dtype bfloat16]
+    .venv/bin/python -m perflab.products_cpu_time [--dtype bfloat16]
         [--rows 1 2 8 16 32 64 128]
 
 Building the two compiled variants takes one to two minutes each. Prints one JSON line: per
@@ -24,9 +24,9 @@ import time
 import torch
 
 from minicb import EngineConfig
-from minicb.bench.roofline import eager_products, linear_layers, product_inputs
 from minicb.engine import LLMEngine
-from minicb.runner.compiled import CompiledDecode
+from perflab.compiled import CompiledDecode
+from perflab.roofline import eager_products, linear_layers, product_inputs
 
 
 def run_ms(products, inputs: dict[int, torch.Tensor], repeats: int = 7) -> float:

@@ -1,9 +1,9 @@
 """Decode-step CPU time of this tree's model code against another tree's, in one process.
 
-    PYTHONPATH=. python scripts/forward_cpu_time.py OTHER_TREE/minicb/runner/llama.py
+    python -m perflab.forward_cpu_time OTHER_TREE/minicb/runner/llama.py
         [--dtype bfloat16] [--batches 1 32] [--rounds 8]
 
-On a shared machine two runs of scripts/decode_cpu_time.py move by about 10 % from one to
+On a shared machine two runs of perflab/decode_cpu_time.py move by about 10 % from one to
 the next, more than a change of a few percent. Here one engine on the embedded default
 model runs that script's decode probe (same prompts, same steps) with its model swapped,
 round by round in alternating order, between this tree's ``LlamaModel`` and the other
@@ -30,10 +30,10 @@ from types import ModuleType
 import torch
 
 from minicb import SamplingParams
-from minicb.bench import roofline
 from minicb.engine import LLMEngine
 from minicb.runner.loader import iter_safetensors
 from minicb.runner.packed import PackedLinear, pack_linears
+from perflab import roofline
 
 
 def load_module(name: str, path: Path) -> ModuleType:

@@ -8,7 +8,7 @@ steps and for the copy-bandwidth and matmul probes alike. The fraction of the ce
 CPU time is then t_min by CPU time / step CPU time; waiting for a core drops out of both.
 Contention for memory bandwidth does not: run before/after pairs alternately.
 
-    PYTHONPATH=. python scripts/decode_cpu_time.py --dtype bfloat16 [--batches 1 32]
+    python -m perflab.decode_cpu_time --dtype bfloat16 [--batches 1 32]
         [--rounds 3] [--no-packed-weights] [--compile on]
 
 Prints one JSON line: per batch, step CPU and wall milliseconds (median over rounds of each
@@ -25,11 +25,12 @@ import time
 import torch
 
 from minicb import EngineConfig, SamplingParams
-from minicb.bench import roofline
 from minicb.engine import LLMEngine
 from minicb.runner import probes
 from minicb.scheduler.plan import DECODE
 from minicb.sim.catalogue import model_shape
+from perflab import roofline
+from perflab.compiled import compiled_engine
 
 PROMPT, WARM, STEPS = 32, 2, 8
 
@@ -78,12 +79,15 @@ def matmul_flops(dtype: torch.dtype, n: int, repeats: int = 5) -> tuple[float, f
     return 2 * n**3 / best_cpu, 2 * n**3 / best_wall
 
 
-def probe_engine(dtype: str, widest: int, **options) -> LLMEngine:
-    """An engine on the embedded default model with room for the probe's widest batch."""
+def probe_engine(dtype: str, widest: int, compile: str = "off", **options) -> LLMEngine:
+    """An engine on the embedded default model with room for the probe's widest batch;
+    ``compile="on"``: on the lab's compiled runner (perflab.compiled)."""
     config = EngineConfig(
         dtype=dtype, device="cpu", max_num_seqs=widest, num_kv_blocks=widest * 4 + 1,
         num_swap_blocks=0, **options,
     )  # fmt: skip
+    if compile == "on":
+        return compiled_engine(None, config)
     return LLMEngine(None, config)
 
 
@@ -102,7 +106,7 @@ def main() -> None:
     top = max(args.batches)
     engine = probe_engine(args.dtype, top, **options)
     runner = engine.runner
-    shape, elem = model_shape(str(runner.files.path)), runner.dtype.itemsize
+    shape, elem = model_shape(runner.model_path), runner.dtype.itemsize
     decode_round(engine, top)  # warm-up (and compilation, if any)
     rounds = {b: [decode_round(engine, b) for _ in range(args.rounds)] for b in args.batches}
     bw_cpu, bw_wall = copy_bandwidth(
