@@ -1,13 +1,12 @@
 """The suite's measurements, in the order ``minicb bench`` takes them (minicb.bench.suite):
 one ``Suite`` method per section of ``bench.json`` (hardware, scheduler cost, decode
-roofline, each offline workload on every system with its theory, the rate sweep, prefix
-caching), each naming what it measures on the progress bar; ``count_runs`` says how many
-units of work that bar will see.
+roofline, each offline workload on every system, the rate sweep, prefix caching), each
+naming what it measures on the progress bar; ``count_runs`` says how many units of work
+that bar will see.
 """
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -132,7 +131,6 @@ class Suite:
             "figures": {n: aggregate(recs) for n, recs in runs.items()},
             "errors": {n: recs[0].error for n, recs in runs.items() if recs[0].error},
             "ratios": ratio_table(runs),
-            "theory": self.theory(w, runs),
             "outside_model": {
                 n: outside_model_share([s for r in runs[n] for s in r.steps])
                 for n in names
@@ -154,24 +152,6 @@ class Suite:
         narrow = sibling(self.systems.continuous, max_num_seqs=1, num_kv_blocks=per_req + 1)
         wide = sibling(self.systems.continuous, num_kv_blocks=(p.max_num_seqs + 1) * per_req)
         return calibration.probe_steps(narrow, wide, p.decode_prompt, pairs)
-
-    def theory(self, w: Workload, runs: dict[str, list[RunRecord]]) -> dict[str, Any] | None:
-        pair = MINICB[:2]  # the model predicts continuous against unsorted static
-        if not all(n in runs for n in pair):
-            return None
-        model = theory.fit_step_model([s for n in pair for r in runs[n] for s in r.steps])
-        p = self.plan
-        pred = theory.predict(
-            w.prompt_lens, w.output_lens, p.max_num_seqs, p.max_num_batched_tokens, model
-        )
-        measured = paired_ratio(runs["minicb-continuous"], runs["minicb-static"])
-        return {
-            "step_model": model.to_dict(),
-            "predicted": pred,
-            "measured_ratio": measured,
-            "measured_wall_s": {n: statistics.median(r.wall_s for r in runs[n]) for n in pair},
-            "relative_error": measured["median"] / pred["ratio"] - 1 if measured else None,
-        }
 
     def rate_sweep(self, vocab: int, capacity: float | None) -> list[dict[str, Any]]:
         """Poisson (and one bursty) arrivals at fractions of ``capacity`` (req/s)."""

@@ -45,7 +45,10 @@ COLUMNS = {
 }  # fmt: skip
 
 
-def workload_section(name: str, data: dict[str, Any]) -> list[str]:
+def workload_section(
+    name: str, data: dict[str, Any], prediction: dict[str, Any] | None = None
+) -> list[str]:
+    """A workload's tables; ``prediction``: its entry in the calibration (sim/calibration.py)."""
     d, errors = data["definition"], data["errors"]
     rows, latency = [], []
     for system, f in data["figures"].items():
@@ -61,7 +64,7 @@ def workload_section(name: str, data: dict[str, Any]) -> list[str]:
         f"### {name}", "", f"{d['description']}; arrivals {d['arrivals']}.", "",
         *_table(["system", *COLUMNS, "goodput req/s (share)"], rows), "",
         *_table(["latency, ms (p50 / p90 / p99)", "TTFT", "TPOT", "ITL", "end-to-end"], latency),
-        "", _ratios_line(data), *_theory_lines(data), *_outside_lines(data), "",
+        "", _ratios_line(data), *_prediction_lines(prediction), *_outside_lines(data), "",
     ]  # fmt: skip
 
 
@@ -74,21 +77,19 @@ def _ratios_line(data: dict[str, Any]) -> str:
     return "Output tok/s ratios (paired by repeat): " + ("; ".join(parts) or "-") + "."
 
 
-def _theory_lines(data: dict[str, Any]) -> list[str]:
-    t = data.get("theory")
-    if not t:
+def _prediction_lines(c: dict[str, Any] | None) -> list[str]:
+    """The real schedulers on the simulated runner's ``cpu`` profile, against the runs."""
+    if not c or c.get("predicted_ratio") is None:
         return []
-    m, pred = t["step_model"], t["predicted"]
+    pred, meas = c["predicted_wall_s"], c["measured_wall_s"]
     return [
         "",
-        f"Step-time model fitted to {m['steps']} minicb steps: t = {m['a_s'] * 1000:.1f} ms + "
-        f"{m['c_s'] * 1000:.2f} ms x rows + {m['p_s'] * 1000:.3f} ms x prompt tokens "
-        f"(R^2 {m['r2']:.2f}). Predicted runtimes: static {pred['static_s']:.1f} s, "
-        f"continuous {pred['continuous_s']:.1f} s (measured medians "
-        f"{t['measured_wall_s']['minicb-static']:.1f} s and "
-        f"{t['measured_wall_s']['minicb-continuous']:.1f} s). Continuous/static: measured "
-        f"{_cell(t['measured_ratio'], '.2f')}, predicted {pred['ratio']:.2f} "
-        f"(H_B = {pred['harmonic_B']:.2f}); error {_num(t['relative_error'], '+.0f', 100)} %.",
+        "Predicted by the real schedulers on the simulated runner (the `cpu` profile, see the "
+        f"calibration): static {_num(pred['minicb-static'])} s, continuous "
+        f"{_num(pred['minicb-continuous'])} s (measured medians {_num(meas['minicb-static'])} s "
+        f"and {_num(meas['minicb-continuous'])} s). Continuous/static: measured "
+        f"{_num(c['measured_ratio'], '.2f')}, predicted {c['predicted_ratio']:.2f}; error "
+        f"{_num(c['ratio_error'], '+.0f', 100)} %.",
     ]
 
 
@@ -208,8 +209,9 @@ def render(results: dict[str, Any]) -> str:
         f"Goodput targets: TTFT <= {m['ttft_slo']} s and TPOT <= {m['tpot_slo']} s.",
         "",
     ]
+    predictions = (results.get("calibration") or {}).get("workloads", {})
     for name, data in results["workloads"].items():
-        lines += workload_section(name, data)
+        lines += workload_section(name, data, predictions.get(name))
     sections = (roofline_section, scheduler_section, sweep_section, prefix_caching_section)
     for section in (*sections, goals_section):
         lines += section(results) + [""]

@@ -1,30 +1,16 @@
-"""What the figures should be: theory for static against continuous batching, and what
-``schedule()`` costs on its own.
+"""What ``schedule()`` costs on its own: the scheduler's share of a step, timed with no model.
 
-Static vs continuous, from lengths alone. The step-time model: an iteration costs
-``t = a + c * rows + p * tokens``, where ``rows`` counts one-token rows (decodes, and the
-padding rows static batching computes anyway) and ``tokens`` counts the tokens of longer
-rows (prompt chunks); ``fit_step_model`` fits ``a, c, p`` by least squares to the
-iterations measured in the run. Both schedules are then replayed on paper from the
-workload's lengths (the same rules as minicb's schedulers, with room in the KV pool for
-everyone), summing the modelled step times. The limit case, for the docs: with output
-lengths exponential of mean m, steps that cost the same whatever the batch (``c = p = 0``)
-and many requests, a static batch of B lasts as long as its longest member, E[max] =
-m * H_B (H_B = 1 + 1/2 + ... + 1/B), while continuous batching keeps all B slots busy: the
-ratio tends to H_B.
-
-The decode roofline of this machine is minicb.bench.roofline's.
+What continuous batching should gain over static batching is predicted elsewhere, by the
+schedulers that run: the same requests through the real engine with each scheduler on a
+simulated runner (minicb.sim.run.static_vs_continuous, its limit case ``H_B`` beside it;
+the bench's prediction is minicb.sim.calibration's, on a ``cpu`` profile of this machine).
 """
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass
 from itertools import islice
 
-import numpy as np
-
-from minicb.bench.roofline import decode_steps
+from minicb.bench.driver import decode_steps
 from minicb.config import EngineConfig, SamplingParams
 from minicb.engine import LLMEngine
 from minicb.runner.fake import FakeRunner
@@ -32,110 +18,6 @@ from minicb.scheduler.block_manager import blocks_needed
 from minicb.telemetry.metrics import distribution
 
 
-# ---- static vs continuous ------------------------------------------------------------------
-@dataclass(frozen=True)
-class StepModel:
-    a: float  # seconds per iteration
-    c: float  # seconds per one-token row
-    p: float  # seconds per token of a longer row (prompt chunk)
-    r2: float  # share of the variance of step times the model explains
-    num_steps: int
-
-    def step_time(self, rows: int, tokens: int) -> float:
-        return self.a + self.c * rows + self.p * tokens
-
-    def chunks_time(self, chunks: list[int]) -> float:
-        """An iteration whose rows take ``chunks`` tokens each (counted as in ``step_row``)."""
-        return self.step_time(sum(n == 1 for n in chunks), sum(n for n in chunks if n > 1))
-
-    def to_dict(self) -> dict[str, float]:
-        return {"a_s": self.a, "c_s": self.c, "p_s": self.p, "r2": self.r2, "steps": self.num_steps}
-
-
-def fit_step_model(steps: list[dict[str, float]]) -> StepModel:
-    """Least squares of ``dt`` on (1, decode_rows, prefill_tokens) over step rows."""
-    if len(steps) < 3:
-        raise ValueError(f"need at least 3 steps to fit the step-time model, got {len(steps)}")
-    x = np.array([[1.0, s["decode_rows"], s["prefill_tokens"]] for s in steps])
-    y = np.array([s["dt"] for s in steps])
-    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
-    resid = y - x @ coef
-    total = float(((y - y.mean()) ** 2).sum())
-    r2 = 1.0 - float((resid**2).sum()) / total if total > 0 else 1.0
-    return StepModel(float(coef[0]), float(coef[1]), float(coef[2]), r2, len(steps))
-
-
-def simulate_static(
-    prompts: list[int], outputs: list[int], batch: int, budget: int, model: StepModel
-) -> float:
-    """Batches of ``batch`` in order: prefill, then max(output) - 1 lockstep decode steps."""
-    total = 0.0
-    for b in range(0, len(prompts), batch):
-        members = [
-            [p, o] for p, o in zip(prompts[b : b + batch], outputs[b : b + batch], strict=True)
-        ]
-        while any(r[0] for r in members):  # prompts in order under the budget, chunked
-            chunks, room = [], budget
-            for r in members:
-                if r[0] and room:
-                    room -= _advance(r, room, chunks)
-            total += model.chunks_time(chunks)
-        # The first token ended prefill; finished members decode on as padding rows.
-        total += max(r[1] for r in members) * model.step_time(len(members), 0)
-    return total
-
-
-def simulate_continuous(
-    prompts: list[int], outputs: list[int], slots: int, budget: int, model: StepModel
-) -> float:
-    """Iteration-level scheduling: decodes first, then prompt chunks, then admissions."""
-    waiting = deque(zip(prompts, outputs, strict=True))
-    running: list[list[int]] = []
-    total = 0.0
-    while waiting or running:
-        chunks, room = [], budget
-        for r in sorted(running, key=lambda r: r[0] > 0):  # decodes first (a stable sort)
-            if room:
-                room -= _advance(r, room, chunks)
-        while waiting and len(running) < slots and room:
-            running.append(list(waiting.popleft()))
-            room -= _advance(running[-1], room, chunks)
-        total += model.chunks_time(chunks)
-        running = [r for r in running if r[1] > 0]
-    return total
-
-
-def _advance(r: list[int], room: int, chunks: list[int]) -> int:
-    """One iteration of one request, ``[prompt tokens left, output tokens left]``: a prompt
-    chunk or a decode, appended to ``chunks``. Returns the tokens it takes."""
-    take = min(r[0], room) if r[0] else 1
-    chunks.append(take)
-    if r[0]:
-        r[0] -= take
-    if r[0] == 0:  # a decode, or the prompt's last chunk: a token is sampled in this step
-        r[1] -= 1
-    return take
-
-
-def harmonic(n: int) -> float:
-    return sum(1.0 / k for k in range(1, n + 1))
-
-
-def predict(
-    prompts: list[int], outputs: list[int], slots: int, budget: int, model: StepModel
-) -> dict[str, float]:
-    """Predicted runtimes and the continuous-over-static throughput ratio."""
-    static = simulate_static(prompts, outputs, slots, budget, model)
-    continuous = simulate_continuous(prompts, outputs, slots, budget, model)
-    return {
-        "static_s": static,
-        "continuous_s": continuous,
-        "ratio": static / continuous if continuous > 0 else float("nan"),
-        "harmonic_B": harmonic(slots),
-    }
-
-
-# ---- what the scheduler costs ------------------------------------------------------------
 def time_schedule(
     num_running: int,
     iterations: int = 200,

@@ -4,17 +4,30 @@ A ``SimRequest`` gives lengths only: prompt, ``max_tokens`` (what the server is 
 what a ``max`` reservation or a static batch reserves), and the real output length (where
 the model would have said EOS; equal to ``max_tokens`` for a request that runs to its
 limit). ``run_simulated`` feeds the requests at their arrival times on a ``VirtualClock`` (the
-bench's one arrival loop, ``systems.feed``),
+bench's one arrival loop, ``driver.feed``),
 each with its real length as the ``expected_output_tokens`` hint (what Orca's Pow2 and
 Oracle reservations are granted to know), steps the real engine over a ``SimulatedRunner``
 until all are done, and measures the events with minicb's one ``MetricsCollector``. Every
 result it returns says ``simulated`` and names the profile. Pure Python: no torch.
+
+``static_vs_continuous`` is the prediction of static against continuous batching from
+lengths alone: the same requests through the real engine with each scheduler. There is
+no second, paper model of the schedules: what the prediction replays is what runs. Given
+a plain step-time function instead of a GPU profile (``lambda plan: 1.0``: the clock then
+counts iterations), the runner is a ``FakeRunner`` with room in its pool for everyone.
+
+The limit case, worth knowing by heart: with output lengths exponential of mean m, steps
+that cost the same whatever the batch (memory-bound decoding) and many requests, a static
+batch of B lasts as long as its longest member, E[max] = m * H_B (H_B = 1 + 1/2 + ... +
+1/B, ``harmonic``), while continuous batching keeps all B slots busy: the ratio tends to
+H_B.
 """
 
 from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,6 +36,9 @@ from minicb.bench.driver import feed
 from minicb.config import EngineConfig, SamplingParams
 from minicb.engine import LLMEngine
 from minicb.runner import VirtualClock
+from minicb.runner.fake import FakeRunner
+from minicb.scheduler.block_manager import blocks_needed
+from minicb.scheduler.plan import StepPlan
 from minicb.sim.runner import SimulatedRunner
 from minicb.sim.step_time import StepTimeModel
 from minicb.telemetry.metrics import MetricsCollector
@@ -68,19 +84,41 @@ def with_arrivals(requests: list[SimRequest], times: list[float]) -> list[SimReq
     return [replace(r, arrival=t) for r, t in zip(requests, times, strict=True)]
 
 
+StepTime = StepTimeModel | Callable[[StepPlan], float]
+
+
+def simulated_runner(
+    profile: StepTime, config: EngineConfig, requests: list[SimRequest], clock: VirtualClock
+) -> FakeRunner:
+    """A ``SimulatedRunner`` of a GPU profile; for a plain step-time function, a
+    ``FakeRunner`` on ``clock`` whose pool is the config's, else room for everyone."""
+    if isinstance(profile, StepTimeModel):
+        return SimulatedRunner(profile, config, clock=clock)
+    longest = max((r.prompt_len + r.max_tokens for r in requests), default=1)
+    room = sum(blocks_needed(r.prompt_len + r.max_tokens, config.block_size) for r in requests)
+    return FakeRunner(
+        num_kv_blocks=config.num_kv_blocks or max(1, room),
+        max_model_len=config.max_model_len or longest + 1,
+        num_swap_blocks=config.num_swap_blocks,
+        vocab_size=32000,
+        clock=clock,
+        step_time_fn=profile,
+    )
+
+
 def run_simulated(
-    profile: StepTimeModel,
+    profile: StepTime,
     config: EngineConfig,
     requests: list[SimRequest],
     *,
     keep_steps: bool = False,
 ) -> dict[str, Any]:
-    """The requests through the engine on ``profile``: the metrics summary, the mean
-    normalized latency (each request's end-to-end seconds over its output tokens, as the
-    vLLM paper defines it), the runner's description and (``keep_steps``) each step as
-    ``step_row`` gives it."""
+    """The requests through the engine on ``profile`` (a GPU's step-time model, or a plain
+    step-time function): the metrics summary, the mean normalized latency (each request's
+    end-to-end seconds over its output tokens, as the vLLM paper defines it), the runner's
+    description and (``keep_steps``) each step as ``step_row`` gives it."""
     clock = VirtualClock()
-    runner = SimulatedRunner(profile, config, clock=clock)
+    runner = simulated_runner(profile, config, requests, clock)
     engine = LLMEngine(config=config, runner=runner, clock=clock)
     metrics, steps, finished = MetricsCollector(), [], []
     engine.bus.subscribe(metrics)
@@ -99,9 +137,31 @@ def run_simulated(
             "steps": steps}  # fmt: skip
 
 
-def _add(
-    engine: LLMEngine, runner: SimulatedRunner, r: SimRequest, index: int, arrival: float
-) -> int:
+def static_vs_continuous(
+    profile: StepTime, config: EngineConfig, requests: list[SimRequest]
+) -> dict[str, Any]:
+    """The prediction from lengths alone: the requests through the real engine with the
+    static and with the continuous scheduler on ``profile``. Simulated seconds of each
+    (``static_s``, ``continuous_s``: from the start to the last request's end), their
+    steps, and ``ratio``: continuous over static output tokens/s."""
+    runs = {mode: run_simulated(profile, config.with_(batching=mode), requests)["summary"]
+            for mode in ("static", "continuous")}  # fmt: skip
+    tok_s = {mode: s["throughput"]["output_tokens_per_s"] for mode, s in runs.items()}
+    return {
+        "static_s": runs["static"]["duration_s"],
+        "continuous_s": runs["continuous"]["duration_s"],
+        "static_steps": runs["static"]["batch"]["steps"],
+        "continuous_steps": runs["continuous"]["batch"]["steps"],
+        "ratio": tok_s["continuous"] / tok_s["static"] if tok_s["static"] else float("nan"),
+    }
+
+
+def harmonic(n: int) -> float:
+    """H_n = 1 + 1/2 + ... + 1/n: the limit of continuous over static at n slots."""
+    return sum(1.0 / k for k in range(1, n + 1))
+
+
+def _add(engine: LLMEngine, runner: FakeRunner, r: SimRequest, index: int, arrival: float) -> int:
     """Queue one request and return its id; one that stops before max_tokens stops as at
     EOS (forced)."""
     early = r.output_len < r.max_tokens

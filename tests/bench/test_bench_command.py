@@ -39,7 +39,7 @@ def test_bench_quick_runs_end_to_end(tiny_llama_dir, tmp_path, capsys):
             assert run["summary"]["requests"]["tokens_generated"] == sum(
                 w["definition"]["output_lens"]
             ), (name, system)
-        assert w["theory"]["predicted"]["ratio"] > 0
+        assert results["calibration"]["workloads"][name]["predicted_ratio"] > 0
     assert [p["batch"] for p in results["roofline"]["points"]] == [1, 8, 32]
     assert [s["num_running"] for s in results["scheduler"]] == [16, 64, 256]
     assert {p["system"] for p in results["rate_sweep"]} == {
@@ -49,7 +49,7 @@ def test_bench_quick_runs_end_to_end(tiny_llama_dir, tmp_path, capsys):
         "60 % of the hardware ceiling", "70 % of the hardware ceiling",
         "schedule() with 256 running < 0.5 ms (median)",
     ]  # fmt: skip
-    assert len(results["goals"]) == 7  # theory, three peers, batch 1, batch 32, schedule()
+    assert len(results["goals"]) == 7  # prediction, three peers, batch 1, batch 32, schedule()
     assert set(results["prefix_caching"]) == {"shared-system", "multi-turn"}
     for name, pc in results["prefix_caching"].items():
         off, on = pc["figures"]["off"], pc["figures"]["on"]

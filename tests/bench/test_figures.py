@@ -82,11 +82,11 @@ def test_goals_report_met_and_missed_with_the_gap():
             "capped-exp": {
                 "ratios": {"minicb-continuous / hf-continuous": cell(1.2),
                            "minicb-continuous / hf-padded": cell(2.5)},
-                "theory": {"relative_error": -0.2, "measured_ratio": cell(2.0),
-                           "predicted": {"ratio": 2.5}},
             },
             "fixed": {"ratios": {"minicb-continuous / hf-padded": cell(1.1)}},
         },
+        "calibration": {"workloads": {"capped-exp": {
+            "ratio_error": -0.2, "measured_ratio": 2.0, "predicted_ratio": 1.6}}},
         "roofline": {"points": [{"batch": 1, "fraction": 0.65}, {"batch": 32, "fraction": 0.3}]},
         "scheduler": [{"num_running": 256, "median_s": 0.0004}],
     }  # fmt: skip
@@ -96,8 +96,8 @@ def test_goals_report_met_and_missed_with_the_gap():
     }
     met = [g["met"] for g in goals.values()]
     assert met == [False, False, True, True, True, False, True]
-    theory = list(goals.values())[0]
-    assert "off by 20 %, 5 points beyond" in theory["note"]
+    prediction = list(goals.values())[0]
+    assert "off by 20 %, 5 points beyond" in prediction["note"]
     assert "missed by 20 %" in list(goals.values())[1]["note"]  # 1.2x against 1.5x
     batch32 = list(goals.values())[5]
     assert batch32["note"] == "missed by 57 % (0.3 against 0.7)"  # no linears timed

@@ -7,8 +7,8 @@ from minicb.bench.workloads import capped_exponential
 from minicb.config import EngineConfig
 from minicb.sim.calibration import (
     cpu_profile,
+    predict_workload,
     probe_steps,
-    simulated_ratio,
     step_errors,
     step_kind,
 )
@@ -97,4 +97,6 @@ def test_the_probe_alternates_decode_and_mixed_steps():
 def test_the_simulated_ratio_favours_continuous_batching():
     w = capped_exponential(16, prompt_len=16, mean_output=8, cap=32, vocab=256, seed=0)
     config = EngineConfig(max_num_seqs=8, num_kv_blocks=128, num_swap_blocks=0)
-    assert simulated_ratio(load_profile("L4:smollm2-135m"), config, w) > 1.0
+    pred = predict_workload(load_profile("L4:smollm2-135m"), config, w)
+    assert pred["ratio"] > 1.0
+    assert pred["wall_s"]["minicb-static"] > pred["wall_s"]["minicb-continuous"] > 0
