@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import ast
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -117,3 +119,25 @@ def test_the_check_sees_reads_of_a_runners_and_a_schedulers_private_state():
     assert [line for line, _ in reach_ins(source)] == [3, 4, 5, 6]
     # The runner package reads its own: only the scheduler's private state is flagged there.
     assert [line for line, _ in reach_ins(source, runner_package=True)] == [6]
+
+
+# The simulator and the parts of the engine a student reads first run without torch.
+TORCH_FREE = ["minicb.request", "minicb.scheduler", "minicb.scheduler.plan",
+              "minicb.telemetry.events", "minicb.telemetry.metrics"]  # fmt: skip
+
+
+def test_the_simulator_scheduler_request_plan_events_and_metrics_never_import_torch():
+    sim = sorted(f"minicb.sim.{p.stem}" for p in (ROOT / "minicb" / "sim").glob("*.py"))
+    scheduler = sorted(
+        f"minicb.scheduler.{p.stem}" for p in (ROOT / "minicb" / "scheduler").glob("*.py")
+    )
+    modules = [*TORCH_FREE, *scheduler, *sim]
+    code = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        "    assert 'torch' not in sys.modules, f'{name} imports torch'\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            cwd=ROOT)  # fmt: skip
+    assert result.returncode == 0, result.stderr
