@@ -5,8 +5,8 @@
 - ``systems``: minicb continuous and static, transformers' padded ``generate`` and its
   continuous batching (``driver``, ``hf_padded``, ``hf_continuous``), each run reduced
   to minicb's events;
-- ``theory``: static vs continuous predicted from the lengths, and the cost of
-  ``schedule()``;
+- ``theory``: the cost of ``schedule()`` on its own (static against continuous is
+  predicted by the real schedulers on the simulated runner: minicb/sim/);
 - the decode roofline of this machine (how close a step and the model's linear layers
   alone come to it) and ``--compile on`` are the performance lab's (perflab/, beside the
   package in a source checkout): ``performance_lab`` imports it where it is there;
