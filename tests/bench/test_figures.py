@@ -113,3 +113,24 @@ def test_roofline_goal_names_what_the_linear_layers_alone_reach():
     one, thirty_two = evaluate(results, "capped-exp", "fixed")[4:6]
     assert one["note"] == "missed by 17 % (0.5 against 0.6); the linear layers alone reach 72 %"
     assert not thirty_two["met"] and thirty_two["note"].endswith("linear layers alone reach 64 %")
+
+
+def test_without_the_performance_lab_the_roofline_section_says_where_it_is(monkeypatch):
+    # A minicb installed from a wheel has no perflab/ beside it: the bench runs without its
+    # roofline sweep, counts no decode units, and its report says why.
+    import sys
+
+    from minicb.bench import NO_LAB, performance_lab
+    from minicb.bench.bench_plan import QUICK
+    from minicb.bench.measurements import count_runs
+    from minicb.bench.report import roofline_section
+
+    assert performance_lab("roofline") is not None  # the repository's checkout has it
+    monkeypatch.setitem(sys.modules, "perflab", None)  # as if it were not there
+    monkeypatch.delitem(sys.modules, "perflab.roofline", raising=False)
+    assert performance_lab("roofline") is None
+    decode_units = len(QUICK.decode_batches) * QUICK.decode_rounds
+    assert count_runs(QUICK, 2, roofline=False) == count_runs(QUICK, 2) - decode_units
+    hw = {"copy_bandwidth": 14e9, "matmul_flops": 1.4e12}
+    lines = roofline_section({"hardware": hw, "roofline": {"skipped": NO_LAB, "points": []}})
+    assert "14.0 GB/s, 1400 GFLOP/s" in lines[-1] and "perflab/" in lines[-1]
