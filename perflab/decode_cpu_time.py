@@ -2,7 +2,7 @@
 
 ``minicb bench`` times decode steps by the wall clock, which on a 2-core machine shared
 with other work also counts the time the benchmark waited for a core. This script runs the
-same decode probe (minicb.bench.theory: the same prompts, the same ceiling formulas) and
+same decode probe (perflab.roofline: the same prompts, the same ceiling formulas) and
 reads both clocks: wall, and the thread's CPU time (``time.thread_time``), for the decode
 steps and for the copy-bandwidth and matmul probes alike. The fraction of the ceiling by
 CPU time is then t_min by CPU time / step CPU time; waiting for a core drops out of both.

@@ -1,7 +1,7 @@
 """The machine's rates: copy bandwidth and matmul FLOP/s, measured with torch on a device.
 
-Two probes, the roofline's denominators, shared by the benchmark (minicb.bench.theory's
-decode roofline) and the model runner (minicb.runner.occupancy: the utilisation of each
+Two probes, the roofline's denominators, shared by the performance lab's decode
+roofline (perflab/roofline.py) and the model runner (minicb.runner.occupancy: the utilisation of each
 step):
 
 - copy bandwidth: bytes read plus written per second by one large ``dst.copy_(src)``, as
