@@ -1,6 +1,6 @@
-"""The scheduler, block manager, request, plan, events, bus, metrics and traces never import
-torch, and the real engine runs on FakeRunner without it: they can be read, tested and
-driven on any laptop."""
+"""The scheduler, block manager, request, plan, events, bus, metrics, traces and workloads
+never import torch, and the real engine runs on FakeRunner without it: they can be read,
+tested and driven on any laptop."""
 
 import subprocess
 import sys
@@ -25,6 +25,7 @@ PURE_MODULES = [
     "minicb.scenarios",
     "minicb.scenarios.player",
     "minicb.scenarios.metrics",
+    "minicb.workload",
 ]
 
 # A fresh interpreter (this one has torch from conftest): import the modules, then run a

@@ -1,7 +1,7 @@
 """The benchmark suite behind ``minicb bench``, and what every one of its runs leaves behind.
 
-- ``workloads``, ``arrivals``, ``bench_plan``: seeded request sets, their arrival times,
-  and the suite's systems, two sizes and workloads at each size;
+- ``workloads``, ``bench_plan``: the recipes (seeded request sets, built on
+  minicb/workload.py) and the suite's systems, two sizes and workloads at each size;
 - ``systems``: minicb continuous and static, transformers' padded ``generate`` and its
   continuous batching (``driver``, ``hf_padded``, ``hf_continuous``), each run reduced
   to minicb's events;

@@ -1,11 +1,9 @@
 """The minicb driver: a workload fed to an LLMEngine at its arrival times, and one run
 measured from the engine's own events.
 
-``feed`` is the one arrival loop of the bench, whatever the runner (real, fake or
-simulated): before each step it adds every request whose arrival time has come on the
-engine's clock (the wall clock in the bench, a VirtualClock in tests), and when nothing
-runs it sleeps until the next one. ``drive`` feeds a workload with exact lengths
-(``ignore_eos``); ``run_minicb`` records its events into a ``RunRecord``.
+``drive`` feeds a workload with exact lengths (``ignore_eos``) through the one arrival
+loop, ``minicb.workload.feed``, on the engine's clock (the wall clock in the bench, a
+VirtualClock in tests); ``run_minicb`` records its events into a ``RunRecord``.
 
 ``run_record`` is how every system's run becomes a record, transformers' included (their
 runs are rebuilt as minicb events first): one ``measure_events`` for all of them.
@@ -14,17 +12,14 @@ runs are rebuilt as minicb events first): one ``measure_events`` for all of them
 from __future__ import annotations
 
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
 
 from minicb.bench import RunRecord, measure_events
-from minicb.bench.workloads import RequestSpec, Workload
-from minicb.config import SamplingParams
 from minicb.engine import LLMEngine
 from minicb.scheduler.plan import DECODE
 from minicb.telemetry.events import Event, StepEvent
 from minicb.telemetry.trace import record_trace
+from minicb.workload import RequestSpec, Workload, feed
 
 SLOs = tuple[float | None, float | None]  # (TTFT, TPOT) goodput targets
 
@@ -37,42 +32,14 @@ def run_record(
     return RunRecord(system, w.name, summary, end - t0, steps)
 
 
-def feed(
-    engine: LLMEngine,
-    requests: Iterable[Any],
-    add: Callable[[Any, float], None],
-    sleep: Callable[[float], None] = time.sleep,
-) -> tuple[float, float]:
-    """The one arrival loop of the bench (real, fake or simulated runner): before each step,
-    ``add(request, arrival_time)`` every request (anything with an ``arrival`` in seconds
-    after the start) whose time has come on the engine's clock, stamped with its scheduled
-    arrival (a request that arrived while a step ran is charged for the wait); step until
-    all are done; when nothing runs, ``sleep`` until the next arrival (a VirtualClock's
-    ``advance`` with a virtual clock). Returns (start, end) on the engine's clock."""
-    clock = engine.clock
-    order = deque(sorted(requests, key=lambda r: r.arrival))
-    start = clock()
-    while order or engine.has_unfinished():
-        while order and start + order[0].arrival <= clock():
-            r = order.popleft()
-            add(r, start + r.arrival)
-        if engine.has_unfinished():
-            engine.step()
-        elif order:  # idle: wait for the next arrival rather than spin
-            sleep(max(0.0, start + order[0].arrival - clock()))
-    return start, clock()
-
-
 def drive(
     engine: LLMEngine, workload: Workload, sleep: Callable[[float], None] = time.sleep
 ) -> tuple[float, float]:
     """Feed a workload's requests with exact lengths (``ignore_eos``) and step until all are
-    done: (start, end). See ``feed``."""
-    temp = workload.temperature
+    done: (start, end). See ``minicb.workload.feed``."""
 
     def add(r: RequestSpec, arrival: float) -> None:
-        params = SamplingParams(max_tokens=r.max_tokens, temperature=temp, ignore_eos=True)
-        engine.add_request(r.prompt, params, arrival_time=arrival)
+        engine.add_request(r.prompt, r.params(workload.temperature), arrival_time=arrival)
 
     return feed(engine, workload.requests, add, sleep)
 

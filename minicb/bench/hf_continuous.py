@@ -16,8 +16,8 @@ from typing import Any
 from minicb.bench import RunRecord
 from minicb.bench.driver import SLOs, run_record
 from minicb.bench.hf_padded import generation_config, offline_only, request_events
-from minicb.bench.workloads import Workload
 from minicb.telemetry.events import Event
+from minicb.workload import Workload
 
 NO_EOS = -1  # transformers' continuous batching: no token ends a request
 RUN_DEADLINE_S = 1800.0  # give up on a transformers run that stalls

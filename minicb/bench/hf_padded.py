@@ -20,7 +20,6 @@ from typing import Any
 
 from minicb.bench import RunRecord
 from minicb.bench.driver import SLOs, run_record
-from minicb.bench.workloads import RequestSpec, Workload
 from minicb.scheduler.plan import ScheduledRequest, StepPlan
 from minicb.telemetry.events import (
     Event,
@@ -30,6 +29,7 @@ from minicb.telemetry.events import (
     StepEvent,
     StepTokens,
 )
+from minicb.workload import RequestSpec, Workload
 
 PAD_ID = 0
 

@@ -21,15 +21,14 @@ from minicb.bench import (
     ratio_table,
     theory,
 )
-from minicb.bench.arrivals import arrival_times, describe_arrivals
 from minicb.bench.bench_plan import MINICB, BenchPlan, sweep_workload
 from minicb.bench.systems import Systems, compare_prefix_caching, kv_blocks_for, sibling
-from minicb.bench.workloads import Workload
 from minicb.runner import probes
 from minicb.scheduler.block_manager import blocks_needed
 from minicb.sim import calibration
 from minicb.sim.catalogue import model_shape
 from minicb.sim.step_time import ModelShape
+from minicb.workload import Workload, arrival_times, describe_arrivals
 
 
 def count_runs(

@@ -32,8 +32,8 @@ from minicb.bench import RunRecord, paired_ratio, spread
 from minicb.bench.bench_plan import FULL, QUICK, make_workloads
 from minicb.bench.driver import run_minicb
 from minicb.bench.systems import sibling
-from minicb.bench.workloads import RequestSpec, Workload
 from minicb.engine import LLMEngine
+from minicb.workload import RequestSpec, Workload
 
 SNIPPETS = [
     'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n    a, b = 0, 1\n'

@@ -27,11 +27,11 @@ from minicb.bench.bench_plan import MINICB, MINICB_CONFIGS, BenchPlan
 from minicb.bench.driver import SLOs, run_minicb
 from minicb.bench.hf_continuous import run_hf_continuous
 from minicb.bench.hf_padded import run_hf_padded
-from minicb.bench.workloads import Workload
 from minicb.config import EngineConfig
 from minicb.engine import LLMEngine
 from minicb.runner.loader import resolve_model_path
 from minicb.scheduler.block_manager import blocks_needed
+from minicb.workload import Workload
 
 
 @dataclass

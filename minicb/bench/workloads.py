@@ -1,4 +1,4 @@
-"""What the benchmark runs: seeded request sets, each request with its exact lengths.
+"""What the benchmark runs: its recipes, seeded request sets with exact lengths.
 
 Every request is given as token ids with a ``max_tokens`` and is run with ``ignore_eos``
 (or the equivalent in transformers), so each one generates exactly ``max_tokens`` tokens
@@ -27,71 +27,18 @@ Lengths are drawn from ``random.Random(seed)`` and prompt ids from a second gene
 seeded from the same seed, so the lengths do not depend on the model's vocabulary: the
 same arguments give the same lengths on any model, and the same workload anywhere.
 
-A ``Workload`` may be given arrival times (``with_arrivals``, from ``arrivals.py``); the
-suite's sizes of each recipe are in ``bench_plan.py``. docs/performance.md writes every
-workload out exactly. Pure Python.
+What a request and a workload are, the length and arrival-time generators and the
+arrival loop are in ``minicb/workload.py``; a ``Workload`` may be given arrival times
+there (``with_arrivals``, ``arrival_times``). The suite's sizes of each recipe are in
+``bench_plan.py``. docs/performance.md writes every workload out exactly. Pure Python.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
-
-@dataclass(frozen=True)
-class RequestSpec:
-    prompt: list[int]  # token ids
-    max_tokens: int  # tokens to generate, exactly (ignore_eos)
-    arrival: float = 0.0  # seconds after the run starts
-
-
-@dataclass(frozen=True)
-class Workload:
-    name: str
-    description: str  # the exact recipe, for the report
-    requests: list[RequestSpec]
-    temperature: float = 0.0  # 0: greedy
-    seed: int = 0
-    arrivals: str = "all at once"  # how the arrival times were drawn, in words
-    params: dict = field(default_factory=dict)  # the generator's arguments
-
-    @property
-    def prompt_lens(self) -> list[int]:
-        return [len(r.prompt) for r in self.requests]
-
-    @property
-    def output_lens(self) -> list[int]:
-        return [r.max_tokens for r in self.requests]
-
-    @property
-    def all_at_once(self) -> bool:
-        return all(r.arrival == 0.0 for r in self.requests)
-
-    def with_arrivals(self, times: list[float], label: str) -> Workload:
-        """The same requests arriving at ``times`` (seconds from the start)."""
-        if len(times) != len(self.requests):
-            raise ValueError(f"got {len(times)} arrival times for {len(self.requests)} requests")
-        reqs = [replace(r, arrival=t) for r, t in zip(self.requests, times, strict=True)]
-        return replace(self, requests=reqs, arrivals=label)
-
-    def head(self, n: int, max_tokens: int | None = None) -> Workload:
-        """The first ``n`` requests (outputs capped at ``max_tokens``): a warm-up slice."""
-        reqs = [
-            replace(r, max_tokens=min(r.max_tokens, max_tokens or r.max_tokens), arrival=0.0)
-            for r in self.requests[:n]
-        ]
-        return replace(self, name=self.name + "-warmup", requests=reqs, arrivals="all at once")
-
-    def describe(self) -> dict:
-        """JSON-ready facts: the recipe and the drawn lengths."""
-        keys = ("name", "description", "params", "seed", "temperature", "arrivals")
-        return {
-            **{k: getattr(self, k) for k in keys},
-            "num_requests": len(self.requests),
-            "prompt_lens": self.prompt_lens,
-            "output_lens": self.output_lens,
-            "arrival_times": [r.arrival for r in self.requests],
-        }
+from minicb.workload import RequestSpec, Workload, exponential_lengths
 
 
 # ---- the recipes ----------------------------------------------------------------------
@@ -111,10 +58,7 @@ def capped_exponential(
     n: int, prompt_len: int, mean_output: float, cap: int, vocab: int, seed: int = 0
 ) -> Workload:
     """Output length = min(cap, max(1, round(X))), X ~ Exponential(mean ``mean_output``)."""
-    rng = random.Random(seed)
-    lengths = [
-        (prompt_len, min(cap, max(1, round(rng.expovariate(1.0 / mean_output))))) for _ in range(n)
-    ]
+    lengths = [(prompt_len, out) for out in exponential_lengths(n, mean_output, cap, seed)]
     description = (
         f"{n} requests, prompts of {prompt_len} random tokens, output lengths "
         f"min({cap}, max(1, round(X))) with X exponential of mean {mean_output} "

@@ -3,7 +3,9 @@
 ``ScenarioFeeder`` is an engine loop's feeder (like server/workload.py's WorkloadFeeder):
 called before each round with the engines, it first looks at what the last round did and
 marks the narration points whose trigger fired, then adds this round's arrivals to every
-engine at once, so both sides see the same requests at the same round. The demo server
+engine at once, so both sides see the same requests at the same round. The requests are
+``minicb.workload.RequestSpec``s whose arrival is a round, handed out by the one arrival
+loop's ``Arrivals`` with the round as its clock. The demo server
 pauses at a fired point; ``play`` runs a whole scenario headless (tests, trace export).
 
 Prompts are token ids drawn from the scenario's seed (a named prefix gives every request
@@ -17,8 +19,9 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from minicb.config import EngineConfig, SamplingParams
+from minicb.config import EngineConfig
 from minicb.scenarios.metrics import SideRecord
+from minicb.workload import Arrivals, RequestSpec
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -31,17 +34,9 @@ FIRST_ID = 100  # prompt ids start above the special tokens of any vocabulary
 ID_SPAN = 8000  # and stay inside the smallest vocabulary of the catalogue's models
 
 
-@dataclass(frozen=True)
-class Arrival:
-    step: int  # the round before which it is added
-    group: str
-    prompt_ids: tuple[int, ...]
-    max_tokens: int
-    priority: int
-
-
-def arrivals(scenario: Scenario) -> list[Arrival]:
-    """Every request of the scenario, in arrival order, drawn from its seed."""
+def arrivals(scenario: Scenario) -> list[RequestSpec]:
+    """Every request of the scenario, in arrival order (its arrival: the round before which
+    it is added), drawn from its seed."""
     rng = random.Random(scenario.seed)
     prefixes = {
         name: tuple(FIRST_ID + random.Random(name).randrange(ID_SPAN) for _ in range(n))
@@ -54,8 +49,9 @@ def arrivals(scenario: Scenario) -> list[Arrival]:
             own = tuple(FIRST_ID + rng.randrange(ID_SPAN) for _ in range(prompt_len))
             ids = prefixes[g.prefix] + own if g.prefix else own
             step = g.arrival_step + i * g.every
-            out.append(Arrival(step, g.name, ids, rng.randint(*g.max_tokens), g.priority))
-    return sorted(out, key=lambda a: a.step)  # stable: a group's order is kept
+            out.append(RequestSpec(list(ids), rng.randint(*g.max_tokens), step,
+                                   priority=g.priority, group=g.name))  # fmt: skip
+    return sorted(out, key=lambda a: a.arrival)  # stable: a group's order is kept
 
 
 def build_engines(
@@ -91,7 +87,7 @@ class ScenarioFeeder:
     records: dict[str, SideRecord] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.pending = arrivals(self.scenario)
+        self.pending = Arrivals(arrivals(self.scenario))
         self.groups: dict[str, dict[int, str]] = {s.name: {} for s in self.scenario.sides}
 
     def attach(self, engines: dict[str, LLMEngine]) -> None:
@@ -118,13 +114,11 @@ class ScenarioFeeder:
         if new and self.on_narration is not None:
             self.on_narration(new)
             return new
-        while self.pending and self.pending[0].step <= self.round:
-            a = self.pending.pop(0)
-            params = SamplingParams(max_tokens=a.max_tokens, temperature=0.0, ignore_eos=True)
+        for a in self.pending.due(self.round):
             for name, engine in engines.items():
                 vocab = engine.runner.vocab_size
-                ids = [3 + t % (vocab - 3) for t in a.prompt_ids]  # tiny vocabularies too
-                rid = engine.add_request(ids, params, priority=a.priority)
+                ids = [3 + t % (vocab - 3) for t in a.prompt]  # tiny vocabularies too
+                rid = engine.add_request(ids, a.params(), priority=a.priority)
                 self.groups[name][rid] = a.group
         self.round += 1
         return new

@@ -6,9 +6,10 @@ the same prompts, output lengths and arrival times, and differ only in how they 
 It reads how full each engine is through the engine's own view (``queue_sizes``).
 
 Presets: ``burst`` (``count`` requests at once), ``poisson`` (arrivals at ``rate`` per
-second, exponential gaps), ``off``. Output lengths: ``short``, ``long`` or ``mixed`` (mostly
-short, some long: the mix where static batching pads the most). Requests ignore EOS so that
-their lengths are exactly the ones drawn.
+second, exponential gaps: an endless stream of ``minicb.workload.RequestSpec``s handed out
+by the one arrival loop's ``Arrivals`` on the feeder's clock), ``off``. Output lengths:
+``short``, ``long`` or ``mixed`` (mostly short, some long: the mix where static batching
+pads the most). Requests ignore EOS so that their lengths are exactly the ones drawn.
 
 A burst with ``repeat`` is sent again each time every engine has finished all it holds:
 the demo's opening. A burst of a few times the slots keeps a queue in front of both
@@ -25,11 +26,11 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from minicb.config import SamplingParams
+from minicb.workload import Arrivals, RequestSpec, gaps
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +114,7 @@ class WorkloadFeeder:
         self._burst_left = spec.count if spec.preset == "burst" else 0
         self._time = 0.0  # feeder clock: advances with rounds, by at most MAX_TICK_S each
         self._last = self.clock()
-        self._next = self._gap()
+        self._stream = Arrivals(self._poisson() if spec.preset == "poisson" else ())
 
     def burst(self, count: int) -> None:
         """Add a burst of ``count`` on top of whatever runs (call it in the engine thread)."""
@@ -122,44 +123,44 @@ class WorkloadFeeder:
     def describe(self) -> dict[str, Any]:
         return {**asdict(self.spec), "sent": self.sent, "skipped": self.skipped}
 
-    def _gap(self) -> float:
-        return self.rng.expovariate(self.spec.rate) if self.spec.preset == "poisson" else 0.0
+    def _poisson(self) -> Iterator[RequestSpec]:
+        """Endless: each request's gap, then its prompt and length."""
+        t = 0.0
+        for gap in gaps(self.rng, self.spec.rate):
+            t += gap
+            yield self.request(t)
 
-    def output_length(self) -> int:
+    def request(self, arrival: float) -> RequestSpec:
+        """One request: a prompt from PROMPTS and an output length of the spec's kind."""
+        text = self.rng.choice(PROMPTS)
         kind = self.spec.lengths
         if kind == "mixed":
             kind = "long" if self.rng.random() < 0.3 else "short"
         lo, hi = self.short if kind == "short" else self.long
-        return self.rng.randint(lo, hi)
+        return RequestSpec(text, self.rng.randint(lo, hi), arrival)
 
-    def due(self) -> int:
-        """How many requests arrive this round."""
+    def due(self) -> list[RequestSpec]:
+        """The requests that arrive this round: a burst's, then the stream's."""
         now = self.clock()
         self._time += min(now - self._last, self.max_tick_s)
         self._last = now
-        count, self._burst_left = self._burst_left, 0
-        if self.spec.preset == "poisson":
-            while self._next <= self._time:
-                count += 1
-                self._next += self._gap()
-        return count
+        burst = [self.request(self._time) for _ in range(self._burst_left)]
+        self._burst_left = 0
+        return burst + self._stream.due(self._time)
 
     def __call__(self, engines: dict[str, Any]) -> None:
         """Before each round: add this round's arrivals to every engine."""
         if self.spec.preset == "burst" and self.spec.repeat and not self._burst_left:
             if all(not any(e.queue_sizes().values()) for e in engines.values()):
                 self._burst_left = self.spec.count  # everyone is done: the opening again
-        for _ in range(self.due()):
+        for r in self.due():
             full = self.spec.max_outstanding
             if any(sum(e.queue_sizes().values()) >= full for e in engines.values()):
                 self.skipped += 1  # skipped for all engines alike, so the workloads stay equal
                 continue
-            text = self.rng.choice(PROMPTS)
-            length = self.output_length()
-            params = SamplingParams(max_tokens=length, temperature=0.0, ignore_eos=True)
             for name, engine in engines.items():
                 try:
-                    engine.add_request(encode_prompt(engine, text), params)
+                    engine.add_request(encode_prompt(engine, r.prompt), r.params())
                 except ValueError as err:  # e.g. a KV pool too small for it: the engine says so
                     log.warning("workload request refused by %s: %s", name, err)
             self.sent += 1

@@ -11,8 +11,8 @@ that has no weights and a clock that moves by the time the GPU would have taken
   and profile names such as ``H100:llama-3.1-8b``;
 - ``runner.py``: ``SimulatedRunner``, FakeRunner with the KV pool of that GPU and each
   step's predicted time added to the engine's ``VirtualClock``;
-- ``run.py``: a workload of lengths (``SimRequest``) through the real engine on the
-  simulated runner, measured by minicb's one ``MetricsCollector``;
+- ``run.py``: a workload (``minicb/workload.py``, often of lengths alone) through the
+  real engine on the simulated runner, measured by minicb's one ``MetricsCollector``;
 - ``reproductions.py`` and ``report.py``: the papers' results (Anyscale, vLLM,
   Sarathi-Serve, static against continuous at scale) reproduced that way, as tables and an
   offline HTML page (``minicb bench --simulate``);

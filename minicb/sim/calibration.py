@@ -38,12 +38,12 @@ from typing import Any
 from minicb.bench import STEP_TOTALS, step_row
 from minicb.bench.bench_plan import MINICB_CONFIGS
 from minicb.bench.driver import run_minicb
-from minicb.bench.workloads import Workload
 from minicb.config import EngineConfig, SamplingParams
 from minicb.engine import LLMEngine
 from minicb.runner import VirtualClock
 from minicb.sim.runner import SimulatedRunner
 from minicb.sim.step_time import Efficiency, GPUSpec, ModelShape, StepTimeModel
+from minicb.workload import Workload
 
 PAIR = ("minicb-continuous", "minicb-static")
 STEP_TARGET, RATIO_TARGET = 0.25, 0.10

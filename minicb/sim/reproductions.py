@@ -21,16 +21,16 @@ from typing import Any
 
 from minicb.config import EngineConfig
 from minicb.sim.catalogue import load_profile
-from minicb.sim.run import (
-    SimRequest,
+from minicb.sim.run import harmonic, run_simulated
+from minicb.sim.step_time import StepTimeModel
+from minicb.workload import (
+    RequestSpec,
+    arrival_times,
     exponential_lengths,
-    harmonic,
+    from_lengths,
     lognormal_lengths,
-    poisson_arrivals,
-    run_simulated,
     with_arrivals,
 )
-from minicb.sim.step_time import StepTimeModel
 
 PAPER_ENGINE = dict(enable_prefix_caching=False, max_num_seqs=256)  # none had a prefix cache
 
@@ -66,7 +66,7 @@ def anyscale(size: float = 1.0, caps: tuple[int, ...] = (32, 128, 512, 1536)) ->
     rows = []
     for cap in caps:
         outs = exponential_lengths(n, 128, cap, seed=cap)
-        reqs = [SimRequest(512, cap, o) for o in outs]
+        reqs = from_lengths([512] * n, outs, max_tokens=cap)
         for system, change in ANYSCALE_SYSTEMS.items():
             result = run_simulated(profile, config.with_(**change), reqs)
             rows.append({"cap": cap, "system": system, **_figures(result)})
@@ -89,22 +89,21 @@ VLLM_NAMES = {"max": "Orca (Max)", "pow2": "Orca (Pow2)", "oracle": "Orca (Oracl
 NORMALIZED_LATENCY_TARGET_S = 0.1  # mean end-to-end seconds per output token
 
 
-def sharegpt_like(n: int, seed: int, context: int = 2048) -> list[SimRequest]:
+def sharegpt_like(n: int, seed: int, context: int = 2048) -> list[RequestSpec]:
     """Lognormal lengths with ShareGPT's means in the vLLM paper (input 161, output 338
     tokens; shape 1.0), within the context; max_tokens fills the context (Orca Max's
     reservation is up to the maximum sequence length)."""
     prompts = lognormal_lengths(n, 161, 1.0, context // 2, seed)
     outs = lognormal_lengths(n, 338, 1.0, context, seed + 1)
-    return [
-        SimRequest(p, context - p, min(o, context - p)) for p, o in zip(prompts, outs, strict=True)
-    ]
+    outs = [min(o, context - p) for p, o in zip(prompts, outs, strict=True)]
+    return from_lengths(prompts, outs, max_tokens=[context - p for p in prompts])
 
 
 def _normalized_latency(
-    profile: StepTimeModel, config: EngineConfig, reqs: list[SimRequest], rate: float, seed: int
+    profile: StepTimeModel, config: EngineConfig, reqs: list[RequestSpec], rate: float, seed: int
 ) -> float:
     """Mean normalized latency with the requests arriving as a Poisson process of ``rate``."""
-    times = poisson_arrivals(len(reqs), rate, seed)
+    times = arrival_times(len(reqs), rate, seed=seed)
     return run_simulated(profile, config, with_arrivals(reqs, times))["normalized_latency_s"]
 
 
@@ -163,13 +162,13 @@ def sarathi(size: float = 1.0, loads: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8)) 
     profile, n = load_profile("A100-80GB:mistral-7b"), max(8, round(300 * size))
     prompts = lognormal_lengths(n, 1024, 0.6, 8192, seed=3)
     outs = lognormal_lengths(n, 256, 0.6, 1024, seed=4)
-    reqs = [SimRequest(p, o, o) for p, o in zip(prompts, outs, strict=True)]
+    reqs = from_lengths(prompts, outs)
     base = EngineConfig(**PAPER_ENGINE)
     capacity = _figures(run_simulated(profile, base.with_(max_num_batched_tokens=512), reqs))
     rows = []
     for load in loads:
         rate = load * capacity["req_s"]
-        times = poisson_arrivals(n, rate, seed=5)
+        times = arrival_times(n, rate, seed=5)
         timed = with_arrivals(reqs, times)
         for system, change in SARATHI_SYSTEMS.items():
             figures = _figures(run_simulated(profile, base.with_(**change), timed))
@@ -193,7 +192,7 @@ def scale(size: float = 1.0, profile_name: str = "H100:llama-3.1-8b") -> dict[st
     slots, budget = min(256, n), 2048
     prompts = lognormal_lengths(n, 256, 0.8, 2048, seed=6)
     outs = exponential_lengths(n, 256, 2048, seed=7)
-    reqs = [SimRequest(p, o, o) for p, o in zip(prompts, outs, strict=True)]
+    reqs = from_lengths(prompts, outs)
     config = EngineConfig(max_num_seqs=slots, max_num_batched_tokens=budget,
                           enable_prefix_caching=False)  # fmt: skip
     runs = {

@@ -1,14 +1,14 @@
 """Workloads through the simulated runner: the real engine on a GPU that is not there.
 
-A ``SimRequest`` gives lengths only: prompt, ``max_tokens`` (what the server is told, and
-what a ``max`` reservation or a static batch reserves), and the real output length (where
-the model would have said EOS; equal to ``max_tokens`` for a request that runs to its
-limit). ``run_simulated`` feeds the requests at their arrival times on a ``VirtualClock`` (the
-bench's one arrival loop, ``driver.feed``),
-each with its real length as the ``expected_output_tokens`` hint (what Orca's Pow2 and
-Oracle reservations are granted to know), steps the real engine over a ``SimulatedRunner``
-until all are done, and measures the events with minicb's one ``MetricsCollector``. Every
-result it returns says ``simulated`` and names the profile. Pure Python: no torch.
+The requests are ``minicb.workload.RequestSpec``s, usually built from lengths alone
+(``from_lengths``): ``max_tokens`` is what the server is told (and what a ``max``
+reservation or a static batch reserves), ``output_len`` where the model would have said
+EOS. ``run_simulated`` feeds them at their arrival times on a ``VirtualClock`` (the one
+arrival loop, ``minicb.workload.feed``), each with its real length as the
+``expected_output_tokens`` hint (what Orca's Pow2 and Oracle reservations are granted to
+know), steps the real engine over a ``SimulatedRunner`` until all are done, and measures
+the events with minicb's one ``MetricsCollector``. Every result it returns says
+``simulated`` and names the profile. Pure Python: no torch.
 
 ``static_vs_continuous`` is the prediction of static against continuous batching from
 lengths alone: the same requests through the real engine with each scheduler. There is
@@ -25,15 +25,11 @@ H_B.
 
 from __future__ import annotations
 
-import math
-import random
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from typing import Any
 
 from minicb.bench import step_row
-from minicb.bench.driver import feed
-from minicb.config import EngineConfig, SamplingParams
+from minicb.config import EngineConfig
 from minicb.engine import LLMEngine
 from minicb.runner import VirtualClock
 from minicb.runner.fake import FakeRunner
@@ -42,60 +38,20 @@ from minicb.scheduler.plan import StepPlan
 from minicb.sim.runner import SimulatedRunner
 from minicb.sim.step_time import StepTimeModel
 from minicb.telemetry.metrics import MetricsCollector
-
-
-@dataclass(frozen=True)
-class SimRequest:
-    prompt_len: int
-    max_tokens: int
-    output_len: int  # the real output length, 1..max_tokens
-    arrival: float = 0.0  # seconds after the start
-
-
-def prompt_ids(index: int, length: int, vocab: int) -> list[int]:
-    """A prompt of ``length`` tokens whose first token differs from its neighbours', so no
-    two requests share a prefix block (the papers' systems had no prefix cache)."""
-    return [3 + index % (vocab - 3)] + [5] * (length - 1)
-
-
-def exponential_lengths(n: int, mean: float, cap: int, seed: int) -> list[int]:
-    """``n`` draws of an exponential of ``mean``, rounded, within [1, cap]."""
-    rng = random.Random(seed)
-    return [max(1, min(cap, round(rng.expovariate(1.0 / mean)))) for _ in range(n)]
-
-
-def lognormal_lengths(n: int, mean: float, sigma: float, cap: int, seed: int) -> list[int]:
-    """``n`` draws of a lognormal of ``mean`` and shape ``sigma``, rounded, within [1, cap]."""
-    rng, mu = random.Random(seed), math.log(mean) - sigma**2 / 2
-    return [max(1, min(cap, round(rng.lognormvariate(mu, sigma)))) for _ in range(n)]
-
-
-def poisson_arrivals(n: int, rate: float, seed: int) -> list[float]:
-    """``n`` arrival times of a Poisson process of ``rate`` requests per second, from 0."""
-    rng, t, out = random.Random(seed), 0.0, []
-    for _ in range(n):
-        out.append(t)
-        t += rng.expovariate(rate)
-    return out
-
-
-def with_arrivals(requests: list[SimRequest], times: list[float]) -> list[SimRequest]:
-    """The same requests arriving at ``times``."""
-    return [replace(r, arrival=t) for r, t in zip(requests, times, strict=True)]
-
+from minicb.workload import RequestSpec, feed
 
 StepTime = StepTimeModel | Callable[[StepPlan], float]
 
 
 def simulated_runner(
-    profile: StepTime, config: EngineConfig, requests: list[SimRequest], clock: VirtualClock
+    profile: StepTime, config: EngineConfig, requests: list[RequestSpec], clock: VirtualClock
 ) -> FakeRunner:
     """A ``SimulatedRunner`` of a GPU profile; for a plain step-time function, a
     ``FakeRunner`` on ``clock`` whose pool is the config's, else room for everyone."""
     if isinstance(profile, StepTimeModel):
         return SimulatedRunner(profile, config, clock=clock)
-    longest = max((r.prompt_len + r.max_tokens for r in requests), default=1)
-    room = sum(blocks_needed(r.prompt_len + r.max_tokens, config.block_size) for r in requests)
+    longest = max((len(r.prompt) + r.max_tokens for r in requests), default=1)
+    room = sum(blocks_needed(len(r.prompt) + r.max_tokens, config.block_size) for r in requests)
     return FakeRunner(
         num_kv_blocks=config.num_kv_blocks or max(1, room),
         max_model_len=config.max_model_len or longest + 1,
@@ -109,7 +65,7 @@ def simulated_runner(
 def run_simulated(
     profile: StepTime,
     config: EngineConfig,
-    requests: list[SimRequest],
+    requests: list[RequestSpec],
     *,
     keep_steps: bool = False,
 ) -> dict[str, Any]:
@@ -127,8 +83,8 @@ def run_simulated(
         engine.bus.subscribe(lambda e: steps.append(step_row(e, 0.0)), kinds=["step"])
     arrivals: dict[int, float] = {}
 
-    def add(r: SimRequest, arrival: float) -> None:
-        arrivals[_add(engine, runner, r, len(arrivals), arrival)] = arrival
+    def add(r: RequestSpec, arrival: float) -> None:
+        arrivals[_add(engine, runner, r, arrival)] = arrival
 
     feed(engine, requests, add, clock.advance)
     normalized = [(e.time - arrivals[e.request_id]) / e.num_output_tokens for e in finished]
@@ -138,7 +94,7 @@ def run_simulated(
 
 
 def static_vs_continuous(
-    profile: StepTime, config: EngineConfig, requests: list[SimRequest]
+    profile: StepTime, config: EngineConfig, requests: list[RequestSpec]
 ) -> dict[str, Any]:
     """The prediction from lengths alone: the requests through the real engine with the
     static and with the continuous scheduler on ``profile``. Simulated seconds of each
@@ -161,15 +117,12 @@ def harmonic(n: int) -> float:
     return sum(1.0 / k for k in range(1, n + 1))
 
 
-def _add(engine: LLMEngine, runner: FakeRunner, r: SimRequest, index: int, arrival: float) -> int:
+def _add(engine: LLMEngine, runner: FakeRunner, r: RequestSpec, arrival: float) -> int:
     """Queue one request and return its id; one that stops before max_tokens stops as at
     EOS (forced)."""
-    early = r.output_len < r.max_tokens
-    params = SamplingParams(max_tokens=r.max_tokens, temperature=0.0, ignore_eos=not early)
-    prompt = prompt_ids(index, r.prompt_len, runner.vocab_size)
     rid = engine.add_request(
-        prompt, params, arrival_time=arrival, expected_output_tokens=r.output_len
+        r.prompt, r.params(), arrival_time=arrival, expected_output_tokens=r.output_tokens
     )
-    if early:
-        runner.output_lengths[rid] = r.output_len
+    if r.stops_early:
+        runner.output_lengths[rid] = r.output_tokens
     return rid

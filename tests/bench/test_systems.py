@@ -14,7 +14,8 @@ from minicb.bench.driver import run_minicb
 from minicb.bench.hf_continuous import run_hf_continuous
 from minicb.bench.hf_padded import _batch_events, run_hf_padded
 from minicb.bench.systems import Systems, build_systems, minicb_siblings, sibling
-from minicb.bench.workloads import RequestSpec, Workload, capped_exponential
+from minicb.bench.workloads import capped_exponential
+from minicb.workload import RequestSpec, Workload
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,11 @@
-"""Workload generators and arrival processes: seeded, and distributed as documented."""
+"""The bench's workload recipes: seeded, and distributed as documented (the request shape,
+the arrival times and the arrival loop: tests/test_workload.py)."""
 
 import math
 import statistics
 
 import pytest
 
-from minicb.bench.arrivals import arrival_times, describe_arrivals
 from minicb.bench.workloads import (
     capped_exponential,
     fixed_lengths,
@@ -92,49 +92,3 @@ def test_fixed_lengths_are_all_alike_and_prompts_fit_the_vocabulary():
     assert set(w.prompt_lens) == {12} and set(w.output_lens) == {7}
     assert all(3 <= t <= 255 for r in w.requests for t in r.prompt)
     assert w.all_at_once
-
-
-def test_with_arrivals_and_head():
-    w = fixed_lengths(4, 8, 10, VOCAB)
-    late = w.with_arrivals([0.0, 0.5, 1.0, 1.5], "by hand")
-    assert [r.arrival for r in late.requests] == [0.0, 0.5, 1.0, 1.5]
-    assert not late.all_at_once and late.arrivals == "by hand"
-    assert late.prompt_lens == w.prompt_lens
-    head = late.head(2, max_tokens=3)
-    assert head.output_lens == [3, 3] and head.all_at_once
-    with pytest.raises(ValueError, match="3 arrival times for 4 requests"):
-        w.with_arrivals([0.0, 1.0, 2.0], "short")
-    d = late.describe()
-    assert d["output_lens"] == [10] * 4 and d["arrival_times"] == [0.0, 0.5, 1.0, 1.5]
-
-
-def _gaps(times):
-    return [b - a for a, b in zip(times, times[1:], strict=False)]
-
-
-def test_all_at_once_arrivals():
-    assert arrival_times(5) == [0.0] * 5
-    assert arrival_times(3, math.inf) == [0.0] * 3
-    assert describe_arrivals(None) == "all at once"
-
-
-@pytest.mark.parametrize("burstiness", [1.0, 0.5, 4.0])
-def test_gamma_arrivals_have_the_rate_and_burstiness_asked_for(burstiness):
-    rate = 5.0
-    times = arrival_times(20001, rate, burstiness, seed=1)
-    assert times[0] == 0.0 and times == sorted(times)
-    gaps = _gaps(times)
-    mean = statistics.fmean(gaps)
-    assert mean == pytest.approx(1 / rate, rel=0.03)
-    cv2 = statistics.pvariance(gaps) / mean**2  # 1 / burstiness for gamma gaps
-    assert cv2 == pytest.approx(1 / burstiness, rel=0.08)
-    assert arrival_times(50, rate, burstiness, seed=1) == times[:50]
-
-
-def test_bad_arrival_arguments_are_refused():
-    with pytest.raises(ValueError, match="rate must be positive"):
-        arrival_times(3, 0.0)
-    with pytest.raises(ValueError, match="burstiness must be positive"):
-        arrival_times(3, 1.0, 0.0)
-    assert describe_arrivals(2.0) == "Poisson at 2 req/s (seed 0)"
-    assert "burstiness 0.5" in describe_arrivals(2.0, 0.5)

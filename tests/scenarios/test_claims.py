@@ -68,8 +68,8 @@ def test_the_starved_request_waits_longer_without_aging(runs):
 def test_arrivals_are_the_same_for_both_sides_and_share_their_prefix():
     scenario = load_scenario("06-prefix-caching")
     first, second = arrivals(scenario)[:2]
-    assert first.prompt_ids[:448] == second.prompt_ids[:448]
-    assert first.prompt_ids[448:] != second.prompt_ids[448:]
+    assert first.prompt[:448] == second.prompt[:448]
+    assert first.prompt[448:] != second.prompt[448:]
     assert arrivals(scenario) == arrivals(scenario)
 
 

@@ -9,7 +9,8 @@ import pytest
 
 from minicb.config import EngineConfig
 from minicb.scheduler.plan import StepPlan
-from minicb.sim.run import SimRequest, harmonic, static_vs_continuous
+from minicb.sim.run import harmonic, static_vs_continuous
+from minicb.workload import RequestSpec, from_lengths
 
 
 def unit(plan: StepPlan) -> float:
@@ -29,8 +30,8 @@ def config(slots: int, budget: int) -> EngineConfig:
                         enable_prefix_caching=False)  # fmt: skip
 
 
-def lengths(prompts: list[int], outputs: list[int]) -> list[SimRequest]:
-    return [SimRequest(p, o, o) for p, o in zip(prompts, outputs, strict=True)]
+def lengths(prompts: list[int], outputs: list[int]) -> list[RequestSpec]:
+    return from_lengths(prompts, outputs)
 
 
 def test_a_step_costs_what_the_step_time_function_says():
