@@ -1,8 +1,8 @@
 """The machine's rates: copy bandwidth and matmul FLOP/s, measured with torch on a device.
 
 Two probes, the roofline's denominators, shared by the performance lab's decode
-roofline (perflab/roofline.py) and the model runner (minicb.runner.occupancy: the utilisation of each
-step):
+roofline (perflab/roofline.py) and the model runner (minicb.runner.occupancy: the
+utilisation of each step):
 
 - copy bandwidth: bytes read plus written per second by one large ``dst.copy_(src)``, as
   STREAM counts it; the copy is at least 256 MiB and twice the weights (``copy_bytes``), so
