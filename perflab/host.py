@@ -11,7 +11,7 @@
   load falls on all alike. The difference is what the events cost: building them and
   every listener handling them.
 
-``schedule()`` on its own is ``minicb.bench.theory.time_schedule``. Run all three with
+``schedule()`` on its own is ``minicb.bench.measurements.time_schedule``. Run all three with
 
     python -m perflab.host
 """
@@ -171,7 +171,7 @@ def main() -> None:
         "--listeners", action="store_true", help="also each listener alone, at each --running"
     )
     args = ap.parse_args()
-    from minicb.bench.theory import time_schedule
+    from minicb.bench.measurements import time_schedule
     from minicb.runner.loader import default_model_dir, load_tokenizer
 
     if not args.only_instrumentation:

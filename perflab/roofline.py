@@ -33,8 +33,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from minicb.bench.driver import decode_steps
-from minicb.bench.hf_padded import generate_times
-from minicb.bench.systems import sibling
+from minicb.bench.systems import generate_times, sibling
 from minicb.config import SamplingParams
 from minicb.engine import LLMEngine
 from minicb.runner import probes

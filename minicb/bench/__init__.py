@@ -1,19 +1,25 @@
 """The benchmark suite behind ``minicb bench``, and what every one of its runs leaves behind.
 
-- ``workloads``, ``bench_plan``: the recipes (seeded request sets, built on
-  minicb/workload.py) and the suite's systems, two sizes and workloads at each size;
-- ``systems``: minicb continuous and static, transformers' padded ``generate`` and its
-  continuous batching (``driver``, ``hf_padded``, ``hf_continuous``), each run reduced
-  to minicb's events;
-- ``theory``: the cost of ``schedule()`` on its own (static against continuous is
+Eight modules, one concept each (what a student runs: minicb continuous against static
+against transformers, and the report):
+
+- ``workloads``: what the suite runs: the recipes (seeded request sets, built on
+  minicb/workload.py), the systems by name, the suite's two sizes and its workloads at each;
+- ``driver``: a workload fed to an engine at its arrival times, and a run made a record;
+- ``systems``: the five systems under test, minicb continuous and static beside their
+  baselines, transformers' padded ``generate`` and its continuous batching, each run
+  reduced to minicb's events;
+- ``measurements``: the run's measurements, one ``Suite`` method per section of
+  bench.json, ``schedule()``'s cost on its own among them (static against continuous is
   predicted by the real schedulers on the simulated runner: minicb/sim/);
-- the decode roofline of this machine (how close a step and the model's linear layers
-  alone come to it) and ``--compile on`` are the performance lab's (perflab/, beside the
-  package in a source checkout): ``performance_lab`` imports it where it is there;
-- ``goals``: the goals judged; ``report``: the markdown tables; ``report_html``: the
-  self-contained HTML page;
-- ``suite``: the ``minicb bench`` subcommand, the whole run in order; ``measurements``: the
-  run's measurements, one ``Suite`` method per section of bench.json.
+- ``report``: the goals judged, the markdown tables and the self-contained HTML page;
+- ``suite``: the ``minicb bench`` subcommand, the whole run in order;
+- ``speculative``: speculative decoding's own benchmark (``python -m
+  minicb.bench.speculative``): where n-gram drafts help, and where they cost.
+
+The decode roofline of this machine (how close a step and the model's linear layers alone
+come to it), the host costs and ``--compile on`` are the performance lab's (perflab/,
+beside the package in a source checkout): ``performance_lab`` imports it where it is there.
 
 Here: the ``RunRecord`` of one run (its events measured by minicb's ``MetricsCollector``,
 so one definition of TTFT, TPOT, occupancy and the rest serves every system) and the

@@ -3,11 +3,20 @@ one ``Suite`` method per section of ``bench.json`` (hardware, scheduler cost, de
 roofline, each offline workload on every system, the rate sweep, prefix caching), each
 naming what it measures on the progress bar; ``count_runs`` says how many units of work
 that bar will see.
+
+Also here, as the measurement of the suite's scheduler-cost section and of its goal:
+``time_schedule``, what ``schedule()`` costs on its own, timed on the real engine over a
+FakeRunner (no model). What continuous batching should gain over static batching is
+predicted elsewhere, by the schedulers that run: the same requests through the real engine
+with each scheduler on a simulated runner (minicb.sim.run.static_vs_continuous, its limit
+case ``H_B`` beside it; the bench's prediction is minicb.sim.calibration's, on a ``cpu``
+profile of this machine).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +28,19 @@ from minicb.bench import (
     paired_ratio,
     performance_lab,
     ratio_table,
-    theory,
 )
-from minicb.bench.bench_plan import MINICB, BenchPlan, sweep_workload
+from minicb.bench.driver import decode_steps
 from minicb.bench.systems import Systems, compare_prefix_caching, kv_blocks_for, sibling
+from minicb.bench.workloads import MINICB, BenchPlan, sweep_workload
+from minicb.config import EngineConfig, SamplingParams
+from minicb.engine import LLMEngine
 from minicb.runner import probes
+from minicb.runner.fake import FakeRunner
 from minicb.scheduler.block_manager import blocks_needed
 from minicb.sim import calibration
 from minicb.sim.catalogue import model_shape
 from minicb.sim.step_time import ModelShape
+from minicb.telemetry.metrics import distribution
 from minicb.workload import Workload, arrival_times, describe_arrivals
 
 
@@ -48,6 +61,40 @@ def count_runs(
         + sweep_points * len([s for s in plan.systems if s in MINICB])
         + num_cached * (plan.repeats + plan.warmup_each_workload)
     )
+
+
+def time_schedule(
+    num_running: int,
+    iterations: int = 200,
+    batching: str = "continuous",
+    prompt_len: int = 16,
+    block_size: int = 16,
+) -> dict[str, float]:
+    """Seconds per ``schedule()`` with ``num_running`` requests decoding: median, mean, p90.
+
+    The real engine over a FakeRunner (no model, no torch; nobody stops while measured):
+    requests are admitted and prefilled until all are decoding, then each step event's
+    ``schedule_s`` is read. The engine times ``schedule()`` alone, so the rest of its step
+    (the runner, token bookkeeping, stop checks) stays out of the figure."""
+    budget = 512
+    prefill_steps = -(-num_running * prompt_len // budget) + 1
+    max_tokens = iterations + prefill_steps + 8  # nobody finishes while we measure
+    blocks = num_running * blocks_needed(prompt_len + max_tokens, block_size)
+    config = EngineConfig(
+        batching=batching, max_num_seqs=num_running, block_size=block_size, num_kv_blocks=blocks,
+        max_num_batched_tokens=max(budget, num_running), num_swap_blocks=0,
+    )  # fmt: skip
+    runner = FakeRunner(blocks, max_model_len=prompt_len + max_tokens + 1, num_swap_blocks=0)
+    engine = LLMEngine(config=config, runner=runner)
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    for i in range(num_running):
+        engine.add_request([5] * prompt_len, params, arrival_time=float(i))
+    times = [e.schedule_s for e in islice(decode_steps(engine, num_running), iterations)]
+    if len(times) < iterations:
+        raise RuntimeError(f"only {len(times)} steps had all {num_running} requests decoding")
+    d = distribution(times)
+    return {"num_running": num_running, "batching": batching, "iterations": iterations,
+            "median_s": d["p50"], "mean_s": d["mean"], "p90_s": d["p90"]}  # fmt: skip
 
 
 @dataclass
@@ -95,7 +142,7 @@ class Suite:
 
     def scheduler_cost(self) -> list[dict[str, float]]:
         self.tick("scheduler cost")
-        out = [theory.time_schedule(n, self.plan.sched_iterations) for n in self.plan.sched_sizes]
+        out = [time_schedule(n, self.plan.sched_iterations) for n in self.plan.sched_sizes]
         self.bar.update()
         return out
 

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from minicb.bench import RunRecord, paired_ratio, spread
-from minicb.bench.bench_plan import FULL, QUICK, make_workloads
 from minicb.bench.driver import run_minicb
 from minicb.bench.systems import sibling
+from minicb.bench.workloads import FULL, QUICK, make_workloads
 from minicb.engine import LLMEngine
 from minicb.workload import RequestSpec, Workload
 

@@ -25,7 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from minicb.bench import performance_lab
-from minicb.bench.bench_plan import (
+from minicb.bench.measurements import Suite, count_runs
+from minicb.bench.systems import (
+    Systems,
+    build_systems,
+)
+from minicb.bench.workloads import (
     FULL,
     MINICB,
     QUICK,
@@ -33,11 +38,6 @@ from minicb.bench.bench_plan import (
     BenchPlan,
     cache_workloads,
     make_workloads,
-)
-from minicb.bench.measurements import Suite, count_runs
-from minicb.bench.systems import (
-    Systems,
-    build_systems,
 )
 from minicb.config import DTYPES, describe_choices
 from minicb.runner.loader import load_hf_config, resolve_model_path
@@ -119,9 +119,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
     from tqdm import tqdm
 
-    from minicb.bench.goals import evaluate
-    from minicb.bench.report import render
-    from minicb.bench.report_html import render_html
+    from minicb.bench.report import evaluate, render, render_html
 
     plan, started = make_plan(args), time.time()
     torch.set_num_threads(args.threads)  # before any model is built

@@ -23,7 +23,7 @@ Nothing is fitted to the workloads it is then judged on:
   the ``cpu`` profile with the same configs, continuous/static throughput, against the
   measured (paired) ratio. This is the bench's prediction of static against continuous
   batching (``predict_workload``: the real schedulers, not a model of them), and the goal
-  ``minicb bench`` judges it by (minicb.bench.goals).
+  ``minicb bench`` judges it by (minicb.bench.report).
 
 Targets (issue 15): within 25 % per step (median), 10 % on the ratio. Figures to report,
 not pass/fail tests. Pure Python: no torch.
@@ -36,8 +36,8 @@ from dataclasses import replace
 from typing import Any
 
 from minicb.bench import STEP_TOTALS, step_row
-from minicb.bench.bench_plan import MINICB_CONFIGS
 from minicb.bench.driver import run_minicb
+from minicb.bench.workloads import MINICB_CONFIGS
 from minicb.config import EngineConfig, SamplingParams
 from minicb.engine import LLMEngine
 from minicb.runner import VirtualClock

@@ -11,9 +11,9 @@ from minicb.bench import (
     paired_ratio,
     ratio_table,
     spread,
-    theory,
 )
-from minicb.bench.goals import evaluate
+from minicb.bench.measurements import time_schedule
+from minicb.bench.report import evaluate
 
 
 def _run(system, out_tok_s, ttft=None, error=None):
@@ -70,7 +70,7 @@ def test_schedule_is_timed_with_everybody_decoding():
     # The real engine over a FakeRunner; time_schedule itself checks that all 16 requests
     # are decoding in every timed step. Figures are wall-clock seconds: only their order
     # is asserted.
-    cost = theory.time_schedule(16, iterations=5)
+    cost = time_schedule(16, iterations=5)
     assert cost["num_running"] == 16 and cost["iterations"] == 5
     assert 0 < cost["median_s"] <= cost["p90_s"]
 
@@ -121,9 +121,9 @@ def test_without_the_performance_lab_the_roofline_section_says_where_it_is(monke
     import sys
 
     from minicb.bench import NO_LAB, performance_lab
-    from minicb.bench.bench_plan import QUICK
     from minicb.bench.measurements import count_runs
     from minicb.bench.report import roofline_section
+    from minicb.bench.workloads import QUICK
 
     assert performance_lab("roofline") is not None  # the repository's checkout has it
     monkeypatch.setitem(sys.modules, "perflab", None)  # as if it were not there

@@ -9,12 +9,17 @@ import torch
 
 from minicb import EngineConfig, FakeRunner, LLMEngine, VirtualClock
 from minicb.bench import measure_events
-from minicb.bench.bench_plan import MINICB, QUICK
 from minicb.bench.driver import run_minicb
-from minicb.bench.hf_continuous import run_hf_continuous
-from minicb.bench.hf_padded import _batch_events, run_hf_padded
-from minicb.bench.systems import Systems, build_systems, minicb_siblings, sibling
-from minicb.bench.workloads import capped_exponential
+from minicb.bench.systems import (
+    Systems,
+    _batch_events,
+    build_systems,
+    minicb_siblings,
+    run_hf_continuous,
+    run_hf_padded,
+    sibling,
+)
+from minicb.bench.workloads import MINICB, QUICK, capped_exponential
 from minicb.workload import RequestSpec, Workload
 
 
