@@ -1,10 +1,10 @@
-"""LLMEngine: the iteration loop. Each ``step()`` schedules, executes, samples, updates.
+"""LLMEngine: the iteration loop. Each ``step()`` schedules, executes, updates, publishes.
 
     plan = scheduler.schedule()          # who runs this iteration, and why
     out = runner.execute(plan)           # one ragged batch through the model (or a fake)
-    scheduler.update(plan, out.sampled)  # append tokens (accepted drafts too), advance counters
-    ... check stops, retire finished ... # finished requests leave the batch
-    bus.emit_many(step_events)           # the one event path: metrics, traces, browsers
+    _update(plan, out)                   # append tokens (accepted drafts too), detokenize,
+                                         # check stops, retire the finished
+    _publish(step_event, ...)            # the one event path: metrics, traces, browsers
 
 The engine is given its runner and its clock (by default it builds the model runner and
 reads the wall clock), so the scheduler under test, under a fake runner and in production
@@ -29,7 +29,7 @@ from minicb.telemetry import events
 from minicb.telemetry.bus import EventBus
 
 if TYPE_CHECKING:
-    from minicb.runner import Runner
+    from minicb.runner import Runner, RunnerOutput
 
 
 @dataclass
@@ -337,13 +337,15 @@ class LLMEngine:
 
     # ---- the iteration -------------------------------------------------------------------
     def step(self) -> StepResult:
-        """One iteration. If the runner raises, the step is undone before the error goes
-        on: every request it touched (ran a row, swapped in or out) waits again with its
-        blocks freed and its tokens kept, as after a preemption by recompute, since the
-        runner may have written part of their KV or none of their copies. Stepping again
-        (after catching the error from here or from ``LLM.generate``) is then safe: no
-        row ever reads a block that a failed step was meant to fill."""
-        wall_start = self.clock()
+        """One iteration: schedule, execute, update, publish.
+
+        If the runner raises, the step is undone before the error goes on: every request
+        it touched (ran a row, swapped in or out) waits again with its blocks freed and its
+        tokens kept, as after a preemption by recompute, since the runner may have written
+        part of their KV or none of their copies. Stepping again (after catching the error
+        from here or from ``LLM.generate``) is then safe: no row ever reads a block that a
+        failed step was meant to fill."""
+        start = self.clock()
         t0 = time.perf_counter()
         plan = self.scheduler.schedule()
         schedule_s = time.perf_counter() - t0
@@ -352,19 +354,34 @@ class LLMEngine:
         except BaseException:  # an interrupt in a notebook too: the retry must be safe
             self.scheduler.undo(plan)
             raise
-        now = self.clock()
+        self._mark_admitted(plan, start)
+        new_tokens, firsts, finished = self._update(plan, out, now=self.clock())
+        event = self._end_step(plan, out, start, schedule_s, firsts)
+        self._publish(event, new_tokens, finished)
+        return StepResult(event, new_tokens, finished)
+
+    def _mark_admitted(self, plan: StepPlan, start: float) -> None:
+        """First admissions are stamped with the step's start, as their admitted events."""
         for decision in plan.admitted:
             metrics = self.scheduler.requests[decision.request_id].metrics
-            if metrics.first_scheduled_time is None:  # the step's start, as its admitted event
-                metrics.first_scheduled_time = wall_start
+            if metrics.first_scheduled_time is None:
+                metrics.first_scheduled_time = start
                 metrics.num_cached_tokens = decision.num_cached_tokens
+
+    def _update(
+        self, plan: StepPlan, out: RunnerOutput, now: float
+    ) -> tuple[list[TokenDelta], list[Request], list[RequestOutput]]:
+        """Append the sampled tokens (each one detokenized and checked for a stop in turn),
+        then retire the finished requests: the step's tokens, the requests given their
+        first token, and the outputs of those that finished."""
         new_tokens: list[TokenDelta] = []
-        firsts: list[Request] = []  # requests given their first token in this step
+        firsts: list[Request] = []
 
         def on_token(req: Request) -> bool:  # each accepted token in turn: stop right there?
             if req.metrics.first_token_time is None:
+                req.metrics.first_token_time = now
                 firsts.append(req)
-            new_tokens.append(self._new_token(req, now))
+            new_tokens.append(self._new_token(req))
             return req.finished
 
         self.scheduler.update(plan, out.sampled, on_token)
@@ -372,12 +389,26 @@ class LLMEngine:
         for req in self.scheduler.retire(plan):
             req.metrics.finished_time = now
             finished.append(self._output(req))
-        wall_end = self.clock()
-        self.busy_s += wall_end - wall_start
-        event = events.StepEvent(
+        return new_tokens, firsts, finished
+
+    def _end_step(
+        self,
+        plan: StepPlan,
+        out: RunnerOutput,
+        start: float,
+        schedule_s: float,
+        firsts: list[Request],
+    ) -> events.StepEvent:
+        """The step's event, at its end on the engine's own clock (``busy_s``), which is
+        also when the requests in ``firsts`` got their first token."""
+        end = self.clock()
+        self.busy_s += end - start
+        for req in firsts:
+            req.metrics.first_token_busy_s = self.busy_s
+        return events.StepEvent(
             plan,
-            wall_start,
-            wall_end,
+            start,
+            end,
             schedule_s,
             out.forward_s,
             out.sample_s,
@@ -387,18 +418,22 @@ class LLMEngine:
             flop_util=out.flop_util,
             busy_s=self.busy_s,
         )
-        for req in firsts:  # their first token on the own clock: the step's end
-            req.metrics.first_token_busy_s = self.busy_s
-        if self.bus.listening:  # nobody listens: build nothing
-            batch: list[events.Event] = [event] if self.bus.wants("step") else []
-            batch += events.step_request_events(event, new_tokens, finished, self.bus.wants)
-            if batch:  # the step's events at once: one call per listener
-                self.bus.emit_many(batch)
-        return StepResult(event, new_tokens, finished)
 
-    def _new_token(self, req: Request, now: float) -> TokenDelta:
-        if req.metrics.first_token_time is None:
-            req.metrics.first_token_time = now
+    def _publish(
+        self, event: events.StepEvent, new_tokens: list[TokenDelta], finished: list[RequestOutput]
+    ) -> None:
+        """The step's events on the bus at once, one call per listener; when nobody
+        listens, nothing is built."""
+        if not self.bus.listening:
+            return
+        batch: list[events.Event] = [event] if self.bus.wants("step") else []
+        batch += events.step_request_events(event, new_tokens, finished, self.bus.wants)
+        if batch:
+            self.bus.emit_many(batch)
+
+    def _new_token(self, req: Request) -> TokenDelta:
+        """The text one new token adds, and whether it ends its request (a stop token, a
+        length limit or a stop string)."""
         status = req.check_stop(self.eos_token_ids, self.max_model_len)
         detok = self._texts[req.request_id]
         text = detok.add(req.output_token_ids, final=status is not None)
