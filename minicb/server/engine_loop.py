@@ -2,8 +2,9 @@
 
 Web handlers never run model work (that would stall the event loop and make messages
 arrive in bursts). They hand work to this thread with ``call(fn)``, which returns a
-concurrent Future, and hear back through the engines' buses: a request's tokens through
-its RequestStream (below), a browser's events through its own subscriptions (app.py).
+concurrent Future, and hear back through the engines' buses: a request's tokens and its
+end through its RequestStream (below), a browser's events through its own subscriptions
+(app.py).
 
 If the thread ends (stopped, or a bug that escaped every guard), every queued command and
 every later one fails at once with ``EngineStopped``, and every open stream ends with an
@@ -34,9 +35,9 @@ from typing import Any
 
 from minicb.config import SamplingParams
 from minicb.engine import LLMEngine
-from minicb.request import RequestOutput, TokenDelta
+from minicb.request import RequestMetrics, RequestOutput, TokenDelta
 from minicb.sim.pacing import Pacer
-from minicb.telemetry.events import Event, StepTokens
+from minicb.telemetry.events import Event, RequestFinished, StepEvent, StepTokens
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,9 @@ IDLE_WAIT_S = 0.05  # how long an idle loop sleeps between looks at its command 
 # clients) then slows its senders' replies, never the engines' steps.
 MAX_COMMANDS_PER_ROUND = 64
 Feeder = Callable[[dict[str, LLMEngine]], None]
-STREAM_KINDS = ("tokens", "aborted")
+# What a request's stream hears: its first admission (the prompt tokens found in the prefix
+# cache), its tokens, and its end.
+STREAM_KINDS = ("step", "tokens", "finished", "aborted")
 
 
 class EngineStopped(RuntimeError):
@@ -54,15 +57,61 @@ class EngineStopped(RuntimeError):
 
 @dataclass
 class RequestStream:
-    """Tokens of one request, delivered to an asyncio consumer without loss."""
+    """One request's tokens and then its end, delivered to an asyncio consumer without loss.
+
+    One channel feeds it: its engine's bus. A step's ``tokens`` event gives it its
+    TokenDeltas, its ``finished`` event its final RequestOutput, put together from what the
+    events told (the deltas add up to the final text), or an ``aborted`` event ends it with
+    finish reason "abort". The engine thread ends it with "error" if a step fails.
+    """
 
     request_id: int
     loop: asyncio.AbstractEventLoop
+    prompt: str | None = None
+    prompt_token_ids: list[int] = field(default_factory=list)
+    arrival_time: float = 0.0
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    token_ids: list[int] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    metrics: RequestMetrics = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.metrics = RequestMetrics(
+            self.arrival_time, num_prompt_tokens=len(self.prompt_token_ids)
+        )
 
     def push(self, item: TokenDelta | RequestOutput) -> None:
         # Called in the engine thread; the queue belongs to the consumer's event loop.
         self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+
+    # ---- fed by the engine's events, in the engine thread --------------------------------
+    def admitted(self, time: float, num_cached_tokens: int) -> None:
+        if self.metrics.first_scheduled_time is None:  # the first admission only
+            self.metrics.first_scheduled_time = time
+            self.metrics.num_cached_tokens = num_cached_tokens
+
+    def token(self, delta: TokenDelta, time: float) -> None:
+        if self.metrics.first_token_time is None:
+            self.metrics.first_token_time = time
+        self.token_ids.append(delta.token_id)
+        self.texts.append(delta.text)
+        self.push(delta)
+
+    def finished(self, event: RequestFinished) -> None:
+        m = self.metrics
+        m.finished_time = event.time
+        m.num_generated_tokens = event.num_output_tokens
+        m.num_preemptions = event.num_preemptions
+        m.num_draft_tokens = event.num_draft_tokens
+        m.num_accepted_tokens = event.num_accepted_tokens
+        text = "".join(self.texts)
+        ids = list(self.token_ids)
+        prompt_ids = self.prompt_token_ids
+        self.push(
+            RequestOutput(
+                self.request_id, self.prompt, prompt_ids, text, ids, event.finish_reason, m
+            )
+        )
 
     async def __aiter__(self) -> AsyncIterator[TokenDelta | RequestOutput]:
         """Yield TokenDeltas, then the final RequestOutput, then stop."""
@@ -168,10 +217,12 @@ class EngineLoop:
         loop = asyncio.get_running_loop()
 
         def add() -> RequestStream:
-            rid = self.engines[engine].add_request(
-                prompt, params, priority, prompt_token_ids=token_ids
-            )
-            stream = self._open[engine][rid] = RequestStream(rid, loop)
+            eng = self.engines[engine]
+            rid = eng.add_request(prompt, params, priority, prompt_token_ids=token_ids)
+            ids = eng.tokenize(prompt) if token_ids is None else list(token_ids)
+            text = prompt if isinstance(prompt, str) else None
+            stream = RequestStream(rid, loop, text, ids, eng.clock())
+            self._open[engine][rid] = stream
             if on_queued is not None:
                 on_queued()
             return stream
@@ -256,25 +307,37 @@ class EngineLoop:
                 self._run_commands(self.delay_s)
 
     def _on_event(self, name: str, event: Event) -> None:
-        """A step's tokens feed their requests' open streams; an aborted event (a client hung
-        up, a rebuild, a failed step) ends its request's stream with finish reason "abort"."""
+        """The one channel of the open streams: a step's admissions and tokens feed their
+        requests' streams; a finished event ends its request's stream with its output, an
+        aborted one (a client hung up, a rebuild, a failed step) with finish reason
+        "abort"."""
         streams = self._open[name]
         if not streams:
             return
-        if isinstance(event, StepTokens):
+        if isinstance(event, StepEvent):
+            for d in event.plan.admitted:
+                stream = streams.get(d.request_id)
+                if stream is not None:
+                    stream.admitted(event.wall_start, d.num_cached_tokens)
+        elif isinstance(event, StepTokens):
             for delta in event.deltas():
                 stream = streams.get(delta.request_id)
                 if stream is not None:
-                    stream.push(delta)
-        elif event.request_id in streams:
-            streams.pop(event.request_id).push(RequestOutput.ended(event.request_id, "abort"))
+                    stream.token(delta, event.time)
+        elif event.request_id not in streams:
+            return
+        elif isinstance(event, RequestFinished):
+            streams.pop(event.request_id).finished(event)
+        else:
+            rid = event.request_id
+            streams.pop(rid).push(RequestOutput.ended(rid, "abort"))
 
     def _step(self, name: str, engine: LLMEngine) -> None:
-        """One iteration; a request it finishes ends its stream with the engine's own
-        RequestOutput. A step that fails ends every stream of the engine with "error"."""
+        """One iteration (its events feed the streams). A step that fails ends every stream
+        of the engine with "error"."""
         streams = self._open[name]
         try:
-            outputs = engine.step().finished
+            engine.step()
         except Exception as err:  # a bug must not take the server down with it
             self.error = err
             log.exception("engine %r failed a step; its requests are ended", name, exc_info=err)
@@ -291,9 +354,6 @@ class EngineLoop:
                 log.exception("engine %r could not abort its requests", name)
             return
         self._failing.discard(name)
-        for out in outputs:
-            if out.request_id in streams:
-                streams.pop(out.request_id).push(out)
 
     def _run_commands(self, wait_s: float = 0.0) -> None:
         """Run the queued commands, up to MAX_COMMANDS_PER_ROUND; first wait up to
