@@ -50,7 +50,7 @@ def main() -> None:
     loop, _app = build_demo(args)
     events: dict[str, list[StepEvent]] = {name: [] for name in loop.engines}
     for name, engine in loop.engines.items():
-        engine.bus.subscribe(events[name].append, kinds=["step"])
+        engine.bus.subscribe(events[name].extend, kinds=["step"])
     loop.start()
     try:
         while loop.rounds < ours.rounds and loop.alive:

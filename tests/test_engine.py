@@ -13,7 +13,9 @@ def test_requests_join_a_running_batch_and_stream_tokens(tiny_llama_dir):
     llm = LLM(model=tiny_llama_dir, num_kv_blocks=64)
     engine = llm.engine
     finished = {}
-    engine.bus.subscribe(lambda e: finished.update({e.request_id: e}), kinds=["finished"])
+    engine.bus.subscribe(
+        lambda es: finished.update({e.request_id: e for e in es}), kinds=["finished"]
+    )
     params = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
     first = engine.add_request([5, 6, 7], params)
     engine.step()
@@ -83,8 +85,10 @@ def swap_engine():
 def test_views_agree_with_the_step_events():
     engine = swap_engine()
     steps, ended = [], set()
-    engine.bus.subscribe(steps.append, kinds=["step"])
-    engine.bus.subscribe(lambda e: ended.add(e.request_id), kinds=["finished", "aborted"])
+    engine.bus.subscribe(steps.extend, kinds=["step"])
+    engine.bus.subscribe(
+        lambda es: ended.update(e.request_id for e in es), kinds=["finished", "aborted"]
+    )
     swapped_views = 0
     state = KVState.from_snapshot(engine.kv_snapshot_event())
     while engine.has_unfinished():
@@ -150,7 +154,7 @@ def test_describe_and_live_requests():
 def test_abort_all_frees_every_block():
     engine = swap_engine()
     aborted = []
-    engine.bus.subscribe(lambda e: aborted.append(e.request_id), kinds=["aborted"])
+    engine.bus.subscribe(lambda es: aborted.extend(e.request_id for e in es), kinds=["aborted"])
     while not engine.kv_snapshot().swap_tables:
         engine.step()
     assert sorted(engine.abort_all()) == [0, 1, 2] == sorted(aborted)
@@ -164,7 +168,7 @@ def test_abort_all_frees_every_block():
 def test_rebuilt_keeps_the_bus_and_starts_ids_again():
     engine = fake_engine(block_size=4, step_time=0.5)
     seen = []
-    engine.bus.subscribe(seen.append)
+    engine.bus.subscribe(seen.extend)
     old = [add(engine, 3, 5), add(engine, 9, 5)]
     engine.step()
     del seen[:]
@@ -225,7 +229,7 @@ def test_first_scheduled_time_is_the_start_of_the_admitting_step():
     # forward pass): steps of 0.5 s on the engine's virtual clock.
     engine = fake_engine(step_time=0.5)
     admitted = []
-    engine.bus.subscribe(admitted.append, kinds=["admitted"])
+    engine.bus.subscribe(admitted.extend, kinds=["admitted"])
     engine.add_request([1, 2, 3], SamplingParams(max_tokens=2))
     engine.step()
     rid = engine.add_request([4, 5, 6], SamplingParams(max_tokens=2))

@@ -50,7 +50,9 @@ def hf_greedy(path: str, prompts: list[list[int]], new_tokens: int, pad_id: int)
 def preempted(llm: LLM) -> list:
     """Subscribe to ``llm``'s steps; the list fills with every preemption decision."""
     decisions: list = []
-    llm.engine.bus.subscribe(lambda e: decisions.extend(e.plan.preempted), kinds=["step"])
+    llm.engine.bus.subscribe(
+        lambda es: decisions.extend(d for e in es for d in e.plan.preempted), kinds=["step"]
+    )
     return decisions
 
 

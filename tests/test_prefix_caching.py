@@ -260,7 +260,9 @@ def test_attention_from_a_cached_prefix_matches_no_cache(backend, tiny_llama_dir
     )
     starts = []
     cached.engine.bus.subscribe(
-        lambda e: starts.extend(r.start_position for r in e.plan.scheduled if r.phase == "prefill"),
+        lambda es: starts.extend(
+            r.start_position for e in es for r in e.plan.scheduled if r.phase == "prefill"
+        ),
         kinds=["step"],
     )
     assert [o.token_ids for o in cached.generate(prompts, params)] == expected

@@ -36,7 +36,7 @@ CONFIGS = {
 def record_plans(llm: LLM) -> list:
     """Subscribe to ``llm``'s step events; the list fills with every step's plan."""
     plans: list = []
-    llm.engine.bus.subscribe(lambda e: plans.append(e.plan), kinds=["step"])
+    llm.engine.bus.subscribe(lambda es: plans.extend(e.plan for e in es), kinds=["step"])
     return plans
 
 
@@ -183,7 +183,9 @@ def _cached_run(llm: LLM) -> tuple[list[list[int]], int]:
     """Greedy tokens of SHARED, all arriving at once (the requests admitted after the first
     ones have run find their blocks), and the prompt tokens the cache supplied."""
     hits = []
-    llm.engine.bus.subscribe(lambda e: hits.append(e.plan.prefix_hit_tokens), kinds=["step"])
+    llm.engine.bus.subscribe(
+        lambda es: hits.extend(e.plan.prefix_hit_tokens for e in es), kinds=["step"]
+    )
     params = [SamplingParams(max_tokens=m, temperature=0.0, ignore_eos=True) for m in SHARED_MAX]
     outs = llm.generate(SHARED, params, priorities=[i % 3 for i in range(len(SHARED))])
     llm.engine.scheduler.blocks.check()
@@ -253,7 +255,9 @@ def test_same_tokens_with_prefix_caching_on_default_model(options, default_llm):
         **({"num_kv_blocks": 64} | options),
     )
     hits = []
-    llm.engine.bus.subscribe(lambda e: hits.append(e.plan.prefix_hit_tokens), kinds=["step"])
+    llm.engine.bus.subscribe(
+        lambda es: hits.extend(e.plan.prefix_hit_tokens for e in es), kinds=["step"]
+    )
     plans = record_plans(llm)
     outs = llm.generate(prompts, SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True))
     assert [o.token_ids for o in outs] == expected

@@ -21,7 +21,7 @@ HINTS = {
 def _generate(llm: LLM, prompts, max_tokens, hint) -> tuple[list[list[int]], list]:
     """Greedy tokens of every prompt, all arriving at once with their hints, and the plans."""
     plans = []
-    llm.engine.bus.subscribe(lambda e: plans.append(e.plan), kinds=["step"])
+    llm.engine.bus.subscribe(lambda es: plans.extend(e.plan for e in es), kinds=["step"])
     ids = [
         llm.engine.add_request(
             p,

@@ -34,12 +34,13 @@ class Watch:
         self.preempted_drafters: set[int] = set()
         llm.engine.bus.subscribe(self, kinds=["step"])
 
-    def __call__(self, event) -> None:
-        plan = event.plan
-        self.preempted_drafters |= {d.request_id for d in plan.preempted} & self.drafters
-        self.drafted += plan.num_draft_tokens
-        self.accepted += plan.num_accepted_tokens
-        self.drafters |= {r.request_id for r in plan.scheduled if r.num_accepted_tokens}
+    def __call__(self, steps) -> None:
+        for event in steps:
+            plan = event.plan
+            self.preempted_drafters |= {d.request_id for d in plan.preempted} & self.drafters
+            self.drafted += plan.num_draft_tokens
+            self.accepted += plan.num_accepted_tokens
+            self.drafters |= {r.request_id for r in plan.scheduled if r.num_accepted_tokens}
 
 
 @pytest.fixture(scope="module")

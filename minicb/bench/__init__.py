@@ -107,7 +107,7 @@ def measure_events(
     """The metrics summary and the step rows of a run's events (rebuilt ones included)."""
     metrics, steps = MetricsCollector(), []
     for event in events:
-        metrics(event)
+        metrics((event,))
         if isinstance(event, StepEvent):
             steps.append(step_row(event, t0))
     return metrics.summary(ttft_slo, tpot_slo), steps

@@ -54,7 +54,7 @@ def run_minicb(
 ) -> RunRecord:
     """One measured run, from the engine's own events; ``trace_path`` also records them."""
     events: list[Event] = []
-    listener = engine.bus.subscribe(events.append)
+    listener = engine.bus.subscribe(events.extend)
     header = dict(command="bench", system=system, workload=workload.describe())
     try:
         with record_trace(engine, trace_path, **header):

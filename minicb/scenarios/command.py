@@ -89,7 +89,7 @@ def run_export(args: argparse.Namespace) -> int:
     files = {PANELS[0]: paths["static"], PANELS[1]: paths["continuous"]}
     sides = [s.name for s in load_scenario(args.scenario).sides]
     events: dict[str, list[Any]] = {side: [] for side in sides}  # in the order they came
-    scenario, result = _play(args, {side: events[side].append for side in sides})
+    scenario, result = _play(args, {side: events[side].extend for side in sides})
     points = [narration_point(scenario, i, result.feeder, PANELS) for i in sorted(result.fired)]
     about = {
         "name": scenario.name,
@@ -107,8 +107,7 @@ def run_export(args: argparse.Namespace) -> int:
         engine = result.engines[side]
         header = trace_header(engine, command="scenario export", panel=panel, scenario=about)
         writer = TraceWriter(files[panel], header)
-        for event in events[side]:
-            writer(event)
+        writer(events[side])
         writer.close()
         print(f"{panel} ({side}): {writer.num_events} events -> {files[panel]}")
     print(f"replay it: minicb replay {main} --serve")

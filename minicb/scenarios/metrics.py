@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 import operator
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from minicb.scenarios.schema import CLAIM
@@ -60,12 +60,13 @@ class SideRecord:
         self.requests: dict[str, list[Any]] = defaultdict(list)  # kind -> request events
         self._ends: list[float] | None = None  # steps' ends, for own()
 
-    def __call__(self, event: Any) -> None:
-        """A bus listener: keep the event."""
-        if event.kind == "step":
-            self.steps.append(event)
-        else:
-            self.requests[event.kind].append(event)
+    def __call__(self, events: Sequence[Any]) -> None:
+        """A bus listener: keep a step's events."""
+        for event in events:
+            if event.kind == "step":
+                self.steps.append(event)
+            else:
+                self.requests[event.kind].append(event)
 
     def own(self, t: float) -> float:
         """Seconds of this side's own steps before engine time ``t``: the engine's own clock

@@ -36,6 +36,7 @@ import functools
 import json
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -228,11 +229,12 @@ class Hub:
         return next((s for s in recorded if s), None)
 
     # ---- the scheduler's explanations (a bus listener, engine thread) --------------------
-    def _record(self, name: str, event: StepEvent) -> None:
+    def _record(self, name: str, steps: Sequence[StepEvent]) -> None:
         # Steps run before the loop counts their round, so this round is rounds + 1.
         assert self.loop is not None  # subscribed only when there is a loop
         round_no = self.loop.rounds + 1
-        self._explained.setdefault(round_no, {})[name] = event.plan.explain()
+        for event in steps:
+            self._explained.setdefault(round_no, {})[name] = event.plan.explain()
         while len(self._explained) > KEEP_EXPLANATIONS:
             self._explained.popitem(last=False)
 

@@ -28,7 +28,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -129,7 +129,7 @@ class EngineLoop:
         self.feeder = feeder
         self._open: dict[str, dict[int, RequestStream]] = {name: {} for name in engines}
         for name, engine in engines.items():
-            engine.bus.subscribe(functools.partial(self._on_event, name), kinds=STREAM_KINDS)
+            engine.bus.subscribe(functools.partial(self._on_events, name), kinds=STREAM_KINDS)
         self._commands: queue.Queue[tuple[Callable[[], Any], Future]] = queue.Queue()
         # Held while a command is queued and while the thread's end is marked, so no
         # command slips into the queue after the last look at it.
@@ -306,31 +306,32 @@ class EngineLoop:
             if self.delay_s > 0:
                 self._run_commands(self.delay_s)
 
-    def _on_event(self, name: str, event: Event) -> None:
+    def _on_events(self, name: str, events: Sequence[Event]) -> None:
         """The one channel of the open streams: a step's admissions and tokens feed their
         requests' streams; a finished event ends its request's stream with its output, an
         aborted one (a client hung up, a rebuild, a failed step) with finish reason
         "abort"."""
         streams = self._open[name]
-        if not streams:
-            return
-        if isinstance(event, StepEvent):
-            for d in event.plan.admitted:
-                stream = streams.get(d.request_id)
-                if stream is not None:
-                    stream.admitted(event.wall_start, d.num_cached_tokens)
-        elif isinstance(event, StepTokens):
-            for delta in event.deltas():
-                stream = streams.get(delta.request_id)
-                if stream is not None:
-                    stream.token(delta, event.time)
-        elif event.request_id not in streams:
-            return
-        elif isinstance(event, RequestFinished):
-            streams.pop(event.request_id).finished(event)
-        else:
-            rid = event.request_id
-            streams.pop(rid).push(RequestOutput.ended(rid, "abort"))
+        for event in events:
+            if not streams:
+                return
+            if isinstance(event, StepEvent):
+                for d in event.plan.admitted:
+                    stream = streams.get(d.request_id)
+                    if stream is not None:
+                        stream.admitted(event.wall_start, d.num_cached_tokens)
+            elif isinstance(event, StepTokens):
+                for delta in event.deltas():
+                    stream = streams.get(delta.request_id)
+                    if stream is not None:
+                        stream.token(delta, event.time)
+            elif event.request_id not in streams:
+                continue
+            elif isinstance(event, RequestFinished):
+                streams.pop(event.request_id).finished(event)
+            else:
+                rid = event.request_id
+                streams.pop(rid).push(RequestOutput.ended(rid, "abort"))
 
     def _step(self, name: str, engine: LLMEngine) -> None:
         """One iteration (its events feed the streams). A step that fails ends every stream

@@ -364,7 +364,7 @@ def record_demo(engines: dict[str, LLMEngine], path: str) -> Callable[[], None]:
         header = trace_header(engines[name], command="demo", panel=name)
         writers[name] = TraceWriter(file, header, engines[name].kv_snapshot_event)
         bus.subscribe(writers[name], kinds=EVENT_KINDS - {"reset"})
-        bus.subscribe(lambda _event, name=name: close(name, reset=True), kinds=["reset"])
+        bus.subscribe(lambda _events, name=name: close(name, reset=True), kinds=["reset"])
     return close_all
 
 

@@ -3,7 +3,7 @@ the door with 429 ``queue_full`` and ``Retry-After``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -33,7 +33,7 @@ class WaitingGate:
         self.in_transit: set[object] = set()  # tickets of submissions not queued yet
         engines[name].bus.subscribe(self, kinds=self.KINDS)
 
-    def __call__(self, event: Event) -> None:
+    def __call__(self, events: Sequence[Event]) -> None:
         self.waiting = self.engines[self.name].queue_sizes()["waiting"]
 
     @contextmanager

@@ -78,9 +78,9 @@ def run_simulated(
     engine = LLMEngine(config=config, runner=runner, clock=clock)
     metrics, steps, finished = MetricsCollector(), [], []
     engine.bus.subscribe(metrics)
-    engine.bus.subscribe(finished.append, kinds=["finished"])
+    engine.bus.subscribe(finished.extend, kinds=["finished"])
     if keep_steps:
-        engine.bus.subscribe(lambda e: steps.append(step_row(e, 0.0)), kinds=["step"])
+        engine.bus.subscribe(lambda es: steps.extend(step_row(e, 0.0) for e in es), kinds=["step"])
     arrivals: dict[int, float] = {}
 
     def add(r: RequestSpec, arrival: float) -> None:

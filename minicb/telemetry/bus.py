@@ -1,19 +1,17 @@
 """EventBus: the one path by which anyone hears what the engine did.
 
 Every engine owns one bus (``engine.bus``) and publishes typed events on it
-(minicb.telemetry.events). Whoever wants to know subscribes:
+(minicb.telemetry.events). Whoever wants to know subscribes a listener, and a listener has
+one shape: a callable that takes a sequence of events, ``listener(events)``. The engine
+hands over a step's events at once (``emit_many``): each listener gets the step's events it
+asked for, in order, in one call, before the next listener gets any (the per-event calls
+of an earlier design were most of the bus's own cost at 16 running: docs/performance.md).
 
-- synchronous listeners (metrics, trace writer, Prometheus, the server's request streams),
-  called in the engine thread in the order they subscribed; keep them quick, they are
-  part of the step;
-- asynchronous subscriptions (``subscribe_async``): bounded queues read from other threads
-  or an asyncio loop (a browser's WebSocket), which never make the engine wait.
-
-The engine hands over a step's events at once (``emit_many``): each listener gets the
-step's events it asked for, in order, before the next listener gets any, and each queue
-takes them under one lock. A listener is a callable ``listener(event)``; one that also has
-``on_events(events)`` (minicb.telemetry.listener) gets them in one call instead: the
-per-event calls were most of the bus's own cost at 16 running (docs/performance.md).
+Listeners are called in the engine thread in the order they subscribed; keep them quick,
+they are part of the step. Whoever reads from another thread or an asyncio loop (a
+browser's WebSocket) subscribes a ``Subscription`` (``subscribe_async``): a listener of the
+same shape whose call only queues the events, which never makes the engine wait.
+minicb.telemetry.listener.HandlerListener makes a listener of ``_on_<kind>`` methods.
 
 Subscribers may ask for some kinds of event only. The engine builds nothing for a kind
 nobody asked for (``wants``), and when nobody listens at all it builds no event at all.
@@ -22,7 +20,7 @@ A ``Subscription`` is a bounded, thread-safe queue: the engine thread puts; a co
 takes, by polling ``drain()``, blocking in ``get(timeout)``, or awaiting ``drain_async()``
 from an asyncio loop. ``put`` never waits for the consumer: when the queue is full the
 oldest event is dropped and counted in ``dropped``, so a consumer that stops reading costs
-the engine one short lock per event and its memory stays bounded.
+the engine one short lock per step and its memory stays bounded.
 """
 
 from __future__ import annotations
@@ -38,59 +36,43 @@ from minicb.telemetry.events import EVENT_KINDS, Event
 
 log = logging.getLogger(__name__)
 
-Listener = Callable[[Event], Any]
-Deliver = Callable[[Sequence[Event]], Any]  # takes a step's events, in order
+Listener = Callable[[Sequence[Event]], Any]  # takes a step's events, in order; read-only
 
 
 class EventBus:
     def __init__(self) -> None:
-        # Copy-on-write tuples: the engine thread reads them without a lock while other
-        # threads subscribe and unsubscribe.
-        self._sync: tuple[tuple[Listener, frozenset[str] | None], ...] = ()
-        self._async: tuple[Subscription, ...] = ()
+        # Who gets events, in order, and which kinds (None: all): a copy-on-write tuple,
+        # which the engine thread reads without a lock while other threads subscribe and
+        # unsubscribe.
+        self._listeners: tuple[tuple[Listener, frozenset[str] | None], ...] = ()
         self._wanted: frozenset[str] = frozenset()
-        # Who gets events, in order (sync listeners first, then the queues' put_many), and
-        # which kinds (None: all). Built when subscriptions change, not per event.
-        # (the third item is the listener or queue itself, to drop it if it raises)
-        self._targets: tuple[tuple[Deliver, frozenset[str] | None, Any], ...] = ()
         self._lock = threading.Lock()
 
     # ---- subscribing ---------------------------------------------------------------------
     def subscribe(self, listener: Listener, kinds: Iterable[str] | None = None) -> Listener:
-        """Call ``listener(event)`` in the engine thread for every event (of ``kinds``)."""
+        """Call ``listener(events)`` in the engine thread with each step's events (of
+        ``kinds``), and with each event emitted between steps; returns ``listener``."""
         with self._lock:
-            self._sync += ((listener, _kinds(kinds)),)
+            self._listeners += ((listener, _kinds(kinds)),)
             self._refresh()
         return listener
 
     def unsubscribe(self, listener: Listener) -> None:
         with self._lock:
-            self._sync = tuple(s for s in self._sync if s[0] is not listener)
+            self._listeners = tuple(s for s in self._listeners if s[0] is not listener)
             self._refresh()
 
     def subscribe_async(
         self, maxsize: int = 1024, kinds: Iterable[str] | None = None
     ) -> Subscription:
         """A bounded queue of events for another thread; ``close()`` it when done."""
-        sub = Subscription(maxsize, _kinds(kinds), on_close=self._forget)
-        with self._lock:
-            self._async += (sub,)
-            self._refresh()
-        return sub
-
-    def _forget(self, sub: Subscription) -> None:
-        with self._lock:
-            self._async = tuple(s for s in self._async if s is not sub)
-            self._refresh()
+        sub = Subscription(maxsize, _kinds(kinds), on_close=self.unsubscribe)
+        return self.subscribe(sub, sub.kinds)
 
     def _refresh(self) -> None:
         wanted: set[str] = set()
-        for kinds in [k for _, k in self._sync] + [s.kinds for s in self._async]:
+        for _, kinds in self._listeners:
             wanted |= EVENT_KINDS if kinds is None else kinds
-        self._targets = (
-            *((_deliverer(fn), kinds, fn) for fn, kinds in self._sync),
-            *((sub.put_many, sub.kinds, sub) for sub in self._async),
-        )
         self._wanted = frozenset(wanted)
 
     @property
@@ -105,37 +87,21 @@ class EventBus:
 
     def emit_many(self, events: Sequence[Event]) -> None:
         """Deliver ``events`` (a step's, in order): each listener gets those of its kinds in
-        one go, before the next one; a listener that unsubscribes meanwhile still gets this
-        call's events, and none after. A listener that raises (a trace on a full disk) is
-        logged and unsubscribed: the engine's step and the other listeners go on."""
+        one call, before the next one; a listener that unsubscribes meanwhile still gets
+        this call's events, and none after. A listener that raises (a trace on a full disk)
+        is logged and unsubscribed: the engine's step and the other listeners go on."""
         events = tuple(events)  # one shared, read-only sequence for every listener
-        for deliver, kinds, owner in self._targets:
+        for listener, kinds in self._listeners:
             share = events if kinds is None else [e for e in events if e.kind in kinds]
             if share:
                 try:
-                    deliver(share)
+                    listener(share)
                 except Exception:
-                    log.exception("event listener %r raised; it hears no more events", owner)
-                    self._drop(owner)
-
-    def _drop(self, owner: Listener | Subscription) -> None:
-        if isinstance(owner, Subscription):
-            owner.close()
-        else:
-            self.unsubscribe(owner)
-
-
-def _deliverer(listener: Listener) -> Deliver:
-    """How a sync listener takes a sequence of events: ``on_events`` if it has one."""
-    on_events = getattr(listener, "on_events", None)
-    if on_events is not None:
-        return on_events
-
-    def each(events: Sequence[Event]) -> None:
-        for event in events:
-            listener(event)
-
-    return each
+                    log.exception("event listener %r raised; it hears no more events", listener)
+                    if isinstance(listener, Subscription):
+                        listener.close()  # wakes its consumer too; the bus forgets it
+                    else:
+                        self.unsubscribe(listener)
 
 
 def _kinds(kinds: Iterable[str] | None) -> frozenset[str] | None:
@@ -170,7 +136,10 @@ class Subscription:
         self._waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future] | None = None
         self._on_close = on_close
 
-    # ---- the engine's side ---------------------------------------------------------------
+    # ---- the engine's side: a listener, as any other -------------------------------------
+    def __call__(self, events: Sequence[Event]) -> None:
+        self.put_many(events)
+
     def put(self, event: Event) -> None:
         """Queue ``event``; if full, drop the oldest. Never blocks on the consumer."""
         self.put_many((event,))

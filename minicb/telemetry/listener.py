@@ -1,10 +1,9 @@
 """HandlerListener: a bus listener made of ``_on_<kind>`` methods, one per kind it handles.
 
-The bus calls ``listener(event)`` for one event and, where a listener has it,
-``listener.on_events(events)`` once with a step's events in order (minicb.telemetry.bus):
-both look the handler up by kind in a dict built once, not by name per event, and
-skip kinds without one. MetricsCollector and PrometheusMetrics are such listeners. Pure
-Python: no torch.
+The bus calls ``listener(events)`` once with a step's events in order
+(minicb.telemetry.bus); each event's handler is looked up by kind in a dict built once,
+not by name per event, and kinds without one are skipped. MetricsCollector and
+PrometheusMetrics are such listeners. Pure Python: no torch.
 """
 
 from __future__ import annotations
@@ -27,13 +26,8 @@ class HandlerListener:
     def __init__(self) -> None:
         self._handlers = handlers(self)
 
-    def __call__(self, event: Event) -> None:
-        handler = self._handlers.get(event.kind)
-        if handler is not None:
-            handler(event)
-
-    def on_events(self, events: Sequence[Event]) -> None:
-        """Events in order, as one call to ``self(event)`` each would take them."""
+    def __call__(self, events: Sequence[Event]) -> None:
+        """A step's events (or any sequence of events), in order."""
         get = self._handlers.get
         for event in events:
             handler = get(event.kind)

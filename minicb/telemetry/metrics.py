@@ -195,6 +195,5 @@ def compute_metrics(
 ) -> dict[str, Any]:
     """The summary of a whole sequence of events (a replayed trace, a test's list)."""
     collector = MetricsCollector()
-    for event in events:
-        collector(event)
+    collector(list(events))
     return collector.summary(ttft_slo, tpot_slo)

@@ -146,11 +146,8 @@ class TraceWriter:
             self._write(to_dict(self._snapshot()))
             self.num_events += 1
 
-    def __call__(self, event: Event) -> None:
-        self.on_events((event,))
-
-    def on_events(self, events: Sequence[Event]) -> None:
-        """A step's events, the same lines as one call each."""
+    def __call__(self, events: Sequence[Event]) -> None:
+        """A step's events (a bus listener), one line each."""
         write = self._file.write
         for event in events:
             write(_encode_line(to_dict(event)))

@@ -28,7 +28,7 @@ def live(tiny_llama_dir):
 
 def test_64_concurrent_streams_complete_and_share_iterations(live):
     steps: list[StepEvent] = []
-    live.bus.subscribe(steps.append, kinds=["step"])
+    live.bus.subscribe(steps.extend, kinds=["step"])
 
     async def one(client: openai.AsyncOpenAI, i: int) -> tuple[int, str]:
         stream = await client.completions.create(
@@ -51,7 +51,7 @@ def test_64_concurrent_streams_complete_and_share_iterations(live):
             return await asyncio.gather(*(one(client, i) for i in range(N_CLIENTS)))
 
     results = asyncio.run(main())
-    live.bus.unsubscribe(steps.append)
+    live.bus.unsubscribe(steps.extend)
     # 12 token chunks plus the closing chunk, for every client.
     assert results == [(13, "length")] * N_CLIENTS
     decoding = [sum(r.phase == "decode" for r in s.plan.scheduled) for s in steps]
@@ -90,8 +90,8 @@ def test_abort_storm_frees_every_block_and_the_server_keeps_answering(live):
     url = live.url + "/v1/completions"
     arrived, all_arrived = [], threading.Event()
 
-    def watch(e) -> None:  # in the engine thread
-        arrived.append(e.max_tokens == IMPATIENT_TOKENS)
+    def watch(events) -> None:  # in the engine thread
+        arrived.extend(e.max_tokens == IMPATIENT_TOKENS for e in events)
         if sum(arrived) == 8:
             all_arrived.set()
 

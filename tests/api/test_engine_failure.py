@@ -82,7 +82,7 @@ FAKE_BODY = {"model": "fake", "prompt": [5, 6], "max_tokens": 4, "ignore_eos": T
 def test_a_listener_that_always_raises_is_dropped_and_the_server_answers():
     engine = fake_api_engine()
 
-    def full_disk(event):
+    def full_disk(events):
         raise OSError(28, "No space left on device")
 
     engine.bus.subscribe(full_disk)

@@ -41,7 +41,7 @@ def test_triton_backend_matches_torch_backend(name, tiny_llama_dir, torch_tokens
     options = CASES[name]
     llm = LLM(model=tiny_llama_dir, dtype="float32", attention_backend="triton", **options)
     plans = []
-    llm.engine.bus.subscribe(lambda e: plans.append(e.plan), kinds=["step"])
+    llm.engine.bus.subscribe(lambda es: plans.extend(e.plan for e in es), kinds=["step"])
     assert [o.token_ids for o in llm.generate(PROMPTS, PARAMS)] == torch_tokens
     assert all(p.batching == options.get("batching", "continuous") for p in plans)
     preemptions = {d.mode for p in plans for d in p.preempted}
@@ -62,6 +62,8 @@ def test_triton_backend_on_default_model_under_preemption(default_llm):
     expected = [o.token_ids for o in default_llm.generate(prompts, params)]
     llm = LLM(dtype="float32", attention_backend="triton", block_size=4, num_kv_blocks=4)
     preempted = []
-    llm.engine.bus.subscribe(lambda e: preempted.extend(e.plan.preempted), kinds=["step"])
+    llm.engine.bus.subscribe(
+        lambda es: preempted.extend(d for e in es for d in e.plan.preempted), kinds=["step"]
+    )
     assert [o.token_ids for o in llm.generate(prompts, params)] == expected
     assert preempted

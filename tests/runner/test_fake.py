@@ -29,7 +29,7 @@ def test_step_times_advance_the_clock_and_are_the_events_times():
     runner = FakeRunner(clock=clock, step_times=[0.5, 0.25, 0.125], step_time=0.0625)
     engine = LLMEngine(config=EngineConfig(), runner=runner, clock=clock)
     steps = []
-    engine.bus.subscribe(steps.append, kinds=["step"])
+    engine.bus.subscribe(steps.extend, kinds=["step"])
     engine.add_request([1, 2, 3], SamplingParams(max_tokens=5, temperature=0.0))
     engine.run_until_done()
     assert [(e.wall_start, e.wall_end, e.forward_s) for e in steps] == [

@@ -200,7 +200,7 @@ def test_a_replays_traces_need_a_key_and_a_viewer_gets_them_without_texts():
     runner = FakeRunner(num_kv_blocks=32, tokenizer=CharTokenizer())
     engine = LLMEngine(config=EngineConfig(num_kv_blocks=32), runner=runner)
     seen = []
-    engine.bus.subscribe(seen.append)
+    engine.bus.subscribe(seen.extend)
     engine.add_request(SECRET, SamplingParams(max_tokens=2, ignore_eos=True))
     engine.run_until_done()
     trace = Trace({"model": "fake", "config": engine.config.to_dict()}, seen)

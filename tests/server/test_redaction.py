@@ -112,7 +112,7 @@ def _every_kind_of_event() -> list:
     rejection, an abort, a rebuild."""
     engine = speculative_engine()
     seen: list = []
-    engine.bus.subscribe(seen.append)
+    engine.bus.subscribe(seen.extend)
     params = SamplingParams(max_tokens=12, temperature=0.0, stop=STOPS)
     for _ in range(3):
         engine.add_request(SECRET, params)
@@ -154,7 +154,7 @@ def test_every_field_of_a_frame_is_classified_too():
     engine = speculative_engine()
     folder = StepFolder({"name": "api", **engine.describe()}, KVState())
     seen: list = []
-    engine.bus.subscribe(seen.append)
+    engine.bus.subscribe(seen.extend)
     for _ in range(2):
         engine.add_request(SECRET, SamplingParams(max_tokens=12, temperature=0.0, stop=STOPS))
     engine.run_until_done()

@@ -52,7 +52,8 @@ def test_a_replayed_trace_draws_the_live_kv_map(tmp_path, make):
     engine = make(**CONFIG)
     snapshots = {}  # step -> the engine's own view, read in the engine thread after the step
     engine.bus.subscribe(
-        lambda e: snapshots.update({e.plan.step: _own(engine.kv_snapshot())}), kinds=["step"]
+        lambda es: snapshots.update({e.plan.step: _own(engine.kv_snapshot()) for e in es}),
+        kinds=["step"],
     )
     loop = EngineLoop({"continuous": engine})
     app = create_app(loop, mode="demo", model_name="fake")

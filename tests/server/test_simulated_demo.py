@@ -151,7 +151,7 @@ def test_the_engine_loop_paces_and_stamps_arrivals_in_simulated_time():
     feeder = WorkloadFeeder(WorkloadSpec(preset="off"), clock=pacer.now, max_tick_s=MAX_TICK_S)
     feeder.burst(3)
     arrivals = []
-    engine.bus.subscribe(lambda e: arrivals.append(e.time), kinds=["arrived"])
+    engine.bus.subscribe(lambda es: arrivals.extend(e.time for e in es), kinds=["arrived"])
     loop = EngineLoop({"e": engine}, feeder=feeder)
     loop.pacer = pacer
     loop.start()

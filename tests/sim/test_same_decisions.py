@@ -36,7 +36,7 @@ def run(engine, hints=None):
     end: the plans (as events carry them), every output length, and the length of each
     request that stopped early (the others stopped at max_tokens)."""
     hints, plans = hints or {}, []
-    engine.bus.subscribe(lambda e: plans.append(e.plan.to_dict()), kinds=["step"])
+    engine.bus.subscribe(lambda es: plans.extend(e.plan.to_dict() for e in es), kinds=["step"])
     for i, (prompt, m, ignore) in enumerate(zip(PROMPTS, MAX_TOKENS, IGNORE_EOS, strict=True)):
         stops = [] if ignore else STOPS
         params = SamplingParams(max_tokens=m, temperature=0.0, ignore_eos=ignore,

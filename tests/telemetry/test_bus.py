@@ -45,7 +45,7 @@ def test_nothing_is_built_when_nobody_listens(monkeypatch):
 
 def test_a_step_with_nothing_wanted_delivers_nothing(monkeypatch):
     engine = busy_engine()
-    engine.bus.subscribe(lambda e: pytest.fail("a reset came"), kinds=["reset"])
+    engine.bus.subscribe(lambda es: pytest.fail("a reset came"), kinds=["reset"])
     monkeypatch.setattr(EventBus, "emit_many", lambda self, events: pytest.fail("delivered"))
     assert engine.bus.listening
     engine.run_until_done()
@@ -55,7 +55,7 @@ def test_only_the_kinds_asked_for_are_built(monkeypatch):
     engine = busy_engine()
     bus = engine.bus
     steps = []
-    bus.subscribe(steps.append, kinds=["step"])
+    bus.subscribe(steps.extend, kinds=["step"])
     monkeypatch.setattr(events, "StepTokens", lambda **kw: pytest.fail("tokens built"))
     engine.run_until_done()
     assert steps and all(e.kind == "step" for e in steps)
@@ -66,8 +66,8 @@ def test_only_the_kinds_asked_for_are_built(monkeypatch):
 def test_sync_subscribers_are_called_in_order_and_can_leave():
     bus = EventBus()
     calls = []
-    first = bus.subscribe(lambda e: calls.append(("first", e.request_id)))
-    bus.subscribe(lambda e: calls.append(("second", e.request_id)))
+    first = bus.subscribe(lambda es: calls.extend(("first", e.request_id) for e in es))
+    bus.subscribe(lambda es: calls.extend(("second", e.request_id) for e in es))
     bus.emit(event(1))
     bus.unsubscribe(first)
     bus.emit(event(2))
@@ -79,7 +79,7 @@ def test_the_engine_owns_one_bus_and_uses_the_one_it_is_given():
     assert isinstance(engine.bus, EventBus) and fake_engine().bus is not engine.bus
     bus = EventBus()
     seen = []
-    bus.subscribe(seen.append, kinds=["arrived"])
+    bus.subscribe(seen.extend, kinds=["arrived"])
     given = LLMEngine(
         config=engine.config, runner=engine.runner.with_config(engine.config), bus=bus
     )
@@ -101,10 +101,10 @@ def test_a_consumer_that_never_reads_does_not_block_the_engine():
     engine = busy_engine(n_requests=8, max_tokens=40)
     bus = engine.bus
     counted = []
-    bus.subscribe(counted.append)
+    bus.subscribe(counted.extend)
     stalled = bus.subscribe_async(maxsize=16)  # nobody ever reads it
     lengths = []
-    bus.subscribe(lambda e: lengths.append(len(stalled)))
+    bus.subscribe(lambda es: lengths.extend(len(stalled) for _ in es))
     runner = threading.Thread(target=engine.run_until_done, daemon=True)
     runner.start()
     runner.join(timeout=30)
@@ -171,7 +171,7 @@ def test_a_consumer_thread_gets_every_event_in_order():
     bus = engine.bus
     sub = bus.subscribe_async(maxsize=100_000)
     expected = []
-    bus.subscribe(expected.append)
+    bus.subscribe(expected.extend)
     got = []
 
     def consume():
@@ -194,7 +194,7 @@ def test_drain_async_is_woken_from_the_engine_thread():
     bus = engine.bus
     sub = bus.subscribe_async(maxsize=100_000)
     expected = []
-    bus.subscribe(expected.append)
+    bus.subscribe(expected.extend)
 
     async def consume():
         got = []
@@ -231,26 +231,23 @@ def test_closing_a_subscription_removes_it_from_the_bus():
 
 # ---- a step's events at once ------------------------------------------------------------
 class Batched:
-    """A listener with ``on_events``: the bus hands it a step's events in one call."""
+    """A listener that keeps each call's events: the bus hands it a step's in one call."""
 
     def __init__(self) -> None:
         self.calls: list[list] = []
 
-    def __call__(self, e):
-        raise AssertionError("a listener with on_events was called one event at a time")
-
-    def on_events(self, events):
+    def __call__(self, events):
         self.calls.append(list(events))
 
 
 def test_each_listener_gets_a_steps_events_in_one_call_in_order():
     engine = busy_engine()
     bus, order = engine.bus, []
-    plain = bus.subscribe(lambda e: order.append(("plain", e.kind)))
+    plain = bus.subscribe(lambda es: order.extend(("plain", e.kind) for e in es))
     batched = bus.subscribe(Batched())
     tokens = bus.subscribe(Batched(), kinds=["tokens"])
     queue = bus.subscribe_async(maxsize=100_000)
-    bus.subscribe(lambda e: order.append(("last", e.kind)))
+    bus.subscribe(lambda es: order.extend(("last", e.kind) for e in es))
     steps = 0
     while engine.has_unfinished():
         order.clear()

@@ -193,7 +193,7 @@ def real_steps(tiny_llama_dir):
     )
     engine = LLMEngine(tiny_llama_dir, config)
     steps = []
-    engine.bus.subscribe(steps.append, kinds=["step"])
+    engine.bus.subscribe(steps.extend, kinds=["step"])
     params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
     for prompt in (list(range(3, 14)), [20, 21, 22, 23, 24], list(range(30, 39))):
         engine.add_request(prompt, params)
@@ -233,7 +233,7 @@ def test_the_step_dict_is_generated_from_the_plan(real_steps):
 def run_with_events(prompts: list[int], num_kv_blocks=64, max_tokens=4, **config):
     engine = fake_engine(num_kv_blocks, step_time=0.1, start=1000.0, **config)
     events = []
-    engine.bus.subscribe(events.append)
+    engine.bus.subscribe(events.extend)
     for n in prompts:
         engine.add_request(list(range(1, n + 1)), SamplingParams(max_tokens, temperature=0.0))
     engine.run_until_done()
@@ -313,7 +313,7 @@ class CharTokenizer:
 def test_arrival_carries_prompt_text_and_params():
     engine = fake_engine(tokenizer=CharTokenizer())
     seen = []
-    engine.bus.subscribe(seen.append)
+    engine.bus.subscribe(seen.extend)
     params = SamplingParams(max_tokens=9, stop=["!"])
     engine.add_request("Hi there", params, priority=2, arrival_time=12.5)
     (arrived,) = seen
@@ -330,7 +330,7 @@ def test_arrival_carries_prompt_text_and_params():
 def test_rejected_and_aborted_requests():
     engine = fake_engine(num_kv_blocks=8, max_model_len=64, block_size=4)
     seen = []
-    engine.bus.subscribe(seen.append)
+    engine.bus.subscribe(seen.extend)
     with pytest.raises(ValueError):
         add(engine, 100, 4, token=1)
     rid = add(engine, 4, 4, token=1)

@@ -168,7 +168,7 @@ def test_preemptions_are_counted_from_steps():
     collector = MetricsCollector()
     engine.bus.subscribe(collector)
     steps = []
-    engine.bus.subscribe(steps.append, kinds=["step"])
+    engine.bus.subscribe(steps.extend, kinds=["step"])
     for n in (8, 8, 8):
         add(engine, n, 8, token=1)
     engine.run_until_done()

@@ -30,7 +30,7 @@ def _run():
     engine = fake_engine(speculative="ngram", num_speculative_tokens=3, step_time=0.5)
     engine.runner.token_fn = lambda rid, i: MODEL[i]
     collector, prom, events = MetricsCollector(), PrometheusMetrics(), []
-    for listener in (collector, prom, events.append):
+    for listener in (collector, prom, events.extend):
         engine.bus.subscribe(listener)
     params = SamplingParams(max_tokens=7, temperature=0.0)
     engine.add_request([3, 4, 5, 6, 7, 8, 3], params)

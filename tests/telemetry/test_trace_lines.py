@@ -29,7 +29,7 @@ def as_json(data: dict):
 def test_every_line_reads_back_as_the_event(tmp_path):
     engine = fake_engine(num_kv_blocks=8, block_size=4, tokenizer=CodeTokenizer())
     seen = []
-    engine.bus.subscribe(seen.append)
+    engine.bus.subscribe(seen.extend)
     writer = TraceWriter(tmp_path / "t.jsonl", {"type": "header", "note": 'é "q" \\ \n'})
     engine.bus.subscribe(writer)
     for n in (3, 9, 14):  # enough to fill the pool: a preemption's events are in there too
@@ -49,7 +49,7 @@ def test_a_nan_is_written_as_null_so_the_file_stays_strict_json(tmp_path):
     event = StepTokens(
         time=float("nan"), step=1, request_ids=[0], token_ids=[7], indexes=[0], texts=[""]
     )
-    writer(event)
+    writer([event])
     writer.close()
     _, line = (tmp_path / "t.jsonl").read_text(encoding="utf-8").splitlines()
     assert json.loads(line, parse_constant=lambda c: pytest.fail(f"{c} in a trace")) == {
