@@ -75,12 +75,20 @@ def iterations(base: str) -> float:
 
 
 def sample(proc: psutil.Process, base: str) -> tuple[float, float, float]:
-    """(wall time, server CPU seconds, engine iterations) now."""
+    """(wall time, server CPU seconds, engine iterations) now; iterations NaN when the server
+    did not answer /metrics within 30 s (a result: it was too busy to serve)."""
     cpu = proc.cpu_times()
-    return time.monotonic(), cpu.user + cpu.system, iterations(base)
+    try:
+        done = iterations(base)
+    except OSError:  # a timeout included
+        done = float("nan")
+    return time.monotonic(), cpu.user + cpu.system, done
 
 
-def rates(a: tuple, b: tuple) -> tuple[float, float]:
+def rates(marks: list[tuple]) -> tuple[float, float]:
+    """Server CPU a wall second, and iterations a second, over the answered samples."""
+    answered = [m for m in marks if m[2] == m[2]] or marks  # NaN != NaN
+    a, b = answered[0], answered[-1]
     wall = b[0] - a[0]
     return (b[1] - a[1]) / wall, (b[2] - a[2]) / wall
 
@@ -123,10 +131,11 @@ def run_phase(args: argparse.Namespace, num_viewers: int) -> dict:
 
         async def run() -> tuple[list, list]:
             tasks = [asyncio.create_task(watch(url, v, until, compression, base)) for v in viewers]
-            marks, rss = [sample(proc, base)], [proc.memory_info().rss]
+            # in a thread: a slow /metrics must not stop these viewers from reading
+            marks, rss = [await asyncio.to_thread(sample, proc, base)], [proc.memory_info().rss]
             while time.monotonic() < until - 1:
                 await asyncio.sleep(min(10.0, until - 1 - time.monotonic()))
-                marks.append(sample(proc, base))
+                marks.append(await asyncio.to_thread(sample, proc, base))
                 rss.append(proc.memory_info().rss)
             await asyncio.gather(*tasks)
             return marks, rss
@@ -135,9 +144,10 @@ def run_phase(args: argparse.Namespace, num_viewers: int) -> dict:
         wire = psutil.net_io_counters(pernic=True)["lo"].bytes_sent - wire
     finally:
         stop(server)
-    cpu, rate = rates(marks[0], marks[-1])
+    cpu, rate = rates(marks)
     out = {"viewers": num_viewers, "iterations_per_s": rate, "server_cpu": cpu,
-           "server_rss_mb": [round(r / 2**20) for r in rss]}  # fmt: skip
+           "server_rss_mb": [round(r / 2**20) for r in rss],
+           "metrics_unanswered": sum(m[2] != m[2] for m in marks)}  # fmt: skip
     if viewers:
         settled = args.seconds - min(20.0, args.seconds / 4)  # after everyone connected
         first = until - settled
