@@ -1,0 +1,78 @@
+"""The read-first path of docs/architecture.md is the walk of one request, at its real sizes.
+
+One request on a tiny real model, with someone listening on the bus, crosses a set of
+files of ``minicb/``; the table "Read these first, in this order" must list exactly those
+(and the runner protocol, which is read, not run), each with its line count as it is
+today, and the total. The table cannot drift from the code: a file the walk starts to
+cross, or a file that grows, fails here until the table says so.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from minicb import EngineConfig, LLMEngine, SamplingParams
+from minicb.runner.loader import make_tiny_model_dir
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "minicb"
+READ_NOT_RUN = {"minicb/runner/__init__.py"}  # the Runner protocol: the seam, no code runs
+ROW = re.compile(r"^\| *(\d+) *\| `(minicb/[\w/]+\.py)` \| ([\d,]+) \|")
+TOTAL = re.compile(r"^\| *\| \*\*the path\*\* \| \*\*([\d,]+)\*\* \|")
+
+
+def walk_of_one_request(tmp_path: Path) -> set[str]:
+    """Files of minicb/ whose code runs from a request's arrival to its output."""
+    model = make_tiny_model_dir("llama", tmp_path / "model")
+    engine = LLMEngine(str(model), EngineConfig(num_kv_blocks=16, block_size=4))
+    heard: list = []
+    engine.bus.subscribe(heard.extend)  # someone listens: the events are built and sent
+    crossed: set[str] = set()
+    prefix = str(PACKAGE) + "/"
+
+    def note(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.startswith(prefix):
+            crossed.add("minicb/" + frame.f_code.co_filename[len(prefix) :])
+
+    sys.setprofile(note)
+    try:
+        engine.add_request([3, 4, 5, 6, 7], SamplingParams(max_tokens=4, temperature=0.0))
+        while engine.has_unfinished():
+            engine.step()
+    finally:
+        sys.setprofile(None)
+    assert heard, "nobody heard the request"
+    return crossed
+
+
+def read_first_table() -> tuple[list[tuple[str, int]], int]:
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("## Read these first", 1)[1].split("\n## ", 1)[0]
+    rows, total = [], None
+    for line in section.splitlines():
+        if m := ROW.match(line):
+            rows.append((m.group(2), int(m.group(3).replace(",", ""))))
+        elif m := TOTAL.match(line):
+            total = int(m.group(1).replace(",", ""))
+    assert rows and total is not None, "the read-first table is missing or malformed"
+    return rows, total
+
+
+def lines_of(name: str) -> int:
+    return len((ROOT / name).read_text(encoding="utf-8").splitlines())
+
+
+def test_the_read_first_path_is_the_walk_of_one_request(tmp_path):
+    rows, total = read_first_table()
+    listed = [name for name, _ in rows]
+    assert len(listed) == len(set(listed)), "a file is listed twice"
+    walked = walk_of_one_request(tmp_path) | READ_NOT_RUN
+    assert set(listed) == walked, (
+        f"listed but not crossed: {sorted(set(listed) - walked)}; "
+        f"crossed but not listed: {sorted(walked - set(listed))}"
+    )
+    sizes = {name: lines_of(name) for name in listed}
+    assert dict(rows) == sizes, "a file's size in the table is not its size today"
+    assert total == sum(sizes.values())
