@@ -218,10 +218,13 @@ class EngineLoop:
 
         def add() -> RequestStream:
             eng = self.engines[engine]
-            rid = eng.add_request(prompt, params, priority, prompt_token_ids=token_ids)
+            now = eng.clock()  # one reading: the request's arrival and its stream's alike
+            rid = eng.add_request(
+                prompt, params, priority, arrival_time=now, prompt_token_ids=token_ids
+            )
             ids = eng.tokenize(prompt) if token_ids is None else list(token_ids)
             text = prompt if isinstance(prompt, str) else None
-            stream = RequestStream(rid, loop, text, ids, eng.clock())
+            stream = RequestStream(rid, loop, text, ids, now)
             self._open[engine][rid] = stream
             if on_queued is not None:
                 on_queued()
