@@ -74,6 +74,10 @@ class EngineConfig:
     # machine's measured copy bandwidth and matmul FLOP/s (minicb/runner/occupancy.py); the
     # probes take a few seconds, once per process. On in the demo and serve, off elsewhere.
     measure_utilisation: bool = False
+    # Overlap scheduling (minicb/overlap.py): plan iteration N+1 while the runner executes N,
+    # with N's tokens as placeholders; finishes are learnt one iteration late and the extra
+    # row is discarded. Off while speculative decoding is on (a draft needs N's real token).
+    overlap_scheduling: bool = False
 
     def __post_init__(self) -> None:
         self._check_choice("batching", BATCHING_MODES)
@@ -99,6 +103,12 @@ class EngineConfig:
         if not isinstance(self.measure_utilisation, bool):
             raise ValueError(
                 f"measure_utilisation must be True or False, got {self.measure_utilisation!r}"
+            )
+        if self.overlap_scheduling and self.speculative != "off":
+            raise ValueError(
+                "overlap_scheduling cannot be combined with speculative decoding: a draft is "
+                "looked up from the last token, which an overlapped plan does not know yet; "
+                "turn one of them off"
             )
         if self.num_kv_blocks is not None:
             self._check_positive("num_kv_blocks")
@@ -196,6 +206,12 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         "machine's probes (a few seconds at start; on by default in demo and serve)",
     )
     g.add_argument(
+        "--overlap-scheduling",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="plan the next iteration while the runner computes this one (not with --speculative)",
+    )
+    g.add_argument(
         "--tensor-parallel-size",
         type=int,
         default=1,
@@ -226,6 +242,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         ngram_max=args.ngram_max,
         tensor_parallel_size=args.tensor_parallel_size,
         measure_utilisation=args.measure_utilisation,
+        overlap_scheduling=args.overlap_scheduling,
     )
 
 
