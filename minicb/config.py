@@ -21,6 +21,7 @@ KV_RESERVATIONS = ("paged", "max", "pow2", "oracle")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 SPECULATIVE_MODES = ("off", "ngram")
+KV_CACHE_DTYPES = ("auto", "int8", "fp8")
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,10 @@ class EngineConfig:
     # Share the KV blocks of common prompt prefixes (continuous batching only: the static
     # baseline stands for a padded generate, which has no prefix cache).
     enable_prefix_caching: bool = True
+    # A second tier for the prefix cache (minicb/scheduler/host_tier.py): cached blocks the
+    # device pool evicts are copied to this many host blocks, found by the same keys and
+    # copied back on a later hit. 0: off (an evicted prefix is forgotten).
+    kv_offload_blocks: int = 0
     preemption_mode: str = "recompute"
     # KV cache given at admission (continuous batching; see scheduler/reservation.py):
     # "paged" (nothing ahead, blocks as tokens come), or prompt + "max" (max_tokens),
@@ -51,6 +56,10 @@ class EngineConfig:
     aging_steps: int = 16
     attention_backend: str = "auto"
     dtype: str = "auto"
+    # How keys and values are stored (minicb/quant/kv.py): "auto" in the compute dtype;
+    # "int8" or "fp8" (float8_e4m3fn) in one byte each with a scale per token and KV head,
+    # so the same memory holds about twice the blocks (and the batch can grow).
+    kv_cache_dtype: str = "auto"
     device: str = "auto"
     max_model_len: int | None = None  # None: the model's own context length
     # The share of free memory the KV pool may take when sized automatically.
@@ -87,6 +96,7 @@ class EngineConfig:
         self._check_choice("static_order", STATIC_ORDERS)
         self._check_choice("attention_backend", ATTENTION_BACKENDS)
         self._check_choice("dtype", DTYPES)
+        self._check_choice("kv_cache_dtype", KV_CACHE_DTYPES)
         self._check_choice("speculative", SPECULATIVE_MODES)
         self._check_positive("max_num_seqs")
         self._check_positive("max_num_batched_tokens")
@@ -114,6 +124,13 @@ class EngineConfig:
             self._check_positive("num_kv_blocks")
         if self.num_swap_blocks is not None and self.num_swap_blocks < 0:
             raise ValueError(f"num_swap_blocks must be >= 0, got {self.num_swap_blocks}")
+        if not isinstance(self.kv_offload_blocks, int) or self.kv_offload_blocks < 0:
+            raise ValueError(f"kv_offload_blocks must be >= 0, got {self.kv_offload_blocks!r}")
+        if self.kv_offload_blocks and not self.enable_prefix_caching:
+            raise ValueError(
+                "kv_offload_blocks is a second tier of the prefix cache: it needs "
+                "enable_prefix_caching on"
+            )
         if self.max_model_len is not None:
             self._check_positive("max_model_len")
         if not 0.0 < self.kv_memory_fraction <= 1.0:
@@ -155,6 +172,13 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--device", default="auto", help="cpu, cuda, or auto")
     g.add_argument("--dtype", default="auto", choices=DTYPES)
+    g.add_argument(
+        "--kv-cache-dtype",
+        default="auto",
+        choices=KV_CACHE_DTYPES,
+        help="how the KV cache stores keys and values: auto (the compute dtype), or int8 / "
+        "fp8 (8 bits with a scale per token and KV head: about twice the blocks)",
+    )
     g.add_argument("--batching", default="continuous", choices=BATCHING_MODES)
     g.add_argument("--policy", default="fcfs", choices=POLICIES)
     g.add_argument("--max-num-seqs", type=int, default=64)
@@ -167,6 +191,13 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="share the KV blocks of common prompt prefixes (continuous batching; on by default)",
+    )
+    g.add_argument(
+        "--kv-offload-blocks",
+        type=int,
+        default=0,
+        help="host blocks that keep cached prefixes the device pool evicts, copied back on a "
+        "hit (a second tier of the prefix cache; 0: off)",
     )
     g.add_argument("--preemption-mode", default="recompute", choices=PREEMPTION_MODES)
     g.add_argument(
@@ -223,6 +254,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return dict(
         device=args.device,
         dtype=args.dtype,
+        kv_cache_dtype=args.kv_cache_dtype,
         batching=args.batching,
         policy=args.policy,
         max_num_seqs=args.max_num_seqs,
@@ -231,6 +263,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         num_kv_blocks=args.num_kv_blocks,
         enable_chunked_prefill=not args.no_chunked_prefill,
         enable_prefix_caching=args.enable_prefix_caching,
+        kv_offload_blocks=args.kv_offload_blocks,
         preemption_mode=args.preemption_mode,
         kv_reservation=args.kv_reservation,
         static_order=args.static_order,
