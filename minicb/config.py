@@ -124,7 +124,8 @@ class EngineConfig:
             self._check_positive("num_kv_blocks")
         if self.num_swap_blocks is not None and self.num_swap_blocks < 0:
             raise ValueError(f"num_swap_blocks must be >= 0, got {self.num_swap_blocks}")
-        if not isinstance(self.kv_offload_blocks, int) or self.kv_offload_blocks < 0:
+        offload = self.kv_offload_blocks
+        if not isinstance(offload, int) or isinstance(offload, bool) or offload < 0:
             raise ValueError(f"kv_offload_blocks must be >= 0, got {self.kv_offload_blocks!r}")
         if self.kv_offload_blocks and not self.enable_prefix_caching:
             raise ValueError(
