@@ -1,0 +1,228 @@
+"""The router: which replica gets a request, and why, in words.
+
+Three policies, one ``Router``; it decides the same way for real replicas (processes
+behind the server) and simulated ones (engines on the simulated runner), because all it
+reads is what it is told at each call: the prompt's token ids and each replica's load
+(``ReplicaLoad``: waiting and running requests, alive or not).
+
+- ``round-robin``: the next live replica in turn. Blind to load and to prompts.
+- ``least-loaded``: the lowest load score, ``waiting x 4 + running``, as vLLM's
+  data-parallel coordinator scores its engines (a waiting request counts four times: it
+  has all its prefill ahead of it and its queue is where latency grows); ties go to the
+  lowest index.
+- ``prefix-aware``: as SGLang's cache-aware router. The router keeps its own record of the
+  prompt prefixes it sent to each replica, and sends a request where the longest part of
+  its prompt is cached, so that replica computes only the rest. Two exceptions, both
+  SGLang's: when load is unbalanced past a threshold (the busiest replica's score more
+  than ``balance_abs`` above the idlest's and more than ``balance_rel`` times it) it routes
+  least-loaded, because a cache hit saves less than a long queue costs; and when no replica
+  holds at least ``cache_threshold`` of the prompt, the request starts a new prefix, so it
+  goes where the record is smallest (the replica with the most room to cache it), ties to
+  the least loaded.
+
+The record is approximate, and that is fine. It is a set of block-sized chunks per
+replica, each keyed by the hash of the chain of token ids up to it (the engine's own
+prefix cache keys full blocks the same way, minicb/scheduler/prefix_cache.py), bounded in
+size with the least recently used chunks forgotten first. It says what the router *sent*,
+not what the replica *holds*: the replica may have evicted those blocks under memory
+pressure (the router then over-estimates and loses only a hit), may not have computed them
+yet (a request still waiting), and the record never learns the tokens a replica generated
+(a chat's next turn repeats the answer, which is cached there but not in the record: the
+router under-estimates). A hash collision could claim a prefix that is not there; it costs
+a recomputation, never a wrong answer, because the engine checks its own cache. Being
+wrong costs speed, never correctness, so the router needs no message from the replicas,
+and it works the same for any engine behind it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+POLICIES = ("round-robin", "least-loaded", "prefix-aware")
+WAITING_WEIGHT = 4  # vLLM's coordinator: score = waiting * 4 + running
+# SGLang's cache-aware router's knobs (its defaults for the cache threshold; balance
+# thresholds of the same order as its own).
+CACHE_THRESHOLD = 0.5
+BALANCE_ABS = 32
+BALANCE_REL = 1.5
+MAX_BLOCKS_PER_REPLICA = 1 << 16  # the record's bound: chunks remembered per replica
+
+
+@dataclass(frozen=True)
+class ReplicaLoad:
+    """What the router is told about one replica when it routes."""
+
+    replica: int
+    waiting: int
+    running: int
+    alive: bool = True
+
+    @property
+    def score(self) -> int:
+        return self.waiting * WAITING_WEIGHT + self.running
+
+
+@dataclass(frozen=True)
+class Route:
+    """One routing decision."""
+
+    request_id: int
+    replica: int
+    policy: str
+    reason: str  # in words, counts only (never prompt text): it goes on the events bus
+    cached_tokens: int  # the router's estimate of the prompt tokens cached on the replica
+
+
+class PrefixRecord:
+    """What prefixes the router sent to one replica: chained block keys, LRU-bounded."""
+
+    def __init__(self, max_blocks: int) -> None:
+        self.max_blocks = max_blocks
+        self.blocks: OrderedDict[int, None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def matched(self, keys: Sequence[int]) -> int:
+        """How many of the prompt's leading block keys this replica was sent."""
+        n = 0
+        for key in keys:
+            if key not in self.blocks:
+                break
+            n += 1
+        return n
+
+    def insert(self, keys: Sequence[int]) -> None:
+        """Remember the keys (most recently used now); forget the oldest past the bound."""
+        for key in keys:
+            self.blocks[key] = None
+            self.blocks.move_to_end(key)
+        while len(self.blocks) > self.max_blocks:
+            self.blocks.popitem(last=False)
+
+
+def block_keys(token_ids: Sequence[int], block_size: int) -> list[int]:
+    """One key per full block of the prompt: the hash of (the previous block's key, this
+    block's tokens), so a key names the whole prefix up to its block's end."""
+    keys, parent = [], 0
+    for start in range(0, len(token_ids) - block_size + 1, block_size):
+        parent = hash((parent, tuple(token_ids[start : start + block_size])))
+        keys.append(parent)
+    return keys
+
+
+class Router:
+    """Decides, for each request, which live replica serves it (see the module doc)."""
+
+    def __init__(
+        self,
+        policy: str,
+        num_replicas: int,
+        *,
+        block_size: int = 16,
+        cache_threshold: float = CACHE_THRESHOLD,
+        balance_abs: int = BALANCE_ABS,
+        balance_rel: float = BALANCE_REL,
+        max_blocks_per_replica: int = MAX_BLOCKS_PER_REPLICA,
+    ) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"unknown router policy {policy!r}; choose one of {POLICIES}")
+        if num_replicas < 1:
+            raise ValueError(f"num_replicas must be at least 1, got {num_replicas}")
+        if block_size < 1:
+            raise ValueError(f"block_size must be at least 1, got {block_size}")
+        self.policy = policy
+        self.block_size = block_size
+        self.cache_threshold = cache_threshold
+        self.balance_abs = balance_abs
+        self.balance_rel = balance_rel
+        self.max_blocks_per_replica = max_blocks_per_replica
+        self.records: dict[int, PrefixRecord] = {}
+        self.removed: set[int] = set()
+        self._next_index = itertools.count()
+        self._turn = 0  # round-robin: the index to try first next time
+        for _ in range(num_replicas):
+            self.add()
+
+    @property
+    def replicas(self) -> list[int]:
+        """The replicas the router may route to (not removed), in index order."""
+        return sorted(self.records)
+
+    def add(self) -> int:
+        """A new replica (autoscaling): its index, never one used before."""
+        index = next(self._next_index)
+        self.records[index] = PrefixRecord(self.max_blocks_per_replica)
+        return index
+
+    def remove(self, replica: int) -> None:
+        """A replica died or was scaled away: never route there, forget its prefixes."""
+        self.records.pop(replica, None)
+        self.removed.add(replica)
+
+    def route(
+        self, request_id: int, prompt_token_ids: Sequence[int], loads: Sequence[ReplicaLoad]
+    ) -> Route:
+        """The replica for this request, with the reason. ``loads``: one per replica (any
+        order); a replica missing from them, not alive, or removed is never chosen."""
+        live = sorted(
+            (x for x in loads if x.alive and x.replica in self.records), key=lambda x: x.replica
+        )
+        if not live:
+            raise RuntimeError(
+                f"no live replica to route request {request_id} to "
+                f"(told of {len(loads)}; removed: {sorted(self.removed) or 'none'})"
+            )
+        keys = block_keys(prompt_token_ids, self.block_size)
+        if self.policy == "round-robin":
+            chosen, reason = self._round_robin(live)
+        elif self.policy == "least-loaded":
+            chosen = _least_loaded(live)
+            reason = f"replica {chosen.replica}: least loaded ({_load_words(chosen)})"
+        else:
+            chosen, reason = self._prefix_aware(live, keys, len(prompt_token_ids))
+        record = self.records[chosen.replica]
+        cached = record.matched(keys) * self.block_size
+        record.insert(keys)
+        return Route(request_id, chosen.replica, self.policy, reason, cached)
+
+    def _round_robin(self, live: list[ReplicaLoad]) -> tuple[ReplicaLoad, str]:
+        chosen = next((x for x in live if x.replica >= self._turn), live[0])
+        self._turn = chosen.replica + 1
+        return chosen, f"replica {chosen.replica}: next in turn"
+
+    def _prefix_aware(
+        self, live: list[ReplicaLoad], keys: list[int], prompt_len: int
+    ) -> tuple[ReplicaLoad, str]:
+        busiest = max(x.score for x in live)
+        idlest = _least_loaded(live)
+        if busiest - idlest.score > self.balance_abs and busiest > self.balance_rel * idlest.score:
+            return idlest, (
+                f"replica {idlest.replica}: least loaded, load unbalanced "
+                f"(score {busiest} against {idlest.score}; prefixes ignored)"
+            )
+        matched = {x.replica: self.records[x.replica].matched(keys) for x in live}
+        # The longest match; among equals the least loaded, then the lowest index.
+        best = min(live, key=lambda x: (-matched[x.replica], x.score, x.replica))
+        cached = matched[best.replica] * self.block_size
+        if prompt_len and cached >= self.cache_threshold * prompt_len:
+            return best, (
+                f"replica {best.replica}: {cached} of {prompt_len} prompt tokens cached there"
+            )
+        roomiest = min(live, key=lambda x: (len(self.records[x.replica]), x.score, x.replica))
+        return roomiest, (
+            f"replica {roomiest.replica}: a new prefix (the longest cached anywhere: {cached} "
+            f"of {prompt_len} prompt tokens, under {self.cache_threshold:.0%}); the smallest "
+            f"prefix record ({len(self.records[roomiest.replica])} blocks)"
+        )
+
+
+def _least_loaded(live: list[ReplicaLoad]) -> ReplicaLoad:
+    return min(live, key=lambda x: (x.score, x.replica))
+
+
+def _load_words(x: ReplicaLoad) -> str:
+    return f"{x.waiting} waiting, {x.running} running: score {x.score}"
