@@ -201,10 +201,12 @@ def run_server(
         loop.start()
     try:
         # A control is at most 16 KiB (app.MAX_MESSAGE_CHARS, answered with an error); a
-        # frame far beyond that closes its connection without being buffered whole.
+        # frame far beyond that closes its connection without being buffered whole. No
+        # permessage-deflate: the broadcast compresses each frame once for every browser.
         uvicorn.run(
-            app, host=args.host, port=args.port, log_level=log_level, ws_max_size=WS_MAX_BYTES
-        )
+            app, host=args.host, port=args.port, log_level=log_level, ws_max_size=WS_MAX_BYTES,
+            ws_per_message_deflate=False,
+        )  # fmt: skip
     finally:
         if loop is not None:
             loop.stop()
