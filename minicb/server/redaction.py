@@ -154,6 +154,8 @@ ALLOWED: dict[str | None, dict[str, Rule]] = {
     ),
     "aborted": _keeping(*WHO, "num_output_tokens"),
     "rejected": _keeping(*WHO, "num_prompt_tokens", prompt=PROMPT, error=_words),
+    # the router's reason is counts only ("96 of 128 prompt tokens cached"); _words anyway
+    "routed": _keeping(*WHO, "replica", "policy", "cached_tokens", reason=_words),
     # the rebuilt engine's settings and pool sizes (EngineConfig, runner): no request's text
     "reset": _keeping("type", "time", "info"),
     "kv_snapshot": _keeping("type", "time", "step", "block_tables", "swap_tables", "cached_blocks"),

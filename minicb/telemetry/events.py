@@ -190,6 +190,19 @@ class RequestRejected(RequestEvent):
 
 
 @dataclass(kw_only=True)
+class RequestRouted(RequestEvent):
+    """A fleet's router sent the request to a replica (minicb/fleet/router.py); the time
+    and id are the fleet's, before the replica's own events for it."""
+
+    kind: ClassVar[str] = "routed"
+
+    replica: int  # the replica's index in the fleet
+    policy: str  # "round-robin", "least-loaded" or "prefix-aware"
+    reason: str  # in words, counts only: "replica 1: 96 of 128 prompt tokens cached there"
+    cached_tokens: int  # the router's estimate of the prompt tokens cached on that replica
+
+
+@dataclass(kw_only=True)
 class EngineReset:
     """The engine was rebuilt with new settings: forget its requests; ids start again."""
 
@@ -229,6 +242,7 @@ EVENT_TYPES: dict[str, type] = {
         RequestFinished,
         RequestAborted,
         RequestRejected,
+        RequestRouted,
         EngineReset,
         KVSnapshotEvent,
     )

@@ -28,6 +28,7 @@ from minicb.telemetry.events import (
     RequestFirstToken,
     RequestPreempted,
     RequestRejected,
+    RequestRouted,
     RequestSwappedIn,
     RequestSwappedOut,
     StepEvent,
@@ -109,6 +110,14 @@ ONE_OF_EACH = [
     ),
     RequestAborted(time=3.0, request_id=7, num_output_tokens=2),
     RequestRejected(time=3.5, prompt=None, num_prompt_tokens=9000, error="prompt too long"),
+    RequestRouted(
+        time=0.5,
+        request_id=4,
+        replica=1,
+        policy="prefix-aware",
+        reason="replica 1: 96 of 128 prompt tokens cached there",
+        cached_tokens=96,
+    ),
     EngineReset(time=4.0, info={"batching": "static", "config": {"block_size": 16}, "step": 0}),
 ]
 
