@@ -183,19 +183,31 @@ function connect() {
     }
     setStatus("disconnected", "down");
   };
+  // A frame comes as a binary message, its JSON compressed with zlib once for every viewer;
+  // anything else as JSON text. Decompressing takes a while, so each message is handled
+  // after the one before it: a reply or a narration never overtakes the frames sent first.
+  let handled = Promise.resolve();
   ws.onmessage = (ev) => {
-    const msg = JSON.parse(ev.data);
-    if (msg.type === "auth_required") sendKey(ws);
-    else if (msg.type === "frame") { msg.size = ev.data.length; onFrame(msg); }
-    else if (msg.type === "view") onView(msg);
-    else if (msg.type === "hello") onHello(msg);
-    else if (msg.type === "replay") onReplay(msg);
-    else if (msg.type === "narration") onNarration(app, msg);
-    else {
-      if (msg.type === "ack" && msg.control === "scenario") showScenario(app, msg.scenario, true);
-      handleReply(msg, app);
-    }
+    const text = typeof ev.data === "string" ? ev.data : inflate(ev.data);
+    const size = typeof ev.data === "string" ? ev.data.length : ev.data.size;
+    handled = handled.then(() => text).then((t) => onMessage(ws, JSON.parse(t), size))
+      .catch((err) => console.error(err)); // one bad message must not stop the ones after it
   };
+}
+function inflate(blob) {
+  return new Response(blob.stream().pipeThrough(new DecompressionStream("deflate"))).text();
+}
+function onMessage(ws, msg, size) {
+  if (msg.type === "auth_required") sendKey(ws);
+  else if (msg.type === "frame") { msg.size = size; onFrame(msg); }
+  else if (msg.type === "view") onView(msg);
+  else if (msg.type === "hello") onHello(msg);
+  else if (msg.type === "replay") onReplay(msg);
+  else if (msg.type === "narration") onNarration(app, msg);
+  else {
+    if (msg.type === "ack" && msg.control === "scenario") showScenario(app, msg.scenario, true);
+    handleReply(msg, app);
+  }
 }
 
 // ---- drawing -------------------------------------------------------------------------------

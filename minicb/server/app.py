@@ -363,7 +363,7 @@ async def serve_client(websocket: WebSocket, hub: Hub) -> None:
         }
         await websocket.send_text(json.dumps({"type": "replay", "traces": traces}))
     client.send = functools.partial(_offer, asyncio.get_running_loop(), outbox)
-    tasks = [asyncio.create_task(hub.broadcast_frames.write(websocket.send_text, client))]
+    tasks = [asyncio.create_task(hub.broadcast_frames.write(websocket, client))]
     limit = RateLimit()
     try:
         while True:

@@ -7,9 +7,15 @@ every browser at a bounded rate (frames.py says what a frame holds).
                                ▼
                            each browser's outbox (bounded) ──► writer task ──► socket
 
-Two hundred browsers cost two hundred socket writes of the same bytes a frame, not two
-hundred folds and encodings; the engine thread pays one queue put per event whatever the
-number of browsers. A browser whose outbox is full (a slow tab) gets its queued frames
+On the wire a frame is one *binary* message: its JSON compressed with zlib (``deflate``, as
+a browser's DecompressionStream("deflate") reads it), compressed once per text class like
+its encoding. Every other message (hello, views, replies, narrations) is JSON in a text
+message. WebSocket permessage-deflate is off on the server (launch.py): it compressed every
+frame again for each connection, about a hundredth of a core per browser, and with 200
+browsers on two cores the server no longer answered /metrics. Two hundred browsers cost
+two hundred socket writes of the same bytes a frame, not two hundred folds, encodings and
+compressions; the engine thread pays one queue put per event whatever the number of
+browsers. A browser whose outbox is full (a slow tab) gets its queued frames
 replaced by one *view* (the fold's state now) and the frames after it: coarser, never
 broken, and nobody else waits for it.
 """
@@ -19,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import queue
-from collections.abc import Callable
+import zlib
 from typing import TYPE_CHECKING, Any
 
 from minicb.server.frames import DETAIL_ROWS, FRAME_HZ, KV_GRID_EVERY, StepFolder
@@ -27,6 +33,8 @@ from minicb.telemetry.events import EVENT_KINDS
 from minicb.telemetry.kv_state import KVState
 
 if TYPE_CHECKING:
+    from starlette.websockets import WebSocket
+
     from minicb.server.app import Client, Hub
     from minicb.telemetry.bus import Subscription
 
@@ -34,8 +42,12 @@ if TYPE_CHECKING:
 # GPU runs a few hundred iterations a second, each a step and a few request events).
 FOLD_QUEUE = 1 << 16
 OUTBOX_FRAMES = 24  # about two seconds of frames waiting for a browser's socket
-# No message over this many bytes: a burst of ten thousand arrivals in one frame is sent
-# as several messages in a row (same order, nothing dropped), each one a client can take.
+# zlib's level for frames: 6 (its default) takes a frame of JSON to about a sixth, once for
+# all browsers; the levels above it save a few percent more for twice the time.
+FRAME_COMPRESSION = 6
+# No message over this many bytes of JSON (before compression): a burst of ten thousand
+# arrivals in one frame is sent as several messages in a row (same order, nothing
+# dropped), each one a client can take.
 MAX_MESSAGE_BYTES = 192 * 1024
 
 
@@ -47,7 +59,7 @@ class Broadcast:
         self.folders: dict[str, StepFolder] = {}
         self.subs: dict[str, Subscription] = {}
         self.frames = 0  # frames folded so far (each engine's)
-        self.bytes_sent = 0  # bytes written to every browser's socket, all messages
+        self.bytes_sent = 0  # bytes written to every browser's socket, all messages (compressed)
         self.last_grid: dict[str, list[int]] = {}  # the folded map each engine sent last
         self._task: asyncio.Task | None = None
         self._starting = asyncio.Lock()
@@ -62,6 +74,7 @@ class Broadcast:
     def notice(self, message: dict[str, Any]) -> None:
         """Send ``message`` to every browser at the next frame, after its events (any thread)."""
         self._notices.put(message)
+
     # ---- starting (the first browser starts it, in the server's asyncio loop) -------------
     async def start(self) -> None:
         # One start for browsers that join together: the first builds the folders, the
@@ -135,7 +148,7 @@ class Broadcast:
                 self.last_grid[name] = grid["cells"]
         if not events and grid is None:
             return
-        encoded: dict[Any, str] = {}  # one encoding per text class, shared by its browsers
+        encoded: dict[Any, list[bytes]] = {}  # one encoding per text class, for its browsers
         for client in list(self.hub.clients):
             if client.outbox is None:
                 continue
@@ -145,15 +158,16 @@ class Broadcast:
                 head = {"type": "frame", "engine": name, "dropped": sub.dropped}
                 if grid is not None:
                     head["kv_grid"] = grid
-                encoded[key] = _messages(head, shown)
-            for text in encoded[key]:
-                self.offer(client, text)
+                encoded[key] = [compress(text) for text in _messages(head, shown)]
+            for data in encoded[key]:
+                self.offer(client, data)
 
     def _tokens(self, name: str) -> bool:
         return self.hub.loop.engines[name].config.max_num_seqs <= DETAIL_ROWS
 
-    def offer(self, client: Client, text: str) -> None:
-        """Queue an encoded frame; a full outbox is replaced by one view (coarser, whole)."""
+    def offer(self, client: Client, message: str | bytes) -> None:
+        """Queue an encoded message (a compressed frame, or JSON text); a full outbox is
+        replaced by one view (coarser, whole)."""
         outbox = client.outbox
         if outbox.full():
             while not outbox.empty():
@@ -161,17 +175,33 @@ class Broadcast:
             client.resyncs += 1
             outbox.put_nowait(json.dumps({"type": "view", "engines": self.views(client)}))
             return
-        outbox.put_nowait(text)
+        outbox.put_nowait(message)
 
-    async def write(self, send: Callable[[str], Any], client: Client) -> None:
-        """The browser's writer: its outbox to its socket, counting the bytes."""
+    async def write(self, websocket: WebSocket, client: Client) -> None:
+        """The browser's writer: its outbox to its socket (a compressed frame as a binary
+        message, anything else as JSON text), counting the bytes."""
         while True:
             message = await client.outbox.get()
-            text = message if isinstance(message, str) else json.dumps(message)
-            await send(text)
-            size = len(text.encode())
-            client.bytes_sent += size
-            self.bytes_sent += size
+            if isinstance(message, bytes):
+                data = message
+                await websocket.send_bytes(data)
+            else:
+                text = message if isinstance(message, str) else json.dumps(message)
+                data = text.encode()
+                await websocket.send_text(text)
+            client.bytes_sent += len(data)
+            self.bytes_sent += len(data)
+
+
+def compress(text: str) -> bytes:
+    """A frame as it goes on the wire: its JSON, zlib-compressed."""
+    return zlib.compress(text.encode(), FRAME_COMPRESSION)
+
+
+def read_message(data: str | bytes) -> dict[str, Any]:
+    """A /ws message as a client reads it: a binary one is a compressed frame, a text one is
+    JSON as it is (what the page does, in Python: the tests' and the load harness's)."""
+    return json.loads(zlib.decompress(data) if isinstance(data, bytes) else data)
 
 
 def _messages(head: dict[str, Any], events: list[dict[str, Any]]) -> list[str]:

@@ -30,7 +30,11 @@ def live_server(app: FastAPI, log_level: str = "warning") -> Iterator[str]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level=log_level, lifespan="off", timeout_graceful_shutdown=1)
+    # no permessage-deflate, as launch.run_server: frames come compressed already
+    config = uvicorn.Config(
+        app, log_level=log_level, lifespan="off", timeout_graceful_shutdown=1,
+        ws_per_message_deflate=False,
+    )  # fmt: skip
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

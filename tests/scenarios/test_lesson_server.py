@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from minicb.server import launch
 from minicb.server.lesson import PANELS
-from tests.server.conftest import control
+from tests.server.conftest import control, message
 
 NAME = "04b-recompute-vs-swap"  # simulated, and its first point fires within a few rounds
 
@@ -35,7 +35,7 @@ def lesson_demo():
 
 def next_message(ws, kind: str, limit: int = 5000) -> dict:
     for _ in range(limit):
-        msg = ws.receive_json()
+        msg = message(ws)
         if msg["type"] == kind:
             return msg
     raise AssertionError(f"no {kind} message came")
@@ -52,7 +52,7 @@ def test_the_engines_are_the_scenarios_sides_under_the_panel_names(lesson_demo):
 def test_hello_describes_the_scenario_and_the_loop_pauses_at_its_first_point(lesson_demo):
     loop, app = lesson_demo
     with TestClient(app).websocket_connect("ws://127.0.0.1/ws") as ws:
-        hello = ws.receive_json()
+        hello = message(ws)
         scenario = hello["scenario"]
         assert scenario["name"] == NAME and scenario["points"] == 2
         assert scenario["panels"]["left"]["side"] == "recompute"
@@ -69,14 +69,14 @@ def test_hello_describes_the_scenario_and_the_loop_pauses_at_its_first_point(les
         ws.send_json({"type": "resume"})
         assert next_message(ws, "narration")["index"] == 1
     with TestClient(app).websocket_connect("ws://127.0.0.1/ws") as ws:  # a page that joins later
-        fired = ws.receive_json()["scenario"]["fired"]
+        fired = message(ws)["scenario"]["fired"]
         assert [p["index"] for p in fired] == [0, 1]
 
 
 def test_a_lesson_fixes_its_runner_no_gpu_picker_and_no_simulate(lesson_demo):
     loop, app = lesson_demo
     with TestClient(app).websocket_connect("ws://127.0.0.1/ws") as ws:
-        assert ws.receive_json()["simulation"] is None  # the page hides its picker
+        assert message(ws)["simulation"] is None  # the page hides its picker
         _, reply = control(ws, type="simulate", gpu="L4", model="llama-3.1-8b")
         assert reply["type"] == "error" and f"lesson {NAME} fixes its runner" in reply["message"]
     assert all(e.describe()["runner"]["gpu"] == "A100-80GB" for e in loop.engines.values())
@@ -86,7 +86,7 @@ def test_the_menu_switches_to_another_scenario_and_refuses_unknown_ones(lesson_d
     loop, app = lesson_demo
     old = app.state.hub.lesson.feeder.records  # the first lesson's, by side
     with TestClient(app).websocket_connect("ws://127.0.0.1/ws") as ws:
-        ws.receive_json()
+        message(ws)
         _, reply = control(ws, type="scenario", name="../../etc/passwd")
         assert reply["type"] == "error" and "name must be one of 01-" in reply["message"]
         _, reply = control(ws, type="scenario", name="02-decode-is-memory-bound")
@@ -109,7 +109,7 @@ def test_a_free_demo_refuses_the_scenario_control():
     loop.start()
     try:
         with TestClient(app).websocket_connect("ws://127.0.0.1/ws") as ws:
-            assert ws.receive_json()["scenario"] is None
+            assert message(ws)["scenario"] is None
             _, reply = control(ws, type="scenario", name=NAME)
             assert reply["type"] == "error" and "--scenario NAME" in reply["message"]
     finally:
@@ -133,7 +133,7 @@ def test_an_exported_scenario_replays_with_its_narration(tmp_path, capsys):
 
     app = create_app(None, mode="replay", replay=traces)
     with TestClient(app).websocket_connect("ws://127.0.0.1/ws") as ws:
-        scenario = ws.receive_json()["scenario"]
+        scenario = message(ws)["scenario"]
     assert scenario["name"] == NAME
     assert [p["index"] for p in scenario["fired"]] == [0, 1]
     assert scenario["fired"][0]["highlight"]["panels"]["left"]

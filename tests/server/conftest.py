@@ -8,8 +8,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import SimpleNamespace
 
+from starlette.websockets import WebSocketDisconnect
+
 from minicb import EngineConfig, FakeRunner, LLMEngine
 from minicb.server.app import create_app
+from minicb.server.broadcast import read_message
 from minicb.server.engine_loop import EngineLoop
 from minicb.server.guard import Guard
 from minicb.server.openai_api import install_openai_routes
@@ -24,12 +27,22 @@ def fake_engine(batching: str = "continuous", **config) -> LLMEngine:
     return LLMEngine(config=EngineConfig(batching=batching, **config), runner=runner)
 
 
+def message(ws) -> dict:
+    """The next /ws message of a TestClient socket, read as the page reads it: a frame comes
+    compressed in a binary message, anything else as JSON text."""
+    received = ws.receive()
+    if received["type"] == "websocket.close":
+        raise WebSocketDisconnect(received.get("code", 1000), received.get("reason"))
+    data = received.get("bytes")
+    return read_message(data if data is not None else received["text"])
+
+
 def control(ws, **msg):
     """Send a control; return (events received meanwhile in frames, the reply)."""
     ws.send_text(json.dumps(msg))
     events = []
     while True:
-        reply = ws.receive_json()
+        reply = message(ws)
         if reply["type"] != "frame":
             return events, reply
         events += [(reply["engine"], e) for e in reply["events"]]
@@ -40,7 +53,7 @@ def events_until(ws, done, limit=5000):
     them, in order."""
     seen = []
     while len(seen) < limit:
-        msg = ws.receive_json()
+        msg = message(ws)
         assert msg["type"] == "frame", msg
         for e in msg["events"]:
             seen.append((msg["engine"], e))
@@ -105,7 +118,8 @@ def ws_connect(url: str, origin: str | None = None, **options):
 
 
 def receive(ws, timeout: float = 10.0) -> dict:
-    return json.loads(ws.recv(timeout=timeout))
+    """The next message of a ``websockets`` client, read as the page reads it."""
+    return read_message(ws.recv(timeout=timeout))
 
 
 def replies(ws, count: int, timeout: float = 20.0) -> list[dict]:

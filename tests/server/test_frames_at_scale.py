@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from minicb.config import EngineConfig, SamplingParams
 from minicb.server.app import create_app
-from minicb.server.broadcast import MAX_MESSAGE_BYTES, _messages
+from minicb.server.broadcast import MAX_MESSAGE_BYTES, _messages, compress, read_message
 from minicb.server.engine_loop import EngineLoop
 from minicb.server.frames import DETAIL_ROWS, KV_GRID_CELLS
 from minicb.server.openai_api import install_openai_routes
@@ -46,16 +46,19 @@ def test_a_gpu_scale_demo_sends_every_iteration_in_bounded_frames():
             for i in range(512):
                 loop.call(lambda i=i: engine.add_request([5 + i % 50] * 200, params)).result(5)
             loop.resume()
-            steps, grids, sizes, tokens = [], [], [], 0
+            steps, grids, sizes, tokens, wire, decoded = [], [], [], 0, 0, 0
             # until the batch filled and a folded map came (a few a second: a quick machine
             # can fold the first 60 steps into frames before one is due)
             while len(steps) < 60 or max(s["useful_rows"] for s in steps) < 256 or not grids:
                 assert len(steps) < 2000, "the batch never filled its 256 slots"
-                text = ws.receive_text()
-                sizes.append(len(text.encode()))
-                msg = json.loads(text)
+                received = ws.receive()
+                data = received.get("bytes") or received["text"].encode()
+                sizes.append(len(data))  # on the wire: a frame compressed
+                msg = read_message(data if "bytes" in received else received["text"])
                 if msg["type"] != "frame":
                     continue
+                assert "bytes" in received  # every frame compressed, in a binary message
+                wire, decoded = wire + len(data), decoded + len(json.dumps(msg).encode())
                 steps += [e for e in msg["events"] if e["type"] == "step"]
                 tokens += sum(e["type"] == "tokens" for e in msg["events"])
                 if "kv_grid" in msg:
@@ -67,6 +70,7 @@ def test_a_gpu_scale_demo_sends_every_iteration_in_bounded_frames():
     assert numbers == list(range(numbers[0], numbers[0] + len(numbers)))  # none lost
     assert max(s["useful_rows"] for s in steps) == 256
     assert max(sizes) < ISSUE_BOUND
+    assert wire < decoded / 3  # zlib on the wire takes JSON frames to a third or less
     assert grids and all(len(g["cells"]) <= KV_GRID_CELLS for g in grids)
     assert all(g["per"] * len(g["cells"]) >= g["total"] for g in grids)
     assert any(c >= 0 for g in grids for c in g["cells"])  # requests are drawn, not a smear
@@ -109,3 +113,4 @@ def test_a_frame_too_large_for_one_message_is_split_in_order():
     assert [e for m in messages for e in m["events"]] == arrivals  # all of them, in order
     assert ["kv_grid" in m for m in messages] == [False] * (len(texts) - 1) + [True]
     assert _messages(dict(head), arrivals[:3]) == [json.dumps({**head, "events": arrivals[:3]})]
+    assert [read_message(compress(t)) for t in texts] == messages  # as a client reads them

@@ -23,7 +23,7 @@ from minicb.server.workload import WorkloadFeeder, WorkloadSpec
 from minicb.telemetry.trace import read_trace
 from tests.api.live import LOCAL, metric
 from tests.helpers import wait_for
-from tests.server.conftest import control, events_until, fake_engine
+from tests.server.conftest import control, events_until, fake_engine, message
 
 BODY = {"model": "fake", "prompt": [5, 6, 7], "max_tokens": 4, "ignore_eos": True}
 
@@ -62,7 +62,7 @@ def sse_chunks(client, body):
 def test_a_rebuild_resets_in_order_and_every_subscriber_goes_on(demo):
     client, loop, routes = demo
     with client.websocket_connect("ws://127.0.0.1/ws") as ws:
-        ws.receive_json()
+        message(ws)
         control(ws, type="pause")
         held = in_thread(lambda: sse_chunks(client, {**BODY, "max_tokens": 50}))
         wait_for(lambda: routes.gate.waiting == 1)

@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 
 from minicb import EngineConfig, FakeRunner, LLMEngine, SamplingParams
 from minicb.server.app import create_app
+from minicb.server.broadcast import read_message
 from minicb.server.engine_loop import EngineLoop
 from minicb.server.guard import Guard
 from minicb.server.openai_api import install_openai_routes
@@ -24,7 +25,7 @@ from minicb.server.redaction import redact_event, text_free
 from minicb.telemetry.events import to_dict
 from minicb.telemetry.trace import Trace
 from tests.api.live import live_server
-from tests.server.conftest import CharTokenizer, receive, ws_connect
+from tests.server.conftest import CharTokenizer, message, receive, ws_connect
 
 KEY, VIEWER_KEY = "sk-teacher", "room-42"
 # Letters no field name, reason or number of an event holds, so any 3 of them in a row in
@@ -77,7 +78,7 @@ def test_a_viewer_never_sees_three_characters_of_a_prompt_output_or_stop_string(
 
             def read() -> None:
                 while not done.is_set():
-                    text = ws.recv(timeout=20)
+                    text = json.dumps(read_message(ws.recv(timeout=20)))  # a frame unzipped
                     seen.append(text)
                     if '"finished"' in text:
                         done.set()
@@ -187,6 +188,6 @@ def test_a_viewer_of_a_replay_gets_no_texts_either():
     )
     with TestClient(app, base_url="http://127.0.0.1") as client:
         with client.websocket_connect("ws://127.0.0.1/ws?key=" + VIEWER_KEY) as ws:
-            assert ws.receive_json()["role"] == "viewer"
-            replay = json.dumps(ws.receive_json()["traces"])
+            assert message(ws)["role"] == "viewer"
+            replay = json.dumps(message(ws)["traces"])
     assert not short_substrings(SECRET, *STOPS) & short_substrings(replay)

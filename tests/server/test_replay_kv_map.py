@@ -15,7 +15,7 @@ from minicb.server.engine_loop import EngineLoop
 from minicb.sim.runner import SimulatedRunner
 from minicb.telemetry.kv_state import KVState
 from minicb.telemetry.trace import read_trace, record_trace
-from tests.server.conftest import events_until, fake_engine
+from tests.server.conftest import events_until, fake_engine, message
 
 # A pool too small for everyone at once, preempting by swap, with prefix caching: blocks
 # move around, are freed, cached, swapped out and back in, so a map drawn from counts
@@ -65,7 +65,7 @@ def test_a_replayed_trace_draws_the_live_kv_map(tmp_path, make):
             TestClient(app, base_url="http://127.0.0.1") as client,
             client.websocket_connect("ws://127.0.0.1/ws") as ws,
         ):
-            view = ws.receive_json()["engines"][0]["kv"]  # hello: the map the page starts from
+            view = message(ws)["engines"][0]["kv"]  # hello: the map the page starts from
             with record_trace(engine, path):
                 for prompt in PROMPTS:
                     loop.call(lambda p=prompt: engine.add_request(p, PARAMS)).result(5)
@@ -94,8 +94,8 @@ def test_a_replayed_trace_draws_the_live_kv_map(tmp_path, make):
         TestClient(replay_app, base_url="http://127.0.0.1") as rc,
         rc.websocket_connect("ws://127.0.0.1/ws") as ws,
     ):
-        assert ws.receive_json()["type"] == "hello"
-        replay = ws.receive_json()
+        assert message(ws)["type"] == "hello"
+        replay = message(ws)
     events = replay["traces"]["continuous"]["events"]
     assert maps(KVState(), events) == live_maps
     # each row's block count agrees with the map: the map and the rows are one picture

@@ -27,7 +27,7 @@ from minicb.sim.demo import SIMULATED_WORKLOAD, simulated_engines
 from minicb.sim.pacing import MAX_TICK_S, Pacer
 from minicb.telemetry.trace import TraceWriter, read_trace, trace_header
 from tests.api.live import LOCAL
-from tests.server.conftest import control
+from tests.server.conftest import control, message
 
 PROFILE = "H100:llama-3.1-8b"
 
@@ -190,7 +190,7 @@ def test_the_picker_rebuilds_both_engines_on_another_gpu():
             TestClient(app, base_url=LOCAL) as client,
             client.websocket_connect("ws://127.0.0.1/ws") as ws,
         ):
-            assert ws.receive_json()["simulation"]["model"] == "llama-3.1-8b"
+            assert message(ws)["simulation"]["model"] == "llama-3.1-8b"
             clocks = {n: e.clock for n, e in loop.engines.items()}
             _, reply = control(ws, type="simulate", gpu="A100-80GB", model="mistral-7b")
             assert reply["type"] == "ack", reply
@@ -217,7 +217,7 @@ def test_the_speed_factor_changes_from_the_page():
             TestClient(app, base_url=LOCAL) as client,
             client.websocket_connect("ws://127.0.0.1/ws") as ws,
         ):
-            assert ws.receive_json()["simulation"]["speed"] == 1.0
+            assert message(ws)["simulation"]["speed"] == 1.0
             _, reply = control(ws, type="pace", speed=0.25)
             assert reply["type"] == "ack" and loop.pacer.speed == 0.25
             _, reply = control(ws, type="pace", speed=0)
@@ -236,7 +236,7 @@ def test_the_picker_is_refused_on_a_real_model():
             TestClient(app, base_url=LOCAL) as client,
             client.websocket_connect("ws://127.0.0.1/ws") as ws,
         ):
-            assert ws.receive_json()["simulation"] is None
+            assert message(ws)["simulation"] is None
             _, reply = control(ws, type="simulate", gpu="H100-SXM", model="llama-3.1-8b")
             assert reply["type"] == "error" and "--simulate" in reply["message"]
     finally:

@@ -16,7 +16,7 @@ from minicb.telemetry.kv_state import KVState
 from minicb.telemetry.trace import Trace
 from tests.api.live import LOCAL
 from tests.helpers import wait_for
-from tests.server.conftest import control, events_until
+from tests.server.conftest import control, events_until, message
 
 PARAMS = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
 
@@ -56,7 +56,7 @@ def idle(loop, engine: str) -> bool:
 def test_hello_then_events_in_order_for_each_engine(demo):
     client, loop, _ = demo
     with client.websocket_connect("ws://127.0.0.1/ws") as ws:
-        hello = ws.receive_json()
+        hello = message(ws)
         assert hello["type"] == "hello" and hello["mode"] == "demo"
         assert [e["name"] for e in hello["engines"]] == ["static", "continuous"]
         for engine in ("static", "continuous"):
@@ -103,7 +103,7 @@ def test_hello_then_events_in_order_for_each_engine(demo):
 def test_step_runs_exactly_one_iteration_and_explains_it(demo):
     client, loop, _ = demo
     with client.websocket_connect("ws://127.0.0.1/ws") as ws:
-        ws.receive_json()
+        message(ws)
         _, reply = control(ws, type="pause")
         assert reply == {"type": "ack", "control": "pause", "paused": True}
         for engine in ("static", "continuous"):
@@ -131,7 +131,7 @@ def test_step_runs_exactly_one_iteration_and_explains_it(demo):
 def test_pause_holds_and_resume_goes_on(demo):
     client, loop, _ = demo
     with client.websocket_connect("ws://127.0.0.1/ws") as ws:
-        ws.receive_json()
+        message(ws)
         control(ws, type="pause")
         add(loop, "continuous")
         rounds = loop.rounds
@@ -148,7 +148,7 @@ def test_a_disconnected_client_is_dropped_and_the_engine_goes_on(demo):
     client, loop, app = demo
     hub = app.state.hub
     with client.websocket_connect("ws://127.0.0.1/ws") as ws:
-        ws.receive_json()
+        message(ws)
         add(loop, "continuous", params=SamplingParams(max_tokens=40, ignore_eos=True))
         events_until(ws, lambda n, e: e["type"] == "tokens")
     wait_for(lambda: not hub.clients)
@@ -157,7 +157,7 @@ def test_a_disconnected_client_is_dropped_and_the_engine_goes_on(demo):
     with client.websocket_connect(
         "ws://127.0.0.1/ws"
     ) as ws:  # the engine serves the next one as before
-        ws.receive_json()
+        message(ws)
         add(loop, "continuous")
         events_until(ws, lambda n, e: e["type"] == "finished" and e["request_id"] == 1)
     assert loop.alive and loop.error is None
@@ -167,7 +167,7 @@ def test_a_slow_client_gets_a_view_instead_of_a_backlog_and_never_slows_the_engi
     client, loop, app = demo
     hub = app.state.hub
     with client.websocket_connect("ws://127.0.0.1/ws") as ws:  # starts the frames
-        ws.receive_json()
+        message(ws)
         slow = hub.connect()  # a browser that never reads: its outbox holds 2 messages
         slow.outbox = asyncio.Queue(2)
         frame = json.dumps({"type": "frame", "engine": "continuous", "events": []})
@@ -220,10 +220,10 @@ def test_malformed_controls_get_an_error_and_change_nothing(demo):
     engines = dict(loop.engines)
     spec = hub.feeder.spec
     with client.websocket_connect("ws://127.0.0.1/ws") as ws:
-        ws.receive_json()
+        message(ws)
         for text in BAD:
             ws.send_text(text)
-            reply = ws.receive_json()
+            reply = message(ws)
             assert reply["type"] == "error" and reply["message"], text
         _, reply = control(ws, type="speed", delay_s=0.0)
         assert reply["type"] == "ack"  # the connection survived all of them
@@ -240,7 +240,7 @@ def test_settings_rebuild_both_engines_on_the_same_weights(demo):
     old = dict(loop.engines)
     weights = old["continuous"].runner.model
     with client.websocket_connect("ws://127.0.0.1/ws") as ws:
-        ws.receive_json()
+        message(ws)
         events, reply = control(
             ws,
             type="settings",
@@ -267,7 +267,7 @@ def test_settings_rebuild_both_engines_on_the_same_weights(demo):
 def test_prompt_and_workload_controls_add_requests(demo):
     client, loop, _ = demo
     with client.websocket_connect("ws://127.0.0.1/ws") as ws:
-        ws.receive_json()
+        message(ws)
         seen, reply = control(ws, type="prompt", text="hello", target="continuous", max_tokens=3)
         assert reply["type"] == "ack" and set(reply["ids"]) == {"continuous"}
         if not any(e["type"] == "finished" for _, e in seen):
@@ -310,9 +310,9 @@ def test_replay_mode_sends_the_whole_trace(demo, tmp_path):
         TestClient(replay_app, base_url=LOCAL) as rc,
         rc.websocket_connect("ws://127.0.0.1/ws") as ws,
     ):
-        hello = ws.receive_json()
+        hello = message(ws)
         assert hello["mode"] == "replay" and hello["controls"]["step"] is False
-        msg = ws.receive_json()
+        msg = message(ws)
         assert msg["type"] == "replay"
         assert len(msg["traces"]["continuous"]["events"]) == len(trace.events)
         _, reply = control(ws, type="step")
