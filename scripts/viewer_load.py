@@ -5,13 +5,15 @@ It starts ``minicb demo --simulate GPU:MODEL`` on a loopback port (its own proce
 lets it run alone for ``--warmup`` seconds, then watches it for ``--seconds`` seconds with
 no viewer, and the second time with ``--viewers`` plain WebSocket clients on ``/ws``:
 
-- per viewer: frames and bytes a second (decoded, and on the wire: the loopback's bytes
-  over the viewers, after permessage-deflate, which a browser negotiates too, unless
-  ``--no-compression``), the largest message, and whether it was disconnected;
+- per viewer: frames and bytes a second, on the wire (a frame is zlib-compressed JSON in a
+  binary message, compressed once by the server for every viewer; no permessage-deflate)
+  and decoded (as the page inflates them), the largest message, and whether it was
+  disconnected; and the loopback's bytes over the viewers, a cross-check of the wire;
 - the engine: iterations a second (``minicb:iterations_total`` on /metrics) over the same
   window of the demo's life in two runs, one with no viewer and one with the viewers (the
   simulated engines are paced to the wall clock: an engine that keeps up steps alike);
-- the server process: CPU seconds a wall second, and its resident memory every 10 s.
+- the server process: CPU seconds a wall second (from /proc, the server process alone),
+  with and without viewers, and so its CPU per viewer; its resident memory every 10 s.
 
 Loopback only, bounded in count (at most 500 viewers) and time (at most 15 minutes), and it
 stops the demo it started. A benchmark, not a test:
@@ -30,6 +32,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import zlib
 from dataclasses import dataclass, field
 
 import psutil
@@ -41,18 +44,18 @@ MAX_VIEWERS, MAX_SECONDS = 500, 900
 @dataclass
 class Viewer:
     frames: int = 0
-    bytes: int = 0
+    bytes: int = 0  # as received: compressed frames, text as it is
+    decoded: int = 0  # frames inflated
     largest: int = 0
     closed: str | None = None  # why it was disconnected, if it was
     frame_times: list[float] = field(default_factory=list)
 
 
-async def watch(url: str, viewer: Viewer, until: float, compression: bool, origin: str) -> None:
+async def watch(url: str, viewer: Viewer, until: float, origin: str) -> None:
     try:
         async with websockets.connect(
-            url, max_size=None, compression="deflate" if compression else None,
-            origin=origin, open_timeout=60,
-        ) as ws:  # fmt: skip
+            url, max_size=None, compression=None, origin=origin, open_timeout=60
+        ) as ws:
             while time.monotonic() < until:
                 try:
                     message = await asyncio.wait_for(ws.recv(), until - time.monotonic())
@@ -61,9 +64,12 @@ async def watch(url: str, viewer: Viewer, until: float, compression: bool, origi
                 size = len(message)
                 viewer.largest = max(viewer.largest, size)
                 viewer.bytes += size
-                if message.startswith('{"type": "frame"'):  # json.dumps's own spacing
+                if isinstance(message, bytes):  # a frame (minicb.server.broadcast)
+                    viewer.decoded += len(zlib.decompress(message))
                     viewer.frames += 1
                     viewer.frame_times.append(time.monotonic())
+                else:
+                    viewer.decoded += len(message.encode())
     except Exception as err:  # a refused or dropped connection is a result, not a crash
         viewer.closed = f"{type(err).__name__}: {err}"
 
@@ -124,13 +130,12 @@ def run_phase(args: argparse.Namespace, num_viewers: int) -> dict:
         time.sleep(args.warmup)
         viewers = [Viewer() for _ in range(num_viewers)]
         until = time.monotonic() + args.seconds
-        compression = not args.no_compression
         url = base.replace("http", "ws") + "/ws"
 
         wire = psutil.net_io_counters(pernic=True)["lo"].bytes_sent
 
         async def run() -> tuple[list, list]:
-            tasks = [asyncio.create_task(watch(url, v, until, compression, base)) for v in viewers]
+            tasks = [asyncio.create_task(watch(url, v, until, base)) for v in viewers]
             # in a thread: a slow /metrics must not stop these viewers from reading
             marks, rss = [await asyncio.to_thread(sample, proc, base)], [proc.memory_info().rss]
             while time.monotonic() < until - 1:
@@ -152,13 +157,15 @@ def run_phase(args: argparse.Namespace, num_viewers: int) -> dict:
         settled = args.seconds - min(20.0, args.seconds / 4)  # after everyone connected
         first = until - settled
         fps = [sum(t >= first for t in v.frame_times) / settled for v in viewers]
-        kbps = [v.bytes / args.seconds / 1e3 for v in viewers]  # as decoded
-        # On the wire (loopback, everything this machine sent there, both ways): what
-        # permessage-deflate leaves of them; the client's own traffic is small beside it.
-        out["wire_kbytes_per_s_per_viewer"] = wire / args.seconds / 1e3 / len(viewers)
+        kbps = [v.bytes / args.seconds / 1e3 for v in viewers]  # on the wire
+        decoded = [v.decoded / args.seconds / 1e3 for v in viewers]  # as the page reads it
+        # The loopback (everything this machine sent there, both ways, TCP included): a
+        # cross-check of the messages' bytes; the client's own traffic is small beside it.
+        out["loopback_kbytes_per_s_per_viewer"] = wire / args.seconds / 1e3 / len(viewers)
         out.update(
             frames_per_s_min=min(fps), frames_per_s_median=statistics.median(fps),
             kbytes_per_s_median=statistics.median(kbps), kbytes_per_s_max=max(kbps),
+            decoded_kbytes_per_s_median=statistics.median(decoded),
             largest_message_kbytes=max(v.largest for v in viewers) / 1e3,
             disconnected=sum(v.closed is not None for v in viewers),
             first_disconnection=next((v.closed for v in viewers if v.closed), None),
@@ -173,13 +180,17 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=20, help="seconds with no viewer first")
     ap.add_argument("--port", type=int, default=8790)
     ap.add_argument("--simulate", default="H100:llama-3.1-8b")
-    ap.add_argument("--no-compression", action="store_true")
     args = ap.parse_args()
     if not 1 <= args.viewers <= MAX_VIEWERS or not 1 <= args.seconds <= MAX_SECONDS:
         sys.exit(f"at most {MAX_VIEWERS} viewers and {MAX_SECONDS} seconds")
     alone, watched = run_phase(args, 0), run_phase(args, args.viewers)
     ratio = watched["iterations_per_s"] / alone["iterations_per_s"]
-    print(json.dumps({"alone": alone, "watched": watched, "step_rate_ratio": ratio}, indent=1))
+    # The key figure: what each viewer costs the server (its clients run on this machine
+    # too, so the server's CPU is read alone, and the difference is the viewers' share).
+    per_viewer = (watched["server_cpu"] - alone["server_cpu"]) / args.viewers
+    result = {"alone": alone, "watched": watched, "step_rate_ratio": ratio,
+              "server_cpu_per_viewer": per_viewer}  # fmt: skip
+    print(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":
