@@ -13,7 +13,11 @@ no viewer, and the second time with ``--viewers`` plain WebSocket clients on ``/
   window of the demo's life in two runs, one with no viewer and one with the viewers (the
   simulated engines are paced to the wall clock: an engine that keeps up steps alike);
 - the server process: CPU seconds a wall second (from /proc, the server process alone),
-  with and without viewers, and so its CPU per viewer; its resident memory every 10 s.
+  with and without viewers, in all and in its main thread alone (the asyncio loop: the
+  frames' folding, compression and every socket write; the engine runs in its own
+  thread), and so the server's CPU per viewer; its resident memory every 10 s. On a busy
+  machine (the viewers run on it too) the engine thread takes what CPU it is given, so the
+  loop thread's share, which the viewers' frames set, is the figure to read per viewer.
 
 Loopback only, bounded in count (at most 500 viewers) and time (at most 15 minutes), and it
 stops the demo it started. A benchmark, not a test:
@@ -80,23 +84,26 @@ def iterations(base: str) -> float:
     return float(found.group(1)) if found else float("nan")
 
 
-def sample(proc: psutil.Process, base: str) -> tuple[float, float, float]:
-    """(wall time, server CPU seconds, engine iterations) now; iterations NaN when the server
-    did not answer /metrics within 30 s (a result: it was too busy to serve)."""
+def sample(proc: psutil.Process, base: str) -> tuple[float, float, float, float]:
+    """(wall time, server CPU seconds, engine iterations, main thread's CPU seconds) now;
+    iterations NaN when the server did not answer /metrics within 30 s (a result: it was
+    too busy to serve)."""
     cpu = proc.cpu_times()
+    main = next((t.user_time + t.system_time for t in proc.threads() if t.id == proc.pid), 0)
     try:
         done = iterations(base)
     except OSError:  # a timeout included
         done = float("nan")
-    return time.monotonic(), cpu.user + cpu.system, done
+    return time.monotonic(), cpu.user + cpu.system, done, main
 
 
-def rates(marks: list[tuple]) -> tuple[float, float]:
-    """Server CPU a wall second, and iterations a second, over the answered samples."""
+def rates(marks: list[tuple]) -> tuple[float, float, float]:
+    """Server CPU a wall second, iterations a second, and the main thread's CPU a wall
+    second, over the answered samples."""
     answered = [m for m in marks if m[2] == m[2]] or marks  # NaN != NaN
     a, b = answered[0], answered[-1]
     wall = b[0] - a[0]
-    return (b[1] - a[1]) / wall, (b[2] - a[2]) / wall
+    return (b[1] - a[1]) / wall, (b[2] - a[2]) / wall, (b[3] - a[3]) / wall
 
 
 def start(args: argparse.Namespace) -> tuple[subprocess.Popen, psutil.Process, str]:
@@ -149,8 +156,9 @@ def run_phase(args: argparse.Namespace, num_viewers: int) -> dict:
         wire = psutil.net_io_counters(pernic=True)["lo"].bytes_sent - wire
     finally:
         stop(server)
-    cpu, rate = rates(marks)
+    cpu, rate, loop_cpu = rates(marks)
     out = {"viewers": num_viewers, "iterations_per_s": rate, "server_cpu": cpu,
+           "server_loop_cpu": loop_cpu,
            "server_rss_mb": [round(r / 2**20) for r in rss],
            "metrics_unanswered": sum(m[2] != m[2] for m in marks)}  # fmt: skip
     if viewers:
@@ -187,9 +195,13 @@ def main() -> None:
     ratio = watched["iterations_per_s"] / alone["iterations_per_s"]
     # The key figure: what each viewer costs the server (its clients run on this machine
     # too, so the server's CPU is read alone, and the difference is the viewers' share).
+    # The loop thread's share includes folding each engine's events, once whatever the
+    # number of viewers: per viewer, an upper bound.
     per_viewer = (watched["server_cpu"] - alone["server_cpu"]) / args.viewers
+    loop_per_viewer = (watched["server_loop_cpu"] - alone["server_loop_cpu"]) / args.viewers
     result = {"alone": alone, "watched": watched, "step_rate_ratio": ratio,
-              "server_cpu_per_viewer": per_viewer}  # fmt: skip
+              "server_cpu_per_viewer": per_viewer,
+              "server_loop_cpu_per_viewer": loop_per_viewer}  # fmt: skip
     print(json.dumps(result, indent=1))
 
 
