@@ -18,6 +18,12 @@ each, so that several engines (static beside continuous) advance together. ``pau
 holds the loop; ``step_once()`` runs exactly one round while paused; ``delay_s`` slows it
 for watching. With a ``pacer`` (pacing.py), engines on simulated time step only as fast as
 the wall clock times its speed factor allows.
+
+A fleet (minicb.fleet: replicas behind a router) is given by name in ``fleets``; its
+replicas are engines of the loop like any other. A request submitted to the fleet's name is
+routed in this thread (``fleet.add_request`` returns the replica chosen and the request's
+id there), and its stream names that replica (``RequestStream.engine``): an abort goes to
+the replica that holds the request.
 """
 
 from __future__ import annotations
@@ -70,6 +76,8 @@ class RequestStream:
     prompt: str | None = None
     prompt_token_ids: list[int] = field(default_factory=list)
     arrival_time: float = 0.0
+    # the engine that holds the request (a fleet's: the replica it was routed to)
+    engine: str = ""
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     token_ids: list[int] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
@@ -123,10 +131,17 @@ class RequestStream:
 
 
 class EngineLoop:
-    def __init__(self, engines: dict[str, LLMEngine], feeder: Feeder | None = None) -> None:
-        """``feeder(engines)``, if given, runs in this thread before every round."""
+    def __init__(
+        self,
+        engines: dict[str, LLMEngine],
+        feeder: Feeder | None = None,
+        fleets: dict[str, Any] | None = None,
+    ) -> None:
+        """``feeder(engines)``, if given, runs in this thread before every round;
+        ``fleets``: name -> a fleet whose replicas are among ``engines`` (minicb.fleet)."""
         self.engines = engines
         self.feeder = feeder
+        self.fleets = fleets or {}
         self._open: dict[str, dict[int, RequestStream]] = {name: {} for name in engines}
         for name, engine in engines.items():
             engine.bus.subscribe(functools.partial(self._on_events, name), kinds=STREAM_KINDS)
@@ -174,7 +189,11 @@ class EngineLoop:
         return future
 
     def failing(self, name: str) -> bool:
-        """Whether ``name``'s latest step failed (no step has succeeded since)."""
+        """Whether ``name``'s latest step failed (no step has succeeded since); a fleet's
+        name: whether every one of its replicas' did."""
+        fleet = self.fleets.get(name)
+        if fleet is not None:
+            return all(replica in self._failing for replica in fleet.replicas)
         return name in self._failing
 
     async def acall(self, fn: Callable[[], Any]) -> Any:
@@ -212,20 +231,27 @@ class EngineLoop:
         """Add a request and open its token stream. Raises ValueError for a bad request.
 
         ``on_queued()`` runs in the engine thread right after the request joined the queue;
-        ``token_ids``: the prompt's, tokenized already (off this thread).
+        ``token_ids``: the prompt's, tokenized already (off this thread). ``engine`` may
+        name a fleet: the request goes where its router sends it (``stream.engine``).
         """
         loop = asyncio.get_running_loop()
 
         def add() -> RequestStream:
-            eng = self.engines[engine]
+            fleet = self.fleets.get(engine)
+            eng = fleet or self.engines[engine]
             now = eng.clock()  # one reading: the request's arrival and its stream's alike
-            rid = eng.add_request(
-                prompt, params, priority, arrival_time=now, prompt_token_ids=token_ids
-            )
-            ids = eng.tokenize(prompt) if token_ids is None else list(token_ids)
+            if fleet is not None:
+                ids = fleet.tokenize(prompt) if token_ids is None else list(token_ids)
+                name, rid = fleet.add_request(prompt, params, priority, now, ids)
+            else:
+                name = engine
+                rid = eng.add_request(
+                    prompt, params, priority, arrival_time=now, prompt_token_ids=token_ids
+                )
+                ids = eng.tokenize(prompt) if token_ids is None else list(token_ids)
             text = prompt if isinstance(prompt, str) else None
-            stream = RequestStream(rid, loop, text, ids, now)
-            self._open[engine][rid] = stream
+            stream = RequestStream(rid, loop, text, ids, now, engine=name)
+            self._open[name][rid] = stream
             if on_queued is not None:
                 on_queued()
             return stream

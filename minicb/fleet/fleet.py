@@ -1,0 +1,243 @@
+"""Fleet: N replicas on this machine behind one router; the Python API and what
+``minicb serve --replicas N`` routes through.
+
+    from minicb.fleet import Fleet
+    with Fleet(replicas=2, router="prefix-aware", dtype="float32") as fleet:
+        outs = fleet.generate(["Hello", "The capital of France is"], SamplingParams(max_tokens=8))
+
+Each replica is an engine in its own process (replica.py); the fleet holds their handles,
+the ``Router`` (router.py) and one EngineLoop, whose thread is the only one that talks to
+the replicas. A request sent to the fleet's name (``FLEET``) is routed in that thread, with
+every replica's load as of its latest message; the decision is published, with its reason,
+as a ``routed`` event on the chosen replica's bus, just before that replica's own events
+for the request, so a page that draws the replicas side by side draws the router's reasons
+beside them. From there on the request is that replica's: its stream, its abort (which
+frees KV in that replica's pool), its metrics.
+
+A replica that dies is taken out of the router's rotation (``Router.remove``) and its
+requests end with an error that says so; the others go on. When none is left, a request
+is refused with EngineStopped (the server's 503).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from minicb.config import EngineConfig, SamplingParams
+from minicb.fleet.replica import Replica, ReplicaDied
+from minicb.fleet.router import ReplicaLoad, Router
+from minicb.request import RequestOutput
+from minicb.server.engine_loop import EngineLoop, EngineStopped
+from minicb.telemetry.bus import Listener
+from minicb.telemetry.events import RequestRouted
+
+FLEET = "fleet"  # the name requests are sent to; the loop routes them to a replica
+
+
+class FleetBus:
+    """Subscribing here subscribes on every replica's bus: for listeners that count the
+    whole fleet (the API's waiting-queue gate), never ones that key on request ids (each
+    replica numbers its own)."""
+
+    def __init__(self, replicas: Iterable[Replica]) -> None:
+        self.replicas = list(replicas)
+
+    def subscribe(self, listener: Listener, kinds: Iterable[str] | None = None) -> Listener:
+        kinds = None if kinds is None else list(kinds)
+        for replica in self.replicas:
+            replica.bus.subscribe(listener, kinds)
+        return listener
+
+    def unsubscribe(self, listener: Listener) -> None:
+        for replica in self.replicas:
+            replica.bus.unsubscribe(listener)
+
+
+class Fleet:
+    """``Fleet(model=None, replicas=2, router="round-robin", **engine_options)``."""
+
+    def __init__(
+        self,
+        model: str | None = None,
+        replicas: int = 2,
+        router: str = "round-robin",
+        *,
+        threads: int | None = None,
+        **options: Any,
+    ) -> None:
+        """``threads``: torch threads per replica (default: this process's, shared out);
+        ``options``: EngineConfig's, the same for every replica."""
+        import torch
+
+        from minicb.runner.loader import resolve_model_path
+
+        if not isinstance(replicas, int) or replicas < 1:
+            raise ValueError(f"replicas must be a positive integer, got {replicas!r}")
+        self.config = EngineConfig.from_kwargs(**options)
+        self.router = Router(router, replicas, block_size=self.config.block_size)
+        threads = threads or max(1, torch.get_num_threads() // replicas)
+        path = str(resolve_model_path(model))
+        started = [Replica(i, path, self.config, threads=threads) for i in self.router.replicas]
+        try:
+            for replica in started:  # they load in parallel; wait for each in turn
+                replica.ready()
+        except BaseException:
+            for replica in started:
+                replica.close()
+            raise
+        self.replicas = {r.name: r for r in started}
+        self._by_index = {r.index: r for r in started}
+        for replica in started:
+            replica.on_death = self._taken_out
+        self.bus = FleetBus(started)
+        self.clock = started[0].clock
+        self._decisions = itertools.count()  # the router's own numbering of its decisions
+        self._loop: EngineLoop | None = None
+
+    # ---- engine-shaped, for the API routes ------------------------------------------------
+    @property
+    def policy(self) -> str:
+        return self.router.policy
+
+    @property
+    def model_name(self) -> str:
+        return self._first().model_name
+
+    @property
+    def max_model_len(self) -> int:
+        return self._first().max_model_len
+
+    def tokenize(self, prompt: str | list[int]) -> list[int]:
+        return self._first().tokenize(prompt)  # in this process: every replica's tokenizer
+
+    def apply_chat_template(self, messages: list[dict[str, str]]) -> list[int]:
+        return self._first().apply_chat_template(messages)
+
+    def kv_snapshot(self) -> Any:
+        """One live replica's pool (they are all alike): what the chat default reads."""
+        return self._live()[0].kv_snapshot()
+
+    def queue_sizes(self) -> dict[str, int]:
+        """The live replicas' queues, added up."""
+        total = {"waiting": 0, "running": 0, "swapped": 0}
+        for replica in self._live():
+            for key, value in replica.queue_sizes().items():
+                total[key] += value
+        return total
+
+    # ---- routing (the engine thread) ------------------------------------------------------
+    def add_request(
+        self,
+        prompt: str | list[int],
+        params: SamplingParams | None = None,
+        priority: int = 0,
+        arrival_time: float | None = None,
+        prompt_token_ids: list[int] | None = None,
+    ) -> tuple[str, int]:
+        """Route the request and queue it there; returns (the replica's name, the request's
+        id in that replica). ValueError if the replica refuses it."""
+        ids = self.tokenize(prompt) if prompt_token_ids is None else list(prompt_token_ids)
+        now = self.clock() if arrival_time is None else arrival_time
+        while True:
+            try:
+                route = self.router.route(next(self._decisions), ids, self.loads())
+            except RuntimeError as err:  # every replica has died
+                raise EngineStopped(f"no replica is left to serve requests: {err}") from err
+            replica = self._by_index[route.replica]
+            try:
+                request_id = replica.add_request(
+                    prompt, params, priority, arrival_time=now, prompt_token_ids=ids
+                )
+            except ReplicaDied:
+                continue  # taken out of rotation as it died: route again
+            if replica.bus.wants("routed"):
+                replica.bus.emit(
+                    RequestRouted(
+                        time=now,
+                        request_id=request_id,
+                        replica=route.replica,
+                        policy=route.policy,
+                        reason=route.reason,
+                        cached_tokens=route.cached_tokens,
+                    )
+                )
+            return replica.name, request_id
+
+    def loads(self) -> list[ReplicaLoad]:
+        """Each replica's load as of its latest message (swapped-out requests wait too)."""
+        return [
+            ReplicaLoad(
+                r.index, r.load["waiting"] + r.load["swapped"], r.load["running"], r.dead is None
+            )
+            for r in self.replicas.values()
+        ]
+
+    def _taken_out(self, replica: Replica) -> None:
+        self.router.remove(replica.index)
+
+    def _first(self) -> Replica:
+        return next(iter(self.replicas.values()))
+
+    def _live(self) -> list[Replica]:
+        live = [r for r in self.replicas.values() if r.dead is None]
+        if not live:
+            raise EngineStopped("every replica of the fleet has died")
+        return live
+
+    # ---- the Python API -------------------------------------------------------------------
+    def engine_loop(self) -> EngineLoop:
+        """The loop that owns the replicas (one per fleet; the server starts it)."""
+        if self._loop is None:
+            self._loop = EngineLoop(dict(self.replicas), fleets={FLEET: self})
+        return self._loop
+
+    def generate(
+        self,
+        prompts: Sequence[str | list[int]],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+    ) -> list[RequestOutput]:
+        """Complete every prompt, routed in order; outputs in the order of the prompts. A
+        request on a replica that dies ends with finish reason "error" (its text says why)."""
+        if params is None or isinstance(params, SamplingParams):
+            params = [params or SamplingParams()] * len(prompts)
+        if len(params) != len(prompts):
+            raise ValueError(f"got {len(params)} SamplingParams for {len(prompts)} prompts")
+        loop = self.engine_loop()
+        if not loop.alive:
+            loop.start()
+        return asyncio.run(_generate(loop, list(prompts), list(params)))
+
+    def close(self) -> None:
+        """Stop the loop's thread and every replica's process."""
+        if self._loop is not None:
+            self._loop.stop()
+        for replica in self.replicas.values():
+            replica.close()
+
+    def __enter__(self) -> Fleet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+async def _generate(
+    loop: EngineLoop, prompts: list[str | list[int]], params: list[SamplingParams]
+) -> list[RequestOutput]:
+    streams = []
+    try:
+        for prompt, p in zip(prompts, params, strict=True):
+            streams.append(await loop.submit(FLEET, prompt, p))
+    except ValueError:
+        for stream in streams:  # nothing half-done is left behind in the replicas
+            await loop.abort(stream.engine, stream.request_id)
+        raise
+    outputs = []
+    for stream in streams:
+        async for item in stream:
+            if isinstance(item, RequestOutput):
+                outputs.append(item)
+    return outputs

@@ -1,0 +1,121 @@
+"""A replica's own process: one whole engine (its copy of the model, its KV pool), driven
+by the fleet through one pipe.
+
+The fleet starts this with torch.multiprocessing (spawn, as the tensor-parallel workers
+are started: forking a process that has loaded torch is unsafe) and hands it one end of a
+``Pipe``. The pipe is a socket pair that exists only between the two processes (no port,
+no path): nobody else can write to it, so its pickles are the parent's own, as the
+tensor-parallel workers' signed commands are rank 0's.
+
+The loop: run the commands waiting on the pipe, step the engine if it has work, send what
+the step published on its bus. Messages, parent to replica:
+
+- ``("add", prompt, params, priority, arrival_time, prompt_token_ids,
+  expected_output_tokens)``: the reply is the request's id, or the engine's refusal
+  (ValueError's words);
+- ``("abort", request_id)``, ``("abort_all",)``: the reply is ``abort_request``'s answer;
+- ``("view", name)``: the reply is one of the engine's views (VIEWS), e.g. ``describe``;
+- ``("stop",)``: leave.
+
+Replica to parent: ``("reply", value, load)`` or ``("refused", words, load)`` to the
+command just run; ``("events", events, load)`` after each step (and after a command that
+published some), every event the engine's bus carried, in order; ``("failed", words,
+load)`` when a step raised (the engine undid it; the parent ends those requests with an
+error, and the replica aborts them, as the engine loop does for an engine in its own
+process). ``load`` is
+``queue_sizes()`` just after: what the router reads. A reply always comes before the
+events its command published, so the fleet can announce where it routed a request (its
+``routed`` event) before the replica's own ``arrived``.
+"""
+
+from __future__ import annotations
+
+import logging
+from multiprocessing.connection import Connection
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+IDLE_WAIT_S = 0.5  # how long an idle replica waits for a command before looking again
+VIEWS = frozenset({"describe", "kv_snapshot", "kv_snapshot_event", "live_requests", "queue_sizes"})
+
+
+def main(conn: Connection, model: str, config: Any, threads: int) -> None:
+    """Entry point of a spawned replica: build the engine, say ready (with its
+    description) or why not, then serve until ``stop`` or until the parent is gone."""
+    import torch
+
+    from minicb.engine import LLMEngine
+
+    torch.set_num_threads(threads)
+    try:
+        engine = LLMEngine(model, config)
+    except Exception as err:  # noqa: BLE001 - reported to the parent, which raises it
+        conn.send(("refused", f"{type(err).__name__}: {err}", {}))
+        return
+    outbox: list[Any] = []
+    engine.bus.subscribe(outbox.extend)  # every kind: the parent's subscribers choose
+    ready = {
+        "describe": engine.describe(),
+        "vocab_size": engine.runner.vocab_size,
+        "eos_token_ids": list(engine.eos_token_ids),
+    }
+    conn.send(("reply", ready, engine.queue_sizes()))
+    try:
+        serve(conn, engine, outbox)
+    except (EOFError, OSError):  # the parent is gone: nothing is left to serve
+        log.warning("replica: the fleet closed its pipe; stopping")
+
+
+def serve(conn: Connection, engine: Any, outbox: list[Any]) -> None:
+    """Commands between steps; a step whenever the engine has work."""
+    while True:
+        wait = 0.0 if engine.has_unfinished() else IDLE_WAIT_S
+        while conn.poll(wait):
+            msg = conn.recv()
+            if msg[0] == "stop":
+                return
+            _answer(conn, engine, msg)
+            _flush(conn, engine, outbox)
+            wait = 0.0
+        if engine.has_unfinished():
+            try:
+                engine.step()
+            except Exception as err:  # noqa: BLE001 - the parent ends the requests
+                log.exception("replica: a step failed")
+                _flush(conn, engine, outbox)
+                conn.send(("failed", f"{type(err).__name__}: {err}", engine.queue_sizes()))
+                engine.abort_all()  # as the engine loop does after ending their streams
+                _flush(conn, engine, outbox)
+                continue
+            _flush(conn, engine, outbox)
+
+
+def _answer(conn: Connection, engine: Any, msg: tuple) -> None:
+    kind = msg[0]
+    try:
+        if kind == "add":
+            _, prompt, params, priority, arrival, ids, expected = msg
+            value = engine.add_request(
+                prompt, params, priority, arrival, expected, prompt_token_ids=ids
+            )
+        elif kind == "abort":
+            value = engine.abort_request(msg[1])
+        elif kind == "abort_all":
+            value = engine.abort_all()
+        elif kind == "view" and msg[1] in VIEWS:
+            value = getattr(engine, msg[1])()
+        else:
+            raise ValueError(f"a replica has no command {msg[:2]!r}")
+    except ValueError as err:  # the engine's refusal, in its own words
+        conn.send(("refused", str(err), engine.queue_sizes()))
+        return
+    conn.send(("reply", value, engine.queue_sizes()))
+
+
+def _flush(conn: Connection, engine: Any, outbox: list[Any]) -> None:
+    """Send what the bus carried since the last flush, in one message."""
+    if outbox:
+        events = list(outbox)
+        outbox.clear()
+        conn.send(("events", events, engine.queue_sizes()))
