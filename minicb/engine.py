@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from minicb.config import EngineConfig, SamplingParams
 from minicb.detokenizer import IncrementalDetokenizer
+from minicb.overlap import Launched, OverlapPipeline
 from minicb.request import Request, RequestOutput, RequestStatus, TokenDelta
 from minicb.scheduler import RequestRejected, SchedulerBase, make_scheduler
 from minicb.scheduler.plan import StepPlan
@@ -44,6 +45,16 @@ class StepResult:
     @property
     def plan(self) -> StepPlan:
         return self.event.plan
+
+
+@dataclass
+class Lanes:
+    """A step's times for the host's and the device's lanes (the step event's fields)."""
+
+    schedule_s: float
+    device_start: float  # engine clock when the runner took the plan up
+    execute_s: float  # the runner's execute, perf_counter seconds: forward, sample, the rest
+    process_t0: float = field(default_factory=time.perf_counter)  # outputs processed from
 
 
 @dataclass(frozen=True)
@@ -130,6 +141,13 @@ class LLMEngine:
         self._ids = itertools.count()
         self._texts: dict[int, IncrementalDetokenizer] = {}  # output text, per live request
         self.busy_s = 0.0  # seconds spent in this engine's own steps: its own clock
+        self._last_end = float("-inf")  # the clock at the last step's end (overlap: busy_s)
+        # Overlap scheduling: the plan in flight and the runner's thread (minicb/overlap.py).
+        self.pipeline = (
+            OverlapPipeline(runner, self.scheduler, self.clock)
+            if self.config.overlap_scheduling
+            else None
+        )
 
     @property
     def model_name(self) -> str:
@@ -147,6 +165,8 @@ class LLMEngine:
         This engine's requests are aborted (subscribers see them leave), then the new one
         announces itself with an ``EngineReset`` event; drop this one afterwards.
         """
+        if self.pipeline is not None:  # the new engine may share this one's runner
+            self.pipeline.drain()
         runner = runner or self.runner.with_config(config)
         new = LLMEngine(config=config, runner=runner, clock=clock or self.clock, bus=self.bus)
         self.abort_all()
@@ -256,7 +276,9 @@ class LLMEngine:
         return ids
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished()
+        """Requests left, or (overlap) a plan in flight that still has to be reported."""
+        in_flight = self.pipeline is not None and self.pipeline.in_flight is not None
+        return self.scheduler.has_unfinished() or in_flight
 
     # ---- views, for whoever is outside the scheduler ------------------------------------
     @property
@@ -344,19 +366,49 @@ class LLMEngine:
         tokens kept, as after a preemption by recompute, since the runner may have written
         part of their KV or none of their copies. Stepping again (after catching the error
         from here or from ``LLM.generate``) is then safe: no row ever reads a block that a
-        failed step was meant to fill."""
+        failed step was meant to fill.
+
+        With ``overlap_scheduling`` the next iteration is planned while this one computes:
+        see ``_step_overlapped``."""
+        if self.pipeline is not None:
+            return self._step_overlapped()
         start = self.clock()
         t0 = time.perf_counter()
         plan = self.scheduler.schedule()
         schedule_s = time.perf_counter() - t0
+        device_start = self.clock()
         try:
             out = self.runner.execute(plan)
         except BaseException:  # an interrupt in a notebook too: the retry must be safe
             self.scheduler.undo(plan)
             raise
+        lanes = Lanes(schedule_s, device_start, time.perf_counter() - t0 - schedule_s)
         self._mark_admitted(plan, start)
-        new_tokens, firsts, finished = self._update(plan, out, now=self.clock())
-        event = self._end_step(plan, out, start, schedule_s, firsts)
+        new_tokens, firsts, finished = self._update(plan, out, self.scheduler.update)
+        event = self._end_step(plan, out, start, lanes, firsts)
+        self._publish(event, new_tokens, finished)
+        return StepResult(event, new_tokens, finished)
+
+    def _step_overlapped(self) -> StepResult:
+        """Plan N+1, wait for N, launch N+1 with N's tokens in place, settle N while N+1
+        runs, and report N (minicb/overlap.py). When nothing was in flight (the first step,
+        or after an idle spell), the plan just launched is reported by stepping again."""
+        launch = None
+        if self.scheduler.has_unfinished() or self.pipeline.in_flight is None:
+            start = self.clock()
+            t0 = time.perf_counter()
+            plan = self.scheduler.schedule()
+            launch = Launched(plan, start, time.perf_counter() - t0)
+        done = self.pipeline.exchange(launch)  # a runner's error: both plans undone, raised
+        if done is not None:
+            prev, out = done
+            lanes = Lanes(prev.schedule_s, prev.device_start, prev.execute_s)
+            self._mark_admitted(prev.plan, prev.start)
+            new_tokens, firsts, finished = self._update(prev.plan, out, self.pipeline.settle(prev))
+        self.pipeline.advance()  # after the settling: rows of who stopped there are discarded
+        if done is None:
+            return self.step()
+        event = self._end_step(prev.plan, out, prev.start, lanes, firsts)
         self._publish(event, new_tokens, finished)
         return StepResult(event, new_tokens, finished)
 
@@ -369,11 +421,13 @@ class LLMEngine:
                 metrics.num_cached_tokens = decision.num_cached_tokens
 
     def _update(
-        self, plan: StepPlan, out: RunnerOutput, now: float
+        self, plan: StepPlan, out: RunnerOutput, apply: Callable[..., Any]
     ) -> tuple[list[TokenDelta], list[Request], list[RequestOutput]]:
-        """Append the sampled tokens (each one detokenized and checked for a stop in turn),
-        then retire the finished requests: the step's tokens, the requests given their
-        first token, and the outputs of those that finished."""
+        """Append the sampled tokens with ``apply`` (``Scheduler.update``, or the overlap's
+        settling), each one detokenized and checked for a stop in turn, then retire the
+        finished requests: the step's tokens, the requests given their first token, and
+        the outputs of those that finished."""
+        now = self.clock()
         new_tokens: list[TokenDelta] = []
         firsts: list[Request] = []
 
@@ -384,7 +438,7 @@ class LLMEngine:
             new_tokens.append(self._new_token(req))
             return req.finished
 
-        self.scheduler.update(plan, out.sampled, on_token)
+        apply(plan, out.sampled, on_token)
         finished = []
         for req in self.scheduler.retire(plan):
             req.metrics.finished_time = now
@@ -396,20 +450,22 @@ class LLMEngine:
         plan: StepPlan,
         out: RunnerOutput,
         start: float,
-        schedule_s: float,
+        lanes: Lanes,
         firsts: list[Request],
     ) -> events.StepEvent:
         """The step's event, at its end on the engine's own clock (``busy_s``), which is
-        also when the requests in ``firsts`` got their first token."""
+        also when the requests in ``firsts`` got their first token. With overlap, steps
+        overlap on the clock: ``busy_s`` counts each second once."""
         end = self.clock()
-        self.busy_s += end - start
+        self.busy_s += end - max(start, self._last_end)
+        self._last_end = end
         for req in firsts:
             req.metrics.first_token_busy_s = self.busy_s
         return events.StepEvent(
             plan,
             start,
             end,
-            schedule_s,
+            lanes.schedule_s,
             out.forward_s,
             out.sample_s,
             tensor_parallel_size=self.config.tensor_parallel_size,
@@ -417,6 +473,9 @@ class LLMEngine:
             bandwidth_util=out.bandwidth_util,
             flop_util=out.flop_util,
             busy_s=self.busy_s,
+            device_start=lanes.device_start,
+            prepare_s=max(0.0, lanes.execute_s - out.forward_s - out.sample_s),
+            process_s=time.perf_counter() - lanes.process_t0,
         )
 
     def _publish(

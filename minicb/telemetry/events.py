@@ -45,7 +45,11 @@ STEP_PARALLEL_FIELDS = ("tensor_parallel_size", "collective_s")
 STEP_UTILISATION_FIELDS = ("bandwidth_util", "flop_util")
 # The engine's own clock, seconds of its steps (None in older traces): docs/events.md.
 STEP_CLOCK_FIELDS = ("busy_s",)
-STEP_OPTIONAL_FIELDS = STEP_PARALLEL_FIELDS + STEP_UTILISATION_FIELDS + STEP_CLOCK_FIELDS
+# The host's and the device's lanes (None in older traces): docs/events.md.
+STEP_LANE_FIELDS = ("device_start", "prepare_s", "process_s")
+STEP_OPTIONAL_FIELDS = (
+    STEP_PARALLEL_FIELDS + STEP_UTILISATION_FIELDS + STEP_CLOCK_FIELDS + STEP_LANE_FIELDS
+)
 
 
 # ---- one iteration ---------------------------------------------------------------------
@@ -69,6 +73,24 @@ class StepEvent:
     # Seconds this engine spent in its own steps, this one included: its own clock at the
     # step's end, which leaves out the other engines' steps that one thread runs in between.
     busy_s: float | None = None
+    # The two lanes: the host schedules (schedule_s), prepares the runner's inputs
+    # (prepare_s: the runner's execute less its forward and sample) and processes the
+    # outputs (process_s: tokens, stops, retirements; it ends at wall_end); the device
+    # computes (forward_s + sample_s) from device_start + prepare_s. With overlap
+    # scheduling the next step's host work runs inside this step's device time.
+    device_start: float | None = None  # engine clock when the runner took the plan up
+    prepare_s: float | None = None
+    process_s: float | None = None
+
+    @property
+    def host_s(self) -> float:
+        """Seconds of host work for this step: schedule, prepare inputs, process outputs."""
+        return self.schedule_s + (self.prepare_s or 0.0) + (self.process_s or 0.0)
+
+    @property
+    def device_s(self) -> float:
+        """Seconds the device computed this step: the runner's forward and sample."""
+        return self.forward_s + self.sample_s
 
 
 # ---- one request's life ----------------------------------------------------------------
