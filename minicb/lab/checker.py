@@ -92,6 +92,13 @@ def _printed(cell: Any) -> str:
 
 def check_notebook(path: Path, teacher: Path | None = None) -> list[Result]:
     """Run ``path`` against the teacher's checks; one Result per exercise."""
+    return graded_run(path, teacher)[0]
+
+
+def graded_run(path: Path, teacher: Path | None = None) -> tuple[list[Result], list[str]]:
+    """``check_notebook``'s results, and every cell's error in the run, in order
+    (``"cell 12: NameError: ..."``): a teacher's notebook must have none, after its
+    exercises as well as before them, so its one graded run also tests it top to bottom."""
     import nbformat
     from nbclient import NotebookClient
 
@@ -122,7 +129,8 @@ def check_notebook(path: Path, teacher: Path | None = None) -> list[Result]:
         if broken and err:
             err = f"{err} (cell {broken[0][0]} before the exercises failed: {broken[0][1]})"
         results.append(Result(number, err is None, err or _printed(run.cells[span[-1]])))
-    return results
+    errors = [f"cell {i}: {err}" for i, c in enumerate(run.cells) if (err := _error(c))]
+    return results, errors
 
 
 def report(path: Path, results: list[Result]) -> str:

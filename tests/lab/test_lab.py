@@ -14,7 +14,7 @@ nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
-from minicb.lab.checker import check_notebook, graded_notebook, report  # noqa: E402
+from minicb.lab.checker import check_notebook, graded_notebook, graded_run, report  # noqa: E402
 from minicb.lab.exercises import find_exercises  # noqa: E402
 from minicb.lab.student import student_version, write_student_versions  # noqa: E402
 
@@ -84,6 +84,36 @@ def test_the_checker_passes_the_teacher_and_fails_the_untouched_student(toy):
     assert "0 of 2 right" in report(student, results)
 
 
+def test_the_graded_run_is_this_interpreter_with_this_checkout(tmp_path):
+    """The checker's kernel runs the Python under test and this checkout's minicb, whatever
+    kernelspecs the machine has."""
+    import sys
+
+    import minicb
+
+    same = "from pathlib import Path as P\nassert P({}).resolve() == P({!r}).resolve()\n"
+    nb = toy_teacher()
+    nb.cells.insert(1, nbformat.v4.new_code_cell(
+        "import sys, minicb\n" + same.format("sys.prefix", sys.prefix)
+        + same.format("minicb.__file__", minicb.__file__)
+    ))  # fmt: skip
+    teacher = tmp_path / "00_toy.ipynb"
+    nbformat.write(nb, teacher)
+    assert graded_run(teacher, teacher)[1] == []
+
+
+def test_a_cell_that_fails_after_the_exercises_is_reported(tmp_path):
+    """Errors anywhere in the run are listed, so a teacher's notebook that breaks after its
+    last exercise fails its test even though every exercise is right."""
+    nb = toy_teacher()
+    nb.cells.append(nbformat.v4.new_code_cell("1 / 0"))
+    teacher = tmp_path / "00_toy.ipynb"
+    nbformat.write(nb, teacher)
+    results, errors = graded_run(teacher, teacher)
+    assert [r.correct for r in results] == [True, True]
+    assert len(errors) == 1 and errors[0].endswith(": ZeroDivisionError: division by zero"), errors
+
+
 def test_the_checker_grades_each_answer_and_ignores_an_edited_check(toy):
     teacher, student = toy
     nb = nbformat.read(student, as_version=4)
@@ -122,7 +152,11 @@ def test_the_fairness_lab_passes_the_teachers_notebook_and_fails_the_students():
     "path", [p for p in NOTEBOOKS if p.name[0].isdigit()], ids=lambda p: p.stem
 )
 def test_every_lab_passes_the_teachers_notebook_and_fails_the_students(path):
-    teacher = check_notebook(path, path)
+    """The teacher's run is also the test that each notebook runs top to bottom, in the
+    notebooks' folder, in a fresh kernel of this interpreter, without an error in any cell
+    (it was tests/test_notebooks.py's own second run of every notebook)."""
+    teacher, errors = graded_run(path, path)
+    assert not errors, f"{path.name}: " + "; ".join(errors)
     assert teacher and all(r.correct for r in teacher), report(path, teacher)
     student = ROOT / "notebooks" / "student" / path.name
     untouched = check_notebook(student, path)
