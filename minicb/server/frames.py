@@ -4,10 +4,11 @@ A step event is the scheduler's whole plan (every row); at a GPU's 256 slots tha
 of kilobytes an iteration, and a simulated H100 runs hundreds of iterations a second. A
 page draws a few frames a second. So the server folds each engine's events into *frames*,
 a bounded number a second, and every browser of the same kind (one that may read texts,
-one that may not) gets the same frame, encoded once:
+one that may not) gets the same frame, encoded and zlib-compressed once (broadcast.py):
 
     engine thread ──► one Subscription per engine (the frame hub's, never a browser's)
-                          │  every 1/FRAME_HZ s: drain, fold (StepFolder), encode per class
+                          │  every 1/FRAME_HZ s: drain, fold (StepFolder), encode and
+                          │  compress per class
                           ▼
                       each browser's outbox (bounded) ──► its socket
 
