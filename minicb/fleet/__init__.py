@@ -7,4 +7,19 @@ coordinator scores load, prefix-aware as SGLang's cache-aware router), each with
 in words; the same ``Router`` decides for real replicas (processes behind the server) and
 for simulated ones (engines on the simulated runner, at data-centre scale, on virtual
 time). Pure Python here: the router never imports torch.
+
+Real replicas on this machine: ``replica.py`` (an engine in its own process, and its
+handle here) and ``fleet.py`` (``Fleet``: the replicas, the router and the engine loop that
+routes; ``minicb serve --replicas N --router POLICY`` serves one). ``Fleet`` is imported
+on first use, so that the router alone stays pure Python.
 """
+
+from typing import Any
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Fleet":
+        from minicb.fleet.fleet import Fleet
+
+        return Fleet
+    raise AttributeError(f"module 'minicb.fleet' has no attribute {name!r}")

@@ -166,6 +166,15 @@ class Fleet:
                 )
             return replica.name, request_id
 
+    def set_policy(self, policy: str) -> None:
+        """Route from now on with ``policy``: a new router over the live replicas (its
+        prefix record starts empty). Call it in the engine thread, or while it is idle."""
+        router = Router(policy, max(self._by_index) + 1, block_size=self.config.block_size)
+        for replica in self.replicas.values():
+            if replica.dead is not None:
+                router.remove(replica.index)
+        self.router = router
+
     def loads(self) -> list[ReplicaLoad]:
         """Each replica's load as of its latest message (swapped-out requests wait too)."""
         return [
