@@ -2,7 +2,9 @@
 
 Cache layout (per layer): ``k_cache, v_cache`` of shape
 ``(num_blocks, block_size, num_kv_heads, head_dim)``; slot ``s`` is block ``s // block_size``,
-row ``s % block_size``.
+row ``s % block_size``. Under an 8-bit KV cache each is a ``QuantizedCache`` (8-bit values
+of that shape and one fp32 scale per token and KV head, minicb/quant/kv.py): stores
+quantise, reads dequantise to the query's dtype, and the attention is the same.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from minicb.quant.kv import QuantizedCache, read_blocks, write_slots
+
 if TYPE_CHECKING:
     from minicb.kernels.attention import AttentionMetadata
 
@@ -18,8 +22,8 @@ if TYPE_CHECKING:
 def store_kv(
     key: torch.Tensor,  # (T, num_kv_heads, head_dim)
     value: torch.Tensor,  # (T, num_kv_heads, head_dim)
-    k_cache: torch.Tensor,  # (num_blocks, block_size, num_kv_heads, head_dim)
-    v_cache: torch.Tensor,
+    k_cache: torch.Tensor | QuantizedCache,  # (num_blocks, block_size, num_kv_heads, head_dim)
+    v_cache: torch.Tensor | QuantizedCache,
     slot_mapping: torch.Tensor,  # (T,) int64; -1 marks tokens that are not stored
 ) -> None:
     write_kv(key, value, k_cache, v_cache, slot_mapping, storing(slot_mapping))
@@ -37,14 +41,14 @@ def write_kv(key, value, k_cache, v_cache, slots: torch.Tensor, keep: torch.Tens
     (all where it is None)."""
     if keep is not None:
         slots, key, value = slots[keep], key[keep], value[keep]
-    # View the cache as one long row of slots so a flat index addresses any token.
-    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slots, key.to(k_cache.dtype))
-    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slots, value.to(v_cache.dtype))
+    # The cache viewed as one long row of slots, so a flat index addresses any token.
+    write_slots(k_cache, slots, key)
+    write_slots(v_cache, slots, value)
 
 
-def gather_kv(cache: torch.Tensor, blocks: torch.Tensor, length: int) -> torch.Tensor:
+def gather_kv(cache, blocks: torch.Tensor, length: int, dtype: torch.dtype) -> torch.Tensor:
     """The first ``length`` tokens of one request: (length, num_kv_heads, head_dim)."""
-    return cache[blocks].flatten(0, 1)[:length]
+    return read_blocks(cache, blocks, dtype).flatten(0, 1)[:length]
 
 
 def paged_attention(
@@ -84,8 +88,9 @@ def _one_token_attention(
 ) -> torch.Tensor:
     batch = query.shape[0]
     # Gather each request's blocks into one padded context: (B, Hkv, L, D).
-    k = k_cache[block_tables.long()].flatten(1, 2)[:, :max_len].transpose(1, 2)
-    v = v_cache[block_tables.long()].flatten(1, 2)[:, :max_len].transpose(1, 2)
+    tables = block_tables.long()
+    k = read_blocks(k_cache, tables, query.dtype).flatten(1, 2)[:, :max_len].transpose(1, 2)
+    v = read_blocks(v_cache, tables, query.dtype).flatten(1, 2)[:, :max_len].transpose(1, 2)
     positions = torch.arange(max_len, device=query.device)
     visible = positions[None, :] < context_lens.long()[:, None]  # (B, L)
     out = torch.nn.functional.scaled_dot_product_attention(
@@ -133,8 +138,8 @@ def paged_prefill_attention(
             start += 1
             continue
         blocks = meta.block_tables[i].long()
-        k = gather_kv(k_cache, blocks, ctx_len).transpose(0, 1)  # (Hkv, L, D)
-        v = gather_kv(v_cache, blocks, ctx_len).transpose(0, 1)
+        k = gather_kv(k_cache, blocks, ctx_len, query.dtype).transpose(0, 1)  # (Hkv, L, D)
+        v = gather_kv(v_cache, blocks, ctx_len, query.dtype).transpose(0, 1)
         q = query[start : start + q_len].transpose(0, 1)  # (H, q_len, D)
         # Query j sits at position ctx_len - q_len + j and may see keys up to there.
         q_pos = torch.arange(ctx_len - q_len, ctx_len, device=query.device)

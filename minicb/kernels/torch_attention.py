@@ -7,7 +7,9 @@ token, and the masks. ``StepIndex`` holds those, built by the first layer and re
 rest (30 layers in the default model). Each layer then does one ``index_select`` of exactly
 the context tokens (not whole blocks) from the cache viewed as a flat row of slots, and one
 SDPA call for all the one-token rows (decodes) plus one per prompt chunk. The reference
-stays the definition; tests/kernels/test_torch_attention.py checks they agree.
+stays the definition; tests/kernels/test_torch_attention.py checks they agree. Under an
+8-bit KV cache the gathers read values and scales and dequantise what they gathered
+(minicb.quant.kv.read_slots): only the step's context, never the whole cache.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
+
+from minicb.quant.kv import QuantizedCache, read_slots
 
 if TYPE_CHECKING:
     from minicb.kernels.attention import AttentionMetadata
@@ -98,12 +102,13 @@ def _chunks(meta: AttentionMetadata, block_size: int) -> list[ChunkIndex]:
 
 
 def gather_contexts(
-    cache: torch.Tensor,  # (num_blocks, block_size, num_kv_heads, head_dim)
+    cache: torch.Tensor | QuantizedCache,  # (num_blocks, block_size, num_kv_heads, head_dim)
     index: DecodeIndex,
+    dtype: torch.dtype | None = None,  # an 8-bit cache is read back as this (the query's)
 ) -> torch.Tensor:  # (B, L, num_kv_heads, head_dim)
     """Each one-token row's context, padded to the longest: one gather of exactly its slots."""
     shape = (index.batch, index.length, *cache.shape[2:])
-    return cache.flatten(0, 1).index_select(0, index.slots).view(shape)
+    return read_slots(cache, index.slots, dtype).view(shape)
 
 
 def attend_contexts(
@@ -131,7 +136,8 @@ def decode_attention(
     index: DecodeIndex,
     scale: float,
 ) -> torch.Tensor:  # (B, num_heads, head_dim)
-    k, v = gather_contexts(k_cache, index), gather_contexts(v_cache, index)
+    k = gather_contexts(k_cache, index, query.dtype)
+    v = gather_contexts(v_cache, index, query.dtype)
     return attend_contexts(query, k, v, index, scale)
 
 
@@ -148,10 +154,9 @@ def step_attention(
     if index.decode is not None:
         rows = query.index_select(0, index.decode_tokens)
         out[index.decode_tokens] = decode_attention(rows, k_cache, v_cache, index.decode, scale)
-    flat_k, flat_v = k_cache.flatten(0, 1), v_cache.flatten(0, 1)  # (slots, Hkv, D)
     for chunk in index.chunks:
-        k = flat_k.index_select(0, chunk.slots).transpose(0, 1)  # (Hkv, L, D)
-        v = flat_v.index_select(0, chunk.slots).transpose(0, 1)
+        k = read_slots(k_cache, chunk.slots, query.dtype).transpose(0, 1)  # (Hkv, L, D)
+        v = read_slots(v_cache, chunk.slots, query.dtype).transpose(0, 1)
         span = slice(chunk.start, chunk.start + chunk.length)
         # A batch of one, 4-D: on CPU only 4-D inputs reach torch's fused (flash) kernel;
         # 3-D ones fall back to the unfused math path, which in bf16 took 2.7x as long for

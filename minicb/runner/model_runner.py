@@ -2,10 +2,11 @@
 
 The runner of the real model (see minicb.runner for the seam it fills).
 
-It owns the model weights and the KV tensors: one device tensor of shape
-``(num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim)`` and a CPU twin for
-swapped-out blocks. Each iteration it copies blocks the plan swaps out, then those it
-swaps in, flattens the plan into one ragged batch (minicb.runner.step_inputs: ids,
+It owns the model weights and the KV pools (minicb.runner.kv_pool): one on the device of
+shape ``(num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim)`` (and, for an
+8-bit KV cache, its scales) and a host twin for swapped-out blocks. Each iteration it
+copies blocks the plan swaps out, then those it swaps in (``_copy_blocks``, the one way a
+block moves between pools), flattens the plan into one ragged batch (minicb.runner.step_inputs: ids,
 positions and attention metadata for every scheduled token, no padding between
 requests), runs the model, and samples one token for each
 request whose uncomputed tokens are now all computed (and, for a row that verifies
@@ -33,6 +34,7 @@ from minicb.kernels import get_backend
 from minicb.runner import RunnerOutput
 from minicb.runner.cuda_graphs import maybe_capture
 from minicb.runner.dtype import choose_dtype
+from minicb.runner.kv_pool import KVPool, bytes_per_block, copy_blocks
 from minicb.runner.llama import LlamaModel, ModelConfig, RotaryEmbedding
 from minicb.runner.loader import ModelFiles, iter_safetensors, open_model
 from minicb.runner.occupancy import Occupancy
@@ -142,17 +144,17 @@ class ModelRunner:
             self.num_swap_blocks = min(
                 self.num_kv_blocks, SWAP_SPACE_BYTES // self.bytes_per_block()
             )
-        # (num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim)
-        block = (config.block_size, cfg.num_kv_heads, cfg.head_dim)
-        self.kv_cache = torch.zeros(
-            (cfg.num_layers, 2, self.num_kv_blocks, *block), dtype=self.dtype, device=self.device
-        )
-        self.swap_cache = torch.zeros(
-            (cfg.num_layers, 2, self.num_swap_blocks, *block),
-            dtype=self.dtype,
-            pin_memory=self.device.type == "cuda",
-        )
-        self.kv_caches = [(self.kv_cache[i, 0], self.kv_cache[i, 1]) for i in range(cfg.num_layers)]
+        pool = (cfg.num_layers, (config.block_size, cfg.num_kv_heads, cfg.head_dim))
+        kv_dtype = (config.kv_cache_dtype, self.dtype)
+        self.kv_pool = KVPool.allocate(*pool, self.num_kv_blocks, *kv_dtype, self.device)
+        pinned = self.device.type == "cuda"
+        self.swap_pool = KVPool.allocate(*pool, self.num_swap_blocks, *kv_dtype, "cpu", pinned)
+        self.kv_caches = self.kv_pool.layers()  # per layer (k_cache, v_cache), as the model takes
+
+    @property
+    def kv_cache(self) -> torch.Tensor:
+        """The device pool's values (num_layers, 2, num_blocks, block_size, heads, head_dim)."""
+        return self.kv_pool.values
 
     def _load_model(self, files: ModelFiles) -> LlamaModel:
         cfg = self.model_config
@@ -200,6 +202,7 @@ class ModelRunner:
             "dtype_reason": self.dtype_choice.reason,
             "attention_backend": self.backend.name,
             "attention_reason": self.backend.reason,
+            "kv_cache_dtype": self.kv_dtype_name(),
             "num_kv_blocks": self.num_kv_blocks,
             "bytes_per_block": self.bytes_per_block(),
             "torch_threads": torch.get_num_threads(),
@@ -229,11 +232,19 @@ class ModelRunner:
         if model.rope.cos.shape[0] < self.max_model_len:
             raise ValueError("cannot share weights: the shared model has a shorter context")
 
+    def kv_dtype_name(self) -> str:
+        """How the KV cache stores keys and values, in words (describe() and the page)."""
+        if self.config.kv_cache_dtype == "auto":
+            return f"{self.dtype_choice.name} (auto: the compute dtype)"
+        return f"{self.config.kv_cache_dtype} (a scale per token and KV head)"
+
     # ---- sizing --------------------------------------------------------------------------
     def bytes_per_block(self) -> int:
+        """Bytes of one block in every layer (keys, values and any scales): an 8-bit KV
+        cache's block is about half a bf16 one, so a byte budget holds about twice as many."""
         cfg = self.model_config
-        elem = torch.tensor([], dtype=self.dtype).element_size()
-        return 2 * cfg.num_layers * self.config.block_size * cfg.num_kv_heads * cfg.head_dim * elem
+        block = (self.config.block_size, cfg.num_kv_heads, cfg.head_dim)
+        return bytes_per_block(cfg.num_layers, block, self.config.kv_cache_dtype, self.dtype)
 
     def _auto_num_blocks(self) -> int:
         per_block = self.bytes_per_block()
@@ -345,9 +356,12 @@ class ModelRunner:
 
     def _copy_swaps(self, plan: StepPlan) -> None:
         # Swap-outs first: their device blocks may be handed to others in this same step.
-        if plan.swap_out_map:
-            src, dst = zip(*plan.swap_out_map, strict=True)
-            self.swap_cache[:, :, list(dst)] = self.kv_cache[:, :, list(src)].cpu()
-        if plan.swap_in_map:
-            src, dst = zip(*plan.swap_in_map, strict=True)
-            self.kv_cache[:, :, list(dst)] = self.swap_cache[:, :, list(src)].to(self.device)
+        self._copy_blocks(self.kv_pool, self.swap_pool, plan.swap_out_map)
+        self._copy_blocks(self.swap_pool, self.kv_pool, plan.swap_in_map)
+
+    @staticmethod
+    def _copy_blocks(src: KVPool, dst: KVPool, pairs) -> None:
+        """Block ``s`` of pool ``src`` -> block ``d`` of ``dst`` for each (s, d) in ``pairs``
+        (any two pools: device and host, either way), values and scales together. Every
+        block copy goes through here, so none can leave an 8-bit block's scales behind."""
+        copy_blocks(src, dst, pairs)
