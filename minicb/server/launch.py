@@ -10,6 +10,10 @@
       curl localhost:8000/v1/completions -H 'content-type: application/json' \\
            -d '{"model": "SmolLM2-135M-Instruct", "prompt": "Hello", "max_tokens": 8}'
 
+- serve --replicas N --router POLICY: N engines, each in its own process with its own copy
+  of the model and its own KV pool, behind the same API; the router (round-robin,
+  least-loaded, prefix-aware) picks the replica of each request and says why on the page
+  (minicb/fleet).
 - replay: the visualizer fed from recorded traces, with a scrub slider and no model.
 - demo --simulate GPU:MODEL: the same demo at data-centre scale on a GPU that is not
   there (minicb/sim/runner.py): 256 slots, the KV pool of that GPU, step times
@@ -37,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from minicb.config import add_engine_options, describe_choices, engine_kwargs
+from minicb.fleet.router import POLICIES
 from minicb.server.guard import LOOPBACK, Guard
 from minicb.server.workload import LENGTHS, PRESETS
 from minicb.telemetry.trace import add_trace_option, traced
@@ -171,6 +176,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--max-body-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB)"
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    f = p.add_argument_group("replicas (each an engine in its own process, behind a router)")
+    f.add_argument(
+        "--replicas", type=int, default=1, help="engines behind the API (default 1: no router)"
+    )
+    f.add_argument(
+        "--router",
+        default="round-robin",
+        choices=POLICIES,
+        help="which replica gets a request (default round-robin; docs: minicb/fleet/router.py)",
+    )
     add_engine_options(p)
     p.set_defaults(measure_utilisation=True)
     add_trace_option(p)
@@ -401,19 +416,47 @@ def build_serve(args: argparse.Namespace) -> tuple[FastAPI, EngineLoop, LLMEngin
         raise ValueError(f"--max-waiting must be at least 1, got {args.max_waiting}")
     if args.max_body_bytes < 1024:
         raise ValueError(f"--max-body-bytes must be at least 1024, got {args.max_body_bytes}")
+    api = dict(max_waiting=args.max_waiting, max_body_bytes=args.max_body_bytes)
+    if getattr(args, "replicas", 1) != 1:
+        return build_fleet(args, guard, api)
     engine = LLMEngine(args.model, EngineConfig.from_kwargs(**engine_kwargs(args)))
     name = args.served_model_name or engine.model_name
     loop = EngineLoop({SERVE_ENGINE: engine})
-    api = dict(max_waiting=args.max_waiting, max_body_bytes=args.max_body_bytes)
     return _app(loop, "serve", SERVE_ENGINE, name, guard, **api), loop, engine, name
 
 
+def build_fleet(args: argparse.Namespace, guard: Guard, api: dict[str, Any]) -> tuple:
+    """``serve --replicas N``: the replicas' processes (started, their models loaded), the
+    loop that routes to them, and the app with the API aimed at the fleet."""
+    from minicb.fleet.fleet import FLEET, Fleet
+
+    if args.replicas < 1:
+        raise ValueError(f"--replicas must be at least 1, got {args.replicas}")
+    if args.trace:
+        raise ValueError("--trace records one engine; it cannot record --replicas yet")
+    fleet = Fleet(args.model, args.replicas, args.router, **engine_kwargs(args))
+    name = args.served_model_name or fleet.model_name
+    loop = fleet.engine_loop()
+    return _app(loop, "serve", FLEET, name, guard, **api), loop, fleet, name
+
+
 def run_serve(args: argparse.Namespace) -> int:
+    if getattr(args, "replicas", 1) != 1:
+        print(f"minicb serve: starting {args.replicas} replicas ...", flush=True)
     app, loop, engine, model_name = build_serve(args)
-    print(f"minicb serve: {describe_choices(engine.describe()['runner'])}", flush=True)
     logging.basicConfig(level=args.log_level.upper())
+    what = f"minicb serve: {model_name} (visualizer at /, API at /v1)"
+    if loop.fleets:  # the replicas: each its own process, stopped with the server
+        first = next(iter(engine.replicas.values()))
+        print(f"minicb serve: router {args.router}; each replica: "
+              f"{describe_choices(first.describe()['runner'])}", flush=True)  # fmt: skip
+        try:
+            run_server(app, args, what, loop)
+        finally:
+            engine.close()
+        return 0
+    print(f"minicb serve: {describe_choices(engine.describe()['runner'])}", flush=True)
     with traced(engine, args, served_model_name=model_name):
-        what = f"minicb serve: {model_name} (visualizer at /, API at /v1)"
         run_server(app, args, what, loop)
     return 0
 

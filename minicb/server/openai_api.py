@@ -11,6 +11,11 @@ in the tokenizer's own thread -> the waiting-queue gate (waiting_gate) ->
 runs in the engine thread and tokenizing in the tokenizer's, so a slow step never stalls
 other clients' chunks and a long prompt never stalls a step. The engine is looked up by
 name on every request because the demo may rebuild it with new settings.
+
+The name may be a fleet's (minicb.fleet: replicas behind a router): the fleet tokenizes,
+the loop routes each request to a replica, and the request's stream names that replica,
+so an abort (a client that hangs up) frees KV there; /metrics labels each replica's
+figures with ``replica``, and /health answers 503 only when every replica has failed.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from minicb.config import SamplingParams
+from minicb.fleet.metrics import FleetMetrics
+from minicb.fleet.replica import ReplicaDied
 from minicb.request import RequestOutput
 from minicb.server.api_error import APIError, error_handler, invalid
 from minicb.server.engine_loop import EngineLoop, EngineStopped, RequestStream
@@ -60,7 +67,7 @@ class OpenAIRoutes:
     engine_name: str
     model_name: str
     gate: WaitingGate
-    prometheus: PrometheusMetrics
+    prometheus: PrometheusMetrics | FleetMetrics
     max_body_bytes: int
     # The tokenizer's thread, beside the engine's: one, so prompts queue there in turn.
     tokenizing: ThreadPoolExecutor = field(
@@ -69,7 +76,8 @@ class OpenAIRoutes:
 
     @property
     def engine(self) -> Any:
-        return self.loop.engines[self.engine_name]  # looked up each time: rebuilds replace it
+        fleet = self.loop.fleets.get(self.engine_name)  # a fleet tokenizes as an engine does
+        return fleet or self.loop.engines[self.engine_name]  # each time: rebuilds replace it
 
     def check_model(self, model: str) -> None:
         if model != self.model_name:
@@ -144,7 +152,7 @@ class OpenAIRoutes:
                 raise APIError(why, param=param) from err
         headers = {"X-Request-Id": reply.id, "X-Minicb-Request-Id": str(stream.request_id)}
         if req.stream:
-            body = sse_stream(stream, reply, lambda: self.abort_soon(stream.request_id))
+            body = sse_stream(stream, reply, lambda: self.abort_soon(stream))
             headers.update(SSE_HEADERS)
             return StreamingResponse(body, media_type="text/event-stream", headers=headers)
         out = await self._final(request, stream)
@@ -159,7 +167,7 @@ class OpenAIRoutes:
         async def watch() -> None:
             while (await request.receive())["type"] != "http.disconnect":
                 pass
-            await self.loop.abort(self.engine_name, stream.request_id)
+            await self.loop.abort(stream.engine, stream.request_id)
 
         watcher = asyncio.ensure_future(watch())
         try:
@@ -170,9 +178,11 @@ class OpenAIRoutes:
         finally:
             watcher.cancel()
 
-    def abort_soon(self, request_id: int) -> None:
-        """Abort from a plain function (a closing generator cannot await): queue it."""
-        self.loop.call(lambda: self.engine.abort_request(request_id))
+    def abort_soon(self, stream: RequestStream) -> None:
+        """Abort from a plain function (a closing generator cannot await): queue it, for
+        the engine that holds the request."""
+        engines, name = self.loop.engines, stream.engine
+        self.loop.call(lambda: engines[name].abort_request(stream.request_id))
 
     # ---- about the server ----------------------------------------------------------------
     def model_card(self) -> dict[str, Any]:
@@ -204,19 +214,21 @@ class OpenAIRoutes:
         return JSONResponse({"status": "ok", "model": self.model_name})
 
     async def metrics(self, request: Request) -> Response:
-        # KV usage is otherwise set by steps only, so an idle engine would keep showing its
-        # last busy figure after aborts; read the pool now, in the engine thread.
-        read = self.loop.acall(lambda: self.engine.kv_snapshot())
-        try:
-            kv = await asyncio.wait_for(read, METRICS_READ_TIMEOUT_S)
-            self.prometheus.kv_usage.set(kv.num_used / kv.num_blocks if kv.num_blocks else 0.0)
-        except (TimeoutError, EngineStopped):
-            pass  # a stuck or ended engine thread must not stall the scrape
-        name = self.engine_name
-        error = self.loop.last_error.get(name)  # viewers may scrape: shown text-free
-        self.prometheus.note_failures(
-            self.loop.failed_steps.get(name, 0), error and text_free(error)
-        )
+        # One engine's metrics, or each replica's of a fleet (FleetMetrics.members).
+        members = getattr(self.prometheus, "members", {self.engine_name: self.prometheus})
+        for name, prometheus in members.items():
+            # KV usage is otherwise set by steps only, so an idle engine would keep showing
+            # its last busy figure after aborts; read the pool now, in the engine thread.
+            read = self.loop.acall(lambda name=name: self.loop.engines[name].kv_snapshot())
+            try:
+                kv = await asyncio.wait_for(read, METRICS_READ_TIMEOUT_S)
+                prometheus.kv_usage.set(kv.num_used / kv.num_blocks if kv.num_blocks else 0.0)
+            except (TimeoutError, EngineStopped, ReplicaDied):
+                pass  # a stuck or ended engine thread, a dead replica: never stall the scrape
+            error = self.loop.last_error.get(name)  # viewers may scrape: shown text-free
+            prometheus.note_failures(
+                self.loop.failed_steps.get(name, 0), error and text_free(error)
+            )
         body = self.prometheus.exposition() + _viewer_lines(request)
         return Response(body, media_type=self.prometheus.content_type)
 
@@ -264,9 +276,15 @@ def install_openai_routes(
     metrics and the waiting-queue gate listen to the engine's bus, which a rebuilt engine
     keeps, so they go on counting across a demo's rebuilds.
     """
-    prometheus = PrometheusMetrics(model_name)
-    engine_loop.engines[engine_name].bus.subscribe(prometheus)
-    gate = WaitingGate(engine_loop.engines, engine_name, max_waiting)
+    fleet = engine_loop.fleets.get(engine_name)
+    if fleet is not None:  # each replica counted on its own, shown with a replica label
+        prometheus: PrometheusMetrics | FleetMetrics = FleetMetrics(model_name, fleet.replicas)
+    else:
+        prometheus = PrometheusMetrics(model_name)
+        engine_loop.engines[engine_name].bus.subscribe(prometheus)
+    # the queue bound: a fleet's waiting requests, all replicas together (Fleet.bus)
+    engines = engine_loop.fleets if fleet is not None else engine_loop.engines
+    gate = WaitingGate(engines, engine_name, max_waiting)
     routes = OpenAIRoutes(engine_loop, engine_name, model_name, gate, prometheus, max_body_bytes)
     app.state.openai = routes
     for error in (APIError, Exception):

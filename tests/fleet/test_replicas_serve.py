@@ -1,0 +1,110 @@
+"""Two real replicas (processes) of the tiny model behind the OpenAI API, as
+``minicb serve --replicas 2`` builds them: the tokens through the API equal one engine's
+under every router, each decision is a ``routed`` event with its reason, a client that
+hangs up frees KV on the replica that holds its request, and /metrics labels each
+replica's figures. One fleet for the module: two process starts."""
+
+from __future__ import annotations
+
+import argparse
+
+import httpx
+import pytest
+
+from minicb import LLM, SamplingParams
+from minicb.fleet.fleet import FLEET
+from minicb.fleet.router import POLICIES
+from minicb.server.launch import build_serve
+from tests.api.live import live_server, metric
+from tests.helpers import wait_for
+
+PROMPTS = [[5, 6, 7, 8], [9, 10], [11] * 40, [5, 6, 7, 8, 1, 2]]
+MAX_TOKENS = 6
+OPTIONS = dict(dtype="float32", num_kv_blocks=64)
+
+
+@pytest.fixture(scope="module")
+def expected(tiny_llama_dir):
+    llm = LLM(tiny_llama_dir, **OPTIONS)
+    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, ignore_eos=True)
+    return [out.token_ids for out in llm.generate(PROMPTS, params)]
+
+
+@pytest.fixture(scope="module")
+def served(tiny_llama_dir):
+    """``build_serve`` on ``serve --replicas 2`` options: the app, its loop, the fleet."""
+    from minicb.cli import build_parser
+
+    argv = ["serve", "--model", tiny_llama_dir, "--replicas", "2", "--dtype", "float32"]
+    argv += ["--num-kv-blocks", "64", "--no-measure-utilisation"]
+    args: argparse.Namespace = build_parser().parse_args(argv)
+    app, loop, fleet, name = build_serve(args)
+    assert name == fleet.model_name
+    loop.start()
+    try:
+        with live_server(app) as url:
+            yield url, loop, fleet, name
+    finally:
+        fleet.close()
+
+
+def complete(url: str, model: str, prompt: list[int], **extra) -> httpx.Response:
+    body = {"model": model, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0}
+    body.update(ignore_eos=True, return_token_ids=True, **extra)
+    return httpx.post(url + "/v1/completions", json=body, timeout=60)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_tokens_through_the_api_equal_one_engines_under_every_router(served, expected, policy):
+    url, loop, fleet, model = served
+    loop.call(lambda: fleet.set_policy(policy)).result(10)
+    routed: list = []
+    fleet.bus.subscribe(routed.extend, kinds=["routed"])
+    replies = [complete(url, model, p) for p in PROMPTS]
+    fleet.bus.unsubscribe(routed.extend)
+    assert [r.status_code for r in replies] == [200] * len(PROMPTS)
+    assert [r.json()["choices"][0]["token_ids"] for r in replies] == expected
+    for reply in replies:  # the usage a client sums to see what the prefix cache saved
+        assert "cached_tokens" in reply.json()["usage"]["prompt_tokens_details"]
+    assert [e.policy for e in routed] == [policy] * len(PROMPTS)
+    assert all(e.reason.startswith(f"replica {e.replica}: ") for e in routed)
+    if policy == "round-robin":
+        assert [e.replica for e in routed] == [0, 1, 0, 1]
+    ids = [int(r.headers["X-Minicb-Request-Id"]) for r in replies]
+    assert [e.request_id for e in routed] == ids  # the id the replica gave the request
+
+
+def test_a_client_that_hangs_up_frees_kv_on_the_replica_that_holds_its_request(served):
+    url, loop, fleet, model = served
+    loop.call(lambda: fleet.set_policy("round-robin")).result(10)
+    complete(url, model, PROMPTS[1])  # to replica 0: the one cut goes to replica 1
+    routed, aborted = [], {name: [] for name in fleet.replicas}
+    fleet.bus.subscribe(routed.extend, kinds=["routed"])
+    for name, replica in fleet.replicas.items():
+        replica.bus.subscribe(aborted[name].extend, kinds=["aborted"])
+    body = {"model": model, "prompt": PROMPTS[2], "max_tokens": 50, "stream": True}
+    body["ignore_eos"] = True
+    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as reply:
+        next(reply.iter_lines())  # a first chunk: it is running and holds blocks
+    holder = f"replica{routed[0].replica}"
+    assert holder == "replica1"
+    wait_for(lambda: aborted[holder])
+    assert [e.request_id for e in aborted[holder]] == [routed[0].request_id]
+    assert aborted["replica0"] == []
+
+    def used(name: str) -> int:
+        return loop.call(fleet.replicas[name].kv_snapshot).result(10).num_used
+
+    wait_for(lambda: used(holder) == 0)
+    assert used("replica0") == 0
+
+
+def test_metrics_label_each_replica_and_health_is_ok(served):
+    url, loop, fleet, model = served
+    text = httpx.get(url + "/metrics").text
+    for name in fleet.replicas:
+        labels = f'model_name="{model}",replica="{name}"'
+        assert metric(text, f"minicb:num_requests_running{{{labels}}}") == 0
+        assert metric(text, f"minicb:iterations_total{{{labels}}}") > 0
+    assert httpx.get(url + "/health").json()["status"] == "ok"
+    assert FLEET in loop.fleets
