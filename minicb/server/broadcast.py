@@ -9,15 +9,14 @@ every browser at a bounded rate (frames.py says what a frame holds).
 
 On the wire a frame is one *binary* message: its JSON compressed with zlib (``deflate``, as
 a browser's DecompressionStream("deflate") reads it), compressed once per text class like
-its encoding. Every other message (hello, views, replies, narrations) is JSON in a text
-message. WebSocket permessage-deflate is off on the server (launch.py): it compressed every
-frame again for each connection, about a hundredth of a core per browser, and with 200
-browsers on two cores the server no longer answered /metrics. Two hundred browsers cost
-two hundred socket writes of the same bytes a frame, not two hundred folds, encodings and
-compressions; the engine thread pays one queue put per event whatever the number of
-browsers. A browser whose outbox is full (a slow tab) gets its queued frames
-replaced by one *view* (the fold's state now) and the frames after it: coarser, never
-broken, and nobody else waits for it.
+its encoding; so is a view that stands in for the frames a slow browser missed. Every
+other message (hello, replies, narrations) is JSON in a text message. WebSocket
+permessage-deflate is off on the server (launch.py): it compressed every frame again for
+each connection. Two hundred browsers cost two hundred socket writes of the same bytes a
+frame, not two hundred folds, encodings and compressions; the engine thread pays one queue
+put per event whatever the number of browsers. A browser whose outbox is full (a slow tab)
+gets its queued frames replaced by one *view* (the fold's state now) and the frames after
+it: coarser, never broken, and nobody else waits for it.
 """
 
 from __future__ import annotations
@@ -61,6 +60,9 @@ class Broadcast:
         self.frames = 0  # frames folded so far (each engine's)
         self.bytes_sent = 0  # bytes written to every browser's socket, all messages (compressed)
         self.last_grid: dict[str, list[int]] = {}  # the folded map each engine sent last
+        # text class -> the view a slow browser gets instead of its backlog, compressed; one
+        # for all the browsers of a class that fall behind between two folds
+        self._views: dict[Any, bytes] = {}
         self._task: asyncio.Task | None = None
         self._starting = asyncio.Lock()
         # Messages for every browser from the engine thread (narrations), sent after the
@@ -139,6 +141,7 @@ class Broadcast:
     def _frame(self, name: str, sub: Subscription) -> None:
         folder = self.folders[name]
         events = folder.fold(sub.drain(), tokens=self._tokens(name))
+        self._views = {}  # a view from before this fold would miss its events
         grid = None
         if not folder.exact and self.frames % KV_GRID_EVERY == 0:
             grid = folder.grid()
@@ -167,13 +170,19 @@ class Broadcast:
 
     def offer(self, client: Client, message: str | bytes) -> None:
         """Queue an encoded message (a compressed frame, or JSON text); a full outbox is
-        replaced by one view (coarser, whole)."""
+        replaced by one view (coarser, whole), compressed as a frame is: at a GPU's scale a
+        view is hundreds of kilobytes of JSON, and a class on a busy machine has many slow
+        browsers at once."""
         outbox = client.outbox
         if outbox.full():
             while not outbox.empty():
                 outbox.get_nowait()
             client.resyncs += 1
-            outbox.put_nowait(json.dumps({"type": "view", "engines": self.views(client)}))
+            key = client.sees_text
+            if key not in self._views:
+                view = {"type": "view", "engines": self.views(client)}
+                self._views[key] = compress(json.dumps(view))
+            outbox.put_nowait(self._views[key])
             return
         outbox.put_nowait(message)
 

@@ -1,9 +1,11 @@
 """What goes on the /ws wire to a class of viewers: each frame is compressed once, and every
-viewer of the same text class gets the same bytes in a binary message; the other messages
-(hello, replies to controls) stay JSON text. Through FastAPI's TestClient, on fake runners."""
+viewer of the same text class gets the same bytes in a binary message (a view for those
+that fell behind too, one for all of them); the other messages (hello, replies to
+controls) stay JSON text. Through FastAPI's TestClient, on fake runners."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import zlib
 
@@ -16,7 +18,7 @@ from minicb.server.app import create_app
 from minicb.server.engine_loop import EngineLoop
 from minicb.server.workload import WorkloadFeeder, WorkloadSpec
 from tests.api.live import LOCAL
-from tests.server.conftest import fake_engine
+from tests.server.conftest import fake_engine, message
 
 VIEWERS = 3
 PARAMS = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
@@ -35,8 +37,9 @@ def demo(monkeypatch):
     engines = {"static": fake_engine("static"), "continuous": fake_engine()}
     loop = EngineLoop(engines, feeder=WorkloadFeeder(WorkloadSpec(preset="off")))
     loop.start()
-    with TestClient(create_app(loop, mode="demo", model_name="fake"), base_url=LOCAL) as client:
-        yield client, loop, compressed
+    app = create_app(loop, mode="demo", model_name="fake")
+    with TestClient(app, base_url=LOCAL) as client:
+        yield client, loop, compressed, app.state.hub
     loop.stop()
 
 
@@ -57,7 +60,7 @@ def frames_until_finished(ws, request_id: int) -> list[bytes]:
 
 
 def test_each_frame_is_compressed_once_and_every_viewer_gets_the_same_bytes(demo):
-    client, loop, compressed = demo
+    client, loop, compressed, _ = demo
     sockets = [client.websocket_connect("ws://127.0.0.1/ws") for _ in range(VIEWERS)]
     try:
         views = [ws.__enter__() for ws in sockets]
@@ -79,3 +82,28 @@ def test_each_frame_is_compressed_once_and_every_viewer_gets_the_same_bytes(demo
     finally:
         for ws in sockets:
             ws.__exit__(None, None, None)
+
+
+def test_browsers_that_fall_behind_together_share_one_compressed_view(demo):
+    client, _, compressed, hub = demo
+    with client.websocket_connect("ws://127.0.0.1/ws") as ws:
+        message(ws)  # the hello: the frames have started
+
+        def fall_behind() -> list:  # in the server's loop, between two of its frames
+            slow = [hub.connect() for _ in range(3)]  # browsers that never read
+            for browser in slow:
+                browser.outbox = asyncio.Queue(1)
+                for _ in range(2):  # the second finds the outbox full
+                    hub.broadcast_frames.offer(browser, b"a frame")
+                hub.disconnect(browser)
+            return [browser.outbox.get_nowait() for browser in slow]
+
+        before = len(compressed)
+        views = client.portal.call(fall_behind)
+    assert len(compressed) == before + 1  # one view compressed for the three
+    assert views[0] == views[1] == views[2] == compressed[-1]
+    view = broadcast.read_message(views[0])
+    assert view["type"] == "view" and {e["name"] for e in view["engines"]} == {
+        "static",
+        "continuous",
+    }

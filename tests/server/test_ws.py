@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 
 from minicb import EngineConfig, LLMEngine, SamplingParams
 from minicb.server.app import create_app
+from minicb.server.broadcast import read_message
 from minicb.server.engine_loop import EngineLoop
 from minicb.server.workload import WorkloadFeeder, WorkloadSpec
 from minicb.telemetry.kv_state import KVState
@@ -175,7 +176,7 @@ def test_a_slow_client_gets_a_view_instead_of_a_backlog_and_never_slows_the_engi
             hub.broadcast_frames.offer(slow, frame)
         # its backlog was replaced by one view of the engines, whole and decodable
         assert slow.resyncs == 1 and slow.outbox.qsize() == 1
-        view = json.loads(slow.outbox.get_nowait())
+        view = read_message(slow.outbox.get_nowait())  # compressed, as a frame
         assert view["type"] == "view"
         assert {e["name"] for e in view["engines"]} == {"static", "continuous"}
         hub.disconnect(slow)
