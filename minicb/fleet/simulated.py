@@ -1,0 +1,277 @@
+"""A fleet of SIMULATED replicas behind the router, on virtual time: data-centre scale.
+
+Each replica is the real engine on a ``SimulatedRunner`` (minicb/sim/runner.py) with its
+own ``VirtualClock``, as ``minicb.sim.run`` drives one; the fleet runs them together in
+time order: of the next arrival, the next autoscaling look and the earliest end of a
+replica's step, it does whichever comes first (a discrete-event simulation: a replica's
+step starts at its own clock, so it sees only the requests routed to it by then). A
+request is routed by ``minicb.fleet.router.Router``, the same code that routes for the
+real replicas, told each replica's waiting and running requests at that moment; an idle
+replica's clock jumps to the arrival. The requests come from the one workload module: an
+``Arrivals`` (open loop) or a ``ChatSessions`` (a closed loop: each turn after the
+previous answer).
+
+With an ``Autoscaler`` (minicb/fleet/autoscale.py) the fleet grows and shrinks: an added
+replica takes requests only after its start-up delay (``startup_s``: the catalogue's fixed
+seconds plus its weights read at the catalogue's rate) and costs from the moment it is
+added; a removed one is taken out of the router first. Cost is GPU-hours (replica-seconds
+x GPUs per replica) at the catalogue's illustrative price.
+
+``run`` returns the fleet's figures, all labelled ``simulated``: the one metrics summary
+(``MetricsCollector``'s, merged over the replicas) with goodput under the TTFT and TPOT
+targets, the prefix cache's hit rate, cost per million output tokens, every route and
+every scaling decision with its reason. Pure Python: no torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field, fields
+from typing import Any, Protocol
+
+from minicb.config import EngineConfig
+from minicb.engine import LLMEngine
+from minicb.fleet.autoscale import Autoscaler, FleetState, ScaleDecision
+from minicb.fleet.router import ReplicaLoad, Route, Router
+from minicb.runner import VirtualClock
+from minicb.sim.catalogue import load_profile, read_catalogue
+from minicb.sim.runner import SimulatedRunner
+from minicb.sim.step_time import StepTimeModel
+from minicb.telemetry.latency import tpot, ttft
+from minicb.telemetry.metrics import MetricsCollector
+from minicb.workload import RequestSpec
+
+
+class ArrivalSource(Protocol):
+    """``Arrivals`` or ``ChatSessions`` (which also has ``answered``)."""
+
+    def __bool__(self) -> bool: ...
+    @property
+    def next_time(self) -> float | None: ...
+    def due(self, now: float) -> list[RequestSpec]: ...
+
+
+def replica_startup_s(profile: StepTimeModel) -> float:
+    """Seconds from adding a replica to its first request: the catalogue's fixed start-up
+    plus the weights read at its rate (illustrative: catalogue.json's ``fleet``)."""
+    fleet = read_catalogue()["fleet"]
+    return fleet["startup_fixed_s"] + profile.weight_bytes / (fleet["weights_gb_s"] * 1e9)
+
+
+def gpu_price(profile: StepTimeModel) -> float:
+    """US dollars per GPU-hour of the profile's GPU (illustrative: catalogue.json)."""
+    return read_catalogue()["gpus"][profile.gpu.name]["usd_per_gpu_hour"]
+
+
+@dataclass
+class SimulatedReplica:
+    """One engine on its own simulated GPU(s) and clock."""
+
+    index: int
+    engine: LLMEngine
+    runner: SimulatedRunner
+    added: float  # when it was asked for: it costs from here
+    ready_at: float  # when it takes requests
+    metrics: MetricsCollector = field(default_factory=MetricsCollector)
+    finished: list[Any] = field(default_factory=list)  # finished events not yet handled
+    requests: dict[int, RequestSpec] = field(default_factory=dict)  # engine id -> request
+    idle_from: float | None = None
+    removed: float | None = None
+
+    @property
+    def clock(self) -> VirtualClock:
+        return self.runner.clock
+
+    def load(self, now: float) -> ReplicaLoad:
+        q = self.engine.queue_sizes()
+        waiting = q["waiting"] + q["swapped"]  # both wait for a slot
+        return ReplicaLoad(self.index, waiting, q["running"], alive=now >= self.ready_at)
+
+
+class SimulatedFleet:
+    """N simulated replicas of one profile behind a ``Router`` (see the module doc)."""
+
+    def __init__(
+        self,
+        profile: StepTimeModel | str,
+        config: EngineConfig,
+        router: Router | str,
+        num_replicas: int = 1,
+        *,
+        autoscaler: Autoscaler | None = None,
+        startup_s: float | None = None,
+        ttft_slo: float = 1.0,
+        tpot_slo: float = 0.1,
+    ) -> None:
+        if isinstance(profile, str):
+            profile = load_profile(profile, config.tensor_parallel_size)
+        if isinstance(router, str):
+            router = Router(router, num_replicas, block_size=config.block_size)
+        self.profile, self.config, self.router = profile, config, router
+        self.autoscaler = autoscaler
+        self.startup_s = replica_startup_s(profile) if startup_s is None else startup_s
+        self.ttft_slo, self.tpot_slo = ttft_slo, tpot_slo
+        self.replicas = [self._replica(i, 0.0, 0.0) for i in router.replicas]
+        self.routes: list[Route] = []
+        self.told: list[tuple[int, list[int], list[ReplicaLoad]]] = []  # what routing saw
+        self.scaling: list[dict[str, Any]] = []  # each decision, its time and the count
+        self._outcomes: deque[tuple[float, bool]] = deque()  # (finish time, met both)
+        self._next_id = 0
+
+    def _replica(self, index: int, added: float, ready_at: float) -> SimulatedReplica:
+        clock = VirtualClock(ready_at)
+        runner = SimulatedRunner(self.profile, self.config, clock=clock)
+        replica = SimulatedReplica(
+            index, LLMEngine(config=self.config, runner=runner, clock=clock), runner,
+            added, ready_at, idle_from=ready_at,
+        )  # fmt: skip
+        replica.engine.bus.subscribe(replica.metrics)
+        replica.engine.bus.subscribe(replica.finished.extend, kinds=["finished"])
+        return replica
+
+    @property
+    def active(self) -> list[SimulatedReplica]:
+        return [r for r in self.replicas if r.removed is None]
+
+    # ---- the event loop --------------------------------------------------------------------
+    def run(self, source: ArrivalSource) -> dict[str, Any]:
+        """Every request of ``source`` through the fleet; the figures (``summary``)."""
+        interval = self.autoscaler.interval_s if self.autoscaler else math.inf
+        next_look = interval
+        while source or any(r.engine.has_unfinished() for r in self.active):
+            busy = [r for r in self.active if r.engine.has_unfinished()]
+            t_step = min((r.clock() for r in busy), default=math.inf)
+            t_arrival = source.next_time if source.next_time is not None else math.inf
+            if min(t_arrival, t_step, next_look) == math.inf:
+                break  # nothing can happen (a closed loop waiting on nothing)
+            if t_arrival <= t_step and t_arrival <= next_look:
+                for request in source.due(t_arrival):
+                    self._route(request, t_arrival)
+            elif next_look <= t_step:
+                self._look(next_look)
+                next_look += interval
+            else:
+                self._step(min(busy, key=lambda r: (r.clock(), r.index)), source)
+        return self.summary()
+
+    def _route(self, request: RequestSpec, now: float) -> None:
+        request_id, self._next_id = self._next_id, self._next_id + 1
+        loads = [r.load(now) for r in self.active]
+        prompt = list(request.prompt)
+        route = self.router.route(request_id, prompt, loads)
+        self.routes.append(route)
+        self.told.append((request_id, prompt, loads))
+        replica = next(r for r in self.active if r.index == route.replica)
+        if not replica.engine.has_unfinished() and replica.clock() < now:
+            replica.clock.advance(now - replica.clock())  # idle until now
+        replica.idle_from = None
+        rid = replica.engine.add_request(
+            prompt, request.params(), arrival_time=now,
+            expected_output_tokens=request.output_tokens,
+        )  # fmt: skip
+        if request.stops_early:
+            replica.runner.output_lengths[rid] = request.output_tokens
+        replica.requests[rid] = request
+
+    def _step(self, replica: SimulatedReplica, source: ArrivalSource) -> None:
+        replica.engine.step()
+        answered = getattr(source, "answered", None)
+        for event in replica.finished:
+            record = replica.metrics.requests[(0, event.request_id)]
+            first, last, n = record.token_times[0], record.token_times[-1], len(record.token_times)
+            met = ttft(record.arrival, first) <= self.ttft_slo and (
+                n < 2 or tpot(first, last, n) <= self.tpot_slo
+            )
+            self._outcomes.append((event.time, met))
+            request = replica.requests.pop(event.request_id)
+            if answered is not None:
+                answered(request, event.time)
+        replica.finished.clear()
+        if not replica.engine.has_unfinished():
+            replica.idle_from = replica.clock()
+
+    def _look(self, now: float) -> None:
+        """The autoscaler's look at ``now``, and what it decided, done."""
+        assert self.autoscaler is not None
+        while self._outcomes and self._outcomes[0][0] < now - self.autoscaler.window_s:
+            self._outcomes.popleft()
+        ready = [r for r in self.active if r.ready_at <= now]
+        met = [ok for t, ok in self._outcomes if t <= now]
+        state = FleetState(
+            now=now,
+            ready=len(ready),
+            starting=len(self.active) - len(ready),
+            waiting=sum(r.load(now).waiting for r in ready),
+            attainment=sum(met) / len(met) if met else None,
+            idle_s={r.index: now - r.idle_from for r in ready if r.idle_from is not None
+                    and r.idle_from <= now and not r.engine.has_unfinished()},
+        )  # fmt: skip
+        decision = self.autoscaler.decide(state)
+        if decision is not None:
+            self._scale(decision, now)
+
+    def _scale(self, decision: ScaleDecision, now: float) -> None:
+        if decision.action == "add":
+            index = self.router.add()
+            self.replicas.append(self._replica(index, now, now + self.startup_s))
+            replica = index
+        else:
+            replica = decision.replica
+            self.router.remove(replica)
+            next(r for r in self.active if r.index == replica).removed = now
+        self.scaling.append({"time": now, "action": decision.action, "replica": replica,
+                             "reason": decision.reason, "replicas": len(self.active)})  # fmt: skip
+
+    # ---- the figures -----------------------------------------------------------------------
+    def summary(self) -> dict[str, Any]:
+        """The fleet's figures (simulated): the merged metrics summary, cost, routes."""
+        merged = merge_metrics([r.metrics for r in self.replicas])
+        summary = merged.summary(self.ttft_slo, self.tpot_slo)
+        end = merged.t_max or 0.0
+        tp = self.profile.tp
+        gpu_s = sum(((r.removed if r.removed is not None else end) - r.added) * tp
+                    for r in self.replicas)  # fmt: skip
+        dollars = gpu_s / 3600 * gpu_price(self.profile)
+        out_tokens = sum(rec.num_output_tokens for rec in merged.requests.values())
+        return {
+            "simulated": True,
+            "profile": self.profile.name,
+            "policy": self.router.policy,
+            "replicas_max": max(self.replica_counts()),
+            "summary": summary,
+            "gpu_hours": gpu_s / 3600,
+            "usd": dollars,
+            "usd_per_m_output_tokens": dollars / out_tokens * 1e6 if out_tokens else None,
+            "routes": [vars(r) for r in self.routes],
+            "scaling": self.scaling,
+            "startup_s": self.startup_s,
+        }
+
+    def replica_counts(self) -> list[int]:
+        """The replica count after each scaling decision (the first: the fleet at start)."""
+        start = len(self.replicas) - sum(s["action"] == "add" for s in self.scaling)
+        return [start] + [s["replicas"] for s in self.scaling]
+
+
+def merge_metrics(collectors: list[MetricsCollector]) -> MetricsCollector:
+    """One collector holding every replica's requests (keyed by replica, then by their own
+    key: the engines number requests alike) and the sums of their steps."""
+    merged = MetricsCollector()
+    for i, c in enumerate(collectors):
+        merged.requests.update({(i, *key): r for key, r in c.requests.items()})  # type: ignore[misc]
+        merged.rejected += c.rejected
+        for bound, pick in (("t_min", min), ("t_max", max)):
+            mine, theirs = getattr(merged, bound), getattr(c, bound)
+            if theirs is not None:
+                setattr(merged, bound, theirs if mine is None else pick(mine, theirs))
+        s, t = merged.steps, c.steps
+        for f in fields(s):
+            a, b = getattr(s, f.name), getattr(t, f.name)
+            if isinstance(a, dict):
+                setattr(s, f.name, {k: a.get(k, 0) + b.get(k, 0) for k in {*a, *b}})
+            elif f.name == "kv_usage_peak":
+                s.kv_usage_peak = max(a, b)
+            else:
+                setattr(s, f.name, a + b)
+    return merged

@@ -1,0 +1,150 @@
+"""The fleet at data-centre scale, SIMULATED (minicb/fleet/simulated.py): the same router
+decides as for hand-fed loads, time runs in order, autoscaling waits for start-up, and
+the reproductions' shapes hold at a small size."""
+
+import pytest
+
+from minicb.config import EngineConfig
+from minicb.fleet import reproductions as fr
+from minicb.fleet.autoscale import Autoscaler, FleetState
+from minicb.fleet.router import Router
+from minicb.fleet.simulated import SimulatedFleet, gpu_price
+from minicb.workload import Arrivals, ChatSessions, chat_conversations, from_lengths, with_arrivals
+
+PROFILE = "L4:smollm2-135m"
+CONFIG = EngineConfig(max_num_seqs=32, max_num_batched_tokens=512)
+
+
+def chats(n=12, turns=3):
+    return chat_conversations(
+        n,
+        turns=turns,
+        system_len=128,
+        num_system_prompts=4,
+        user_mean=32,
+        answer_mean=16,
+        rate=4.0,
+        think_mean_s=0.2,
+        seed=3,
+    )
+
+
+def test_chat_turns_extend_the_previous_turn_and_share_system_prompts():
+    convs = chats()
+    for c in convs:
+        for before, after in zip(c.turns, c.turns[1:], strict=False):
+            assert after.prompt[: len(before.prompt)] == before.prompt
+            assert len(after.prompt) > len(before.prompt) + before.max_tokens
+    assert convs[0].turns[0].prompt[:128] == convs[4].turns[0].prompt[:128]
+    assert convs[0].turns[0].prompt[:128] != convs[1].turns[0].prompt[:128]
+
+
+def test_chat_sessions_release_a_turn_only_after_the_answer():
+    convs = chats(n=2)
+    sessions = ChatSessions(convs)
+    first = sessions.due(100.0)
+    assert [r.group for r in first] == ["chat-0", "chat-1"] and sessions.next_time is None
+    sessions.answered(first[1], 50.0)
+    assert sessions.next_time == pytest.approx(50.0 + convs[1].think_s[0])
+    (second,) = sessions.due(60.0)
+    assert second.prompt == convs[1].turns[1].prompt
+    assert second.arrival == pytest.approx(50.0 + convs[1].think_s[0])
+
+
+def test_the_router_decides_alike_for_simulated_replicas_and_hand_fed_loads():
+    fleet = SimulatedFleet(PROFILE, CONFIG, "prefix-aware", 3)
+    result = fleet.run(ChatSessions(chats()))
+    assert result["simulated"] is True and result["summary"]["requests"]["finished"] == 36
+    replay = Router("prefix-aware", 3, block_size=CONFIG.block_size)
+    hand_fed = [replay.route(rid, prompt, loads) for rid, prompt, loads in fleet.told]
+    assert hand_fed == fleet.routes
+    assert len({r.replica for r in fleet.routes}) == 3  # it spread the conversations
+    assert any(r.cached_tokens >= 128 for r in fleet.routes)  # later turns followed
+    assert any(load.waiting or load.running for _, _, loads in fleet.told for load in loads)
+
+
+def test_requests_run_in_time_order_across_replicas():
+    reqs = with_arrivals(from_lengths([64] * 40, [16] * 40), [i * 0.01 for i in range(40)])
+    fleet = SimulatedFleet(PROFILE, CONFIG, "round-robin", 4)
+    fleet.run(Arrivals(reqs))
+    for replica in fleet.replicas:
+        records = replica.metrics.requests.values()
+        assert len(records) == 10
+        # no replica computed a request's first token before the request arrived
+        assert all(r.arrival <= r.token_times[0] for r in records)
+
+
+def test_cost_is_gpu_hours_at_the_catalogue_price():
+    fleet = SimulatedFleet(PROFILE, CONFIG.with_(tensor_parallel_size=2), "least-loaded", 2)
+    result = fleet.run(Arrivals(from_lengths([32] * 8, [8] * 8)))
+    duration = result["summary"]["duration_s"]
+    assert result["gpu_hours"] == pytest.approx(2 * 2 * duration / 3600)
+    assert result["usd"] == pytest.approx(result["gpu_hours"] * gpu_price(fleet.profile))
+    assert result["usd_per_m_output_tokens"] == pytest.approx(result["usd"] / 64 * 1e6)
+
+
+def state(**kw):
+    base = dict(now=10.0, ready=2, starting=0, waiting=0, attainment=None, idle_s={})
+    return FleetState(**{**base, **kw})
+
+
+def test_the_autoscaler_adds_on_a_queue_or_missed_targets_one_at_a_time():
+    scaler = Autoscaler(min_replicas=1, max_replicas=3, max_waiting_per_replica=4)
+    assert scaler.decide(state(waiting=9)).action == "add"
+    assert "4.5 each" in scaler.decide(state(waiting=9)).reason
+    assert scaler.decide(state(waiting=8)) is None
+    assert "SLO attainment 80.0%" in scaler.decide(state(attainment=0.8)).reason
+    assert scaler.decide(state(waiting=99, starting=1)) is None  # wait for the new one
+    assert scaler.decide(state(waiting=99, ready=3)) is None  # at the maximum
+
+
+def test_the_autoscaler_removes_the_longest_idle_down_to_the_minimum():
+    scaler = Autoscaler(min_replicas=1, max_replicas=3, idle_s=30)
+    decision = scaler.decide(state(idle_s={0: 31.0, 1: 45.0}))
+    assert (decision.action, decision.replica) == ("remove", 1)
+    assert scaler.decide(state(idle_s={0: 20.0})) is None
+    assert scaler.decide(state(ready=1, idle_s={0: 99.0})) is None
+    with pytest.raises(ValueError, match="min_replicas"):
+        Autoscaler(min_replicas=3, max_replicas=2)
+
+
+def test_an_added_replica_takes_requests_only_once_started():
+    result = fr.autoscale(size=0.15)
+    rows = {r["system"]: r for r in result["rows"]}
+    adds = [s for s in result["scaling"] if s["action"] == "add"]
+    assert adds, "the doubled load added no replica"
+    scaled = rows["autoscaled from 1"]
+    assert scaled["replicas_max"] > 1
+    assert scaled["slo_attainment"] >= rows["fixed, 1 replica"]["slo_attainment"]
+    assert scaled["gpu_hours"] < 4 * rows["fixed, 1 replica"]["gpu_hours"]
+
+
+def test_an_unstarted_replica_is_told_to_the_router_as_not_alive():
+    scaler = Autoscaler(min_replicas=1, max_replicas=2, max_waiting_per_replica=1,
+                        interval_s=0.5, window_s=5, idle_s=1e9)  # fmt: skip
+    # a slow step (an 8B model on an L4): two slots cannot keep up, a queue forms
+    fleet = SimulatedFleet("L4:llama-3.1-8b", CONFIG.with_(max_num_seqs=2), "least-loaded",
+                           1, autoscaler=scaler, startup_s=3.0)  # fmt: skip
+    reqs = with_arrivals(from_lengths([64] * 30, [64] * 30), [i * 0.3 for i in range(30)])
+    fleet.run(Arrivals(reqs))
+    (added,) = [r for r in fleet.replicas if r.index == 1]
+    assert added.ready_at == pytest.approx(added.added + 3.0)
+    for (_, _, loads), route in zip(fleet.told, fleet.routes, strict=True):
+        told = {load.replica: load for load in loads}
+        assert told[route.replica].alive
+    assert any(route.replica == 1 for route in fleet.routes)
+
+
+def test_prefix_aware_routing_computes_fewer_prompt_tokens_than_round_robin():
+    rows = {r["policy"]: r for r in fr.router(size=0.1, replicas=4)["rows"]}
+    rr, pa = rows["round-robin"], rows["prefix-aware"]
+    assert pa["hit_rate"] > rr["hit_rate"]
+    assert pa["prefill_tokens"] < rr["prefill_tokens"]
+    assert pa["finished"] == rr["finished"]
+
+
+def test_replicas_against_one_big_batch_run_the_same_requests():
+    rows = fr.replicas(size=0.1)["rows"]
+    assert [r["finished"] for r in rows] == [60, 60]
+    assert rows[0]["replicas_max"] == 4 and rows[1]["replicas_max"] == 1
+    assert rows[0]["gpu_hours"] > 0 and rows[1]["gpu_hours"] > 0
