@@ -79,8 +79,8 @@ class Autoscaler:
             if state.attainment is not None and state.attainment < self.min_attainment:
                 return ScaleDecision(
                     "add", None,
-                    f"SLO attainment {state.attainment:.1%} over the last {self.window_s:g} s "
-                    f"(under {self.min_attainment:.0%})",
+                    f"SLO attainment {state.attainment:.1%} over the last {self.window_s:g} s, "
+                    f"under {self.min_attainment:.0%}",
                 )  # fmt: skip
         idle = {r: s for r, s in state.idle_s.items() if s >= self.idle_s}
         if idle and total > self.min_replicas:

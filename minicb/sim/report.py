@@ -12,6 +12,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from minicb.fleet.report import SECTIONS as FLEET_SECTIONS
 from minicb.sim.reproductions import PUBLISHED, SARATHI_SYSTEMS
 
 TBT_SLO_S = 0.1  # the P99 time-between-tokens target the Sarathi capacity is read at
@@ -102,7 +103,8 @@ def _scale(r: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
-SECTIONS = {"anyscale": _anyscale, "vllm": _vllm, "sarathi": _sarathi, "scale": _scale}
+SECTIONS = {"anyscale": _anyscale, "vllm": _vllm, "sarathi": _sarathi, "scale": _scale,
+            **FLEET_SECTIONS}  # fmt: skip
 
 
 def render(results: dict[str, dict[str, Any]]) -> str:

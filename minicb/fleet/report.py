@@ -1,0 +1,79 @@
+"""The fleet reproductions' sections of the reproductions report (minicb.sim.report):
+markdown tables, each headed SIMULATED with its profile, beside the published figure.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from minicb.fleet.reproductions import PUBLISHED
+
+
+def _head(name: str, title: str, r: dict[str, Any]) -> list[str]:
+    return [f"## {title} (SIMULATED, {r['profile']})", "", f"Setup: {r['setup']}.", "",
+            f"Published: {PUBLISHED[name]}.", ""]  # fmt: skip
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.0f} ms"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def _money(x: float | None) -> str:
+    return "-" if x is None else f"${x:.3f}"
+
+
+def router_section(r: dict[str, Any]) -> list[str]:
+    lines = _head("router", "Replicas behind a router: prefix-aware against round-robin", r)
+    lines += [
+        "| policy | output tok/s | over round-robin | prefix hit rate | over round-robin "
+        "| prompt tokens computed | TTFT p50 / p99 | SLO attainment |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in r["rows"]:
+        hit_over = "-" if row["hit_over_rr"] is None else f"{row['hit_over_rr']:.2f}x"
+        lines.append(
+            f"| {row['policy']} | {row['output_tok_s']:.0f} | {row['tok_s_over_rr']:.2f}x | "
+            f"{_pct(row['hit_rate'])} | {hit_over} | {row['prefill_tokens']:,} | "
+            f"{_ms(row['ttft_p50_s'])} / {_ms(row['ttft_p99_s'])} | "
+            f"{_pct(row['slo_attainment'])} |"
+        )
+    return [*lines, ""]
+
+
+def _latency_table(rows: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "| system | output tok/s | TTFT p50 / p99 | TPOT p50 / p99 | SLO attainment "
+        "| goodput (req/s) | GPU-hours | $ per M output tokens | most replicas |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        good = "-" if row["goodput_req_s"] is None else f"{row['goodput_req_s']:.2f}"
+        lines.append(
+            f"| {row['system']} | {row['output_tok_s']:.0f} | {_ms(row['ttft_p50_s'])} / "
+            f"{_ms(row['ttft_p99_s'])} | {_ms(row['tpot_p50_s'])} / {_ms(row['tpot_p99_s'])} "
+            f"| {_pct(row['slo_attainment'])} | {good} | {row['gpu_hours']:.3f} | "
+            f"{_money(row['usd_per_m_output_tokens'])} | {row['replicas_max']} |"
+        )
+    return lines
+
+
+def replicas_section(r: dict[str, Any]) -> list[str]:
+    lines = _head("replicas", "Replicas against one big batch at the same GPU count", r)
+    return [*lines, *_latency_table(r["rows"]), ""]
+
+
+def autoscale_section(r: dict[str, Any]) -> list[str]:
+    lines = _head("autoscale", "Autoscaling against a load that doubles", r)
+    lines += _latency_table(r["rows"])
+    lines += ["", "The autoscaler's decisions (simulated seconds):", ""]
+    lines += [f"- {s['time']:.0f} s: {s['action']} replica {s['replica']} ({s['reason']}); "
+              f"{s['replicas']} replicas" for s in r["scaling"]] or ["- none"]  # fmt: skip
+    return [*lines, ""]
+
+
+SECTIONS = {"router": router_section, "replicas": replicas_section,
+            "autoscale": autoscale_section}  # fmt: skip
