@@ -14,6 +14,7 @@ import { fillSettings, fillSimulation, fillWorkload, handleReply, showMessage, w
 import { showSimulation } from "./simulation.js";
 import { showTooltip, hideTooltip } from "./tooltip.js";
 import { onNarration, renderLesson, scenarioLabel, showScenario, wireLesson } from "./narration.js";
+import { fleetTitle, noteRouted } from "./fleet.js";
 
 const $ = (id) => document.getElementById(id);
 const ORDER = ["static", "continuous"]; // static on the left: the baseline first
@@ -45,7 +46,7 @@ app.markMine = (ids, text) => {
   app.dirty = true;
 };
 
-function panelTitle(p) { return scenarioLabel(p.name) || `${t(p.model.batching) || p.name}`; }
+function panelTitle(p) { return fleetTitle(p) || scenarioLabel(p.name) || `${t(p.model.batching) || p.name}`; }
 
 function buildPanels(engines) {
   const sorted = [...engines].sort((a, b) => rank(a.name) - rank(b.name));
@@ -124,6 +125,7 @@ function onFrame(msg) {
   if (!p) return;
   for (const e of msg.events) {
     p.model.apply(e); // a "reset" among them starts the panel afresh
+    if (e.type === "routed") noteRouted(e); // a fleet's router: its reasons beside the panels
     if (e.type === "reset") { app.simInfo = e.info; showSimulation(e.info, app.panels); }
   }
   if (msg.kv_grid) p.model.kvGrid = msg.kv_grid;
