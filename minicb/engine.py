@@ -415,7 +415,10 @@ class LLMEngine:
     def _mark_admitted(self, plan: StepPlan, start: float) -> None:
         """First admissions are stamped with the step's start, as their admitted events."""
         for decision in plan.admitted:
-            metrics = self.scheduler.requests[decision.request_id].metrics
+            req = self.scheduler.requests.get(decision.request_id)
+            if req is None:  # overlap: aborted while its step ran
+                continue
+            metrics = req.metrics
             if metrics.first_scheduled_time is None:
                 metrics.first_scheduled_time = start
                 metrics.num_cached_tokens = decision.num_cached_tokens
