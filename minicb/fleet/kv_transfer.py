@@ -135,7 +135,7 @@ class DecodeScheduler(ContinuousScheduler):
         self.clock, self.transfer_s, self.on_transfer = clock, transfer_s, on_transfer
         self.inbox: list[Request] = []  # prefilled, KV still on the prefill side
         self.receiving: dict[int, float] = {}  # request id -> when its KV has arrived
-        self.refused: set[int] = set()  # ids once told to wait for room (backpressure)
+        self.refused: set[int] = set()  # ids that once waited for room (backpressure)
         self._tried = True  # whether the inbox was looked at since it last changed
 
     def add(self, req: Request) -> None:
@@ -163,6 +163,12 @@ class DecodeScheduler(ContinuousScheduler):
             self._pull(plan)
         self._tried = True
 
+    def retire(self, plan: StepPlan) -> list[Request]:
+        done = super().retire(plan)
+        if done:  # their blocks are free: the inbox may fit now
+            self._tried = False
+        return done
+
     def _land(self, plan: StepPlan) -> None:
         """Requests whose KV has arrived join the batch, all but their last token computed."""
         now = self.clock()
@@ -182,7 +188,7 @@ class DecodeScheduler(ContinuousScheduler):
             req = self.inbox[0]
             busy = len(self.running) + len(self.receiving)
             if busy >= self.config.max_num_seqs:
-                self.refused.add(req.request_id)
+                self.refused.update(r.request_id for r in self.inbox)  # all wait behind it
                 plan.notes.append(
                     f"{len(self.inbox)} prefilled request(s) wait on the prefill side: all "
                     f"{self.config.max_num_seqs} slots here are taken"
@@ -190,7 +196,7 @@ class DecodeScheduler(ContinuousScheduler):
                 return
             free = self.blocks.num_free_blocks
             if self.blocks.allocate_slots(req.request_id, req.num_tokens) is None:
-                self.refused.add(req.request_id)
+                self.refused.update(r.request_id for r in self.inbox)  # all wait behind it
                 need = blocks_needed(req.num_tokens, self.config.block_size)
                 plan.notes.append(
                     f"request {req.request_id} waits on the prefill side (its KV stays there): "
@@ -217,4 +223,5 @@ class DecodeScheduler(ContinuousScheduler):
         if req is not None and req in self.inbox:
             self.inbox.remove(req)
         self.receiving.pop(request_id, None)
+        self._tried = False  # blocks freed: the inbox may fit now
         return super().abort(request_id)

@@ -1,0 +1,325 @@
+"""Disaggregated prefill and decode at data-centre scale, SIMULATED, on virtual time.
+
+P prefill engines and D decode engines, each the real engine (``LLMEngine``: its
+scheduler, block manager, events, metrics) on its own ``SimulatedRunner`` and clock, with
+its own pool (``config`` for the prefill side, ``decode_config`` for the decode side). A
+request is routed to a prefill engine (the fleet's ``Router``, least loaded by default),
+which computes its prompt and its first token (the request is told ``max_tokens=1`` there)
+and keeps its KV (``PrefillScheduler``). It is then handed to a decode engine (the same
+router over the decode side), where it waits until that pool has room (backpressure: its
+KV stays on the prefill side, and the reason is in the decode plan's notes), its blocks are
+allocated and its KV crosses the link (``Link``: bytes / bandwidth, the bytes from the
+model's KV bytes per token), and it decodes to the end (``DecodeScheduler``). The prefill
+side frees the blocks when the transfer has ended. Every transfer is recorded (bytes,
+blocks, when it could have left, when it left, when it arrived).
+
+The engines run together in time order, as ``minicb.fleet.simulated.SimulatedFleet`` runs
+replicas: of the next arrival, the next hand-off or release, and the earliest start of an
+engine's next step, whichever comes first (a step is done whole; what it causes, a hand-off
+at its end or a release at a transfer's end, waits in a queue of timed actions until its
+time). Its figures are one request per request, TTFT from the prefill engine's first token
+and TPOT over the tokens of both, summarised by the one ``MetricsCollector`` summary (the
+one definition of goodput); colocated runs for comparison are ``SimulatedFleet``'s.
+Labelled ``simulated``. Pure Python: no torch.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from minicb.config import EngineConfig, SamplingParams
+from minicb.engine import LLMEngine
+from minicb.fleet.kv_transfer import DecodeScheduler, PrefillScheduler, Transfer, link
+from minicb.fleet.router import ReplicaLoad, Router
+from minicb.fleet.simulated import ArrivalSource, merge_metrics
+from minicb.runner import VirtualClock
+from minicb.sim.catalogue import load_profile
+from minicb.sim.runner import SimulatedRunner
+from minicb.sim.step_time import StepTimeModel
+from minicb.telemetry.latency import distribution
+from minicb.telemetry.metrics import MetricsCollector
+from minicb.telemetry.records import RequestRecord
+from minicb.workload import RequestSpec
+
+TokenFn = Callable[[int, int], int]  # (request number in the run, token index) -> token
+
+
+@dataclass
+class Member:
+    """One engine of the cluster, on its own simulated GPU and clock."""
+
+    index: int
+    engine: LLMEngine
+    runner: SimulatedRunner
+    # Its scheduler, built here in its role: the transfer protocol's side of it (release
+    # held KV, the inbox, when a transfer lands), as vLLM's connectors have a scheduler side.
+    role: Any
+    metrics: MetricsCollector = field(default_factory=MetricsCollector)  # its steps
+    numbers: dict[int, int] = field(default_factory=dict)  # engine id -> request number
+    stalled: bool = False  # a prefill engine whose last step ran nothing: wait for a change
+
+    @property
+    def clock(self) -> VirtualClock:
+        return self.runner.clock
+
+    def catch_up(self, now: float) -> None:
+        """An engine with nothing to do sits idle until ``now``."""
+        if self.clock() < now:
+            self.clock.advance(now - self.clock())
+
+
+@dataclass
+class Journey:
+    """What one request did across the cluster."""
+
+    spec: RequestSpec
+    arrival: float
+    prefill: int
+    token_ids: list[int] = field(default_factory=list)
+    token_times: list[float] = field(default_factory=list)
+    admitted: float | None = None
+    finished: float | None = None
+    decode: int | None = None
+
+
+class DisaggregatedCluster:
+    """P prefill and D decode engines of one profile (see the module doc)."""
+
+    def __init__(
+        self,
+        profile: StepTimeModel | str,
+        num_prefill: int,
+        num_decode: int,
+        config: EngineConfig,
+        *,
+        decode_config: EngineConfig | None = None,
+        link_name: str = "NVLink 4",
+        router: str = "least-loaded",
+        ttft_slo: float = 1.0,
+        tpot_slo: float = 0.1,
+        token_fn: TokenFn | None = None,
+    ) -> None:
+        """``config``: the prefill engines' settings (and the decode engines' unless
+        ``decode_config``); ``token_fn``: every request's tokens by its number in the run
+        and the token's index (default: the simulated runner's constant token)."""
+        if isinstance(profile, str):
+            profile = load_profile(profile, config.tensor_parallel_size)
+        self.profile, self.link = profile, link(link_name)
+        self.ttft_slo, self.tpot_slo, self.token_fn = ttft_slo, tpot_slo, token_fn
+        self.prefill = [self._member(i, config, PrefillScheduler, 0) for i in range(num_prefill)]
+        decode_config = decode_config or config
+        self.decode = [self._member(i, decode_config, self._decode_scheduler(i), 1)
+                       for i in range(num_decode)]  # fmt: skip
+        self.route_prefill = Router(router, num_prefill, block_size=config.block_size)
+        self.route_decode = Router(router, num_decode, block_size=decode_config.block_size)
+        self.journeys: list[Journey] = []
+        self.transfers: list[Transfer] = []
+        self._ready: dict[tuple[int, int], float] = {}  # (decode, id) -> when handed over
+        self._prefill_of: dict[tuple[int, int], tuple[int, int]] = {}  # -> (prefill, id)
+        self._actions: list[tuple[float, int, str, tuple]] = []  # (time, seq, kind, what)
+        self._seq = itertools.count()
+
+    # ---- building ------------------------------------------------------------------------
+    def _member(self, index: int, config: EngineConfig, scheduler: Any, shift: int) -> Member:
+        clock = VirtualClock()
+        runner = SimulatedRunner(self.profile, config, clock=clock)
+        built = []  # the engine builds its scheduler: keep the one of this role
+
+        def build(*args: Any) -> Any:
+            built.append(scheduler(*args))
+            return built[-1]
+
+        engine = LLMEngine(config=config, runner=runner, clock=clock, scheduler=build)
+        member = Member(index, engine, runner, built[0])
+        engine.bus.subscribe(member.metrics, kinds=["step"])
+        if self.token_fn is not None:  # a decode engine's token 0 is the request's token 1
+            fn, numbers = self.token_fn, member.numbers
+            runner.token_fn = lambda rid, n: fn(numbers[rid], n + shift)
+        return member
+
+    def _decode_scheduler(self, index: int) -> Callable[..., DecodeScheduler]:
+        # The KV of a tensor-parallel group is split over its GPUs, each with its own link.
+        per_token = self.profile.model.kv_bytes_per_token(self.profile.elem_bytes)
+        tp = self.profile.tp
+
+        def build(*args: Any) -> DecodeScheduler:
+            return DecodeScheduler(
+                *args,
+                clock=lambda: self.decode[index].clock(),
+                transfer_s=lambda tokens: self.link.seconds(tokens * per_token / tp),
+                on_transfer=lambda rid, *t: self._transferred(index, rid, per_token, *t),
+            )
+
+        return build
+
+    # ---- the event loop --------------------------------------------------------------------
+    def run(self, source: ArrivalSource) -> dict[str, Any]:
+        """Every request of ``source`` through the cluster; the figures (``summary``)."""
+        while source or self._actions or any(m.engine.has_unfinished() for m in self.members):
+            t_arrival = source.next_time if source.next_time is not None else math.inf
+            t_action = self._actions[0][0] if self._actions else math.inf
+            prefill = min(self._prefill_ready(), key=lambda m: (m.clock(), m.index), default=None)
+            t_prefill = prefill.clock() if prefill else math.inf
+            t_decode, decode = min(self._decode_ready(), key=lambda x: (x[0], x[1].index),
+                                   default=(math.inf, None))  # fmt: skip
+            t = min(t_arrival, t_action, t_prefill, t_decode)
+            if t == math.inf:
+                raise RuntimeError(f"the cluster is stuck with work left: {self._state()}")
+            if t_arrival == t:
+                for spec in source.due(t):
+                    self._arrive(spec, t)
+            elif t_action == t:
+                self._act(*heapq.heappop(self._actions))
+            elif t_prefill == t:
+                self._step_prefill(prefill)
+            else:
+                decode.catch_up(t_decode)  # idle until its next transfer lands
+                self._step_decode(decode)
+        return self.summary()
+
+    @property
+    def members(self) -> list[Member]:
+        return self.prefill + self.decode
+
+    def _prefill_ready(self) -> list[Member]:
+        return [m for m in self.prefill if m.engine.has_unfinished() and not m.stalled]
+
+    def _decode_ready(self) -> list[tuple[float, Member]]:
+        ready = ((m.role.next_step_time(m.clock()), m) for m in self.decode)
+        return [(t, m) for t, m in ready if t is not None]
+
+    def _later(self, time: float, kind: str, *what: Any) -> None:
+        heapq.heappush(self._actions, (time, next(self._seq), kind, what))
+
+    def _arrive(self, spec: RequestSpec, now: float) -> None:
+        number = len(self.journeys)
+        loads = [_load(m) for m in self.prefill]
+        member = self.prefill[self.route_prefill.route(number, list(spec.prompt), loads).replica]
+        if not member.engine.has_unfinished():
+            member.catch_up(now)
+        member.stalled = False
+        params = SamplingParams(max_tokens=1, ignore_eos=True)  # the prompt and first token
+        rid = member.engine.add_request(list(spec.prompt), params, arrival_time=now)
+        member.numbers[rid] = number
+        if spec.output_tokens == 1 and spec.stops_early:  # its only token is EOS, as colocated
+            member.runner.output_lengths[rid] = 1
+        self.journeys.append(Journey(spec, now, member.index))
+
+    def _step_prefill(self, member: Member) -> None:
+        result = member.engine.step()
+        member.stalled = not result.plan.scheduled  # its pool is full of KV waiting to leave
+        now = member.clock()
+        for out in result.finished:
+            number = member.numbers.pop(out.request_id)
+            journey = self.journeys[number]
+            journey.token_ids.extend(out.token_ids)
+            journey.token_times.append(now)
+            journey.admitted = out.metrics.first_scheduled_time
+            if journey.spec.output_tokens == 1:  # nothing to decode: done here
+                journey.finished = now
+                self._act(now, 0, "release", (member.index, out.request_id))
+            else:
+                self._later(now, "hand_off", number, member.index, out.request_id)
+
+    def _act(self, now: float, _seq: int, kind: str, what: tuple) -> None:
+        if kind == "release":  # the KV has left: its blocks go back to the prefill pool
+            prefill, rid = what
+            self.prefill[prefill].role.release(rid)
+            self.prefill[prefill].stalled = False
+            return
+        number, prefill, prefill_rid = what  # hand_off: to the least loaded decode engine
+        journey = self.journeys[number]
+        loads = [_load(m) for m in self.decode]
+        route = self.route_decode.route(number, list(journey.spec.prompt), loads)
+        member = self.decode[route.replica]
+        if not member.engine.has_unfinished():
+            member.catch_up(now)
+        spec = journey.spec
+        params = SamplingParams(max_tokens=spec.max_tokens - 1, ignore_eos=not spec.stops_early)
+        rid = member.engine.add_request(
+            list(spec.prompt) + journey.token_ids[:1], params, arrival_time=now,
+            expected_output_tokens=spec.output_tokens - 1,
+        )  # fmt: skip
+        member.numbers[rid] = number
+        if spec.stops_early:
+            member.runner.output_lengths[rid] = spec.output_tokens - 1
+        journey.decode = member.index
+        self._ready[(member.index, rid)] = now
+        self._prefill_of[(member.index, rid)] = (prefill, prefill_rid)
+
+    def _transferred(
+        self, decode: int, rid: int, per_token: int, tokens: int, blocks: int, start: float,
+        end: float,
+    ) -> None:  # fmt: skip
+        """A decode engine has started receiving a request's KV: record it, and free the
+        prefill side's blocks when it has arrived."""
+        prefill, prefill_rid = self._prefill_of.pop((decode, rid))
+        member = self.decode[decode]
+        held_back = rid in member.role.refused
+        self.transfers.append(Transfer(member.numbers[rid], prefill, decode, tokens, blocks,
+                                       tokens * per_token, self._ready.pop((decode, rid)),
+                                       start, end, held_back))  # fmt: skip
+        self._later(end, "release", prefill, prefill_rid)
+
+    def _step_decode(self, member: Member) -> None:
+        result = member.engine.step()
+        now = member.clock()
+        for delta in result.new_tokens:
+            self.journeys[member.numbers[delta.request_id]].token_times.append(now)
+        for out in result.finished:
+            journey = self.journeys[member.numbers.pop(out.request_id)]
+            journey.token_ids.extend(out.token_ids)
+            journey.finished = now
+
+    # ---- the figures -----------------------------------------------------------------------
+    def summary(self) -> dict[str, Any]:
+        """The cluster's figures (simulated): one metrics summary over the requests (TTFT
+        from the prefill side's first token, TPOT over both sides' tokens; goodput under
+        the targets) and the steps of every engine, and the transfers."""
+        merged = merge_metrics([m.metrics for m in self.members])  # steps and time bounds
+        merged.requests = {(0, i): _record(j) for i, j in enumerate(self.journeys)}
+        return {
+            "simulated": True,
+            "profile": self.profile.name,
+            "prefill_engines": len(self.prefill),
+            "decode_engines": len(self.decode),
+            "link": f"{self.link.name} ({self.link.gb_s:g} GB/s x {self.link.efficiency:g})",
+            "summary": merged.summary(self.ttft_slo, self.tpot_slo),
+            "transfers": {
+                "count": len(self.transfers),
+                "bytes": sum(t.nbytes for t in self.transfers),
+                "blocks": sum(t.blocks for t in self.transfers),
+                "seconds": distribution(t.end - t.start for t in self.transfers),
+                "queued_s": distribution(t.queued_s for t in self.transfers),
+                "held_back": sum(t.held_back for t in self.transfers),
+            },
+        }
+
+    def _state(self) -> str:
+        parts = [f"prefill {m.index}: {m.engine.queue_sizes()}" for m in self.prefill]
+        parts += [f"decode {m.index}: {m.engine.queue_sizes()}" for m in self.decode]
+        return "; ".join(parts)
+
+
+def _load(member: Member) -> ReplicaLoad:
+    q = member.engine.queue_sizes()
+    inbox = len(getattr(member.role, "inbox", ()))  # a decode engine's
+    receiving = len(getattr(member.role, "receiving", ()))
+    return ReplicaLoad(member.index, q["waiting"] + q["swapped"] + inbox, q["running"] + receiving)
+
+
+def _record(journey: Journey) -> RequestRecord:
+    """One request's record across both sides, as a MetricsCollector keeps it."""
+    return RequestRecord(
+        arrival=journey.arrival,
+        admitted=journey.admitted,
+        token_times=list(journey.token_times),
+        finished=journey.finished,
+        num_prompt_tokens=len(journey.spec.prompt),
+        num_output_tokens=len(journey.token_ids),
+    )
