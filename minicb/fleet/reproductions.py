@@ -24,6 +24,7 @@ from minicb.config import EngineConfig
 from minicb.fleet.autoscale import Autoscaler
 from minicb.fleet.router import POLICIES
 from minicb.fleet.simulated import SimulatedFleet
+from minicb.sim.catalogue import load_profile
 from minicb.workload import (
     Arrivals,
     ChatSessions,
@@ -87,7 +88,7 @@ def router(size: float = 1.0, profile: str = "A100-40GB:llama-3.1-8b", replicas:
         "2,048-token document as their system prompt, user and answer messages exponential "
         "of mean 64 tokens, all starting at once; prefix caching on in every replica, "
         "256 slots and a budget of 2,048 each",
-        "profile": profile,
+        "profile": load_profile(profile).name,
         "rows": rows,
     }
 
@@ -118,7 +119,7 @@ def replicas(size: float = 1.0, profile: str = "H100:llama-3.1-8b", gpus: int = 
         "(lognormal, means 161 in / 338 out, shape 1.0, within 1,024), all at once; "
         "replicas: 256 slots and a budget of 2,048 each, routed "
         f"least-loaded; the one engine: {256 * gpus} slots, a budget of {2048 * gpus}",
-        "profile": profile,
+        "profile": load_profile(profile).name,
         "rows": rows,
     }
 
@@ -155,7 +156,7 @@ def autoscale(size: float = 1.0, profile: str = "L4:llama-3.1-8b", rate: float =
         "start at a time), remove after 30 s idle, 1 to 4 replicas; start-up "
         f"{systems['autoscaled from 1'].startup_s:.0f} s (catalogue: fixed + weights read); "
         f"targets TTFT {TTFT_SLO_S:g} s, TPOT {TPOT_SLO_S * 1000:.0f} ms",
-        "profile": profile,
+        "profile": load_profile(profile).name,
         "rows": rows,
         "scaling": scaling,
     }
