@@ -175,13 +175,16 @@ const REASONS = [
 ];
 
 // An admission's prefix-cache words: "; 32 of 40 prompt tokens found in the cache: 2 blocks
-// shared with request 7, 1 taken back from the evictable cached blocks".
+// shared with request 7, 1 taken back from the evictable cached blocks, 1 copied back from
+// the host tier".
 function cacheWords(m) {
-  const parts = m[4].split(/, (?=\d+ (?:blocks|taken))/).map((p) => {
+  const parts = m[4].split(/, (?=\d+ (?:blocks|taken|copied))/).map((p) => {
     const shared = p.match(/^(\d+) blocks shared with requests? (.+)$/);
     const more = shared && shared[2].match(/^(.+) and (\d+) more$/);
     if (more) return `与请求 ${more[1]} 等 ${more[1].split(", ").length + Number(more[2])} 个请求共享 ${shared[1]} 个块`;
     if (shared) return `与请求 ${shared[2]} 共享 ${shared[1]} 个块`;
+    const host = p.match(/^(\d+) copied back from the host tier$/);
+    if (host) return `${host[1]} 个从主机内存层拷回`;
     const back = p.match(/^(\d+) taken back from the evictable cached blocks$/);
     return back ? `${back[1]} 个取回自可回收的缓存块` : p;
   });

@@ -68,7 +68,9 @@ class SchedulerBase:
         num_swap = num_swap_blocks if num_swap_blocks is not None else config.num_swap_blocks
         num_swap = num_kv_blocks if num_swap is None else num_swap
         caching = config.enable_prefix_caching and self.shares_prefixes
-        self.blocks = BlockManager(num_kv_blocks, config.block_size, num_swap, caching)
+        self.blocks = BlockManager(
+            num_kv_blocks, config.block_size, num_swap, caching, config.kv_offload_blocks
+        )
         self.sort_key = get_policy(config.policy, config.aging_steps)
         # None when speculation is off; else it adds drafts to the decode rows of a plan.
         self.drafter = speculative.make_drafter(config, self.blocks, max_model_len)
@@ -123,6 +125,7 @@ class SchedulerBase:
         plan.budget_limit = self.config.max_num_batched_tokens
         plan.slots_limit = self.config.max_num_seqs
         self._fill(plan)
+        plan.offload_map, plan.reload_map = self.blocks.take_copies()
         plan.budget_used = plan.num_tokens
         plan.slots_used = len(self.running)
         return plan  # the pool's figures and block maps are recorded by retire(), after the step
@@ -202,7 +205,7 @@ class SchedulerBase:
         else changed, so a retry reads only KV that was written. Returns their ids."""
         touched = [r.request_id for r in plan.scheduled if r.phase != PADDING]
         touched += [d.request_id for d in plan.swapped_in + plan.swapped_out]
-        undone = []
+        undone: list[int] = []
         for rid in dict.fromkeys(touched):
             req = self.requests.get(rid)
             if req is None or req.finished:
@@ -215,6 +218,8 @@ class SchedulerBase:
             req.status = RequestStatus.WAITING
             self.waiting.insert(len(undone), req)  # first, in the plan's order
             undone.append(rid)
+        # Nor were the host tier's copies made: the blocks they were to fill hold nothing.
+        self.blocks.forget_copies(plan.offload_map, plan.reload_map)
         return undone
 
     def abort(self, request_id: int) -> Request | None:
@@ -242,6 +247,7 @@ class SchedulerBase:
         plan.kv_swapped = self.blocks.num_swapped_blocks
         plan.kv_cached = self.blocks.num_cached_blocks
         plan.kv_shared = self.blocks.num_shared_blocks
+        plan.kv_host_cached = self.blocks.num_host_cached_blocks
         plan.num_waiting = len(self.waiting)
         plan.num_swapped = len(self.swapped)
         plan.kv_ops = self.blocks.take_changes()  # what changed, never the whole map

@@ -20,6 +20,11 @@ Swapping out copies every block to CPU, shared ones included, and drops one refe
 each: a running request that shares a block keeps it. Swapped-in copies are keyed again by
 ``commit`` unless the original is still cached.
 
+With a host tier (``num_offload_blocks``, host_tier.py), a cached block the pool evicts is
+first copied to host memory, and a prompt's walk goes on there where the device has no
+block: a host hit costs a free device block and a copy back, not a recomputation. The
+copies a step needs are collected here (``take_copies``) for the plan to carry.
+
 Every change to a table, to the swap tables or to the evictable cached blocks is also
 written to ``changes``, in order (see ``KVChange``): the step event carries that list, not
 the whole pool, so instrumentation costs what the step changed (docs/events.md). Replaying
@@ -31,7 +36,8 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Callable
 
-from minicb.scheduler.prefix_cache import PrefixCache
+from minicb.scheduler.host_tier import HostTier
+from minicb.scheduler.prefix_cache import CachedBlock, PrefixCache
 
 TokenSlice = Callable[[int, int], list[int]]  # (start, end) -> token ids, as Request's
 # One change to the pool, JSON-ready: [kind, request id or None, blocks or a count].
@@ -42,6 +48,10 @@ TokenSlice = Callable[[int, int], list[int]]  # (start, end) -> token ids, as Re
 #   ["swap_in", rid, device]   its swap table gone, these device blocks its new table
 #   ["cache", None, blocks]    blocks nobody holds that keep a cached prefix (evictable)
 #   ["uncache", None, blocks]  evictable blocks taken back by a hit, or evicted for reuse
+#   ["offload", None, pairs]   [device, host] pairs: evicted blocks' prefixes now in host blocks
+#   ["host_uncache", None, hs] host blocks that no longer hold a prefix (room, or undone)
+#   ["reload", None, pairs]    [host, device] pairs: host prefixes copied into device blocks
+#                              (the append that follows lists them; the host keeps its copy)
 KVChange = list
 
 
@@ -84,12 +94,17 @@ class BlockManager:
         block_size: int,
         num_swap_blocks: int = 0,
         enable_caching: bool = False,
+        num_offload_blocks: int = 0,
     ) -> None:
         self.block_size = block_size
         self.enable_caching = enable_caching
         self.device = BlockPool(num_blocks)  # unkeyed free blocks
         self.swap = BlockPool(num_swap_blocks)
         self.cache = PrefixCache()
+        # The second tier of the prefix cache (None: an evicted prefix is forgotten).
+        self.host = HostTier(num_offload_blocks) if enable_caching and num_offload_blocks else None
+        self.offloads: list[tuple[int, int]] = []  # (device, host) copies since take_copies
+        self.reloads: list[tuple[int, int]] = []  # (host, device) copies since take_copies
         self.ref_counts = [0] * num_blocks
         self.num_shared_blocks = 0  # blocks in more than one table, kept as counts change
         self.block_tables: dict[int, list[int]] = {}  # request id -> device blocks
@@ -97,6 +112,16 @@ class BlockManager:
         # request id -> keys of its leading full blocks that commit has seen, in order.
         self.chains: dict[int, list[int]] = {}
         self.changes: list[KVChange] = []  # since the last take_changes(), in order
+
+    def take_copies(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """The host tier's copies since the last call, for a plan: (device, host) offloads,
+        made before anything writes the device blocks, and (host, device) reloads, made
+        before the forward. The host blocks they name are free to reuse from now on."""
+        copies = self.offloads, self.reloads
+        self.offloads, self.reloads = [], []
+        if self.host is not None:
+            self.host.pinned.clear()
+        return copies
 
     def take_changes(self) -> list[KVChange]:
         """The changes since the last call, oldest first; the journal starts empty again."""
@@ -122,6 +147,11 @@ class BlockManager:
         return self.swap.num_used
 
     @property
+    def num_host_cached_blocks(self) -> int:
+        """Host blocks holding a cached prefix (0 without a host tier)."""
+        return self.host.num_used if self.host is not None else 0
+
+    @property
     def num_cached_blocks(self) -> int:
         """Free blocks that still hold a cached prefix (evictable)."""
         return len(self.cache.evictable)
@@ -141,42 +171,51 @@ class BlockManager:
         held = len(self.block_tables.get(request_id, ()))
         return max(0, (held + self.device.num_free) * self.block_size - num_tokens)
 
-    def lookup(self, token_slice: TokenSlice, num_tokens: int) -> list[tuple[int, int]]:
+    def lookup(self, token_slice: TokenSlice, num_tokens: int) -> list[tuple[int | None, int]]:
         """(block, key) of the cached full blocks that the first ``num_tokens`` tokens
-        begin with; [] with caching off. At most ``(num_tokens - 1) // block_size``
+        begin with, block None for one the host tier holds; [] with caching off. At most
+        ``(num_tokens - 1) // block_size``
         blocks: the last token is always computed (its logits give the next token), and
         so no step ever writes into a shared block."""
         if not self.enable_caching:
             return []
         bs = self.block_size
         full = (num_tokens - 1) // bs
-        return self.cache.match(tuple(token_slice(i * bs, (i + 1) * bs)) for i in range(full))
+        blocks_of_tokens = (tuple(token_slice(i * bs, (i + 1) * bs)) for i in range(full))
+        return self.cache.match(blocks_of_tokens, self.host)
 
     # ---- allocate / free -----------------------------------------------------------
     def allocate_slots(
-        self, request_id: int, num_tokens: int, cached: list[tuple[int, int]] = ()
+        self, request_id: int, num_tokens: int, cached: list[tuple[int | None, int]] = ()
     ) -> list[int] | None:
         """Grow the request's table to hold ``num_tokens`` tokens, starting with the
         ``cached`` blocks from ``lookup`` (for a request that holds none yet).
 
         Returns the blocks added that were not cached ([] when the last block still has
         room), or None, with nothing changed, when the pool has too few free blocks. A hit
-        on an evictable block costs a free block but no new one.
+        on an evictable block costs a free block but no new one; a hit in the host tier
+        costs a free block and a copy back (``reloads``).
         """
         table = self.block_tables.get(request_id)
         if not cached and table is not None and len(table) * self.block_size >= num_tokens:
             return []  # the common decode: its last block has room (checked every step)
         new = max(0, self.num_new_blocks(request_id, num_tokens) - len(cached))
-        revived = [b for b, _ in cached if self.ref_counts[b] == 0]
-        if new + len(revived) > self.num_free_blocks:
+        revived = [b for b, _ in cached if b is not None and self.ref_counts[b] == 0]
+        on_host = [k for b, k in cached if b is None]
+        if new + len(revived) + len(on_host) > self.num_free_blocks:
             return None
         for block, _ in cached:  # before taking new ones, so none of them is evicted
+            if block is None:
+                continue
             if self.ref_counts[block] == 0:
                 self.cache.take_back(block)
             self.ref_counts[block] += 1
             self.num_shared_blocks += self.ref_counts[block] == 2
         if revived:
             self.changes.append(["uncache", None, revived])
+        if on_host:
+            reloaded = iter(self._reload(on_host))
+            cached = [(next(reloaded) if b is None else b, k) for b, k in cached]
         if cached:
             self.block_tables[request_id] = [b for b, _ in cached]
             self.chains[request_id] = [k for _, k in cached]
@@ -198,7 +237,9 @@ class BlockManager:
         for i in range(len(chain), num_computed // bs):
             tokens = tuple(token_slice(i * bs, (i + 1) * bs))
             parent = chain[-1] if chain else self.cache.root
-            chain.append(self.cache.register(table[i], parent, tokens))
+            on_host = self.host.find(parent, tokens) if self.host is not None else None
+            key = on_host.key if on_host is not None else None  # one key in both tiers
+            chain.append(self.cache.register(table[i], parent, tokens, key))
 
     def trim(self, request_id: int, keep: int) -> int:
         """Give back the request's blocks after its first ``keep`` (the blocks a step took
@@ -231,8 +272,9 @@ class BlockManager:
         blocks = self.device.take(min(n, self.device.num_free)) or []
         evicted = [self.cache.evict() for _ in range(n - len(blocks))]
         if evicted:
-            self.changes.append(["uncache", None, evicted])
-        blocks += evicted
+            self.changes.append(["uncache", None, [b for b, _ in evicted]])
+            self._offload(evicted)
+        blocks += [b for b, _ in evicted]
         for block in blocks:
             self.ref_counts[block] = 1
         return blocks
@@ -252,6 +294,54 @@ class BlockManager:
                     self.device.release([block])
         if parked:
             self.changes.append(["cache", None, parked])
+
+    # ---- the host tier -------------------------------------------------------------
+    def _offload(self, evicted: list[tuple[int, CachedBlock]]) -> None:
+        """Keep the prefixes of just-evicted device blocks (block, what it held) in the host
+        tier: a copy each, unless the host holds that prefix already."""
+        if self.host is None:
+            return
+        pairs, dropped = [], []
+        for block, held in evicted:
+            host_block, room = self.host.store(held)
+            dropped += room
+            if host_block is not None:
+                pairs.append([block, host_block])
+        if dropped:
+            self.changes.append(["host_uncache", None, dropped])
+        if pairs:
+            self.changes.append(["offload", None, pairs])
+            self.offloads += [(d, h) for d, h in pairs]
+
+    def _reload(self, keys: list[int]) -> list[int]:
+        """Device blocks for host-tier hits (``keys``, in chain order), each keyed again as
+        the host keeps it, the copies back recorded. The caller has counted the room."""
+        sources = [self.host.pin(key) for key in keys]  # before the evictions for room
+        blocks = self._take(len(keys))
+        for source, block in zip(sources, blocks, strict=True):
+            self.host.touch(source)  # after the offloads, as the events replay it
+            held = self.host.info[source]
+            self.cache.register(block, held.parent, held.tokens, held.key)
+        pairs = [[h, d] for h, d in zip(sources, blocks, strict=True)]
+        self.changes.append(["reload", None, pairs])
+        self.reloads += [(h, d) for h, d in pairs]
+        return blocks
+
+    def forget_copies(self, offloads: list[tuple[int, int]], reloads: list[tuple[int, int]]):
+        """A step that was to make these copies failed (its requests already freed): host
+        blocks it was to fill, and device blocks it was to reload, no longer hold their
+        prefixes, so no later hit reads KV that was never copied."""
+        stale = [h for _, h in offloads if self.host is not None and h in self.host.info]
+        for block in stale:
+            self.host.drop(block)
+        if stale:
+            self.changes.append(["host_uncache", None, stale])
+        unkeyed = [d for _, d in reloads if d in self.cache.evictable]
+        for block in unkeyed:
+            self.cache.forget(block)
+            self.device.release([block])
+        if unkeyed:
+            self.changes.append(["uncache", None, unkeyed])
 
     # ---- swap ----------------------------------------------------------------------
     def swap_out(self, request_id: int) -> list[tuple[int, int]] | None:
@@ -303,6 +393,10 @@ class BlockManager:
         assert len(held) + len(free) + len(evictable) == self.num_blocks, "a block leaked"
         for block, info in self.cache.info.items():
             assert self.cache.by_prefix[(info.parent, info.tokens)] == block, "index disagrees"
+            on_host = self.host.find(info.parent, info.tokens) if self.host else None
+            assert on_host is None or on_host.key == info.key, "a prefix has two keys"
+        if self.host is not None:
+            self.host.check()
         owned = [b for blocks in self.swap_tables.values() for b in blocks]
         assert len(owned) == len(set(owned)), "a swap block is owned twice"
         assert len(owned) + self.swap.num_free == self.swap.num_blocks, "swap used + free != total"

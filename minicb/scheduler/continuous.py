@@ -199,6 +199,8 @@ class ContinuousScheduler(SchedulerBase):
             if self.blocks.enable_caching:
                 plan.prefix_query_tokens += req.num_tokens
                 plan.prefix_hit_tokens += cached
+                on_host = sum(1 for block, _ in hits if block is None)
+                plan.prefix_host_hit_tokens += on_host * self.config.block_size
             plan.scheduled.append(self._row(req, n))
             budget -= n
         return budget
@@ -236,7 +238,7 @@ class ContinuousScheduler(SchedulerBase):
         cache: 2 blocks shared with request 7" ("" when nothing was found)."""
         if not hits:
             return ""
-        blocks = {b for b, _ in hits}
+        blocks = {b for b, _ in hits if b is not None}  # None: in the host tier
         what = "prompt tokens" if not req.output_token_ids else "tokens"
         words = (
             f"; {len(hits) * self.config.block_size} of {req.num_tokens} {what} found in the cache"
@@ -245,6 +247,8 @@ class ContinuousScheduler(SchedulerBase):
         parts = []
         if shared:
             parts.append(f"{shared} blocks shared with {self._holders(hits[0][0])}")
-        if shared < len(hits):
-            parts.append(f"{len(hits) - shared} taken back from the evictable cached blocks")
+        if shared < len(blocks):
+            parts.append(f"{len(blocks) - shared} taken back from the evictable cached blocks")
+        if len(blocks) < len(hits):
+            parts.append(f"{len(hits) - len(blocks)} copied back from the host tier")
         return f"{words}: {', '.join(parts)}"

@@ -80,6 +80,11 @@ class StepPlan:
     # (device block, cpu block) copies before the step; (cpu block, device block) after those.
     swap_out_map: list[tuple[int, int]] = field(default_factory=list)
     swap_in_map: list[tuple[int, int]] = field(default_factory=list)
+    # The prefix cache's host tier (host_tier.py): (device block, host block) copies of
+    # evicted cached blocks, made with the swap-outs; (host block, device block) copies of
+    # host hits, made with the swap-ins, before the forward.
+    offload_map: list[tuple[int, int]] = field(default_factory=list)
+    reload_map: list[tuple[int, int]] = field(default_factory=list)
     budget_used: int = 0
     budget_limit: int = 0
     slots_used: int = 0
@@ -92,9 +97,12 @@ class StepPlan:
     kv_swapped: int = 0
     kv_cached: int = 0  # free blocks still holding a cached prefix (evictable), in kv_free
     kv_shared: int = 0  # blocks held by more than one request (reference count above 1)
+    kv_host_cached: int = 0  # host-tier blocks holding a cached prefix (0 without the tier)
     # Prefix cache lookups of this iteration's admissions, in tokens: looked up, found.
+    # Of the tokens found, those found in the host tier (copied back, not recomputed).
     prefix_query_tokens: int = 0
     prefix_hit_tokens: int = 0
+    prefix_host_hit_tokens: int = 0
     num_waiting: int = 0
     num_swapped: int = 0
     # The block manager's changes since the previous step, in order (block_manager.py):
@@ -139,10 +147,9 @@ class StepPlan:
         data["notes"] = list(self.notes)
         data["swap_out_map"] = [list(p) for p in self.swap_out_map]
         data["swap_in_map"] = [list(p) for p in self.swap_in_map]
-        data["kv_ops"] = [
-            [kind, rid, list(arg) if isinstance(arg, list) else arg]
-            for kind, rid, arg in self.kv_ops
-        ]
+        data["offload_map"] = [list(p) for p in self.offload_map]
+        data["reload_map"] = [list(p) for p in self.reload_map]
+        data["kv_ops"] = [[kind, rid, _copied(arg)] for kind, rid, arg in self.kv_ops]
         return data
 
     @classmethod
@@ -154,10 +161,17 @@ class StepPlan:
         values["scheduled"] = [_build(ScheduledRequest, r, "scheduled row") for r in rows]
         for name in DECISION_LISTS:
             values[name] = [_build(Decision, d, name) for d in data.get(name, [])]
-        for name in ("swap_out_map", "swap_in_map"):
+        for name in ("swap_out_map", "swap_in_map", "offload_map", "reload_map"):
             values[name] = [tuple(p) for p in data.get(name, [])]
         values["kv_ops"] = [list(op) for op in data.get("kv_ops", [])]
         return cls(**values)
+
+
+def _copied(arg: Any) -> Any:
+    """A KV change's argument, shared with nothing: a count, blocks, or block pairs."""
+    if not isinstance(arg, list):
+        return arg
+    return [list(x) if isinstance(x, list) else x for x in arg]
 
 
 def _event_fields(cls: type) -> tuple:

@@ -20,7 +20,8 @@ cache can share anyway, and fit in a dict and an ordered dict: small enough to r
 
 A block whose last holder leaves keeps its key and contents in ``evictable`` (least
 recently freed first); a hit takes it back untouched; it loses its key only when the pool
-needs it for something else (``evict``). Pure Python.
+needs it for something else (``evict``), and with a host tier (host_tier.py) its prefix is
+first copied to host memory under the same key. Pure Python.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ import secrets
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from minicb.scheduler.host_tier import HostTier
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,27 +55,38 @@ class PrefixCache:
         # Keyed blocks nobody holds, least recently freed first: free, but still cached.
         self.evictable: OrderedDict[int, None] = OrderedDict()
 
-    def match(self, blocks_of_tokens: Iterable[tuple[int, ...]]) -> list[tuple[int, int]]:
+    def match(
+        self, blocks_of_tokens: Iterable[tuple[int, ...]], host: HostTier | None = None
+    ) -> list[tuple[int | None, int]]:
         """(block, key) of the cached blocks that begin this run of full blocks' tokens
-        (read lazily: the walk stops at the first miss)."""
+        (read lazily: the walk stops at the first miss). A block missing here is looked
+        for in the ``host`` tier, if any: a hit there is (None, key), to be reloaded."""
         hits, parent = [], self.root
         for tokens in blocks_of_tokens:
             block = self.by_prefix.get((parent, tokens))
-            if block is None:
-                break
-            parent = self.info[block].key
+            if block is not None:
+                parent = self.info[block].key
+            else:
+                held = host.find(parent, tokens) if host is not None else None
+                if held is None:
+                    break
+                parent = held.key
             hits.append((block, parent))
         return hits
 
-    def register(self, block: int, parent: int, tokens: tuple[int, ...]) -> int:
+    def register(
+        self, block: int, parent: int, tokens: tuple[int, ...], key: int | None = None
+    ) -> int:
         """Key ``block`` as ``tokens`` after the prefix ``parent`` names, unless another
         block holds that prefix already (the first one stays: the table entry is never
         swapped for it, so no request ever loses the page it points to). Returns the key
-        that names this prefix, for the next block's parent."""
+        that names this prefix, for the next block's parent. ``key``: the one the host
+        tier keeps for this prefix (host_tier.py), so a prefix has one key in both tiers;
+        None: a new one."""
         held = self.by_prefix.get((parent, tokens))
         if held is not None:
             return self.info[held].key
-        key = next(self._keys)
+        key = next(self._keys) if key is None else key
         self.by_prefix[(parent, tokens)] = block
         self.info[block] = CachedBlock(key, parent, tokens)
         return key
@@ -86,9 +102,15 @@ class PrefixCache:
         """A hit on an evictable block: it is held again, key and contents untouched."""
         del self.evictable[block]
 
-    def evict(self) -> int:
-        """The least recently freed evictable block, its key dropped, for a new use."""
-        block, _ = self.evictable.popitem(last=False)
+    def evict(self) -> tuple[int, CachedBlock]:
+        """The least recently freed evictable block, its key dropped, for a new use; and
+        what it held (for the host tier)."""
+        block = next(iter(self.evictable))
+        return block, self.forget(block)
+
+    def forget(self, block: int) -> CachedBlock:
+        """Drop ``block``'s key (it is no longer evictable, if it was); what it held."""
+        self.evictable.pop(block, None)
         info = self.info.pop(block)
         del self.by_prefix[(info.parent, info.tokens)]
-        return block
+        return info

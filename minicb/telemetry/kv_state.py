@@ -23,23 +23,29 @@ from typing import Any
 
 
 class KVState:
-    """Every request's device and swap blocks, and the evictable cached blocks."""
+    """Every request's device and swap blocks, the evictable cached blocks, and the host
+    tier's blocks that hold a cached prefix (minicb/scheduler/host_tier.py)."""
 
     def __init__(
         self,
         block_tables: dict[int, list[int]] | None = None,
         swap_tables: dict[int, list[int]] | None = None,
         cached_blocks: Iterable[int] = (),
+        host_cached_blocks: Iterable[int] = (),
     ) -> None:
         self.block_tables = {int(r): list(t) for r, t in (block_tables or {}).items()}
         self.swap_tables = {int(r): list(t) for r, t in (swap_tables or {}).items()}
         # dict, not set: it keeps the order blocks were parked in (least recently freed first)
         self.cached: dict[int, None] = dict.fromkeys(cached_blocks)
+        # Host blocks holding a prefix, least recently stored or reloaded first.
+        self.host_cached: dict[int, None] = dict.fromkeys(host_cached_blocks)
 
     @classmethod
     def from_snapshot(cls, snapshot: Any) -> KVState:
-        """From a ``KVSnapshotEvent`` (or anything with the same three fields)."""
-        return cls(snapshot.block_tables, snapshot.swap_tables, snapshot.cached_blocks)
+        """From a ``KVSnapshotEvent`` (or anything with the same fields; one without
+        ``host_cached_blocks`` had no host tier)."""
+        host = getattr(snapshot, "host_cached_blocks", ())
+        return cls(snapshot.block_tables, snapshot.swap_tables, snapshot.cached_blocks, host)
 
     def apply(self, ops: Iterable[list]) -> None:
         """Apply one step's ``kv_ops``, in order. Raises ValueError on an unknown kind."""
@@ -62,6 +68,15 @@ class KVState:
             elif kind == "uncache":
                 for block in arg:
                     self.cached.pop(block, None)
+            elif kind == "offload":
+                self.host_cached.update((host, None) for _, host in arg)
+            elif kind == "reload":  # the device blocks come in the append after it
+                for host, _ in arg:
+                    self.host_cached.pop(host, None)  # most recently used: to the end
+                    self.host_cached[host] = None
+            elif kind == "host_uncache":
+                for host in arg:
+                    self.host_cached.pop(host, None)
             else:
                 raise ValueError(f"unknown KV change {kind!r}")
 
@@ -69,8 +84,12 @@ class KVState:
     def cached_blocks(self) -> list[int]:
         return list(self.cached)
 
+    @property
+    def host_cached_blocks(self) -> list[int]:
+        return list(self.host_cached)
+
     def copy(self) -> KVState:
-        return KVState(self.block_tables, self.swap_tables, self.cached)
+        return KVState(self.block_tables, self.swap_tables, self.cached, self.host_cached)
 
     def as_tuple(self) -> tuple[dict, dict, list]:
         """(block tables, swap tables, cached blocks): what tests compare."""
