@@ -45,13 +45,20 @@ class SimulatedRunner(FakeRunner):
     ) -> None:
         """``profile``: a step-time model, or its name (``"H100:llama-3.1-8b"``, see
         minicb.sim.catalogue.load_profile); ``config``: the engine's settings (its
-        block size, dtype, tensor-parallel degree, and pool sizes where it fixes them);
+        block size, dtype, KV cache dtype (an 8-bit cache: smaller blocks, more of them, and
+        fewer bytes read per step), tensor-parallel degree, and pool sizes where it fixes
+        them);
         ``clock``: the engine's clock, advanced by each step's predicted time."""
         config = config or EngineConfig()
         tp = config.tensor_parallel_size
         if isinstance(profile, str):
             profile = load_profile(profile, tp)
-        profile = replace(profile, elem_bytes=ELEM_BYTES[config.dtype], tp=tp)
+        profile = replace(
+            profile,
+            elem_bytes=ELEM_BYTES[config.dtype],
+            tp=tp,
+            kv_cache_dtype=config.kv_cache_dtype,
+        )
         if not 0.0 < gpu_memory_utilization <= 1.0:
             raise ValueError(
                 f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}"

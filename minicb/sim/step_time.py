@@ -5,6 +5,9 @@ Per GPU of a tensor-parallel group of ``tp``:
 
     weights  = streamed parameters x element size / tp        (read once per step)
     kv       = sum over rows of context_len x KV bytes per token / tp
+               (KV bytes per token: 2 x layers x kv_heads x head_dim x element size, or for
+               an 8-bit KV cache 2 x layers x kv_heads x (head_dim + 4): one byte a value
+               and an fp32 scale per token and KV head, minicb/quant/kv.py)
     flops    = (2 x layer matmul params x T + 2 x vocab x hidden x S
                 + 4 x layers x heads x head_dim x attended pairs) / tp
     t_memory  = (weights + kv) / (HBM bandwidth x bandwidth efficiency)
@@ -39,6 +42,9 @@ if TYPE_CHECKING:
     from minicb.scheduler.plan import ScheduledRequest, StepPlan
 
 GIB = 1 << 30
+# kv_cache_dtype -> bytes per cached value; None: the compute dtype's (``elem_bytes``).
+KV_VALUE_BYTES: dict[str, int | None] = {"auto": None, "int8": 1, "fp8": 1}
+KV_SCALE_BYTES = 4  # an 8-bit cache's fp32 scale per token and KV head (minicb/quant/kv.py)
 TERMS = ("memory_s", "compute_s", "comm_s", "overhead_s", "step_s", "bandwidth_util", "flop_util")
 
 
@@ -85,17 +91,33 @@ class ModelShape:
         only gathered, a row per token, unless it is the lm_head too)."""
         return self.num_layers * self.layer_params + self.vocab_size * self.hidden_size
 
-    def kv_bytes_per_token(self, elem: int) -> int:
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * elem  # K and V
+    def kv_bytes_per_token(self, elem: int, kv_cache_dtype: str = "auto") -> int:
+        """Bytes one token's keys and values take in every layer: ``elem`` per value in the
+        compute dtype ("auto"), or one per value plus a scale per KV head (8-bit)."""
+        value_bytes = KV_VALUE_BYTES[kv_cache_dtype]
+        if value_bytes is None:
+            per_head = self.head_dim * elem
+        else:
+            per_head = self.head_dim * value_bytes + KV_SCALE_BYTES
+        return 2 * self.num_layers * self.num_kv_heads * per_head  # K and V
 
     def step_work(
-        self, elem: int, tokens: int, sampling: int, context: float, pairs: float
+        self,
+        elem: int,
+        tokens: int,
+        sampling: int,
+        context: float,
+        pairs: float,
+        kv_cache_dtype: str = "auto",
     ) -> tuple[float, float]:
         """(bytes read, FLOPs) of a step over the whole model (the module docstring's
         ``weights + kv`` and ``flops`` before the division by tp): ``tokens`` tokens,
         ``sampling`` rows that sample, ``context`` context tokens over its rows and
-        ``pairs`` attended (query, key) pairs (``step_totals``)."""
-        nbytes = self.streamed_params * elem + context * self.kv_bytes_per_token(elem)
+        ``pairs`` attended (query, key) pairs (``step_totals``). An 8-bit KV cache reads
+        fewer bytes per context token; its dequantisation (a multiply per value, inside
+        the attention kernel) is not counted, as it hides under the memory time."""
+        kv = self.kv_bytes_per_token(elem, kv_cache_dtype)
+        nbytes = self.streamed_params * elem + context * kv
         flops = (
             2 * self.num_layers * self.layer_params * tokens
             + 2 * self.vocab_size * self.hidden_size * sampling
@@ -132,6 +154,7 @@ class StepTimeModel:
     efficiency: Efficiency
     elem_bytes: int = 2  # bf16
     tp: int = 1
+    kv_cache_dtype: str = "auto"  # "auto": the KV cache in elem_bytes; "int8"/"fp8": 8-bit
 
     @property
     def name(self) -> str:
@@ -145,7 +168,7 @@ class StepTimeModel:
         return self.model.num_params * self.elem_bytes
 
     def block_bytes(self, block_size: int) -> int:
-        return block_size * self.model.kv_bytes_per_token(self.elem_bytes)
+        return block_size * self.model.kv_bytes_per_token(self.elem_bytes, self.kv_cache_dtype)
 
     def num_kv_blocks(self, block_size: int, utilisation: float = 0.9) -> int:
         """The pool as a serving engine sizes it: memory x utilisation minus the weights,
@@ -175,7 +198,8 @@ class StepTimeModel:
         m, e, tp = self.model, self.efficiency, self.tp
         if tokens == 0:
             return dict.fromkeys(TERMS, 0.0)
-        nbytes, flops = m.step_work(self.elem_bytes, tokens, sampling, context, pairs)
+        work = (tokens, sampling, context, pairs, self.kv_cache_dtype)
+        nbytes, flops = m.step_work(self.elem_bytes, *work)
         memory = nbytes / tp / (self.gpu.bandwidth * e.bandwidth)
         compute = flops / tp / (self.gpu.flops * e.flops)
         comm = 0.0
@@ -210,6 +234,7 @@ class StepTimeModel:
             "gpu": self.gpu.name,
             "model": self.model.name,
             "tensor_parallel_size": self.tp,
+            "kv_cache_dtype": self.kv_cache_dtype,
             "weight_gib": round(self.weight_bytes / GIB, 2),
         }
 
