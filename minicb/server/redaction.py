@@ -112,6 +112,7 @@ STEP_FIGURES = (
     "step", "batching", "block_size", "swap_out_map", "swap_in_map", "budget_used",
     "budget_limit", "slots_used", "slots_limit", "kv_used", "kv_free", "kv_total",
     "kv_swapped", "kv_cached", "kv_shared", "prefix_query_tokens", "prefix_hit_tokens",
+    "offload_map", "reload_map", "kv_host_cached", "prefix_host_hit_tokens",
     "num_waiting", "num_swapped", "block_tables", "swap_tables", "cached_blocks", "kv_ops",
     "wall_start", "wall_end", "schedule_s", "forward_s", "sample_s",
     "tensor_parallel_size", "collective_s", "bandwidth_util", "flop_util", "busy_s",
