@@ -23,6 +23,10 @@ Triton's interpreter, which Triton switches on only if ``TRITON_INTERPRET=1`` is
 environment when the kernels are defined (at import). Anything else is refused with a
 clear error instead of a crash deep inside Triton. Triton itself is imported only when
 the triton backend is asked for.
+
+Under an 8-bit KV cache (``kv_cache_dtype`` int8 or fp8) each layer's ``k_cache`` and
+``v_cache`` are ``QuantizedCache(data, scale)`` pairs (minicb/quant/kv.py) instead of
+tensors: both backends quantise in ``store_kv`` and dequantise on read in ``attention``.
 """
 
 from __future__ import annotations

@@ -18,6 +18,11 @@ Memory layout:
              ``j % block_size``. A tile gathers its block ids per position, so BLOCK_N need
              not equal block_size and the last, partial block is just masked.
   out        (B, num_heads, head_dim), query dtype.
+  8-bit KV   (minicb/quant/kv.py) the caches come as ``QuantizedCache(data, scale)``: int8
+             or fp8 values in the layout above and an fp32 scale per (block, row, KV head).
+             Each tile loads its N rows' scales beside their values and multiplies them in
+             (``QUANT``), so the cache is dequantised on read and never copied; the dots
+             then run in the query's dtype.
 
 Launch grid: ``(B, num_kv_heads, num_splits)``. One program serves all G query heads of a
 KV head: it reads each K/V row once and uses it G times, which is the whole point of GQA
@@ -42,6 +47,9 @@ import triton
 import triton.language as tl
 from triton.runtime.jit import JITFunction
 
+from minicb.kernels.store_kv import cache_operands
+from minicb.quant.kv import QuantizedCache
+
 LOG2E = math.log2(math.e)
 
 
@@ -50,6 +58,8 @@ def _decode_kernel(
     q_ptr,
     k_cache_ptr,
     v_cache_ptr,
+    k_scale_ptr,  # (num_blocks, block_size, num_kv_heads) fp32 when QUANT, else unused
+    v_scale_ptr,
     block_tables_ptr,
     context_lens_ptr,
     out_ptr,
@@ -64,6 +74,8 @@ def _decode_kernel(
     cache_stride_block,
     cache_stride_row,
     cache_stride_head,
+    scale_stride_block,
+    scale_stride_row,
     table_stride_b,
     NUM_HEADS: tl.constexpr,
     GROUP: tl.constexpr,  # query heads per KV head
@@ -73,6 +85,7 @@ def _decode_kernel(
     BLOCK_SIZE: tl.constexpr,  # KV-cache block size
     BLOCK_N: tl.constexpr,  # keys per tile
     NUM_SPLITS: tl.constexpr,
+    QUANT: tl.constexpr,  # 8-bit K/V: dequantise each tile with its per-token scales
     UPCAST: tl.constexpr,  # do the math in fp32 (the interpreter cannot do bf16 arithmetic)
     DOT_PRECISION: tl.constexpr,  # "ieee" for fp32 inputs, so no TF32 rounding
 ):
@@ -89,7 +102,9 @@ def _decode_kernel(
     q_mask = head_ok[:, None] & dim_ok[None, :]
     q_ptrs = q_ptr + req * q_stride_b + heads[:, None] * q_stride_h + dims[None, :]
     # Padded rows/dims must be 0, not garbage: padded dims enter every dot product.
-    q = tl.load(q_ptrs, q_mask, 0.0).to(k_cache_ptr.dtype.element_ty)  # (G, D)
+    q = tl.load(q_ptrs, q_mask, 0.0)  # (G, D)
+    if not QUANT:  # a plain cache: compute in its dtype; an 8-bit one is read as q's
+        q = q.to(k_cache_ptr.dtype.element_ty)
     if UPCAST:
         q = q.to(tl.float32)
 
@@ -113,7 +128,17 @@ def _decode_kernel(
         kv_mask = pos_ok[:, None] & dim_ok[None, :]
         k = tl.load(k_cache_ptr + row_off[:, None] + dims[None, :], kv_mask, 0.0)  # (N, D)
         v = tl.load(v_cache_ptr + row_off[:, None] + dims[None, :], kv_mask, 0.0)  # (N, D)
-        if UPCAST:
+        if QUANT:  # dequantise on read: value x its token's scale, in q's dtype
+            scale_off = (
+                block.to(tl.int64) * scale_stride_block
+                + (pos % BLOCK_SIZE) * scale_stride_row
+                + kv_head
+            )
+            k_scale = tl.load(k_scale_ptr + scale_off, pos_ok, 0.0)  # (N,)
+            v_scale = tl.load(v_scale_ptr + scale_off, pos_ok, 0.0)
+            k = (k.to(tl.float32) * k_scale[:, None]).to(q.dtype)
+            v = (v.to(tl.float32) * v_scale[:, None]).to(q.dtype)
+        elif UPCAST:
             k = k.to(tl.float32)
             v = v.to(tl.float32)
 
@@ -185,8 +210,8 @@ def default_num_splits(batch: int, num_kv_heads: int, max_context_len: int, devi
 
 def paged_decode_attention(
     query: torch.Tensor,  # (B, num_heads, head_dim): one query token per request
-    k_cache: torch.Tensor,  # (num_blocks, block_size, num_kv_heads, head_dim)
-    v_cache: torch.Tensor,
+    k_cache: torch.Tensor | QuantizedCache,  # (num_blocks, block_size, num_kv_heads, head_dim)
+    v_cache: torch.Tensor | QuantizedCache,
     block_tables: torch.Tensor,  # (B, max_blocks) int32
     context_lens: torch.Tensor,  # (B,) int32, this step's token included
     scale: float,
@@ -197,7 +222,9 @@ def paged_decode_attention(
     batch, num_heads, head_dim = query.shape
     num_kv_heads, block_size = k_cache.shape[2], k_cache.shape[1]
     assert num_heads % num_kv_heads == 0, (num_heads, num_kv_heads)
-    assert k_cache.stride() == v_cache.stride() and k_cache.stride(-1) == 1
+    k_data, v_data, k_scale, v_scale = cache_operands(k_cache, v_cache)
+    quantized = isinstance(k_cache, QuantizedCache)
+    compute = query.dtype if quantized else k_data.dtype  # the dtype the dots run in
     assert query.stride(-1) == 1
     group = num_heads // num_kv_heads
     out = torch.empty_like(query)
@@ -214,8 +241,10 @@ def paged_decode_attention(
         part_m = part_l = part_acc = out  # never touched
     _decode_kernel[(batch, num_kv_heads, num_splits)](
         query,
-        k_cache,
-        v_cache,
+        k_data,
+        v_data,
+        k_scale,
+        v_scale,
         block_tables,
         context_lens,
         out,
@@ -227,9 +256,11 @@ def paged_decode_attention(
         query.stride(1),
         out.stride(0),
         out.stride(1),
-        k_cache.stride(0),
-        k_cache.stride(1),
-        k_cache.stride(2),
+        k_data.stride(0),
+        k_data.stride(1),
+        k_data.stride(2),
+        k_scale.stride(0),
+        k_scale.stride(1),
         block_tables.stride(0),
         NUM_HEADS=num_heads,
         GROUP=group,
@@ -239,9 +270,10 @@ def paged_decode_attention(
         BLOCK_SIZE=block_size,
         BLOCK_N=128 if dim_pad <= 64 else 64,
         NUM_SPLITS=num_splits,
+        QUANT=quantized,
         # The interpreter stores bf16 as raw uint16 and cannot compute with it.
-        UPCAST=k_cache.dtype == torch.bfloat16 and not isinstance(_decode_kernel, JITFunction),
-        DOT_PRECISION="ieee" if k_cache.dtype == torch.float32 else "tf32",
+        UPCAST=compute == torch.bfloat16 and not isinstance(_decode_kernel, JITFunction),
+        DOT_PRECISION="ieee" if compute == torch.float32 else "tf32",
         num_warps=4,
     )
     if num_splits > 1:

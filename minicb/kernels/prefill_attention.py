@@ -18,6 +18,8 @@ Memory layout:
              ``b`` is row ``j % block_size`` of block ``block_tables[b, j // block_size]``.
              This step's K/V are already stored, so the chunk reads itself from the cache.
   out        (T, num_heads, head_dim), query dtype.
+  8-bit KV   ``QuantizedCache(data, scale)`` caches are dequantised tile by tile as in
+             decode_attention.py (``QUANT``: each row's value x its token's scale).
 
 GQA packing: the G query heads of one KV head share every K/V tile, so a program stacks
 them into its rows: row ``r`` of a BLOCK_M-row tile is query token ``r // G`` and head
@@ -39,6 +41,9 @@ import triton
 import triton.language as tl
 from triton.runtime.jit import JITFunction
 
+from minicb.kernels.store_kv import cache_operands
+from minicb.quant.kv import QuantizedCache
+
 LOG2E = math.log2(math.e)
 
 
@@ -47,6 +52,8 @@ def _prefill_kernel(
     q_ptr,
     k_cache_ptr,
     v_cache_ptr,
+    k_scale_ptr,  # (num_blocks, block_size, num_kv_heads) fp32 when QUANT, else unused
+    v_scale_ptr,
     block_tables_ptr,
     context_lens_ptr,
     query_start_ptr,
@@ -59,6 +66,8 @@ def _prefill_kernel(
     cache_stride_block,
     cache_stride_row,
     cache_stride_head,
+    scale_stride_block,
+    scale_stride_row,
     table_stride_b,
     GROUP: tl.constexpr,  # query heads per KV head
     HEAD_DIM: tl.constexpr,
@@ -67,6 +76,7 @@ def _prefill_kernel(
     BLOCK_M: tl.constexpr,  # rows per tile = TOKENS query tokens x GROUP heads (+ padding)
     TOKENS: tl.constexpr,  # BLOCK_M // GROUP
     BLOCK_N: tl.constexpr,  # keys per tile
+    QUANT: tl.constexpr,  # 8-bit K/V: dequantise each tile with its per-token scales
     UPCAST: tl.constexpr,  # do the math in fp32 (the interpreter cannot do bf16 arithmetic)
     DOT_PRECISION: tl.constexpr,  # "ieee" for fp32 inputs, so no TF32 rounding
 ):
@@ -91,7 +101,9 @@ def _prefill_kernel(
     q_mask = row_ok[:, None] & dim_ok[None, :]
     q_ptrs = q_ptr + (q_start + token)[:, None] * q_stride_t + head[:, None] * q_stride_h
     # Padded rows/dims must be 0, not garbage: padded dims enter every dot product.
-    q = tl.load(q_ptrs + dims[None, :], q_mask, 0.0).to(k_cache_ptr.dtype.element_ty)
+    q = tl.load(q_ptrs + dims[None, :], q_mask, 0.0)
+    if not QUANT:  # a plain cache: compute in its dtype; an 8-bit one is read as q's
+        q = q.to(k_cache_ptr.dtype.element_ty)
     if UPCAST:
         q = q.to(tl.float32)
 
@@ -112,7 +124,17 @@ def _prefill_kernel(
         kv_mask = pos_ok[:, None] & dim_ok[None, :]
         k = tl.load(k_cache_ptr + row_off[:, None] + dims[None, :], kv_mask, 0.0)  # (N, D)
         v = tl.load(v_cache_ptr + row_off[:, None] + dims[None, :], kv_mask, 0.0)  # (N, D)
-        if UPCAST:
+        if QUANT:  # dequantise on read: value x its token's scale, in q's dtype
+            scale_off = (
+                block.to(tl.int64) * scale_stride_block
+                + (pos % BLOCK_SIZE) * scale_stride_row
+                + kv_head
+            )
+            k_scale = tl.load(k_scale_ptr + scale_off, pos_ok, 0.0)  # (N,)
+            v_scale = tl.load(v_scale_ptr + scale_off, pos_ok, 0.0)
+            k = (k.to(tl.float32) * k_scale[:, None]).to(q.dtype)
+            v = (v.to(tl.float32) * v_scale[:, None]).to(q.dtype)
+        elif UPCAST:
             k = k.to(tl.float32)
             v = v.to(tl.float32)
 
@@ -135,8 +157,8 @@ def _prefill_kernel(
 
 def paged_prefill_attention(
     query: torch.Tensor,  # (T, num_heads, head_dim)
-    k_cache: torch.Tensor,  # (num_blocks, block_size, num_kv_heads, head_dim)
-    v_cache: torch.Tensor,
+    k_cache: torch.Tensor | QuantizedCache,  # (num_blocks, block_size, num_kv_heads, head_dim)
+    v_cache: torch.Tensor | QuantizedCache,
     block_tables: torch.Tensor,  # (B, max_blocks) int32
     context_lens: torch.Tensor,  # (B,) int32, this step's tokens included
     query_start: torch.Tensor,  # (B+1,) int32, cumulative query lengths
@@ -147,7 +169,9 @@ def paged_prefill_attention(
     num_tokens, num_heads, head_dim = query.shape
     num_kv_heads, block_size = k_cache.shape[2], k_cache.shape[1]
     assert num_heads % num_kv_heads == 0, (num_heads, num_kv_heads)
-    assert k_cache.stride() == v_cache.stride() and k_cache.stride(-1) == 1
+    k_data, v_data, k_scale, v_scale = cache_operands(k_cache, v_cache)
+    quantized = isinstance(k_cache, QuantizedCache)
+    compute = query.dtype if quantized else k_data.dtype  # the dtype the dots run in
     assert query.stride(-1) == 1
     out = torch.empty_like(query)
     batch = context_lens.shape[0]
@@ -160,8 +184,10 @@ def paged_prefill_attention(
     grid = (batch, triton.cdiv(max_query_len, tokens), num_kv_heads)
     _prefill_kernel[grid](
         query,
-        k_cache,
-        v_cache,
+        k_data,
+        v_data,
+        k_scale,
+        v_scale,
         block_tables,
         context_lens,
         query_start,
@@ -171,9 +197,11 @@ def paged_prefill_attention(
         query.stride(1),
         out.stride(0),
         out.stride(1),
-        k_cache.stride(0),
-        k_cache.stride(1),
-        k_cache.stride(2),
+        k_data.stride(0),
+        k_data.stride(1),
+        k_data.stride(2),
+        k_scale.stride(0),
+        k_scale.stride(1),
         block_tables.stride(0),
         GROUP=group,
         HEAD_DIM=head_dim,
@@ -182,9 +210,10 @@ def paged_prefill_attention(
         BLOCK_M=block_m,
         TOKENS=tokens,
         BLOCK_N=64,
+        QUANT=quantized,
         # The interpreter stores bf16 as raw uint16 and cannot compute with it.
-        UPCAST=k_cache.dtype == torch.bfloat16 and not isinstance(_prefill_kernel, JITFunction),
-        DOT_PRECISION="ieee" if k_cache.dtype == torch.float32 else "tf32",
+        UPCAST=compute == torch.bfloat16 and not isinstance(_prefill_kernel, JITFunction),
+        DOT_PRECISION="ieee" if compute == torch.float32 else "tf32",
         num_warps=4,
     )
     return out
