@@ -225,10 +225,10 @@ def _occupancy(steps: list[dict[str, float]], points: int = 400) -> dict[str, li
 DISAGG_PROFILE = "H100:llama-3.1-8b"
 DISAGG_SLO = {"ttft_slo": 1.0, "tpot_slo": 0.015}  # seconds; TPOT ~1.7x a lone decode step
 DISAGG_ATTAINMENT = 0.9  # DistServe's goodput: the highest rate with 90 % within the SLO
-DISAGG_SYSTEMS = {  # two GPUs each
-    "colocated x2, prefill first": dict(enable_chunked_prefill=False, max_num_batched_tokens=16384),
-    "colocated x2, chunks of 512": dict(max_num_batched_tokens=512),
-    "disaggregated 1P+1D": dict(max_num_batched_tokens=8192),
+DISAGG_SYSTEMS = {
+    "colocated, prefill first": dict(enable_chunked_prefill=False, max_num_batched_tokens=16384),
+    "colocated, chunks of 512": dict(max_num_batched_tokens=512),
+    "disaggregated": dict(max_num_batched_tokens=8192),
 }
 
 
@@ -236,31 +236,37 @@ def disaggregation(
     size: float = 1.0,
     rates: tuple[float, ...] = (8.0, 16.0, 24.0, 32.0),
     links: tuple[str, ...] = ("NVLink 4", "InfiniBand NDR", "Ethernet 100G"),
+    split_rate: float | None = 48.0,
 ) -> dict[str, Any]:
-    """Colocated against disaggregated at equal GPU count (two) under a TTFT and a TPOT
-    target, Poisson arrivals at each rate, long prompts: two colocated engines behind the
-    least-loaded router (prefill first, as the vLLM DistServe measured; chunked, as vLLM
-    now runs) and one prefill + one decode engine over NVLink; then the disaggregated pair
-    at the second rate over slower links (the KV transfer's cost in TTFT)."""
+    """Colocated against disaggregated at equal GPU count under a TTFT and a TPOT target,
+    long prompts, Poisson arrivals: on two GPUs at each rate, two colocated engines behind
+    the least-loaded router (prefill first, as the vLLM that DistServe measured; chunked,
+    as vLLM now runs) and one prefill + one decode engine over NVLink; the pair at the
+    second rate over slower links (what the transfer costs); on four GPUs at
+    ``split_rate`` (twice the requests), each split of prefill and decode engines."""
     from minicb.fleet.disaggregated import DisaggregatedCluster  # the fleet imports the sim
     from minicb.fleet.simulated import SimulatedFleet
     from minicb.workload import Arrivals
 
     profile, n = load_profile(DISAGG_PROFILE), max(24, round(150 * size))
-    base = from_lengths(lognormal_lengths(n, 2048, 0.6, 8192, seed=11),
-                        lognormal_lengths(n, 128, 0.6, 512, seed=12))  # fmt: skip
     engine = EngineConfig(**PAPER_ENGINE)
 
-    def run(system: str, rate: float, link_name: str = "NVLink 4") -> dict[str, Any]:
+    def run(system: str, rate: float, gpus: int = 2, prefill: int = 1,
+            link_name: str = "NVLink 4") -> dict[str, Any]:  # fmt: skip
+        count = n * gpus // 2  # the same requests per GPU
+        reqs = from_lengths(lognormal_lengths(count, 2048, 0.6, 8192, seed=11),
+                            lognormal_lengths(count, 128, 0.6, 512, seed=12))  # fmt: skip
+        timed = Arrivals(with_arrivals(reqs, arrival_times(count, rate, seed=13)))
         config = engine.with_(**DISAGG_SYSTEMS[system])
-        timed = Arrivals(with_arrivals(base, arrival_times(n, rate, seed=13)))
-        if system.startswith("disaggregated"):
-            cluster = DisaggregatedCluster(profile, 1, 1, config, link_name=link_name, **DISAGG_SLO)
-            result = cluster.run(timed)
+        if system == "disaggregated":
+            split = f"{prefill}P+{gpus - prefill}D"
+            result = DisaggregatedCluster(profile, prefill, gpus - prefill, config,
+                                          link_name=link_name, **DISAGG_SLO).run(timed)  # fmt: skip
         else:
-            result = SimulatedFleet(profile, config, "least-loaded", 2, **DISAGG_SLO).run(timed)
+            split = f"x{gpus}"
+            result = SimulatedFleet(profile, config, "least-loaded", gpus, **DISAGG_SLO).run(timed)
         s = result["summary"]
-        row = {"rate": rate, "system": system, "link": link_name,
+        row = {"rate": rate, "system": system, "split": split, "link": link_name,
                "output_tok_s": s["throughput"]["output_tokens_per_s"],
                "ttft_p99_s": s["latency"]["ttft_s"]["p99"],
                "tpot_p99_s": s["latency"]["tpot_s"]["p99"],
@@ -270,6 +276,7 @@ def disaggregation(
             moved = result["transfers"]
             row["transfer_ms_mean"] = moved["seconds"]["mean"] * 1e3
             row["kv_mb_mean"] = moved["bytes"] / moved["count"] / 1e6
+            row["held_back"] = moved["held_back"]
         return row
 
     rows = [run(system, rate) for rate in rates for system in DISAGG_SYSTEMS]
@@ -279,11 +286,20 @@ def disaggregation(
         for system in DISAGG_SYSTEMS
     }  # fmt: skip
     link_rate = rates[min(1, len(rates) - 1)]
-    link_rows = [run("disaggregated 1P+1D", link_rate, name) for name in links]
+    swept = {
+        r["link"]: r for r in rows if r["system"] == "disaggregated" and r["rate"] == link_rate
+    }
+    link_rows = [
+        swept.get(name) or run("disaggregated", link_rate, link_name=name) for name in links
+    ]
+    split_rows = []
+    if split_rate is not None:
+        split_rows = [run(system, split_rate, 4) for system in list(DISAGG_SYSTEMS)[:2]]
+        split_rows += [run("disaggregated", split_rate, 4, p) for p in (1, 2, 3)]
     return {
-        "setup": f"{profile.name}, two GPUs per system, {n} requests at each rate (Poisson), "
-        "prompts lognormal (mean 2,048, shape 0.6, within 8,192), outputs lognormal (mean "
-        "128, shape 0.6, within 512), exact lengths; SLO: TTFT <= "
+        "setup": f"{profile.name}, {n} requests per two GPUs at each rate (Poisson), prompts "
+        "lognormal (mean 2,048, shape 0.6, within 8,192), outputs lognormal (mean 128, "
+        "shape 0.6, within 512), exact lengths; SLO: TTFT <= "
         f"{DISAGG_SLO['ttft_slo']:g} s and TPOT <= {DISAGG_SLO['tpot_slo'] * 1e3:g} ms per "
         f"request; capacity = the highest swept rate with {DISAGG_ATTAINMENT:.0%} of "
         "requests within both",
@@ -291,6 +307,7 @@ def disaggregation(
         "rows": rows,
         "slo_capacity_req_s": capacity,
         "link_rows": link_rows,
+        "split_rows": split_rows,
     }
 
 

@@ -114,7 +114,9 @@ def test_transfer_time_is_bytes_over_bandwidth():
 
 
 def test_reproduction_shape():
-    result = disaggregation(size=0.2, rates=(8.0, 24.0), links=("NVLink 4", "Ethernet 100G"))
+    result = disaggregation(
+        size=0.2, rates=(8.0, 24.0), links=("NVLink 4", "Ethernet 100G"), split_rate=None
+    )
     rows = {(r["rate"], r["system"]): r for r in result["rows"]}
     first, chunked, disagg = DISAGG_SYSTEMS
     assert len(rows) == 6
