@@ -135,7 +135,8 @@ class ModelRunner:
         weakref.finalize(self, self.tp.release, self.tp_handle)
 
     def _allocate_kv(self) -> None:
-        """The paged KV pool on the device and its swap twin in host memory."""
+        """The paged KV pool on the device, its swap twin in host memory, and the prefix
+        cache's host tier (``kv_offload_blocks``, minicb/scheduler/host_tier.py)."""
         cfg, config = self.model_config, self.config
         self.num_kv_blocks = config.num_kv_blocks or self._auto_num_blocks()
         self.num_swap_blocks = config.num_swap_blocks
@@ -149,6 +150,8 @@ class ModelRunner:
         self.kv_pool = KVPool.allocate(*pool, self.num_kv_blocks, *kv_dtype, self.device)
         pinned = self.device.type == "cuda"
         self.swap_pool = KVPool.allocate(*pool, self.num_swap_blocks, *kv_dtype, "cpu", pinned)
+        offload = config.kv_offload_blocks
+        self.offload_pool = KVPool.allocate(*pool, offload, *kv_dtype, "cpu", pinned)
         self.kv_caches = self.kv_pool.layers()  # per layer (k_cache, v_cache), as the model takes
 
     @property
@@ -355,9 +358,12 @@ class ModelRunner:
         return sampled
 
     def _copy_swaps(self, plan: StepPlan) -> None:
-        # Swap-outs first: their device blocks may be handed to others in this same step.
+        # Every read of the device first (swap-outs, the host tier's offloads): their blocks
+        # may be handed to others, and written, in this same step.
         self._copy_blocks(self.kv_pool, self.swap_pool, plan.swap_out_map)
+        self._copy_blocks(self.kv_pool, self.offload_pool, plan.offload_map)
         self._copy_blocks(self.swap_pool, self.kv_pool, plan.swap_in_map)
+        self._copy_blocks(self.offload_pool, self.kv_pool, plan.reload_map)
 
     @staticmethod
     def _copy_blocks(src: KVPool, dst: KVPool, pairs) -> None:
