@@ -212,7 +212,9 @@ class DisaggregatedCluster:
 
     def _step_prefill(self, member: Member) -> None:
         result = member.engine.step()
-        member.stalled = not result.plan.scheduled  # its pool is full of KV waiting to leave
+        # Nothing ran nor was preempted: its pool is full of KV waiting to leave; it waits
+        # for a release (or a new arrival) rather than spin.
+        member.stalled = not result.plan.scheduled and not result.plan.preempted
         now = member.clock()
         for out in result.finished:
             number = member.numbers.pop(out.request_id)
