@@ -6,9 +6,9 @@ It owns the model weights and the KV pools (minicb.runner.kv_pool): one on the d
 shape ``(num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim)`` (and, for an
 8-bit KV cache, its scales) and a host twin for swapped-out blocks. Each iteration it
 copies blocks the plan swaps out, then those it swaps in (``_copy_blocks``, the one way a
-block moves between pools), flattens the plan into one ragged batch (minicb.runner.step_inputs: ids,
-positions and attention metadata for every scheduled token, no padding between
-requests), runs the model, and samples one token for each
+block moves between pools), flattens the plan into one ragged batch
+(minicb.runner.step_inputs: ids, positions and attention metadata for every scheduled
+token, no padding between requests), runs the model, and samples one token for each
 request whose uncomputed tokens are now all computed (and, for a row that verifies
 speculative drafts, one after each draft too).
 
