@@ -10,9 +10,11 @@ property test of the mechanism is tests/scheduler/test_overlap_machine.py.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from minicb import LLM, SamplingParams
+from minicb import LLM, EngineConfig, SamplingParams
 from minicb.scheduler.overlap import PLACEHOLDER
 from tests.helpers import MIXED, MIXED_MAX, SHARED, SHARED_MAX, fake_engine, greedy_tokens
 from tests.test_same_tokens_everywhere import record_plans
@@ -197,3 +199,46 @@ def test_same_tokens_with_overlap_on_default_model(default_llm):
     llm = LLM(dtype="float32", num_kv_blocks=64, block_size=16, overlap_scheduling=True,
               max_num_batched_tokens=8)  # fmt: skip
     assert greedy_tokens(llm, prompts, 12) == expected
+
+
+def _sleeping(execute, seconds: float):
+    """``execute`` that takes ``seconds`` of wall time, as a device would."""
+
+    def run(plan):
+        time.sleep(seconds)
+        return execute(plan)
+
+    return run
+
+
+def test_the_perfetto_export_draws_the_host_and_device_lanes():
+    """Both lanes, slices nested or in sequence on every track, overlapped steps or not."""
+    from minicb.engine import LLMEngine
+    from minicb.runner.fake import FakeRunner
+    from minicb.telemetry.trace import BATCH, DEVICE_TRACK, HOST_TRACK, to_chrome_trace
+
+    for overlap in (False, True):
+        runner = FakeRunner(step_time=0.002)  # no virtual clock: the engine reads the wall
+        runner.execute = _sleeping(runner.execute, 0.002)
+        engine = LLMEngine(config=EngineConfig(overlap_scheduling=overlap), runner=runner)
+        events = []
+        engine.bus.subscribe(events.extend, kinds=["step"])
+        for n in (3, 5, 8):
+            engine.add_request([4] * n, SamplingParams(max_tokens=4, temperature=0))
+        engine.run_until_done()
+        doc = to_chrome_trace(events)["traceEvents"]
+        names = {e.get("tid"): e["args"]["name"] for e in doc if e["name"] == "thread_name"}
+        assert names[HOST_TRACK].startswith("host") and names[DEVICE_TRACK].startswith("device")
+        tracks: dict[int, list] = {}
+        for e in doc:
+            if e["ph"] == "X" and e["pid"] == BATCH:
+                tracks.setdefault(e["tid"], []).append((e["ts"], e["ts"] + e["dur"], e["name"]))
+        assert {s[2].split()[0] for s in tracks[DEVICE_TRACK]} >= {"forward"}
+        assert {s[2].split()[0] for s in tracks[HOST_TRACK]} >= {"schedule", "process"}
+        for spans in tracks.values():
+            open_ends: list[int] = []
+            for start, end, _ in sorted(spans, key=lambda s: (s[0], -s[1])):
+                while open_ends and open_ends[-1] <= start:
+                    open_ends.pop()
+                assert not open_ends or end <= open_ends[-1], "slices overlap without nesting"
+                open_ends.append(end)

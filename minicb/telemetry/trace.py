@@ -17,10 +17,12 @@ this minicb reads.
 
 The Perfetto export has two processes:
 
-- "batch": one track of steps (each step a slice, with its schedule, forward and sample
-  phases nested inside, laid end to end from the step's start; what is left over is
-  input preparation and bookkeeping), counter tracks for KV blocks, queues and batch size,
-  and a track of rejected requests;
+- "batch": one track of steps (each step a slice; with overlap scheduling, a step that
+  begins before the last one ended goes on a second track), the host's lane (schedule,
+  process outputs) and the device's lane (the runner: prepare inputs, forward, sample),
+  each slice where it happened, so the gaps between them are the idle time (traces older
+  than the lanes get the schedule, forward and sample phases end to end inside each step),
+  counter tracks for KV blocks, queues and batch size, and a track of rejected requests;
 - "requests": one track per request: "queued" until admitted, one slice per step it ran
   in (prefill, decode or padding), "waiting" while preempted or swapped out, and instant
   marks for its first token, its end or its abort.
@@ -355,7 +357,7 @@ def _parse(line: str, path: Any, number: int) -> dict[str, Any]:
 
 # ---- Perfetto / Chrome trace export ----------------------------------------------------
 BATCH, REQUESTS = 1, 2  # process ids
-STEPS_TRACK, REJECTED_TRACK = 0, 1
+STEPS_TRACK, REJECTED_TRACK, HOST_TRACK, DEVICE_TRACK, OVERLAPPED_TRACK = 0, 1, 2, 3, 4
 
 
 def to_chrome_trace(
@@ -367,6 +369,9 @@ def to_chrome_trace(
     out = _Builder(t0)
     out.meta(BATCH, None, "process_name", "batch")
     out.meta(BATCH, STEPS_TRACK, "thread_name", "steps")
+    if any(isinstance(e, StepEvent) and e.device_start is not None for e in events):
+        out.meta(BATCH, HOST_TRACK, "thread_name", "host (schedule, process outputs)")
+        out.meta(BATCH, DEVICE_TRACK, "thread_name", "device (prepare inputs, forward, sample)")
     out.meta(REQUESTS, None, "process_name", "requests")
     waiting: dict[int, tuple[str, float]] = {}  # request id -> (label, since)
     for e in events:
@@ -431,18 +436,18 @@ def _step(out: _Builder, e: StepEvent) -> None:
         "decisions": [d.reason for d in p.admitted + p.preempted + p.swapped_in + p.finished],
         "notes": p.notes,
     }
-    out.slice(BATCH, STEPS_TRACK, f"step {p.step}", e.wall_start, e.wall_end, args)
-    t = e.wall_start
-    for name, seconds in (
-        ("schedule", e.schedule_s),
-        ("forward", e.forward_s),
-        ("sample", e.sample_s),
-    ):
-        # Clamp inside the step: wall and perf clocks may disagree by a microsecond.
-        end = min(t + seconds, e.wall_end)
-        if end > t:
-            out.slice(BATCH, STEPS_TRACK, name, t, end, {})
-        t = end
+    if e.device_start is None:  # an older trace: the phases end to end inside the step
+        out.slice(BATCH, STEPS_TRACK, f"step {p.step}", e.wall_start, e.wall_end, args)
+        _end_to_end(out, STEPS_TRACK, e.wall_start, e.wall_end, _phases(e))
+    else:
+        # Overlapped steps overlap in time: a step that starts before the last one on the
+        # steps track ended goes on a second track, so slices nest as the format wants.
+        track = STEPS_TRACK if e.wall_start >= out.ends.get(STEPS_TRACK, -1.0) else OVERLAPPED_TRACK
+        if track == OVERLAPPED_TRACK:
+            out.meta(BATCH, OVERLAPPED_TRACK, "thread_name", "steps (overlapped)")
+        out.ends[track] = e.wall_end
+        out.slice(BATCH, track, f"step {p.step}", e.wall_start, e.wall_end, args)
+        _lanes(out, e)
     out.counter(
         "KV blocks", e.wall_end, {"used": p.kv_used, "free": p.kv_free, "swapped": p.kv_swapped}
     )
@@ -457,6 +462,37 @@ def _step(out: _Builder, e: StepEvent) -> None:
         out.slice(REQUESTS, row.request_id, row.phase, e.wall_start, e.wall_end, row_args)
 
 
+def _phases(e: StepEvent) -> list[tuple[str, float]]:
+    return [("schedule", e.schedule_s), ("forward", e.forward_s), ("sample", e.sample_s)]
+
+
+def _end_to_end(
+    out: _Builder, track: int, t: float, limit: float, phases: list[tuple[str, float]]
+) -> None:
+    """Slices laid end to end from ``t``, none past ``limit``."""
+    for name, seconds in phases:
+        # Clamp: wall and perf clocks may disagree by a microsecond.
+        end = min(t + seconds, limit)
+        if end > t:
+            out.slice(BATCH, track, name, t, end, {})
+        t = end
+
+
+def _lanes(out: _Builder, e: StepEvent) -> None:
+    """The host's lane (the engine's thread: schedule, process outputs) and the device's
+    (the runner: its input preparation, then forward and sample), each where it happened:
+    with overlap scheduling the next step's host work lies inside this step's device time."""
+    step = f" {e.plan.step}"
+    _end_to_end(out, HOST_TRACK, e.wall_start, e.wall_end, [("schedule" + step, e.schedule_s)])
+    process_s = e.process_s or 0.0
+    _end_to_end(
+        out, HOST_TRACK, e.wall_end - process_s, e.wall_end, [("process" + step, process_s)]
+    )
+    device = [("prepare" + step, e.prepare_s or 0.0), ("forward" + step, e.forward_s)]
+    device.append(("sample" + step, e.sample_s))
+    _end_to_end(out, DEVICE_TRACK, e.device_start, float("inf"), device)
+
+
 class _Builder:
     """Collects trace events with times turned into microseconds from ``t0``."""
 
@@ -464,6 +500,7 @@ class _Builder:
         self.t0 = t0
         self.events: list[dict[str, Any]] = []
         self._named: set[tuple[int, int | None, str]] = set()
+        self.ends: dict[int, float] = {}  # track -> the end of its last step slice
 
     def _us(self, t: float) -> int:
         # Whole microseconds: exact integers, so adjacent slices meet without overlapping
