@@ -50,6 +50,7 @@ class Viewer:
     frames: int = 0
     bytes: int = 0  # as received: compressed frames, text as it is
     decoded: int = 0  # frames inflated
+    views: int = 0  # views instead of a backlog: the server found this viewer behind
     largest: int = 0
     closed: str | None = None  # why it was disconnected, if it was
     frame_times: list[float] = field(default_factory=list)
@@ -68,10 +69,14 @@ async def watch(url: str, viewer: Viewer, until: float, origin: str) -> None:
                 size = len(message)
                 viewer.largest = max(viewer.largest, size)
                 viewer.bytes += size
-                if isinstance(message, bytes):  # a frame (minicb.server.broadcast)
-                    viewer.decoded += len(zlib.decompress(message))
-                    viewer.frames += 1
-                    viewer.frame_times.append(time.monotonic())
+                if isinstance(message, bytes):  # a frame or a view (minicb.server.broadcast)
+                    text = zlib.decompress(message)
+                    viewer.decoded += len(text)
+                    if text.startswith(b'{"type": "frame"'):  # json.dumps's own spacing
+                        viewer.frames += 1
+                        viewer.frame_times.append(time.monotonic())
+                    else:
+                        viewer.views += 1
                 else:
                     viewer.decoded += len(message.encode())
     except Exception as err:  # a refused or dropped connection is a result, not a crash
@@ -174,6 +179,7 @@ def run_phase(args: argparse.Namespace, num_viewers: int) -> dict:
             frames_per_s_min=min(fps), frames_per_s_median=statistics.median(fps),
             kbytes_per_s_median=statistics.median(kbps), kbytes_per_s_max=max(kbps),
             decoded_kbytes_per_s_median=statistics.median(decoded),
+            views_median=statistics.median(v.views for v in viewers),
             largest_message_kbytes=max(v.largest for v in viewers) / 1e3,
             disconnected=sum(v.closed is not None for v in viewers),
             first_disconnection=next((v.closed for v in viewers if v.closed), None),

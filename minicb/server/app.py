@@ -6,7 +6,8 @@ per browser: events out, controls in.
 The app never touches an engine itself: controls run in the engine thread through the
 EngineLoop (minicb.server.controls), and what the engines did reaches the browsers as
 *frames*: one subscription per engine, folded a dozen times a second into what a page
-draws and encoded once for every browser of the same kind (broadcast.py, frames.py), so
+draws and encoded and compressed once for every browser of the same kind (broadcast.py,
+frames.py; what goes on the wire: docs/events.md, "WebSocket messages"), so
 nothing a browser does can make the engine or another browser wait. A browser gets a
 *view* of each engine first (its requests, recent iterations and KV map), then the frames
 after it; a slow tab's backlog is replaced by a fresh view. A rebuilt engine announces
@@ -48,7 +49,7 @@ from starlette.middleware.gzip import GZipMiddleware
 from starlette.websockets import WebSocketDisconnect
 
 from minicb.server.api_error import APIError, error_handler
-from minicb.server.broadcast import OUTBOX_FRAMES, Broadcast
+from minicb.server.broadcast import OUTBOX_FRAMES, Broadcast, compress
 from minicb.server.controls import handle_control
 from minicb.server.frames import StepFolder
 from minicb.server.guard import CONTROLLER, VIEWER, Guard, check_hosts
@@ -352,7 +353,9 @@ async def serve_client(websocket: WebSocket, hub: Hub) -> None:
     else:
         client, hello = hub.connect(role), hub.hello(role)
     client.outbox = outbox = asyncio.Queue(OUTBOX_FRAMES)
-    await websocket.send_text(json.dumps(hello))
+    # The engines' state (hello, replay) goes compressed, as frames do: at a GPU's scale a
+    # hello is most of a megabyte of JSON, and a class opens the page at once.
+    await websocket.send_bytes(compress(json.dumps(hello)))
     if hub.mode == "replay":
         traces = {
             n: {
@@ -361,7 +364,7 @@ async def serve_client(websocket: WebSocket, hub: Hub) -> None:
             }
             for n, t in hub.replay.items()
         }
-        await websocket.send_text(json.dumps({"type": "replay", "traces": traces}))
+        await websocket.send_bytes(compress(json.dumps({"type": "replay", "traces": traces})))
     client.send = functools.partial(_offer, asyncio.get_running_loop(), outbox)
     tasks = [asyncio.create_task(hub.broadcast_frames.write(websocket, client))]
     limit = RateLimit()

@@ -1,7 +1,8 @@
 """What goes on the /ws wire to a class of viewers: each frame is compressed once, and every
 viewer of the same text class gets the same bytes in a binary message (a view for those
-that fell behind too, one for all of them); the other messages (hello, replies to
-controls) stay JSON text. Through FastAPI's TestClient, on fake runners."""
+that fell behind too, one for all of them); the hello is compressed too, for each
+connection; the replies to controls stay JSON text. Through FastAPI's TestClient, on fake
+runners."""
 
 from __future__ import annotations
 
@@ -64,8 +65,8 @@ def test_each_frame_is_compressed_once_and_every_viewer_gets_the_same_bytes(demo
     sockets = [client.websocket_connect("ws://127.0.0.1/ws") for _ in range(VIEWERS)]
     try:
         views = [ws.__enter__() for ws in sockets]
-        hellos = [ws.receive() for ws in views]
-        assert all(json.loads(h["text"])["type"] == "hello" for h in hellos)  # text, as ever
+        hellos = [ws.receive() for ws in views]  # compressed too, each its own
+        assert all(json.loads(zlib.decompress(h["bytes"]))["type"] == "hello" for h in hellos)
         assert compressed == []  # no frame before anything happened
         for engine in ("static", "continuous"):
             rid = loop.call(lambda e=engine: loop.engines[e].add_request([5, 6, 7], PARAMS))

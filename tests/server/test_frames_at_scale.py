@@ -21,6 +21,7 @@ from minicb.server.openai_api import install_openai_routes
 from minicb.sim.demo import simulated_engines
 from tests.api.live import LOCAL
 from tests.helpers import wait_for
+from tests.server.conftest import message
 
 ISSUE_BOUND = 256 * 1024  # the issue's bound on any one message
 
@@ -39,7 +40,7 @@ def test_a_gpu_scale_demo_sends_every_iteration_in_bounded_frames():
             TestClient(app, base_url=LOCAL) as client,
             client.websocket_connect("ws://127.0.0.1/ws") as ws,
         ):
-            ws.receive_json()
+            message(ws)
             metrics = client.get("/metrics").text
             assert "minicb_viewers 1" in metrics
             loop.pause()  # all arrive before the first step: the batch fills at once

@@ -23,6 +23,7 @@ from tests.api.live import LOCAL
 from tests.server.conftest import (
     CharTokenizer,
     guarded_demo,
+    message,
     receive,
     replies,
     ws_connect,
@@ -209,7 +210,7 @@ def test_a_replays_traces_need_a_key_and_a_viewer_gets_them_without_texts():
         assert client.get("/viz/info").status_code == 401
         for key, sees in ((KEY, True), (VIEWER_KEY, False)):
             with client.websocket_connect("ws://127.0.0.1/ws?key=" + key) as ws:
-                assert ws.receive_json()["role"] == ("controller" if sees else "viewer")
-                events = ws.receive_json()["traces"]["continuous"]["events"]
+                assert message(ws)["role"] == ("controller" if sees else "viewer")
+                events = message(ws)["traces"]["continuous"]["events"]
                 assert (SECRET in json.dumps(events)) is sees
                 assert len(events) == len(seen)  # the timeline is whole either way
