@@ -103,12 +103,14 @@ def sample(proc: psutil.Process, base: str) -> tuple[float, float, float, float]
 
 
 def rates(marks: list[tuple]) -> tuple[float, float, float]:
-    """Server CPU a wall second, iterations a second, and the main thread's CPU a wall
-    second, over the answered samples."""
-    answered = [m for m in marks if m[2] == m[2]] or marks  # NaN != NaN
-    a, b = answered[0], answered[-1]
+    """Server CPU a wall second, iterations a second (over the answered samples; NaN with
+    fewer than two), and the main thread's CPU a wall second."""
+    answered = [m for m in marks if m[2] == m[2]]  # NaN != NaN
+    a, b = marks[0], marks[-1]
     wall = b[0] - a[0]
-    return (b[1] - a[1]) / wall, (b[2] - a[2]) / wall, (b[3] - a[3]) / wall
+    done = answered[-1][2] - answered[0][2] if len(answered) > 1 else float("nan")
+    span = answered[-1][0] - answered[0][0] if len(answered) > 1 else 1.0
+    return (b[1] - a[1]) / wall, done / span, (b[3] - a[3]) / wall
 
 
 def start(args: argparse.Namespace) -> tuple[subprocess.Popen, psutil.Process, str]:
