@@ -57,10 +57,10 @@ STEP_FIELDS = (
     "prefix_query_tokens", "prefix_hit_tokens", "num_waiting", "num_swapped", "notes",
     "admitted", "preempted", "swapped_out", "swapped_in", "drafted", "finished",
 )  # fmt: skip
-CLOCK_FIELDS = ("wall_start", "wall_end", "busy_s")
+CLOCK_FIELDS = ("wall_start", "wall_end", "busy_s", "device_start")
 TIMING_FIELDS = (
     "schedule_s", "forward_s", "sample_s", "tensor_parallel_size", "collective_s",
-    "bandwidth_util", "flop_util",
+    "bandwidth_util", "flop_util", "prepare_s", "process_s",  # the last two: the lanes
 )  # fmt: skip
 
 

@@ -116,6 +116,7 @@ STEP_FIGURES = (
     "num_waiting", "num_swapped", "block_tables", "swap_tables", "cached_blocks", "kv_ops",
     "wall_start", "wall_end", "schedule_s", "forward_s", "sample_s",
     "tensor_parallel_size", "collective_s", "bandwidth_util", "flop_util", "busy_s",
+    "device_start", "prepare_s", "process_s",  # the host's and the device's lanes
     # a frame's digest of a step (server/frames.py): counts, and rows as lists of numbers
     "useful_rows", "padding_rows", "num_tokens", "padding_tokens", "prefill_tokens",
     "generated", "row_changes", "rows",
