@@ -68,7 +68,9 @@ class Member:
         return self.runner.clock
 
     def catch_up(self, now: float) -> None:
-        """An engine with nothing to do sits idle until ``now``."""
+        """Bring its clock to ``now`` if behind. Safe whenever something reaches it at
+        ``now``: the loop runs events in time order, so an engine whose clock is behind
+        has nothing to do before ``now`` (idle, stalled, or waiting for a transfer)."""
         if self.clock() < now:
             self.clock.advance(now - self.clock())
 
@@ -143,19 +145,24 @@ class DisaggregatedCluster:
         return member
 
     def _decode_scheduler(self, index: int) -> Callable[..., DecodeScheduler]:
-        # The KV of a tensor-parallel group is split over its GPUs, each with its own link.
-        per_token = self.profile.model.kv_bytes_per_token(self.profile.elem_bytes)
-        tp = self.profile.tp
-
         def build(*args: Any) -> DecodeScheduler:
             return DecodeScheduler(
                 *args,
                 clock=lambda: self.decode[index].clock(),
-                transfer_s=lambda tokens: self.link.seconds(tokens * per_token / tp),
-                on_transfer=lambda rid, *t: self._transferred(index, rid, per_token, *t),
+                transfer_s=lambda tokens: self._transfer_s(index, tokens),
+                on_transfer=lambda rid, *t: self._transferred(index, rid, *t),
             )
 
         return build
+
+    def kv_bytes(self, decode: int, tokens: int) -> int:
+        """Bytes of the KV of ``tokens`` tokens (in the engines' dtype)."""
+        profile = self.decode[decode].runner.profile
+        return tokens * profile.model.kv_bytes_per_token(profile.elem_bytes)
+
+    def _transfer_s(self, decode: int, tokens: int) -> float:
+        # The KV of a tensor-parallel group is split over its GPUs, each with its own link.
+        return self.link.seconds(self.kv_bytes(decode, tokens) / self.profile.tp)
 
     # ---- the event loop --------------------------------------------------------------------
     def run(self, source: ArrivalSource) -> dict[str, Any]:
@@ -200,8 +207,7 @@ class DisaggregatedCluster:
         number = len(self.journeys)
         loads = [_load(m) for m in self.prefill]
         member = self.prefill[self.route_prefill.route(number, list(spec.prompt), loads).replica]
-        if not member.engine.has_unfinished():
-            member.catch_up(now)
+        member.catch_up(now)
         member.stalled = False
         params = SamplingParams(max_tokens=1, ignore_eos=True)  # the prompt and first token
         rid = member.engine.add_request(list(spec.prompt), params, arrival_time=now)
@@ -230,17 +236,17 @@ class DisaggregatedCluster:
 
     def _act(self, now: float, _seq: int, kind: str, what: tuple) -> None:
         if kind == "release":  # the KV has left: its blocks go back to the prefill pool
-            prefill, rid = what
-            self.prefill[prefill].role.release(rid)
-            self.prefill[prefill].stalled = False
+            member = self.prefill[what[0]]
+            member.role.release(what[1])
+            member.catch_up(now)
+            member.stalled = False
             return
         number, prefill, prefill_rid = what  # hand_off: to the least loaded decode engine
         journey = self.journeys[number]
         loads = [_load(m) for m in self.decode]
         route = self.route_decode.route(number, list(journey.spec.prompt), loads)
         member = self.decode[route.replica]
-        if not member.engine.has_unfinished():
-            member.catch_up(now)
+        member.catch_up(now)
         spec = journey.spec
         params = SamplingParams(max_tokens=spec.max_tokens - 1, ignore_eos=not spec.stops_early)
         rid = member.engine.add_request(
@@ -255,16 +261,16 @@ class DisaggregatedCluster:
         self._prefill_of[(member.index, rid)] = (prefill, prefill_rid)
 
     def _transferred(
-        self, decode: int, rid: int, per_token: int, tokens: int, blocks: int, start: float,
-        end: float,
-    ) -> None:  # fmt: skip
+        self, decode: int, rid: int, tokens: int, blocks: int, start: float, end: float
+    ) -> None:
         """A decode engine has started receiving a request's KV: record it, and free the
         prefill side's blocks when it has arrived."""
         prefill, prefill_rid = self._prefill_of.pop((decode, rid))
         member = self.decode[decode]
         held_back = rid in member.role.refused
         self.transfers.append(Transfer(member.numbers[rid], prefill, decode, tokens, blocks,
-                                       tokens * per_token, self._ready.pop((decode, rid)),
+                                       self.kv_bytes(decode, tokens),
+                                       self._ready.pop((decode, rid)),
                                        start, end, held_back))  # fmt: skip
         self._later(end, "release", prefill, prefill_rid)
 

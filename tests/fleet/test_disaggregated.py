@@ -54,10 +54,12 @@ def colocated_tokens(requests: list[RequestSpec]) -> list[list[int]]:
     return [outputs[i] for i in range(len(requests))]
 
 
-@pytest.mark.parametrize("p, d", [(1, 1), (2, 1), (1, 2)])
-def test_same_tokens_as_colocated_and_every_block_freed(p, d):
+@pytest.mark.parametrize(
+    "p, d, link_name", [(1, 1, "NVLink 4"), (2, 1, "Ethernet 100G"), (1, 2, "PCIe 4 x16")]
+)
+def test_same_tokens_as_colocated_and_every_block_freed(p, d, link_name):
     requests = workload()
-    cluster = DisaggregatedCluster(PROFILE, p, d, CONFIG, token_fn=token)
+    cluster = DisaggregatedCluster(PROFILE, p, d, CONFIG, token_fn=token, link_name=link_name)
     result = cluster.run(Arrivals(requests))
     assert [j.token_ids for j in cluster.journeys] == colocated_tokens(requests)
     assert [len(j.token_ids) for j in cluster.journeys] == [r.output_tokens for r in requests]
@@ -73,6 +75,22 @@ def test_same_tokens_as_colocated_and_every_block_freed(p, d):
     # TTFT is the prefill side's first token; the decode side's tokens come after it.
     for j in cluster.journeys:
         assert j.token_times == sorted(j.token_times) and j.token_times[0] > j.arrival
+    # In time order: a transfer starts after its hand-off, the second token after it lands.
+    for t in cluster.transfers:
+        journey = cluster.journeys[t.request]
+        assert journey.token_times[0] == t.ready <= t.start < t.end < journey.token_times[1]
+
+
+def test_a_hand_off_during_a_transfer_is_not_pulled_before_it_came():
+    # A long prompt's KV takes ~30 ms over 100 Gb Ethernet; a short prompt is handed over
+    # while it crosses, to a decode engine whose clock stood at the first hand-off.
+    requests = [RequestSpec(list(range(3, 2003)), 4), RequestSpec([3, 4, 5], 4, arrival=0.001)]
+    config = CONFIG.with_(max_num_batched_tokens=2048)
+    cluster = DisaggregatedCluster(PROFILE, 1, 1, config, link_name="Ethernet 100G")
+    cluster.run(Arrivals(requests))
+    first, second = cluster.transfers
+    assert first.start < second.ready < first.end  # handed over while the first crossed
+    assert second.start >= second.ready
 
 
 def test_a_tiny_decode_pool_holds_kv_on_the_prefill_side_and_loses_nothing():
