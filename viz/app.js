@@ -15,6 +15,7 @@ import { showSimulation } from "./simulation.js";
 import { showTooltip, hideTooltip } from "./tooltip.js";
 import { onNarration, renderLesson, scenarioLabel, showScenario, wireLesson } from "./narration.js";
 import { fleetTitle, noteRouted } from "./fleet.js";
+import { drawLanes, watchLanes } from "./lanes.js";
 
 const $ = (id) => document.getElementById(id);
 const ORDER = ["static", "continuous"]; // static on the left: the baseline first
@@ -59,6 +60,7 @@ function buildPanels(engines) {
     const canvas = el.querySelector(".timeline");
     canvas.onmousemove = (ev) => showTooltip(ev, p, p.timeline.rowAt(ev.offsetY), cursorOf(p));
     canvas.onmouseleave = hideTooltip;
+    watchLanes(p); // the host's and the device's lanes (lanes.js)
     return p;
   });
   applyLabels();
@@ -291,6 +293,7 @@ function drawPanels(cursors) {
   const kvs = app.panels.map((p) => {
     const cursor = cursors.get(p.name);
     p.timeline.draw(p.model, app.scale, cursor);
+    drawLanes(p, cursor);
     return drawKvMap(p.el.querySelector(".kvmap"), p.model, cursor);
   });
   app.panels.forEach((p, i) => {

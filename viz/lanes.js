@@ -1,0 +1,98 @@
+// The host's lane and the device's lane of the latest iterations, and how much of the
+// device's time was idle (issue 35; docs/events.md: device_start, prepare_s, process_s).
+//
+// Each step event says where its work happened: the host schedules (schedule_s, from
+// wall_start), the runner prepares its inputs (prepare_s, from device_start) and the device
+// computes (forward_s + sample_s), then the host processes the outputs (process_s, ending at
+// wall_end). Without overlap scheduling the two lanes take turns, and the device waits while
+// the host works; with it, the next iteration's host work lies inside this one's device time.
+//
+// The lanes are drawn on the engine's own clock (busy_s: the seconds of its own steps), so
+// the demo's other engine, stepped by the same thread, leaves no gap here; the idle share is
+// 1 - the device's seconds / the own clock's seconds over the iterations drawn.
+
+import { t } from "./i18n.js";
+import { fitCanvas } from "./timeline.js";
+
+const KEEP = 48; // iterations drawn
+const COLORS = { schedule: "#2563eb", process: "#7c3aed", prepare: "#9ca3af", device: "#16a34a" };
+const records = new WeakMap(); // a panel's model -> its latest steps' lanes
+
+// Called once per panel: the panel's model hears every event first; its steps are noted here.
+export function watchLanes(p) {
+  const model = p.model, apply = model.apply.bind(model);
+  model.apply = (e) => {
+    if (e.type === "reset") records.delete(model);
+    if (e.type === "step" && e.device_start != null) note(model, e);
+    apply(e);
+  };
+}
+
+function note(model, e) {
+  const list = records.get(model) || [];
+  const offset = e.busy_s != null ? e.busy_s - e.wall_end : 0; // engine clock -> own clock
+  list.push({
+    step: e.step, start: e.wall_start + offset, end: e.wall_end + offset, own: e.busy_s,
+    schedule: e.schedule_s, prepare: e.prepare_s || 0, process: e.process_s || 0,
+    deviceStart: e.device_start + offset, device: e.forward_s + e.sample_s,
+  });
+  if (list.length > 4 * KEEP) list.splice(0, list.length - KEEP);
+  records.set(model, list);
+}
+
+// The device's idle share over `steps`: 1 - its seconds / the own clock's seconds.
+export function idleShare(steps) {
+  if (!steps.length) return null;
+  const span = steps.at(-1).end - steps[0].start;
+  const device = steps.reduce((sum, s) => sum + s.device, 0);
+  return span > 0 ? Math.max(0, 1 - device / span) : null;
+}
+
+// Called where the page draws a panel: the lanes up to iteration `cursor`.
+export function drawLanes(p, cursor) {
+  const all = records.get(p.model) || [];
+  const steps = all.filter((s) => s.step <= cursor).slice(-KEEP);
+  const canvas = lanesCanvas(p.el);
+  canvas.parentElement.hidden = !steps.length;
+  if (!steps.length) return;
+  const idle = idleShare(steps);
+  p.el.dataset.deviceIdle = idle == null ? "" : idle.toFixed(3);
+  const caption = canvas.previousElementSibling.querySelector("small");
+  const text = idle == null ? "" :
+    t("lanesIdle").replace("{idle}", `${Math.round(idle * 100)} %`).replace("{n}", steps.length);
+  if (caption.textContent !== text) caption.textContent = text; // unchanged: no layout pass
+  const { ctx, w, h } = fitCanvas(canvas);
+  ctx.clearRect(0, 0, w, h);
+  const left = 56, t0 = steps[0].start, span = Math.max(1e-9, steps.at(-1).end - t0);
+  const x = (time) => left + ((time - t0) / span) * (w - left - 4);
+  const lane = h / 2;
+  ctx.font = "11px sans-serif";
+  ctx.fillStyle = "#374151";
+  ctx.fillText(t("lanesHost"), 4, lane * 0.5 + 4);
+  ctx.fillText(t("lanesDevice"), 4, lane * 1.5 + 4);
+  const box = (row, from, seconds, color) => {
+    if (!(seconds > 0)) return;
+    ctx.fillStyle = color;
+    ctx.fillRect(x(from), row * lane + 4, Math.max(1, x(from + seconds) - x(from)), lane - 8);
+  };
+  for (const s of steps) {
+    box(0, s.start, s.schedule, COLORS.schedule);
+    box(0, s.end - s.process, s.process, COLORS.process);
+    box(1, s.deviceStart, s.prepare, COLORS.prepare);
+    box(1, s.deviceStart + s.prepare, s.device, COLORS.device);
+  }
+}
+
+function lanesCanvas(el) {
+  let canvas = el.querySelector("canvas.lanes");
+  if (canvas) return canvas;
+  const block = document.createElement("div");
+  block.className = "lanes-block";
+  block.innerHTML = `<h4><span data-i18n="lanes">${t("lanes")}</span> <small class="muted"></small></h4>`;
+  canvas = document.createElement("canvas");
+  canvas.className = "lanes";
+  canvas.style.cssText = "width: 100%; height: 48px; display: block;";
+  block.append(canvas);
+  el.querySelector("canvas.timeline").after(block);
+  return canvas;
+}
