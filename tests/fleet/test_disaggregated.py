@@ -5,10 +5,10 @@ reproduction's shape at a small size."""
 
 import pytest
 
-from minicb.config import EngineConfig
+from minicb.config import EngineConfig, SamplingParams
 from minicb.engine import LLMEngine
 from minicb.fleet.disaggregated import DisaggregatedCluster
-from minicb.fleet.kv_transfer import link
+from minicb.fleet.kv_transfer import DecodeScheduler, link
 from minicb.runner import VirtualClock
 from minicb.sim.reproductions import DISAGG_SYSTEMS, disaggregation
 from minicb.sim.runner import SimulatedRunner
@@ -148,3 +148,24 @@ def test_reproduction_shape():
     assert rows[(24.0, disagg)]["tpot_p99_s"] < 0.015 < rows[(24.0, first)]["tpot_p99_s"]
     slow, fast = result["link_rows"][1], result["link_rows"][0]
     assert slow["transfer_ms_mean"] > 10 * fast["transfer_ms_mean"]
+
+
+def test_an_abort_on_the_decode_side_frees_its_blocks_in_the_inbox_or_while_receiving():
+    clock, started = VirtualClock(), []
+    runner = SimulatedRunner(PROFILE, CONFIG, clock=clock)
+    engine = LLMEngine(
+        config=CONFIG, runner=runner, clock=clock,
+        scheduler=lambda *a: DecodeScheduler(
+            *a, clock=clock, transfer_s=lambda tokens: 1.0,
+            on_transfer=lambda *t: started.append(t),
+        ),
+    )  # fmt: skip
+    params = SamplingParams(max_tokens=5, ignore_eos=True)
+    waiting = engine.add_request(list(range(3, 103)), params)
+    engine.abort_request(waiting)  # still in the inbox: nothing allocated
+    assert not engine.has_unfinished() and not started
+    receiving = engine.add_request(list(range(3, 103)), params)
+    engine.step()  # blocks for the prompt and its first token; the transfer started
+    assert started[0][1:3] == (99, 7) and engine.kv_snapshot().num_used == 7  # 100 / 16
+    engine.abort_request(receiving)
+    assert engine.kv_snapshot().num_used == 0 and not engine.has_unfinished()
