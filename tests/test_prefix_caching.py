@@ -231,14 +231,17 @@ def test_metrics_and_prometheus_report_the_hit_rate_in_tokens():
     assert cache["prefill_tokens"] == 10 + 2
     text = prom.exposition().decode()
     values = {
-        s.name: s.value
+        (s.name, s.labels.get("tier")): s.value
         for family in text_string_to_metric_families(text)
         for s in family.samples
         if s.name.startswith("minicb:prefix_cache") and s.name.endswith("_total")
     }
     assert values == {
-        "minicb:prefix_cache_queries_total": 20.0,
-        "minicb:prefix_cache_hits_total": 8.0,
+        ("minicb:prefix_cache_queries_total", None): 20.0,
+        ("minicb:prefix_cache_hits_total", None): 8.0,
+        # by tier: all on the device here (tests/test_offload_tier.py has host hits)
+        ("minicb:prefix_cache_hits_by_tier_total", "device"): 8.0,
+        ("minicb:prefix_cache_hits_by_tier_total", "host"): 0.0,
     }
 
 

@@ -19,7 +19,8 @@ events in the same order give exactly the same figures, live or replayed. Defini
   reserves them up front) / slots held. The three add up to 1. Pool usage = used / total
   blocks after each step.
 - prefix cache, in tokens over every admission: queries = tokens looked up, hits = tokens
-  found (not computed); hit rate = hits / queries. Prefill tokens = tokens of prefill rows
+  found (not computed), of which host hits were found in the host tier and copied back;
+  hit rate = hits / queries. Prefill tokens = tokens of prefill rows
   actually computed (what the cache saves).
 - fairness: Jain's index over normalised latency (end-to-end / output tokens) of finished
   requests (1 = all equal); longest wait = most time a request spent not running
@@ -136,6 +137,7 @@ class MetricsCollector(HandlerListener):
         s.swapped_in += len(plan.swapped_in)
         s.prefix_query_tokens += plan.prefix_query_tokens
         s.prefix_hit_tokens += plan.prefix_hit_tokens
+        s.prefix_host_hit_tokens += plan.prefix_host_hit_tokens
 
     def _on_arrived(self, e: Any) -> None:
         r = self._req(e)

@@ -138,6 +138,10 @@ COUNTERS = (
     ("prefix_queries", "minicb:prefix_cache_queries",
      "Prompt tokens looked up in the prefix cache."),
     ("prefix_hits", "minicb:prefix_cache_hits", "Prompt tokens found in the prefix cache."),
+    # The same hits by where they were found: on the device, or in the host tier (copied
+    # back; EngineConfig.kv_offload_blocks). device + host = prefix_cache_hits.
+    ("prefix_tier_hits", "minicb:prefix_cache_hits_by_tier",
+     "Prompt tokens found in the prefix cache, by tier (device or host memory)."),
     ("iterations", "minicb:iterations", "Engine iterations."),
     # As vLLM's spec_decode counters: acceptance rate = accepted / draft tokens.
     ("spec_drafts", "minicb:spec_decode_num_drafts",
@@ -161,7 +165,8 @@ HISTOGRAMS = (
     ("e2e", "minicb:e2e_request_latency_seconds", "Arrival to finish.", E2E_BUCKETS),
     ("queue", "minicb:request_queue_time_seconds", "Arrival to admission.", E2E_BUCKETS),
 )  # fmt: skip
-LABELLED = {"success": "finished_reason"}  # counters with a label beside model_name
+# counters with a label beside model_name
+LABELLED = {"success": "finished_reason", "prefix_tier_hits": "tier"}
 
 
 class PrometheusMetrics(HandlerListener):
@@ -256,6 +261,9 @@ class PrometheusMetrics(HandlerListener):
         if plan.prefix_query_tokens:
             self.prefix_queries.inc(plan.prefix_query_tokens)
             self.prefix_hits.inc(plan.prefix_hit_tokens)
+            host = plan.prefix_host_hit_tokens
+            self.prefix_tier_hits.inc(plan.prefix_hit_tokens - host, label="device")
+            self.prefix_tier_hits.inc(host, label="host")
         drafted = plan.num_draft_tokens
         if drafted:
             self.spec_drafts.inc(sum(1 for r in plan.scheduled if r.num_draft_tokens))

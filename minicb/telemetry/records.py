@@ -53,6 +53,7 @@ class StepTotals:
     prefill_tokens: int = 0
     prefix_query_tokens: int = 0
     prefix_hit_tokens: int = 0
+    prefix_host_hit_tokens: int = 0  # of the hits, those found in the host tier
     decode_rows: int = 0
     drafted_rows: int = 0
     draft_tokens: int = 0

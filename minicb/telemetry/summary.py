@@ -83,6 +83,7 @@ def _prefix_cache(s: StepTotals) -> dict[str, Any]:
     return {
         "query_tokens": s.prefix_query_tokens,
         "hit_tokens": s.prefix_hit_tokens,
+        "host_hit_tokens": s.prefix_host_hit_tokens,
         "hit_rate": _ratio(s.prefix_hit_tokens, s.prefix_query_tokens),
         "prefill_tokens": s.prefill_tokens,
     }

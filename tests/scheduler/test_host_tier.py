@@ -262,3 +262,25 @@ class TestTieredMachine(TieredMachine.TestCase):
 @pytest.mark.slow
 class TestTieredMachineThousands(TieredMachine.TestCase):
     settings = settings(max_examples=2000, stateful_step_count=40, deadline=None)
+
+
+def test_metrics_count_hits_by_tier():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from minicb.telemetry.metrics import MetricsCollector
+    from minicb.telemetry.prometheus import PrometheusMetrics
+
+    engine = fake_engine(num_kv_blocks=6, block_size=4, kv_offload_blocks=16)
+    collector, prom = MetricsCollector(), PrometheusMetrics()
+    engine.bus.subscribe(collector)
+    engine.bus.subscribe(prom)
+    _run(engine, [PREFIX + [90], list(range(30, 51)), list(range(60, 81)), PREFIX + [91, 92]])
+    cache = collector.summary()["prefix_cache"]
+    assert (cache["hit_tokens"], cache["host_hit_tokens"]) == (16, 16)
+    tiers = {
+        s.labels["tier"]: s.value
+        for family in text_string_to_metric_families(prom.exposition().decode())
+        for s in family.samples
+        if s.name == "minicb:prefix_cache_hits_by_tier_total"
+    }
+    assert tiers == {"device": 0.0, "host": 16.0}
