@@ -12,6 +12,12 @@ A request's output length is its ``max_tokens`` when it ignores EOS; ``output_le
 (request id -> tokens) makes a request that does not ignore EOS stop after that many
 tokens, as if the model had said EOS there (a workload's length distribution).
 ``describe()`` says ``simulated`` and names the profile: traces, pages and reports read it.
+
+The prefix cache's host tier (``kv_offload_blocks``) costs its copies: each block a plan
+offloads or reloads crosses the GPU's link to host memory (the catalogue's
+``host_link_gb_s``, PCIe, at the catalogue's interconnect efficiency), added to the step as
+if the copies did not overlap the forward (vLLM's connector overlaps them; this is the
+upper bound).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from minicb.config import EngineConfig
 from minicb.runner import RunnerOutput, VirtualClock
 from minicb.runner.fake import FakeRunner
 from minicb.scheduler.plan import StepPlan
-from minicb.sim.catalogue import load_profile
+from minicb.sim.catalogue import load_profile, read_catalogue
 from minicb.sim.step_time import StepTimeModel
 
 GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of device memory for weights + KV
@@ -85,10 +91,16 @@ class SimulatedRunner(FakeRunner):
         self.config = config
         self.gpu_memory_utilization = gpu_memory_utilization
         self._terms: dict[str, float] = {}  # the last step's terms, for its utilisation
+        # Seconds to copy one block between this GPU group and host memory: each GPU moves
+        # its 1/tp of the block over its own link.
+        link = read_catalogue()["gpus"][profile.gpu.name]["host_link_gb_s"] * 1e9
+        moved = profile.block_bytes(config.block_size) / tp
+        self.host_copy_s = moved / (link * profile.efficiency.interconnect)
 
     def _step_time(self, plan: StepPlan) -> float:
         self._terms = self.profile.plan_terms(plan)
-        return self._terms["step_s"]
+        copies = len(plan.offload_map) + len(plan.reload_map)
+        return self._terms["step_s"] + copies * self.host_copy_s
 
     def execute(self, plan: StepPlan) -> RunnerOutput:
         """FakeRunner's step, with the model's bandwidth and FLOP utilisation of it."""
