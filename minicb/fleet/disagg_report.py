@@ -59,6 +59,17 @@ def disaggregation_section(r: dict[str, Any]) -> list[str]:
         "",
         *_table(r["link_rows"], extra=True),
     ]
+    if r["pool_rows"]:
+        lines += ["", "The disaggregated pair with smaller decode pools (backpressure: a request "
+                  "that does not fit waits with its KV on the prefill side):", "",
+                  "| rate (req/s) | decode blocks | held back | KV wait P99 | TTFT P99 | "
+                  "TPOT P99 | within SLO |", "|---" * 7 + "|"]  # fmt: skip
+        for p in r["pool_rows"]:
+            lines.append(
+                f"| {p['rate']:g} | {p['decode_blocks']} | {p['held_back']} | "
+                f"{_ms(p['queued_p99_s'])} | {_ms(p['ttft_p99_s'])} | {_ms(p['tpot_p99_s'])} | "
+                f"{p['attainment']:.0%} |"
+            )
     if r["split_rows"]:
         lines += ["", "Four GPUs, each split:", "", *_table(r["split_rows"])]
     return [*lines, ""]

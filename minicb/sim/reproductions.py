@@ -237,13 +237,15 @@ def disaggregation(
     rates: tuple[float, ...] = (8.0, 16.0, 24.0, 32.0),
     links: tuple[str, ...] = ("NVLink 4", "InfiniBand NDR", "Ethernet 100G"),
     split_rate: float | None = 48.0,
+    decode_pools: tuple[int, ...] = (4000, 2000),
 ) -> dict[str, Any]:
     """Colocated against disaggregated at equal GPU count under a TTFT and a TPOT target,
     long prompts, Poisson arrivals: on two GPUs at each rate, two colocated engines behind
     the least-loaded router (prefill first, as the vLLM that DistServe measured; chunked,
     as vLLM now runs) and one prefill + one decode engine over NVLink; the pair at the
-    second rate over slower links (what the transfer costs); on four GPUs at
-    ``split_rate`` (twice the requests), each split of prefill and decode engines."""
+    second rate over slower links (what the transfer costs), and with a decode pool of
+    each of ``decode_pools`` blocks (backpressure); on four GPUs at ``split_rate`` (twice
+    the requests), each split of prefill and decode engines."""
     from minicb.fleet.disaggregated import DisaggregatedCluster  # the fleet imports the sim
     from minicb.fleet.simulated import SimulatedFleet
     from minicb.workload import Arrivals
@@ -252,7 +254,8 @@ def disaggregation(
     engine = EngineConfig(**PAPER_ENGINE)
 
     def run(system: str, rate: float, gpus: int = 2, prefill: int = 1,
-            link_name: str = "NVLink 4") -> dict[str, Any]:  # fmt: skip
+            link_name: str = "NVLink 4",
+            decode_pool: int | None = None) -> dict[str, Any]:  # fmt: skip
         count = n * gpus // 2  # the same requests per GPU
         reqs = from_lengths(lognormal_lengths(count, 2048, 0.6, 8192, seed=11),
                             lognormal_lengths(count, 128, 0.6, 512, seed=12))  # fmt: skip
@@ -260,8 +263,10 @@ def disaggregation(
         config = engine.with_(**DISAGG_SYSTEMS[system])
         if system == "disaggregated":
             split = f"{prefill}P+{gpus - prefill}D"
+            decode = config.with_(num_kv_blocks=decode_pool)  # None: what the GPU holds
             result = DisaggregatedCluster(profile, prefill, gpus - prefill, config,
-                                          link_name=link_name, **DISAGG_SLO).run(timed)  # fmt: skip
+                                          decode_config=decode, link_name=link_name,
+                                          **DISAGG_SLO).run(timed)  # fmt: skip
         else:
             split = f"x{gpus}"
             result = SimulatedFleet(profile, config, "least-loaded", gpus, **DISAGG_SLO).run(timed)
@@ -277,6 +282,8 @@ def disaggregation(
             row["transfer_ms_mean"] = moved["seconds"]["mean"] * 1e3
             row["kv_mb_mean"] = moved["bytes"] / moved["count"] / 1e6
             row["held_back"] = moved["held_back"]
+            row["queued_p99_s"] = moved["queued_s"]["p99"]
+            row["decode_blocks"] = decode_pool or profile.num_kv_blocks(engine.block_size)
         return row
 
     rows = [run(system, rate) for rate in rates for system in DISAGG_SYSTEMS]
@@ -292,6 +299,8 @@ def disaggregation(
     link_rows = [
         swept.get(name) or run("disaggregated", link_rate, link_name=name) for name in links
     ]
+    pool_rows = [swept["NVLink 4"]] if "NVLink 4" in swept else []
+    pool_rows += [run("disaggregated", link_rate, decode_pool=b) for b in decode_pools]
     split_rows = []
     if split_rate is not None:
         split_rows = [run(system, split_rate, 4) for system in list(DISAGG_SYSTEMS)[:2]]
@@ -307,6 +316,7 @@ def disaggregation(
         "rows": rows,
         "slo_capacity_req_s": capacity,
         "link_rows": link_rows,
+        "pool_rows": pool_rows,
         "split_rows": split_rows,
     }
 

@@ -133,7 +133,11 @@ def test_transfer_time_is_bytes_over_bandwidth():
 
 def test_reproduction_shape():
     result = disaggregation(
-        size=0.2, rates=(8.0, 24.0), links=("NVLink 4", "Ethernet 100G"), split_rate=None
+        size=0.2,
+        rates=(8.0, 24.0),
+        links=("NVLink 4", "Ethernet 100G"),
+        split_rate=None,
+        decode_pools=(400,),
     )
     rows = {(r["rate"], r["system"]): r for r in result["rows"]}
     first, chunked, disagg = DISAGG_SYSTEMS
@@ -148,6 +152,11 @@ def test_reproduction_shape():
     assert rows[(24.0, disagg)]["tpot_p99_s"] < 0.015 < rows[(24.0, first)]["tpot_p99_s"]
     slow, fast = result["link_rows"][1], result["link_rows"][0]
     assert slow["transfer_ms_mean"] > 10 * fast["transfer_ms_mean"]
+    # A small decode pool: requests wait with their KV on the prefill side, and the wait
+    # shows in TPOT (the first token is already out), not in TTFT.
+    full, small = result["pool_rows"]
+    assert full["held_back"] == 0 < small["held_back"] and small["decode_blocks"] == 400
+    assert small["tpot_p99_s"] > full["tpot_p99_s"] and small["ttft_p99_s"] == full["ttft_p99_s"]
 
 
 def test_an_abort_on_the_decode_side_frees_its_blocks_in_the_inbox_or_while_receiving():
