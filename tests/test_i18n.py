@@ -115,6 +115,7 @@ def _all_reasons() -> frozenset[str]:
         {"enable_chunked_prefill": False, "max_num_batched_tokens": 64},
         {"speculative": "ngram"},
         {"speculative": "ngram", "num_speculative_tokens": 8, "max_num_batched_tokens": 40},
+        {"overlap_scheduling": True},  # a stopped request's row discarded (minicb/overlap.py)
     ):
         seen |= _reasons_of_a_run(**options)
     return frozenset(seen)

@@ -154,6 +154,7 @@ const REASONS = [
   [/^swapped in: needs (\d+) blocks, (\d+) free$/, "已换入：需要 $1 块，空闲 $2 块"],
   [/^chunked prefill is off: this iteration runs whole prompts only$/, "分段预填充已关闭：本次迭代只运行完整的提示词"],
   [/^no swap-ins or admissions in an iteration that had to preempt$/, "本次迭代发生了抢占，因此不换入也不接纳"],
+  [/^(\d+) row\(s\) computed and discarded: request\(s\) ([\d, ]+) had stopped in the previous iteration, learnt after this plan was made \(overlap scheduling\)$/, "$1 行已计算并丢弃：请求 $2 在上一次迭代已停止，制定本计划时尚不知道（重叠调度）"],
   [/^(\d+) running request\(s\) sit out this iteration: the token budget of (\d+) is spent$/, "$1 个运行中的请求本次迭代轮空：$2 的 token 预算已用完"],
   [/^request (\d+) stays swapped out: needs more than the (\d+) free blocks$/, "请求 $1 仍在换出状态：需要的块多于空闲的 $2 块"],
   [/^(\d+) waiting: all (\d+) slots are taken$/, "$1 个在等待：$2 个槽位全被占用"],
