@@ -17,10 +17,11 @@ The engines run together in time order, as ``minicb.fleet.simulated.SimulatedFle
 replicas: of the next arrival, the next hand-off or release, and the earliest start of an
 engine's next step, whichever comes first (a step is done whole; what it causes, a hand-off
 at its end or a release at a transfer's end, waits in a queue of timed actions until its
-time). Its figures are one request per request, TTFT from the prefill engine's first token
-and TPOT over the tokens of both, summarised by the one ``MetricsCollector`` summary (the
-one definition of goodput); colocated runs for comparison are ``SimulatedFleet``'s.
-Labelled ``simulated``. Pure Python: no torch.
+time). The source is an ``Arrivals`` or a ``ChatSessions`` (told of each answer, so the
+next turn follows it). Its figures count each request once, TTFT from the prefill engine's
+first token and TPOT over the tokens of both, summarised by the one ``MetricsCollector``
+summary (the one definition of goodput); colocated runs for comparison are
+``SimulatedFleet``'s. Labelled ``simulated``. Pure Python: no torch.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class Member:
     runner: SimulatedRunner
     # Its scheduler, built here in its role: the transfer protocol's side of it (release
     # held KV, the inbox, when a transfer lands), as vLLM's connectors have a scheduler side.
-    role: Any
+    role: PrefillScheduler | DecodeScheduler
     metrics: MetricsCollector = field(default_factory=MetricsCollector)  # its steps
     numbers: dict[int, int] = field(default_factory=dict)  # engine id -> request number
     stalled: bool = False  # a prefill engine whose last step ran nothing: wait for a change
@@ -125,6 +126,7 @@ class DisaggregatedCluster:
         self._prefill_of: dict[tuple[int, int], tuple[int, int]] = {}  # -> (prefill, id)
         self._actions: list[tuple[float, int, str, tuple]] = []  # (time, seq, kind, what)
         self._seq = itertools.count()
+        self._answered: Callable[[RequestSpec, float], None] | None = None
 
     # ---- building ------------------------------------------------------------------------
     def _member(self, index: int, config: EngineConfig, scheduler: Any, shift: int) -> Member:
@@ -167,6 +169,7 @@ class DisaggregatedCluster:
     # ---- the event loop --------------------------------------------------------------------
     def run(self, source: ArrivalSource) -> dict[str, Any]:
         """Every request of ``source`` through the cluster; the figures (``summary``)."""
+        self._answered = getattr(source, "answered", None)  # a closed loop's next turns
         while source or self._actions or any(m.engine.has_unfinished() for m in self.members):
             t_arrival = source.next_time if source.next_time is not None else math.inf
             t_action = self._actions[0][0] if self._actions else math.inf
@@ -229,7 +232,7 @@ class DisaggregatedCluster:
             journey.token_times.append(now)
             journey.admitted = out.metrics.first_scheduled_time
             if journey.spec.output_tokens == 1:  # nothing to decode: done here
-                journey.finished = now
+                self._done(journey, now)
                 self._act(now, 0, "release", (member.index, out.request_id))
             else:
                 self._later(now, "hand_off", number, member.index, out.request_id)
@@ -282,7 +285,12 @@ class DisaggregatedCluster:
         for out in result.finished:
             journey = self.journeys[member.numbers.pop(out.request_id)]
             journey.token_ids.extend(out.token_ids)
-            journey.finished = now
+            self._done(journey, now)
+
+    def _done(self, journey: Journey, now: float) -> None:
+        journey.finished = now
+        if self._answered is not None:
+            self._answered(journey.spec, now)
 
     # ---- the figures -----------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:

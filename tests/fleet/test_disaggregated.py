@@ -12,7 +12,7 @@ from minicb.fleet.kv_transfer import DecodeScheduler, link
 from minicb.runner import VirtualClock
 from minicb.sim.reproductions import DISAGG_SYSTEMS, disaggregation
 from minicb.sim.runner import SimulatedRunner
-from minicb.workload import Arrivals, RequestSpec
+from minicb.workload import Arrivals, ChatSessions, RequestSpec, chat_conversations
 
 PROFILE = "H100:llama-3.1-8b"
 CONFIG = EngineConfig(enable_prefix_caching=False, max_num_seqs=16, max_num_batched_tokens=256)
@@ -91,6 +91,18 @@ def test_a_hand_off_during_a_transfer_is_not_pulled_before_it_came():
     first, second = cluster.transfers
     assert first.start < second.ready < first.end  # handed over while the first crossed
     assert second.start >= second.ready
+
+
+def test_chat_turns_follow_their_answers_through_both_sides():
+    convs = chat_conversations(4, turns=3, system_len=64, user_mean=16, answer_mean=8,
+                               rate=20.0, think_mean_s=0.05, seed=5)  # fmt: skip
+    cluster = DisaggregatedCluster(PROFILE, 1, 1, CONFIG)
+    result = cluster.run(ChatSessions(convs))
+    assert result["summary"]["requests"]["finished"] == 12
+    done = {tuple(j.spec.prompt): j for j in cluster.journeys}  # turns are released as copies
+    for conv in convs:
+        turns = [done[tuple(t.prompt)] for t in conv.turns]
+        assert all(b.arrival > a.finished for a, b in zip(turns, turns[1:], strict=False))
 
 
 def test_a_tiny_decode_pool_holds_kv_on_the_prefill_side_and_loses_nothing():
