@@ -58,9 +58,13 @@ class Viewer:
 
 async def watch(url: str, viewer: Viewer, until: float, origin: str) -> None:
     try:
+        # No keepalive pings of the client's own: a browser sends none (the server pings,
+        # and closes a viewer that does not answer); on a busy machine the clients'
+        # own pings timed out and closed all 200 (1011, keepalive ping timeout).
         async with websockets.connect(
-            url, max_size=None, compression=None, origin=origin, open_timeout=60
-        ) as ws:
+            url, max_size=None, compression=None, origin=origin, open_timeout=60,
+            ping_interval=None,
+        ) as ws:  # fmt: skip
             while time.monotonic() < until:
                 try:
                     message = await asyncio.wait_for(ws.recv(), until - time.monotonic())
