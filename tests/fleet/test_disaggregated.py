@@ -3,6 +3,8 @@ kv_transfer.py): the same tokens as colocated engines, every block back in both 
 backpressure that loses nothing, transfer times from bytes and bandwidth, and the
 reproduction's shape at a small size."""
 
+from dataclasses import replace
+
 import pytest
 
 from minicb.config import EngineConfig, SamplingParams
@@ -35,12 +37,12 @@ def workload(n: int = 14, spacing: float = 0.004) -> list[RequestSpec]:
     return sorted(out, key=lambda r: r.arrival)
 
 
-def colocated_tokens(requests: list[RequestSpec]) -> list[list[int]]:
+def colocated_tokens(requests: list[RequestSpec], config: EngineConfig) -> list[list[int]]:
     """One engine doing both phases, on the same simulated GPU and token function."""
     clock = VirtualClock()
-    runner = SimulatedRunner(PROFILE, CONFIG, clock=clock)
+    runner = SimulatedRunner(PROFILE, config, clock=clock)
     runner.token_fn = token  # engine ids are the arrival order, as the cluster's numbers
-    engine = LLMEngine(config=CONFIG, runner=runner, clock=clock)
+    engine = LLMEngine(config=config, runner=runner, clock=clock)
     outputs, pending = {}, Arrivals(requests)
     while pending or engine.has_unfinished():
         for r in pending.due(clock()):
@@ -55,13 +57,19 @@ def colocated_tokens(requests: list[RequestSpec]) -> list[list[int]]:
 
 
 @pytest.mark.parametrize(
-    "p, d, link_name", [(1, 1, "NVLink 4"), (2, 1, "Ethernet 100G"), (1, 2, "PCIe 4 x16")]
+    "p, d, link_name, caching",
+    [(1, 1, "NVLink 4", False), (2, 1, "Ethernet 100G", False), (1, 2, "PCIe 4 x16", True)],
 )
-def test_same_tokens_as_colocated_and_every_block_freed(p, d, link_name):
+def test_same_tokens_as_colocated_and_every_block_freed(p, d, link_name, caching):
     requests = workload()
-    cluster = DisaggregatedCluster(PROFILE, p, d, CONFIG, token_fn=token, link_name=link_name)
+    if caching:  # half the prompts share their first 64 tokens: cache hits on the prefill side
+        requests = [replace(r, prompt=list(range(100, 164)) + r.prompt) if i % 2 else r
+                    for i, r in enumerate(requests)]  # fmt: skip
+    config = CONFIG.with_(enable_prefix_caching=caching)
+    cluster = DisaggregatedCluster(PROFILE, p, d, config, token_fn=token, link_name=link_name)
     result = cluster.run(Arrivals(requests))
-    assert [j.token_ids for j in cluster.journeys] == colocated_tokens(requests)
+    assert [j.token_ids for j in cluster.journeys] == colocated_tokens(requests, config)
+    assert (result["summary"]["prefix_cache"]["hit_tokens"] > 0) == caching
     assert [len(j.token_ids) for j in cluster.journeys] == [r.output_tokens for r in requests]
     assert result["simulated"] is True
     assert result["summary"]["requests"]["finished"] == len(requests)
