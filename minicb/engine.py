@@ -72,6 +72,8 @@ class KVSnapshot:
     # blocks several requests hold (each one's reference count is its number of tables).
     cached_blocks: list[int] = field(default_factory=list)
     num_shared: int = 0
+    # The host tier (kv_offload_blocks): host blocks holding a prefix, least recently used first.
+    host_cached_blocks: list[int] = field(default_factory=list)
 
     @property
     def num_used(self) -> int:
@@ -298,6 +300,7 @@ class LLMEngine:
             swap_tables={rid: list(t) for rid, t in blocks.swap_tables.items()},
             cached_blocks=list(blocks.cache.evictable),
             num_shared=blocks.num_shared_blocks,
+            host_cached_blocks=list(blocks.host.info) if blocks.host is not None else [],
         )
 
     def kv_snapshot_event(self) -> events.KVSnapshotEvent:
@@ -309,6 +312,7 @@ class LLMEngine:
             block_tables=kv.block_tables,
             swap_tables=kv.swap_tables,
             cached_blocks=kv.cached_blocks,
+            host_cached_blocks=kv.host_cached_blocks,
         )
 
     def block_table(self, request_id: int) -> list[int]:

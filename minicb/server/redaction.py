@@ -160,7 +160,15 @@ ALLOWED: dict[str | None, dict[str, Rule]] = {
     "routed": _keeping(*WHO, "replica", "policy", "cached_tokens", reason=_words),
     # the rebuilt engine's settings and pool sizes (EngineConfig, runner): no request's text
     "reset": _keeping("type", "time", "info"),
-    "kv_snapshot": _keeping("type", "time", "step", "block_tables", "swap_tables", "cached_blocks"),
+    "kv_snapshot": _keeping(
+        "type",
+        "time",
+        "step",
+        "block_tables",
+        "swap_tables",
+        "cached_blocks",
+        "host_cached_blocks",
+    ),
     # no type: a live request as a page that joins is told of it (LLMEngine.live_requests)
     None: _keeping(
         "request_id",

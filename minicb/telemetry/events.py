@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from minicb.request import TokenDelta
@@ -246,6 +246,8 @@ class KVSnapshotEvent:
     block_tables: dict[int, list[int]]  # request id -> its device blocks, in order
     swap_tables: dict[int, list[int]]  # request id -> its CPU swap blocks
     cached_blocks: list[int]  # evictable blocks that keep a cached prefix, oldest first
+    # The prefix cache's host tier: host blocks holding a prefix, least recently used first.
+    host_cached_blocks: list[int] = field(default_factory=list)
 
 
 Event = StepEvent | RequestEvent | StepTokens | EngineReset | KVSnapshotEvent
@@ -290,6 +292,7 @@ def to_dict(event: Event) -> dict[str, Any]:
         for name in ("block_tables", "swap_tables"):
             data[name] = {str(r): list(t) for r, t in data[name].items()}
         data["cached_blocks"] = list(event.cached_blocks)
+        data["host_cached_blocks"] = list(event.host_cached_blocks)
     return data
 
 

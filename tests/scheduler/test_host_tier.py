@@ -62,11 +62,15 @@ class TieredShadow(ShadowKV):
 
 
 def _kv_state_matches(state: KVState, engine) -> None:
-    blocks = engine.scheduler.blocks
+    """The map rebuilt from the events is the engine's, both tiers, and so is one rebuilt
+    from a snapshot taken now (a viewer that joins now)."""
     kv = engine.kv_snapshot()
     assert state.as_tuple() == (kv.block_tables, kv.swap_tables, kv.cached_blocks)
+    blocks = engine.scheduler.blocks
     host = list(blocks.host.info) if blocks.host is not None else []
-    assert state.host_cached_blocks == host
+    assert state.host_cached_blocks == kv.host_cached_blocks == host
+    joined = KVState.from_snapshot(engine.kv_snapshot_event())
+    assert joined.host_cached_blocks == host
 
 
 def _run(engine, prompts, shadow=None, state=None) -> dict[int, int]:
