@@ -137,6 +137,18 @@ def test_a_tiny_decode_pool_holds_kv_on_the_prefill_side_and_loses_nothing():
         assert member.engine.kv_snapshot().num_used == 0
 
 
+def test_preempted_on_the_decode_side_it_is_recomputed_there_with_the_same_tokens():
+    requests = [RequestSpec([3 + (k * i) % 90 for k in range(40)], 10 + i) for i in range(6)]
+    decode_config = CONFIG.with_(num_kv_blocks=7)  # two pulled (3 blocks each) cannot both grow
+    cluster = DisaggregatedCluster(
+        PROFILE, 1, 1, CONFIG, decode_config=decode_config, token_fn=token
+    )
+    result = cluster.run(Arrivals(requests))
+    assert result["summary"]["preemptions"]["recompute"] > 0
+    assert [j.token_ids for j in cluster.journeys] == colocated_tokens(requests, CONFIG)
+    assert all(m.engine.kv_snapshot().num_used == 0 for m in cluster.members)
+
+
 def test_transfer_time_is_bytes_over_bandwidth():
     # llama-3.1-8b, bf16: K and V x 32 layers x 8 KV heads x 128 dims x 2 bytes = 131,072
     # bytes per token; 1,000 prompt tokens over NVLink 4 at 450 GB/s x 0.7.
