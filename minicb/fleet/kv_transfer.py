@@ -21,8 +21,8 @@ it. Three pieces here, each the real scheduler with one role added (through the 
   then allocated and the transfer starts (``on_transfer``); while the KV crosses the link
   it is ``receiving``; when it has arrived the request runs as a decode, every token but
   the last already computed. A request that is preempted here is recomputed here, as in any
-  engine. Each decision carries its reason in words: "waits on the prefill side: needs 12
-  blocks here, 3 free".
+  engine. Each decision carries its reason in words: "request 3 waits on the prefill side
+  (its KV stays there): needs 12 blocks here, 3 free".
 
 Pure Python: no torch.
 """
