@@ -3,6 +3,8 @@ kv_transfer.py): the same tokens as colocated engines, every block back in both 
 backpressure that loses nothing, transfer times from bytes and bandwidth, and the
 reproduction's shape at a small size."""
 
+import subprocess
+import sys
 from dataclasses import replace
 
 import pytest
@@ -210,3 +212,11 @@ def test_an_abort_on_the_decode_side_frees_its_blocks_in_the_inbox_or_while_rece
     assert started[0][1:3] == (99, 7) and engine.kv_snapshot().num_used == 7  # 100 / 16
     engine.abort_request(receiving)
     assert engine.kv_snapshot().num_used == 0 and not engine.has_unfinished()
+
+
+def test_the_disaggregated_simulator_never_imports_torch():
+    code = (
+        "import sys, minicb.fleet.disaggregated, minicb.fleet.disagg_report; "
+        "assert 'torch' not in sys.modules, 'torch was imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
