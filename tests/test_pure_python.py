@@ -26,6 +26,9 @@ PURE_MODULES = [
     "minicb.scenarios.player",
     "minicb.scenarios.metrics",
     "minicb.workload",
+    "minicb.fleet.router",
+    "minicb.fleet.autoscale",
+    "minicb.fleet.simulated",
 ]
 
 # A fresh interpreter (this one has torch from conftest): import the modules, then run a
