@@ -17,6 +17,9 @@ seconds plus its weights read at the catalogue's rate) and costs from the moment
 added; a removed one is taken out of the router first. Cost is GPU-hours (replica-seconds
 x GPUs per replica) at the catalogue's illustrative price.
 
+Each routing decision is also a ``routed`` event (``RequestRouted``) on the fleet's own
+``bus``, stamped with the virtual time, as the real fleet publishes them.
+
 ``run`` returns the fleet's figures, all labelled ``simulated``: the one metrics summary
 (``MetricsCollector``'s, merged over the replicas) with goodput under the TTFT and TPOT
 targets, the prefix cache's hit rate, cost per million output tokens, every route and
@@ -38,6 +41,8 @@ from minicb.runner import VirtualClock
 from minicb.sim.catalogue import load_profile, read_catalogue
 from minicb.sim.runner import SimulatedRunner
 from minicb.sim.step_time import StepTimeModel
+from minicb.telemetry.bus import EventBus
+from minicb.telemetry.events import RequestRouted
 from minicb.telemetry.latency import tpot, ttft
 from minicb.telemetry.metrics import MetricsCollector
 from minicb.workload import RequestSpec
@@ -114,6 +119,7 @@ class SimulatedFleet:
         self.ttft_slo, self.tpot_slo = ttft_slo, tpot_slo
         self.replicas = [self._replica(i, 0.0, 0.0) for i in router.replicas]
         self.routes: list[Route] = []
+        self.bus = EventBus()  # the fleet's own events: each routing decision ("routed")
         self.told: list[tuple[int, list[int], list[ReplicaLoad]]] = []  # what routing saw
         self.scaling: list[dict[str, Any]] = []  # each decision, its time and the count
         self._outcomes: deque[tuple[float, bool]] = deque()  # (finish time, met both)
@@ -162,6 +168,10 @@ class SimulatedFleet:
         route = self.router.route(request_id, prompt, loads)
         self.routes.append(route)
         self.told.append((request_id, prompt, loads))
+        if self.bus.wants("routed"):
+            self.bus.emit(RequestRouted(time=now, request_id=request_id, replica=route.replica,
+                                        policy=route.policy, reason=route.reason,
+                                        cached_tokens=route.cached_tokens))  # fmt: skip
         replica = next(r for r in self.active if r.index == route.replica)
         if not replica.engine.has_unfinished() and replica.clock() < now:
             replica.clock.advance(now - replica.clock())  # idle until now

@@ -53,11 +53,18 @@ def test_chat_sessions_release_a_turn_only_after_the_answer():
 
 def test_the_router_decides_alike_for_simulated_replicas_and_hand_fed_loads():
     fleet = SimulatedFleet(PROFILE, CONFIG, "prefix-aware", 3)
+    seen = []
+    fleet.bus.subscribe(seen.extend, kinds=["routed"])
     result = fleet.run(ChatSessions(chats()))
     assert result["simulated"] is True and result["summary"]["requests"]["finished"] == 36
     replay = Router("prefix-aware", 3, block_size=CONFIG.block_size)
     hand_fed = [replay.route(rid, prompt, loads) for rid, prompt, loads in fleet.told]
     assert hand_fed == fleet.routes
+    # each decision is also a routed event, with its reason and the fleet's virtual time
+    assert [(e.request_id, e.replica, e.reason) for e in seen] == [
+        (r.request_id, r.replica, r.reason) for r in fleet.routes
+    ]
+    assert [e.time for e in seen] == sorted(e.time for e in seen)
     assert len({r.replica for r in fleet.routes}) == 3  # it spread the conversations
     assert any(r.cached_tokens >= 128 for r in fleet.routes)  # later turns followed
     assert any(load.waiting or load.running for _, _, loads in fleet.told for load in loads)
