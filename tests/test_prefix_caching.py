@@ -284,7 +284,8 @@ def test_the_option_on_the_command_line():
 def test_every_reason_of_a_cached_run_has_a_chinese_pattern():
     seen = set()
     no_chunks = {"enable_chunked_prefill": False, "max_num_batched_tokens": 64}
-    for options in ({}, {"preemption_mode": "swap"}, no_chunks):
+    host_tier = {"kv_offload_blocks": 16}  # its admissions say what came back from the host
+    for options in ({}, {"preemption_mode": "swap"}, no_chunks, host_tier):
         seen |= _reasons_of_a_run(enable_prefix_caching=True, **options)
     assert any("found in the cache" in r for r in seen)
     patterns = _reason_patterns()

@@ -308,6 +308,7 @@ function drawPanels(cursors) {
       setData(p.el, "kvUsed", kv.used);
       setText(p.el.querySelector(".kv-figures"),
         `${t("kvUsed")} ${kv.used} / ${kv.total}` + (kv.swapped ? ` · ${t("kvSwapped")} ${kv.swapped}` : "") +
+        (kv.host ? ` · ${t("kvHost")} ${kv.host}` : "") +
         (kv.per > 1 ? ` · ${t("kvCellIs")} ${kv.per} ${t("kvBlocks")}` : ""));
     }
     const dropped = p.el.querySelector(".dropped");

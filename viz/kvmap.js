@@ -206,7 +206,8 @@ function paint(canvas, model, cursor) {
   let used = 0, shared = 0;
   for (let b = 0; b < total; b++) { used += count[b] > 0; shared += count[b] > 1; }
   if (folded) { // the step's own figures: a cell is one request's, not a count of blocks
-    return { used: step?.kvUsed ?? 0, total: blocks, swapped: step?.kvSwapped ?? 0, preempted: recent, shared: 0, cached: step?.kvCached ?? 0, per };
+    return { used: step?.kvUsed ?? 0, total: blocks, swapped: step?.kvSwapped ?? 0, preempted: recent, shared: 0, cached: step?.kvCached ?? 0, host: step?.kvHostCached ?? 0, per };
   }
-  return { used, total, swapped: swapped.length, preempted: recent, shared, cached: cached.size, per };
+  // host: the prefix cache's second tier (kv_offload_blocks), blocks in host memory, counted
+  return { used, total, swapped: swapped.length, preempted: recent, shared, cached: cached.size, host: step?.kvHostCached ?? 0, per };
 }

@@ -271,7 +271,7 @@ export class PanelModel {
       waiting: e.num_waiting, swapped: e.num_swapped, finished: e.finished.length,
       preempted: e.preempted.map((d) => [d.request_id, d.mode]),
       decisions: [...e.admitted, ...e.preempted, ...e.swapped_out, ...e.swapped_in, ...e.finished],
-      notes: e.notes, kvCached: e.kv_cached,
+      notes: e.notes, kvCached: e.kv_cached, kvHostCached: e.kv_host_cached ?? 0, // host tier
       kvOps: e.kv_ops || null, // this step's KV changes: a replay rebuilds any step's map
       written: e.rows ? Object.fromEntries(this.written) : null, // a small batch only
       // tensor parallelism (absent from older traces: one rank)
