@@ -224,6 +224,8 @@ class Fleet:
         if self._loop is not None:
             self._loop.stop()
         for replica in self.replicas.values():
+            replica.ask_to_stop()
+        for replica in self.replicas.values():
             replica.close()
 
     def __enter__(self) -> Fleet:

@@ -131,10 +131,14 @@ class Replica:
         return request_id
 
     def abort_request(self, request_id: int) -> bool:
-        """Abort it there, which frees its KV blocks in that replica's pool."""
+        """Abort it there, which frees its KV blocks in that replica's pool (False if the
+        replica has died: its pool went with it)."""
         if self.dead is not None:
             return False
-        return self._call(("abort", request_id))
+        try:
+            return self._call(("abort", request_id))
+        except ReplicaDied:
+            return False
 
     def abort_all(self) -> list[int]:
         if self.dead is not None:  # nothing is left there to abort: forget them
@@ -181,13 +185,20 @@ class Replica:
         if self.in_flight and time.monotonic() - self._heard > self.stall_timeout_s:
             self._die(f"sent nothing for {self.stall_timeout_s:.0f} s while holding requests")
 
-    def close(self, timeout_s: float = 10.0) -> None:
-        """Ask the process to leave, and make sure it has."""
-        if self.dead is None and self.process.is_alive():
+    def ask_to_stop(self) -> None:
+        """Tell the process to leave (``close`` then waits for it): a fleet tells every
+        replica first, so they shut down together."""
+        if self.dead is None and self.process.is_alive() and not self._conn.closed:
             try:
                 self._conn.send(("stop",))
             except OSError:
                 pass
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Ask the process to leave, and make sure it has."""
+        if self._conn.closed:
+            return
+        self.ask_to_stop()
         self.process.join(timeout_s)
         if self.process.is_alive():
             self.process.kill()
