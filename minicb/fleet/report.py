@@ -4,7 +4,10 @@ markdown tables, each headed SIMULATED with its profile, beside the published fi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+import plotly.graph_objects as go
 
 from minicb.fleet.reproductions import PUBLISHED
 
@@ -77,3 +80,27 @@ def autoscale_section(r: dict[str, Any]) -> list[str]:
 
 SECTIONS = {"router": router_section, "replicas": replicas_section,
             "autoscale": autoscale_section}  # fmt: skip
+
+
+def figures(results: dict[str, dict[str, Any]], titled: Callable[..., go.Figure]) -> list:
+    """One chart per fleet reproduction that ran; ``titled`` labels each SIMULATED with its
+    profile (minicb.sim.report's)."""
+    out = []
+    if "router" in results:
+        r, fig = results["router"], go.Figure()
+        policies = [row["policy"] for row in r["rows"]]
+        fig.add_bar(name="output tok/s", x=policies, y=[row["output_tok_s"] for row in r["rows"]],
+                    text=[f"hit rate {row['hit_rate']:.0%}" for row in r["rows"]])  # fmt: skip
+        out.append(titled(fig, r, "Router policies on multi-turn chat", "policy", "tok/s"))
+    if "replicas" in results:
+        r, fig = results["replicas"], go.Figure()
+        names = [row["system"] for row in r["rows"]]
+        for key, label in (("ttft_p50_s", "TTFT p50"), ("tpot_p50_s", "TPOT p50")):
+            fig.add_bar(name=label, x=names, y=[row[key] * 1000 for row in r["rows"]])
+        out.append(titled(fig, r, "Replicas against one big batch", "system", "ms"))
+    if "autoscale" in results:
+        r, fig = results["autoscale"], go.Figure()
+        series = r["replicas_over_time"]
+        fig.add_scatter(name="replicas", x=series["t"], y=series["replicas"], line_shape="hv")
+        out.append(titled(fig, r, "Autoscaled replicas over time", "simulated seconds", "replicas"))
+    return out

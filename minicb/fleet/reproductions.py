@@ -143,10 +143,9 @@ def autoscale(size: float = 1.0, profile: str = "L4:llama-3.1-8b", rate: float =
         "fixed, 2 replicas": _fleet(profile, config, "least-loaded", 2),
         "autoscaled from 1": _fleet(profile, config, "least-loaded", 1, autoscaler=scaler),
     }
-    rows, scaling = [], []
-    for name, fleet in systems.items():
-        rows.append({"system": name, **_figures(fleet.run(Arrivals(reqs)))})
-        scaling = fleet.scaling or scaling
+    rows = [{"system": name, **_figures(fleet.run(Arrivals(reqs)))}
+            for name, fleet in systems.items()]  # fmt: skip
+    scaled = systems["autoscaled from 1"]
     return {
         "setup": f"{profile}, {len(reqs)} requests, lognormal lengths (means 256 in / 96 "
         "out, shape 1.0, within 1,024), "
@@ -158,7 +157,12 @@ def autoscale(size: float = 1.0, profile: str = "L4:llama-3.1-8b", rate: float =
         f"targets TTFT {TTFT_SLO_S:g} s, TPOT {TPOT_SLO_S * 1000:.0f} ms",
         "profile": load_profile(profile).name,
         "rows": rows,
-        "scaling": scaling,
+        "scaling": scaled.scaling,
+        # the autoscaled fleet's size from the start and after each decision
+        "replicas_over_time": {
+            "t": [0.0] + [x["time"] for x in scaled.scaling],
+            "replicas": scaled.replica_counts(),
+        },
     }
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from minicb.fleet.report import SECTIONS as FLEET_SECTIONS
+from minicb.fleet.report import figures as fleet_figures
 from minicb.sim.reproductions import PUBLISHED, SARATHI_SYSTEMS
 
 TBT_SLO_S = 0.1  # the P99 time-between-tokens target the Sarathi capacity is read at
@@ -148,7 +149,7 @@ def figures(results: dict[str, dict[str, Any]]) -> list[go.Figure]:
         for mode, series in r["occupancy"].items():
             fig.add_scatter(name=mode, x=series["t"], y=series["rows"], mode="lines")
         out.append(_titled(fig, r, "Busy slots over time", "simulated seconds", "rows"))
-    return out
+    return out + fleet_figures(results, _titled)
 
 
 def _titled(fig: go.Figure, r: dict[str, Any], title: str, x: str, y: str) -> go.Figure:

@@ -5,10 +5,11 @@ the reproductions' shapes hold at a small size."""
 import pytest
 
 from minicb.config import EngineConfig
-from minicb.fleet import reproductions as fr
 from minicb.fleet.autoscale import Autoscaler, FleetState
 from minicb.fleet.router import Router
 from minicb.fleet.simulated import SimulatedFleet, gpu_price
+from minicb.sim.report import render, render_html
+from minicb.sim.reproductions import run_all
 from minicb.workload import Arrivals, ChatSessions, chat_conversations, from_lengths, with_arrivals
 
 PROFILE = "L4:smollm2-135m"
@@ -115,8 +116,14 @@ def test_the_autoscaler_removes_the_longest_idle_down_to_the_minimum():
         Autoscaler(min_replicas=3, max_replicas=2)
 
 
-def test_an_added_replica_takes_requests_only_once_started():
-    result = fr.autoscale(size=0.15)
+@pytest.fixture(scope="module")
+def fleet_results():
+    """The three fleet reproductions at a small size, as ``minicb bench --simulate`` runs them."""
+    return run_all(["router", "replicas", "autoscale"], "H100:llama-3.1-8b", size=0.15)
+
+
+def test_a_doubled_load_adds_replicas_and_they_help(fleet_results):
+    result = fleet_results["autoscale"]
     rows = {r["system"]: r for r in result["rows"]}
     adds = [s for s in result["scaling"] if s["action"] == "add"]
     assert adds, "the doubled load added no replica"
@@ -142,16 +149,28 @@ def test_an_unstarted_replica_is_told_to_the_router_as_not_alive():
     assert any(route.replica == 1 for route in fleet.routes)
 
 
-def test_prefix_aware_routing_computes_fewer_prompt_tokens_than_round_robin():
-    rows = {r["policy"]: r for r in fr.router(size=0.1, replicas=4)["rows"]}
+def test_prefix_aware_routing_computes_fewer_prompt_tokens_than_round_robin(fleet_results):
+    rows = {r["policy"]: r for r in fleet_results["router"]["rows"]}
     rr, pa = rows["round-robin"], rows["prefix-aware"]
     assert pa["hit_rate"] > rr["hit_rate"]
     assert pa["prefill_tokens"] < rr["prefill_tokens"]
     assert pa["finished"] == rr["finished"]
 
 
-def test_replicas_against_one_big_batch_run_the_same_requests():
-    rows = fr.replicas(size=0.1)["rows"]
-    assert [r["finished"] for r in rows] == [60, 60]
+def test_replicas_against_one_big_batch_run_the_same_requests(fleet_results):
+    rows = fleet_results["replicas"]["rows"]
+    assert [r["finished"] for r in rows] == [90, 90]
     assert rows[0]["replicas_max"] == 4 and rows[1]["replicas_max"] == 1
     assert rows[0]["gpu_hours"] > 0 and rows[1]["gpu_hours"] > 0
+
+
+def test_the_fleet_report_says_simulated_and_draws_each(fleet_results):
+    markdown = render(fleet_results)
+    for title in ("prefix-aware against round-robin", "one big batch", "a load that doubles"):
+        assert title in markdown
+    assert markdown.count("(SIMULATED, ") == 3 and "SGLang" in markdown
+    page = render_html(fleet_results, markdown)
+    for chart in ("Router policies", "Replicas against one big batch", "Autoscaled replicas"):
+        assert "SIMULATED" in page and chart in page
+    series = fleet_results["autoscale"]["replicas_over_time"]
+    assert series["replicas"][0] == 1 and max(series["replicas"]) > 1
