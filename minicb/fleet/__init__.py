@@ -12,6 +12,13 @@ Real replicas on this machine: ``replica.py`` (an engine in its own process, and
 handle here) and ``fleet.py`` (``Fleet``: the replicas, the router and the engine loop that
 routes; ``minicb serve --replicas N --router POLICY`` serves one). ``Fleet`` is imported
 on first use, so that the router alone stays pure Python.
+
+Simulated replicas at data-centre scale (SIMULATED, virtual time, no torch):
+``simulated.py`` (``SimulatedFleet``: engines on simulated GPUs behind the same router,
+goodput under TTFT/TPOT targets, cost per million tokens), ``autoscale.py`` (when to add or
+remove a replica, with its reason), ``reproductions.py`` and ``report.py`` (prefix-aware
+against round-robin, replicas against one big batch, autoscaling against a doubled load;
+``minicb bench --simulate ... --reproduce router replicas autoscale``).
 """
 
 from typing import Any
