@@ -1,0 +1,24 @@
+"""kv_cache_dtype as an engine option: validated with the choices named, and on the
+command line of every subcommand that builds an engine."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from minicb.config import EngineConfig, add_engine_options, engine_kwargs
+
+
+def test_an_unknown_kv_cache_dtype_is_refused_naming_the_choices():
+    with pytest.raises(ValueError, match="kv_cache_dtype 'int4'; choose one of auto, int8, fp8"):
+        EngineConfig(kv_cache_dtype="int4")
+    assert EngineConfig().kv_cache_dtype == "auto"
+
+
+@pytest.mark.parametrize("value", ["auto", "int8", "fp8"])
+def test_the_command_line_option_reaches_the_config(value):
+    parser = argparse.ArgumentParser()
+    add_engine_options(parser)
+    args = parser.parse_args(["--kv-cache-dtype", value])
+    assert EngineConfig.from_kwargs(**engine_kwargs(args)).kv_cache_dtype == value
