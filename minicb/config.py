@@ -281,12 +281,13 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def describe_choices(runner: dict[str, Any]) -> str:
-    """One line for the terminal: the dtype, attention backend and forward an engine computes
-    with, and why, from its ``runner.describe()``."""
+    """One line for the terminal: the dtype, attention backend, KV cache format and forward
+    an engine computes with, and why, from its ``runner.describe()``."""
     parts = [f"device {runner.get('device', '-')}"]
     choices = (
         ("dtype", "dtype", "dtype_reason"),
         ("attention", "attention_backend", "attention_reason"),
+        ("kv cache", "kv_cache_dtype", None),  # e.g. "int8 (a scale per token and KV head)"
         ("forward", "compile", None),  # eager, or a wrapper's compiled step (perflab)
     )
     for label, key, why in choices:
