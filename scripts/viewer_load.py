@@ -73,13 +73,13 @@ async def watch(url: str, viewer: Viewer, until: float, origin: str) -> None:
                 size = len(message)
                 viewer.largest = max(viewer.largest, size)
                 viewer.bytes += size
-                if isinstance(message, bytes):  # a frame or a view (minicb.server.broadcast)
+                if isinstance(message, bytes):  # a frame, a view or the hello, compressed
                     text = zlib.decompress(message)
                     viewer.decoded += len(text)
                     if text.startswith(b'{"type": "frame"'):  # json.dumps's own spacing
                         viewer.frames += 1
                         viewer.frame_times.append(time.monotonic())
-                    else:
+                    elif text.startswith(b'{"type": "view"'):
                         viewer.views += 1
                 else:
                     viewer.decoded += len(message.encode())
