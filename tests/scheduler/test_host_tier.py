@@ -288,3 +288,22 @@ def test_metrics_count_hits_by_tier():
         if s.name == "minicb:prefix_cache_hits_by_tier_total"
     }
     assert tiers == {"device": 0.0, "host": 16.0}
+
+
+def test_the_option_is_validated_on_the_command_line_and_described():
+    import argparse
+
+    from minicb.config import EngineConfig, add_engine_options, engine_kwargs
+
+    parser = argparse.ArgumentParser()
+    add_engine_options(parser)
+    kwargs = engine_kwargs(parser.parse_args(["--kv-offload-blocks", "12"]))
+    assert EngineConfig(**kwargs).kv_offload_blocks == 12
+    assert EngineConfig().kv_offload_blocks == 0  # off by default
+    with pytest.raises(ValueError, match="kv_offload_blocks must be >= 0"):
+        EngineConfig(kv_offload_blocks=-1)
+    with pytest.raises(ValueError, match="needs enable_prefix_caching"):
+        EngineConfig(kv_offload_blocks=4, enable_prefix_caching=False)
+    engine = fake_engine(kv_offload_blocks=5)
+    assert engine.describe()["config"]["kv_offload_blocks"] == 5
+    assert engine.scheduler.blocks.host.num_blocks == 5
