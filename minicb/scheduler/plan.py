@@ -98,8 +98,8 @@ class StepPlan:
     kv_cached: int = 0  # free blocks still holding a cached prefix (evictable), in kv_free
     kv_shared: int = 0  # blocks held by more than one request (reference count above 1)
     kv_host_cached: int = 0  # host-tier blocks holding a cached prefix (0 without the tier)
-    # Prefix cache lookups of this iteration's admissions, in tokens: looked up, found.
-    # Of the tokens found, those found in the host tier (copied back, not recomputed).
+    # Prefix cache lookups of this iteration's admissions, in tokens: looked up, found, and
+    # of those found, those found in the host tier (copied back, not computed).
     prefix_query_tokens: int = 0
     prefix_hit_tokens: int = 0
     prefix_host_hit_tokens: int = 0
