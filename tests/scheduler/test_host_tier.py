@@ -176,13 +176,14 @@ config_st = st.fixed_dictionaries(
         "preemption_mode": st.sampled_from(["recompute", "swap"]),
         "num_swap_blocks": st.integers(0, 16),
         "kv_offload_blocks": st.integers(1, 24),
+        "speculative": st.sampled_from(["off", "ngram"]),
     }
 )
 
 
 class TieredMachine(RuleBasedStateMachine):
     """Random adds from three shared prefixes, steps, failed steps, retries and aborts on a
-    pool small enough to evict and preempt, the host tier on."""
+    pool small enough to evict and preempt, speculative drafts on or off, the host tier on."""
 
     @initialize(config=config_st, pool_tokens=st.integers(8, 40))
     def build(self, config, pool_tokens):
@@ -190,6 +191,7 @@ class TieredMachine(RuleBasedStateMachine):
         self.engine = fake_engine(
             num_kv_blocks=max(2, pool_tokens // self.bs), max_model_len=48, **config
         )
+        self.engine.runner.token_fn = lambda rid, i: 3 + (rid + i // 2) % 4  # repeats: drafts hit
         self.runner = FailingRunner(self.engine.runner)
         self.shadow = TieredShadow(self.bs)
         self.state = KVState.from_snapshot(self.engine.kv_snapshot_event())
