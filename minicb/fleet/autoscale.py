@@ -10,8 +10,10 @@ metric, KServe/Knative on concurrency): it looks every ``interval_s`` at the fle
   when the share of recently finished requests that met their TTFT and TPOT targets (the
   SLO attainment, over the last ``window_s``) falls below ``min_attainment``;
 - adds one at a time and waits for it to start (a replica takes its start-up delay:
-  loading weights, building its KV pool) before judging again, since the queue it was
-  added for is still there while it starts;
+  loading weights, building its KV pool), then for one more window, before adding again:
+  the queue and the missed targets it was added for are still there while it starts, and
+  the attainment of the last window still counts requests from before it could help (the
+  stabilisation window of Kubernetes' HPA, for the same reason);
 - removes a replica that has had nothing to do for ``idle_s``, down to ``min_replicas``.
 
 ``Autoscaler.decide`` is a pure function of a ``FleetState``: the simulated fleet
@@ -34,6 +36,7 @@ class FleetState:
     waiting: int  # requests waiting, summed over the ready replicas
     attainment: float | None  # recent requests that met both targets / recent requests
     idle_s: dict[int, float]  # ready replicas with nothing to do: seconds since their last work
+    since_ready_s: float | None = None  # since the newest replica became ready (None: never)
 
 
 @dataclass(frozen=True)
@@ -63,12 +66,17 @@ class Autoscaler:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
 
+    def state_settling(self, state: FleetState) -> bool:
+        """Whether the newest replica became ready less than a window ago."""
+        return state.since_ready_s is not None and state.since_ready_s < self.window_s
+
     def decide(self, state: FleetState) -> ScaleDecision | None:
         """Add, remove, or nothing (None)."""
         total = state.ready + state.starting
         if state.starting:
             return None  # one at a time: judge again once the new replica takes requests
-        if total < self.max_replicas:
+        settling = self.state_settling(state)
+        if total < self.max_replicas and not settling:
             per = state.waiting / max(1, state.ready)
             if per > self.max_waiting_per_replica:
                 return ScaleDecision(

@@ -126,14 +126,14 @@ def replicas(size: float = 1.0, profile: str = "H100:llama-3.1-8b", gpus: int = 
 
 # ---- autoscaling against a load that doubles ----------------------------------------------
 def autoscale(size: float = 1.0, profile: str = "L4:llama-3.1-8b", rate: float = 7.0):
-    """Poisson at ``rate`` for the first half, twice that for the second: fixed fleets of
-    1 and 2 replicas (sized for each half), and one autoscaled from 1 (up to 4)."""
-    half = 60.0 * max(size, 0.1)
-    first = arrival_times(max(2, round(rate * half)), rate, seed=21)
-    second = arrival_times(max(2, round(2 * rate * half)), 2 * rate, seed=22)
-    times = [t for t in first if t < half] + [half + t for t in second if t < half]
+    """Poisson at ``rate`` for a minute, then twice that for two: fixed fleets of 1 and 2
+    replicas (sized for each part), and one autoscaled from 1 (up to 4)."""
+    low, high = 60.0 * max(size, 0.1), 120.0 * max(size, 0.1)
+    first = arrival_times(max(2, round(1.5 * rate * low)), rate, seed=21)
+    second = arrival_times(max(2, round(3 * rate * high)), 2 * rate, seed=22)
+    times = [t for t in first if t < low] + [low + t for t in second if t < high]
     prompts = lognormal_lengths(len(times), 256, 1.0, 1024, 23)
-    outs = lognormal_lengths(len(times), 96, 1.0, 1024, 24)
+    outs = lognormal_lengths(len(times), 64, 1.0, 1024, 24)
     reqs = with_arrivals(from_lengths(prompts, outs), times)
     config = EngineConfig(max_num_seqs=256, max_num_batched_tokens=2048)
     scaler = Autoscaler(min_replicas=1, max_replicas=4, max_waiting_per_replica=4.0,
@@ -147,12 +147,13 @@ def autoscale(size: float = 1.0, profile: str = "L4:llama-3.1-8b", rate: float =
             for name, fleet in systems.items()]  # fmt: skip
     scaled = systems["autoscaled from 1"]
     return {
-        "setup": f"{profile}, {len(reqs)} requests, lognormal lengths (means 256 in / 96 "
+        "setup": f"{profile}, {len(reqs)} requests, lognormal lengths (means 256 in / 64 "
         "out, shape 1.0, within 1,024), "
-        f"Poisson at {rate:g} req/s for {half:.0f} s, then {2 * rate:g} req/s for "
-        f"{half:.0f} s; least-loaded routing; autoscaler: add when over 4 waiting per "
+        f"Poisson at {rate:g} req/s for {low:.0f} s, then {2 * rate:g} req/s for "
+        f"{high:.0f} s; least-loaded routing; autoscaler: add when over 4 waiting per "
         "ready replica or SLO attainment under 90 % over 20 s (looked at every 5 s, one "
-        "start at a time), remove after 30 s idle, 1 to 4 replicas; start-up "
+        "start at a time, then a 20 s window to settle), remove after 30 s idle, 1 to 4 "
+        "replicas; start-up "
         f"{systems['autoscaled from 1'].startup_s:.0f} s (catalogue: fixed + weights read); "
         f"targets TTFT {TTFT_SLO_S:g} s, TPOT {TPOT_SLO_S * 1000:.0f} ms",
         "profile": load_profile(profile).name,

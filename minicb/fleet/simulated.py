@@ -216,6 +216,7 @@ class SimulatedFleet:
             attainment=sum(met) / len(met) if met else None,
             idle_s={r.index: now - r.idle_from for r in ready if r.idle_from is not None
                     and r.idle_from <= now and not r.engine.has_unfinished()},
+            since_ready_s=now - max(r.ready_at for r in ready) if self.scaling else None,
         )  # fmt: skip
         decision = self.autoscaler.decide(state)
         if decision is not None:

@@ -106,6 +106,13 @@ def test_the_autoscaler_adds_on_a_queue_or_missed_targets_one_at_a_time():
     assert scaler.decide(state(waiting=99, ready=3)) is None  # at the maximum
 
 
+def test_the_autoscaler_waits_a_window_after_a_replica_is_ready():
+    scaler = Autoscaler(min_replicas=1, max_replicas=4, window_s=20)
+    assert scaler.decide(state(attainment=0.5, since_ready_s=10.0)) is None  # settling
+    assert scaler.decide(state(attainment=0.5, since_ready_s=25.0)).action == "add"
+    assert scaler.decide(state(attainment=0.5)).action == "add"  # none added yet
+
+
 def test_the_autoscaler_removes_the_longest_idle_down_to_the_minimum():
     scaler = Autoscaler(min_replicas=1, max_replicas=3, idle_s=30)
     decision = scaler.decide(state(idle_s={0: 31.0, 1: 45.0}))
