@@ -34,6 +34,7 @@ from minicb.config import EngineConfig, SamplingParams
 from minicb.engine import LLMEngine
 from minicb.telemetry import events
 from minicb.telemetry.bus import EventBus
+from minicb.telemetry.kv_state import KVState
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,8 @@ class Replica:
         self._failure: str | None = None  # a failed step reported during a round trip
         self._heard = time.monotonic()  # when its latest message came
         self._info: dict[str, Any] = {}
+        # The pool's map as the events published here say it is (see kv_snapshot_event).
+        self._kv, self._steps = KVState(), 0
         ctx = torch.multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe()
         args = (child, model, config, threads)
@@ -161,11 +164,19 @@ class Replica:
         return self._view("kv_snapshot")
 
     def kv_snapshot_event(self) -> events.KVSnapshotEvent:
-        if self.dead is not None:  # its pool is gone: an empty map
-            return events.KVSnapshotEvent(
-                time=self.clock(), step=0, block_tables={}, swap_tables={}, cached_blocks=[]
-            )
-        return self._view("kv_snapshot_event")
+        """The map as of the last event published on this bus, not as of the replica's
+        latest step: a reader that subscribed a moment ago applies the steps after this
+        map, so the map must not include a step whose event it will get too. Kept here
+        from every step's ``kv_ops`` (the replica starts empty); its pool is gone once it
+        has died: an empty map."""
+        kv = KVState() if self.dead is not None else self._kv
+        return events.KVSnapshotEvent(
+            time=self.clock(),
+            step=self._steps,
+            block_tables={rid: list(t) for rid, t in kv.block_tables.items()},
+            swap_tables={rid: list(t) for rid, t in kv.swap_tables.items()},
+            cached_blocks=kv.cached_blocks,
+        )
 
     def live_requests(self) -> list[dict[str, Any]]:
         return [] if self.dead is not None else self._view("live_requests")
@@ -264,6 +275,11 @@ class Replica:
         for event in value:
             if event.kind in FINISHING_KINDS:
                 self.in_flight.discard(event.request_id)
+            if event.kind == "aborted":  # between steps: its blocks' changes come with the
+                self._kv.apply([["free", event.request_id, None]])  # next step; free now
+            elif isinstance(event, events.StepEvent):
+                self._kv.apply(event.plan.kv_ops)
+                self._steps = event.plan.step
         self.bus.emit_many(value)
 
     def _raise_failure(self) -> None:

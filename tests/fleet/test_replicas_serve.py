@@ -1,8 +1,9 @@
 """Two real replicas (processes) of the tiny model behind the OpenAI API, as
 ``minicb serve --replicas 2`` builds them: the tokens through the API equal one engine's
 under every router, each decision is a ``routed`` event with its reason, a client that
-hangs up frees KV on the replica that holds its request, and /metrics labels each
-replica's figures. One fleet for the module: two process starts."""
+hangs up frees KV on the replica that holds its request, /metrics labels each replica's
+figures, and the KV map a joining page starts from is the replica's. One fleet for the
+module: two process starts."""
 
 from __future__ import annotations
 
@@ -108,3 +109,19 @@ def test_metrics_label_each_replica_and_health_is_ok(served):
         assert metric(text, f"minicb:iterations_total{{{labels}}}") > 0
     assert httpx.get(url + "/health").json()["status"] == "ok"
     assert FLEET in loop.fleets
+
+
+def test_the_map_a_joining_page_starts_from_is_each_replicas_own(served):
+    """The KV map a browser's view starts from is kept from the published events (a step
+    carries the changes an abort made between steps); once each replica has stepped again
+    it equals the replica's own pool, tables and cached blocks."""
+    url, loop, fleet, model = served
+    loop.call(lambda: fleet.set_policy("round-robin")).result(10)
+    for prompt in PROMPTS[:2]:  # a step on each replica, after the abort above
+        assert complete(url, model, prompt).status_code == 200
+    for replica in fleet.replicas.values():
+        mirror = loop.call(replica.kv_snapshot_event).result(10)
+        real = loop.call(replica.kv_snapshot).result(10)
+        assert mirror.block_tables == real.block_tables
+        assert sorted(mirror.cached_blocks) == sorted(real.cached_blocks)
+        assert real.cached_blocks  # the prompts above left prefixes cached: a real check
