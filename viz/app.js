@@ -187,9 +187,10 @@ function connect() {
     }
     setStatus("disconnected", "down");
   };
-  // A frame comes as a binary message, its JSON compressed with zlib once for every viewer;
-  // anything else as JSON text. Decompressing takes a while, so each message is handled
-  // after the one before it: a reply or a narration never overtakes the frames sent first.
+  // The engines' state (frames, compressed once for every viewer; views, the hello, a
+  // replay) comes as binary messages of zlib-compressed JSON; anything else as JSON text.
+  // Decompressing takes a while, so each message is handled after the one before it: a
+  // reply or a narration never overtakes the frames sent first.
   let handled = Promise.resolve();
   ws.onmessage = (ev) => {
     const text = typeof ev.data === "string" ? ev.data : inflate(ev.data);
