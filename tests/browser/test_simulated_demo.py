@@ -6,17 +6,21 @@ must appear and leave on both panels at 256 running rows with 10,000 requests on
 no iteration may be missing from either panel over a minute of watching (the server's
 frames fold iterations, they never drop one), and the picker must move both engines to
 another GPU. The frame time (requestAnimationFrame deltas, and the page's own work per
-frame from ``window.minicb.frameMs``) and the bytes a second the page received are
+frame from ``window.minicb.frameMs``) and the bytes a second the page received (frames
+as they came, compressed) are
 measured, printed and written to artifacts/simulated-demo-frames.json, never asserted as
 durations: they depend on the machine and on what else runs on it. Screenshots in English
-and Chinese go to artifacts/screenshots/ (docs/images/ keeps the ones a person looked at).
+and Chinese go to artifacts/screenshots/ (docs/images/ keeps the ones a person looked at),
+taken while the continuous batch is full and two thousand requests have come and gone:
+the continuous side drains the burst within the minute of watching, so a shot after it
+would show an empty timeline.
 """
 
 from __future__ import annotations
 
 import json
 
-from tests.browser.conftest import SHOTS, js, server, shot, wait_for
+from tests.browser.conftest import SHOTS, js, next_frame, server, shot, wait_for
 
 PANELS = "window.minicb.panels"
 REQUESTS = 10_000
@@ -24,6 +28,8 @@ ARGS = ["demo", "--simulate", "H100:llama-3.1-8b", "--paused", "--workload", "of
 ARGS += ["--burst", str(REQUESTS), "--max-outstanding", str(2 * REQUESTS)]
 ARGS += ["--short", "8", "32", "--long", "32", "96"]
 MEASURE_MS = 60_000
+FULL_ROWS = 200  # the screenshots show the continuous batch at least this full
+SHOT_AFTER = 2000  # requests the continuous side has finished by then: a timeline to read
 
 # rAF deltas from now on, in window.__deltas (a collector of the test's, not the page's).
 COLLECT = """() => { window.__deltas = []; let last = performance.now();
@@ -60,6 +66,19 @@ def test_simulated_demo_at_scale_says_simulated_and_stays_drawn(tab):
         wait_for(page, f"{PANELS}.every(p => p.model.order.length === {REQUESTS})", 120)
         wait_for(page, f"{PANELS}[1].model.steps.some(s => s.useful === 256)", 120)
         wait_for(page, f"{PANELS}[1].model.order.some(r => r.endStep != null)", 120)
+        # The screenshots, while the batch is full (rows drawn entering and leaving).
+        ended = f"{PANELS}[1].model.order.filter(r => r.endStep != null).length"
+        full = f"{PANELS}[1].model.steps.at(-1).useful >= {FULL_ROWS}"
+        wait_for(page, f"{ended} >= {SHOT_AFTER} && {full}", 240)
+        next_frame(page)
+        shot(page, "simulated-demo")
+        at_shots = [js(page, STATE)[1]]  # read after: a draining batch only empties
+        page.click("#lang")
+        page.wait_for_timeout(1500)
+        shot(page, "simulated-demo-zh")
+        at_shots.append(js(page, STATE)[1])
+        page.click("#lang")
+        assert [s["running"] >= FULL_ROWS for s in at_shots] == [True, True], at_shots
         before = js(page, STATE)
         received = js(page, "window.minicb.bytes")
         page.evaluate(COLLECT)
@@ -68,11 +87,6 @@ def test_simulated_demo_at_scale_says_simulated_and_stays_drawn(tab):
         work = js(page, "window.minicb.frameMs.slice()")
         received = js(page, "window.minicb.bytes") - received
         after = js(page, STATE)
-        shot(page, "simulated-demo")
-        page.click("#lang")
-        page.wait_for_timeout(1500)
-        shot(page, "simulated-demo-zh")
-        page.click("#lang")
         for state in after:
             assert state["tag"] == "SIMULATED · H100-SXM · llama-3.1-8b"
             assert 0 < state["requests"] <= REQUESTS  # ended ones beyond 4,000 are forgotten
