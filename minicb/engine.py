@@ -143,7 +143,6 @@ class LLMEngine:
         self._ids = itertools.count()
         self._texts: dict[int, IncrementalDetokenizer] = {}  # output text, per live request
         self.busy_s = 0.0  # seconds spent in this engine's own steps: its own clock
-        self._last_end = float("-inf")  # the clock at the last step's end (overlap: busy_s)
         # Overlap scheduling: the plan in flight and the runner's thread (minicb/overlap.py).
         self.pipeline = (
             OverlapPipeline(runner, self.scheduler, self.clock)
@@ -393,10 +392,13 @@ class LLMEngine:
         self._publish(event, new_tokens, finished)
         return StepResult(event, new_tokens, finished)
 
-    def _step_overlapped(self) -> StepResult:
+    def _step_overlapped(self, call_start: float | None = None) -> StepResult:
         """Plan N+1, wait for N, launch N+1 with N's tokens in place, settle N while N+1
         runs, and report N (minicb/overlap.py). When nothing was in flight (the first step,
-        or after an idle spell), the plan just launched is reported by stepping again."""
+        or after an idle spell), the plan just launched is reported by stepping again.
+        ``busy_s`` counts the seconds of this call (from ``call_start``), not the time
+        between calls that a plan spent in flight (a paused demo is not busy)."""
+        call_start = self.clock() if call_start is None else call_start
         launch = None
         if self.scheduler.has_unfinished() or self.pipeline.in_flight is None:
             start = self.clock()
@@ -411,8 +413,8 @@ class LLMEngine:
             new_tokens, firsts, finished = self._update(prev.plan, out, self.pipeline.settle(prev))
         self.pipeline.advance()  # after the settling: rows of who stopped there are discarded
         if done is None:
-            return self.step()
-        event = self._end_step(prev.plan, out, prev.start, lanes, firsts)
+            return self._step_overlapped(call_start)
+        event = self._end_step(prev.plan, out, prev.start, lanes, firsts, call_start)
         self._publish(event, new_tokens, finished)
         return StepResult(event, new_tokens, finished)
 
@@ -459,13 +461,14 @@ class LLMEngine:
         start: float,
         lanes: Lanes,
         firsts: list[Request],
+        counted_from: float | None = None,
     ) -> events.StepEvent:
         """The step's event, at its end on the engine's own clock (``busy_s``), which is
-        also when the requests in ``firsts`` got their first token. With overlap, steps
-        overlap on the clock: ``busy_s`` counts each second once."""
+        also when the requests in ``firsts`` got their first token. ``busy_s`` grows by the
+        seconds since ``counted_from`` (default ``start``; with overlap, steps overlap on
+        the clock and each ``step()`` call counts its own seconds once)."""
         end = self.clock()
-        self.busy_s += end - max(start, self._last_end)
-        self._last_end = end
+        self.busy_s += end - (start if counted_from is None else counted_from)
         for req in firsts:
             req.metrics.first_token_busy_s = self.busy_s
         return events.StepEvent(

@@ -242,3 +242,18 @@ def test_the_perfetto_export_draws_the_host_and_device_lanes():
                     open_ends.pop()
                 assert not open_ends or end <= open_ends[-1], "slices overlap without nesting"
                 open_ends.append(end)
+
+
+def test_busy_s_counts_the_engines_own_calls_not_the_pauses_between_them():
+    """A plan in flight while nobody steps (a paused demo) does not make the engine busy:
+    busy_s, the page's own clock, leaves the pauses out, and never counts a second twice."""
+    engine = fake_engine(overlap_scheduling=True, step_time=0.5)
+    for n in (3, 6):
+        engine.add_request([5] * n, SamplingParams(max_tokens=4, temperature=0))
+    pauses = 0.0
+    while engine.has_unfinished():
+        event = engine.step().event
+        engine.clock.advance(10.0)  # a pause between two steps
+        pauses += 10.0
+        assert event.busy_s <= event.wall_end - (pauses - 10.0)
+    assert 0 < engine.busy_s <= engine.clock.now - pauses

@@ -8,8 +8,10 @@
 // the host works; with it, the next iteration's host work lies inside this one's device time.
 //
 // The lanes are drawn on the engine's own clock (busy_s: the seconds of its own steps), so
-// the demo's other engine, stepped by the same thread, leaves no gap here; the idle share is
-// 1 - the device's seconds / the own clock's seconds over the iterations drawn.
+// the demo's other engine, stepped by the same thread, leaves no gap here (each step shifted
+// by its own offset: with overlap, a step's device work that fell between two calls is drawn
+// where its step ended); the idle share is 1 - the device's seconds / the own clock's
+// seconds over the iterations drawn.
 
 import { t } from "./i18n.js";
 import { fitCanvas } from "./timeline.js";
@@ -18,13 +20,19 @@ const KEEP = 48; // iterations drawn
 const COLORS = { schedule: "#2563eb", process: "#7c3aed", prepare: "#9ca3af", device: "#16a34a" };
 const records = new WeakMap(); // a panel's model -> its latest steps' lanes
 
-// Called once per panel: the panel's model hears every event first; its steps are noted here.
+// Called once per panel: the steps its model hears (live, replayed, or a joining page's
+// recent history) are noted here first.
 export function watchLanes(p) {
-  const model = p.model, apply = model.apply.bind(model);
+  const model = p.model, apply = model.apply.bind(model), applyView = model.applyView.bind(model);
   model.apply = (e) => {
     if (e.type === "reset") records.delete(model);
     if (e.type === "step" && e.device_start != null) note(model, e);
     apply(e);
+  };
+  model.applyView = (view) => {
+    records.delete(model);
+    for (const e of view.recent || []) if (e.device_start != null) note(model, e);
+    applyView(view);
   };
 }
 
@@ -40,22 +48,26 @@ function note(model, e) {
   records.set(model, list);
 }
 
-// The device's idle share over `steps`: 1 - its seconds / the own clock's seconds.
-export function idleShare(steps) {
+// The device's idle share over `steps`: 1 - its seconds / the own clock's seconds (busy_s
+// from before the first to the last: with overlap, a plan's device time between two of the
+// engine's calls, while a demo paces it, is hidden work, not counted as the engine's time).
+export function idleShare(steps, before) {
   if (!steps.length) return null;
-  const span = steps.at(-1).end - steps[0].start;
+  const first = steps[0];
+  const from = before?.own ?? (first.own != null ? first.own - (first.end - first.start) : first.start);
+  const span = (steps.at(-1).own ?? steps.at(-1).end) - from;
   const device = steps.reduce((sum, s) => sum + s.device, 0);
   return span > 0 ? Math.max(0, 1 - device / span) : null;
 }
 
 // Called where the page draws a panel: the lanes up to iteration `cursor`.
 export function drawLanes(p, cursor) {
-  const all = records.get(p.model) || [];
-  const steps = all.filter((s) => s.step <= cursor).slice(-KEEP);
+  const all = (records.get(p.model) || []).filter((s) => s.step <= cursor);
+  const steps = all.slice(-KEEP), before = all.at(-KEEP - 1);
   const canvas = lanesCanvas(p.el);
   canvas.parentElement.hidden = !steps.length;
   if (!steps.length) return;
-  const idle = idleShare(steps);
+  const idle = idleShare(steps, before);
   p.el.dataset.deviceIdle = idle == null ? "" : idle.toFixed(3);
   const caption = canvas.previousElementSibling.querySelector("small");
   const text = idle == null ? "" :
