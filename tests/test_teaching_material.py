@@ -119,4 +119,5 @@ def test_the_drill_has_the_seeds_four_questions_each_with_rubric_follow_ups_and_
     for q in questions:
         for part in parts:
             assert q.count(part) == 1, (doc, q.splitlines()[0], part)
-    assert "issue 33" in questions[3]  # routing: the fleet work, not built yet
+    # routing quotes the fleet (issue 33): the real replicas' option and the router's figures
+    assert "--replicas" in questions[3] and "prefix-aware" in questions[3], doc
