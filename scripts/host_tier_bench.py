@@ -107,26 +107,28 @@ def main() -> None:
     parser.add_argument("--model", default=None, help="model folder (default: SmolLM2-135M)")
     parser.add_argument("--simulate", default=None, help="GPU:MODEL, e.g. H100:llama-3.1-8b")
     parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--conversations", type=int, default=6)
+    parser.add_argument("--conversations", type=int, default=4)
     parser.add_argument(
         "--max-num-seqs",
         type=int,
-        default=2,
+        default=1,
         help="fewer than the conversations: a round "
         "runs in waves, and the later waves evict the earlier ones' histories",
     )
     parser.add_argument("--turns", type=int, default=3)
-    parser.add_argument("--system-tokens", type=int, default=96)
+    parser.add_argument("--system-tokens", type=int, default=64)
     parser.add_argument("--question-tokens", type=int, default=16)
-    parser.add_argument("--output-tokens", type=int, default=8)
+    parser.add_argument("--output-tokens", type=int, default=4)
     parser.add_argument("--block-size", type=int, default=16)
-    parser.add_argument("--num-kv-blocks", type=int, default=24)
-    parser.add_argument("--kv-offload-blocks", type=int, default=64)
+    parser.add_argument("--num-kv-blocks", type=int, default=12)
+    parser.add_argument("--kv-offload-blocks", type=int, default=48)
     parser.add_argument("--max-num-batched-tokens", type=int, default=512)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     off, shared = run(args, 0, None)
+    print("no host tier:", off, flush=True)  # a slow machine: each run's figures as they come
     on, _ = run(args, args.kv_offload_blocks, shared)
+    print("host tier:", on, flush=True)
     print(f"{'':26}{'no host tier':>16}{'host tier':>16}")
     for key in off:
         a, b = off[key], on[key]
