@@ -22,8 +22,10 @@ is refused with EngineStopped (the server's 503).
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from minicb.config import EngineConfig, SamplingParams
@@ -217,7 +219,14 @@ class Fleet:
         loop = self.engine_loop()
         if not loop.alive:
             loop.start()
-        return asyncio.run(_generate(loop, list(prompts), list(params)))
+        work = functools.partial(asyncio.run, _generate(loop, list(prompts), list(params)))
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # no event loop here: run one
+            return work()
+        # Called from a running event loop (a Jupyter cell): asyncio.run needs a thread
+        with ThreadPoolExecutor(1, thread_name_prefix="minicb-fleet-generate") as pool:
+            return pool.submit(work).result()
 
     def close(self) -> None:
         """Stop the loop's thread and every replica's process."""

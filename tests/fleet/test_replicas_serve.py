@@ -8,6 +8,7 @@ module: two process starts."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 
 import httpx
 import pytest
@@ -125,3 +126,15 @@ def test_the_map_a_joining_page_starts_from_is_each_replicas_own(served):
         assert mirror.block_tables == real.block_tables
         assert sorted(mirror.cached_blocks) == sorted(real.cached_blocks)
         assert real.cached_blocks  # the prompts above left prefixes cached: a real check
+
+
+def test_generate_from_inside_a_running_event_loop(served, expected):
+    """Fleet.generate, the Python API, from a coroutine (as in a Jupyter cell), on the
+    fleet the server routes for: the same tokens."""
+    url, loop, fleet, model = served
+    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, ignore_eos=True)
+
+    async def inside() -> list:
+        return fleet.generate(PROMPTS[:2], params)
+
+    assert [o.token_ids for o in asyncio.run(inside())] == expected[:2]
