@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import signal
+import time
 
 import httpx
 import pytest
@@ -138,3 +141,31 @@ def test_generate_from_inside_a_running_event_loop(served, expected):
         return fleet.generate(PROMPTS[:2], params)
 
     assert [o.token_ids for o in asyncio.run(inside())] == expected[:2]
+
+
+def test_a_killed_replica_is_an_error_for_its_client_and_the_server_goes_on(served, expected):
+    """Last in the module (it kills replica 1): a streaming client of the killed replica
+    gets an error event that names it, within a bounded time; /health stays 200, /metrics
+    counts the failure on that replica, and the next requests all go to replica 0."""
+    url, loop, fleet, model = served
+    loop.call(lambda: fleet.set_policy("round-robin")).result(10)
+    assert complete(url, model, PROMPTS[0]).status_code == 200  # to replica 0
+    victim = fleet.replicas["replica1"]
+    body = {"model": model, "prompt": PROMPTS[1], "max_tokens": 500, "stream": True}
+    body["ignore_eos"] = True
+    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as reply:
+        lines = reply.iter_lines()
+        next(lines)  # a first chunk: replica 1 is mid-run
+        os.kill(victim.process.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        rest = "\n".join(lines)
+    assert time.monotonic() - killed < 10
+    assert '"code": "engine_error"' in rest or '"code":"engine_error"' in rest
+    assert "replica1" in rest and "killed by signal 9" in rest
+    assert httpx.get(url + "/health").json()["status"] == "ok"
+    text = httpx.get(url + "/metrics").text
+    failed = f'minicb:engine_failed_steps_total{{model_name="{model}",replica="replica1"}}'
+    assert metric(text, failed) == 1
+    replies = [complete(url, model, p) for p in PROMPTS[:2]]
+    assert [r.json()["choices"][0]["token_ids"] for r in replies] == expected[:2]
+    assert 1 in fleet.router.removed
