@@ -82,7 +82,8 @@ class Fleet:
         self.router = Router(router, replicas, block_size=self.config.block_size)
         threads = threads or max(1, torch.get_num_threads() // replicas)
         path = str(resolve_model_path(model))
-        started = [Replica(i, path, self.config, threads=threads) for i in self.router.replicas]
+        config = _sharing_gpus(self.config, replicas)
+        started = [Replica(i, path, config, threads=threads) for i in self.router.replicas]
         try:
             for replica in started:  # they load in parallel; wait for each in turn
                 replica.ready()
@@ -242,6 +243,19 @@ class Fleet:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _sharing_gpus(config: EngineConfig, replicas: int) -> EngineConfig:
+    """Replicas take a GPU each in turn (replica_worker); where several share one and the
+    KV pool is sized from free memory, each gets its share of the fraction: they start
+    together, so each would otherwise see the same free memory and claim it all."""
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    per_gpu = -(-replicas // gpus) if gpus else 1
+    if per_gpu > 1 and config.num_kv_blocks is None and config.device != "cpu":
+        return config.with_(kv_memory_fraction=config.kv_memory_fraction / per_gpu)
+    return config
 
 
 async def _generate(

@@ -93,7 +93,7 @@ class Replica:
         self._kv, self._steps = KVState(), 0
         ctx = torch.multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe()
-        args = (child, model, config, threads)
+        args = (child, index, model, config, threads)
         self.process = ctx.Process(
             target=replica_worker.main, args=args, daemon=True, name=self.name
         )

@@ -40,7 +40,7 @@ IDLE_WAIT_S = 0.5  # how long an idle replica waits for a command before looking
 VIEWS = frozenset({"describe", "kv_snapshot", "kv_snapshot_event", "live_requests", "queue_sizes"})
 
 
-def main(conn: Connection, model: str, config: Any, threads: int) -> None:
+def main(conn: Connection, index: int, model: str, config: Any, threads: int) -> None:
     """Entry point of a spawned replica: build the engine, say ready (with its
     description) or why not, then serve until ``stop`` or until the parent is gone."""
     import torch
@@ -48,6 +48,8 @@ def main(conn: Connection, model: str, config: Any, threads: int) -> None:
     from minicb.engine import LLMEngine
 
     torch.set_num_threads(threads)
+    if torch.cuda.is_available() and torch.cuda.device_count() > 1:
+        torch.cuda.set_device(index % torch.cuda.device_count())  # a GPU each, in turn
     try:
         engine = LLMEngine(model, config)
     except Exception as err:  # noqa: BLE001 - reported to the parent, which raises it
