@@ -257,3 +257,16 @@ def test_busy_s_counts_the_engines_own_calls_not_the_pauses_between_them():
         pauses += 10.0
         assert event.busy_s <= event.wall_end - (pauses - 10.0)
     assert 0 < engine.busy_s <= engine.clock.now - pauses
+
+
+def test_a_rebuilt_engine_waits_for_the_plan_in_flight_first():
+    """The demo rebuilds its engines on the same runner: the old engine's plan in flight is
+    finished before the new engine can run a plan of its own on the same KV cache."""
+    engine = fake_engine(overlap_scheduling=True)
+    engine.add_request([5, 6, 7], SamplingParams(max_tokens=8, temperature=0))
+    engine.step()
+    assert engine.pipeline.in_flight is not None
+    new = engine.rebuilt(engine.config.with_(max_num_seqs=2))
+    assert engine.pipeline.in_flight is None and not engine.has_unfinished()
+    new.add_request([5, 6, 7], SamplingParams(max_tokens=3, temperature=0))
+    assert [o.token_ids for o in new.run_until_done()] == [[7, 7, 7]]
