@@ -19,6 +19,10 @@ the longest context, the vocabulary and the tokenizer. It performs the plan's sw
 gives a runner for new settings on the same weights (the demo rebuilds its engines that
 way, and static batching shares one copy of the weights with continuous).
 
+With overlap scheduling (minicb/overlap.py) ``execute`` runs on the engine's worker thread,
+one plan at a time and in order, while the engine's thread plans the next one: a runner
+reads only the plan it was given, and its tokens go back in the ``RunnerOutput``.
+
 The engine's clock is injectable too: by default the wall clock, or a ``VirtualClock``
 that a runner advances by the time a step would take, so events carry exact, known times.
 """
