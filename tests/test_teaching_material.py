@@ -83,6 +83,14 @@ def test_the_page_has_a_colour_per_phase_and_engine():
     assert set(page_colours()) >= {"prefill", "decode", "padding", "static", "continuous"}
 
 
+def test_the_host_and_device_lanes_borrow_no_phase_or_engine_colour():
+    lanes = (ROOT / "viz" / "lanes.js").read_text()
+    table = re.search(r"const COLORS = \{([^}]*)\}", lanes)[1]
+    colours = [c.lower() for c in re.findall(r"#[0-9a-fA-F]{6}", table)]
+    assert len(colours) == len(set(colours)) == 4, colours
+    assert not set(colours) & set(page_colours().values()), colours
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebooks_draw_each_phase_and_engine_in_the_pages_colour(path):
     page = page_colours()

@@ -17,7 +17,9 @@ import { t } from "./i18n.js";
 import { fitCanvas } from "./timeline.js";
 
 const KEEP = 48; // iterations drawn
-const COLORS = { schedule: "#2563eb", process: "#7c3aed", prepare: "#9ca3af", device: "#16a34a" };
+// The lanes' own colours (teal for the host, sky for the device): none is a phase's colour
+// on the timeline or an engine's on the charts, so each colour keeps one meaning on the page.
+const COLORS = { schedule: "#0f766e", process: "#5eead4", prepare: "#7dd3fc", device: "#0c4a6e" };
 const records = new WeakMap(); // a panel's model -> its latest steps' lanes
 
 // Called once per panel: the steps its model hears (live, replayed, or a joining page's
