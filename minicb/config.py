@@ -22,6 +22,7 @@ ATTENTION_BACKENDS = ("auto", "torch", "triton")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 SPECULATIVE_MODES = ("off", "ngram")
 KV_CACHE_DTYPES = ("auto", "int8", "fp8")
+WEIGHT_DTYPES = ("auto", "int8")
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,10 @@ class EngineConfig:
     # "int8" or "fp8" (float8_e4m3fn) in one byte each with a scale per token and KV head,
     # so the same memory holds about twice the blocks (and the batch can grow).
     kv_cache_dtype: str = "auto"
+    # How the decoder's linear weights are held (minicb/quant/weights.py): "auto" in the
+    # compute dtype; "int8" weight-only, a scale per output channel (a quarter of fp32's
+    # bytes). Activations and arithmetic stay in the compute dtype; LM head untouched.
+    weight_dtype: str = "auto"
     device: str = "auto"
     max_model_len: int | None = None  # None: the model's own context length
     # The share of free memory the KV pool may take when sized automatically.
@@ -97,6 +102,7 @@ class EngineConfig:
         self._check_choice("attention_backend", ATTENTION_BACKENDS)
         self._check_choice("dtype", DTYPES)
         self._check_choice("kv_cache_dtype", KV_CACHE_DTYPES)
+        self._check_choice("weight_dtype", WEIGHT_DTYPES)
         self._check_choice("speculative", SPECULATIVE_MODES)
         self._check_positive("max_num_seqs")
         self._check_positive("max_num_batched_tokens")
@@ -110,6 +116,8 @@ class EngineConfig:
                 f"ngram_min ({self.ngram_min}) must not exceed ngram_max ({self.ngram_max})"
             )
         self._check_positive("tensor_parallel_size")
+        if self.weight_dtype != "auto" and self.tensor_parallel_size > 1:
+            raise ValueError("weight_dtype int8 is not built for tensor_parallel_size > 1")
         if not isinstance(self.measure_utilisation, bool):
             raise ValueError(
                 f"measure_utilisation must be True or False, got {self.measure_utilisation!r}"
@@ -179,6 +187,13 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         choices=KV_CACHE_DTYPES,
         help="how the KV cache stores keys and values: auto (the compute dtype), or int8 / "
         "fp8 (8 bits with a scale per token and KV head: about twice the blocks)",
+    )
+    g.add_argument(
+        "--weight-dtype",
+        default="auto",
+        choices=WEIGHT_DTYPES,
+        help="how the decoder's linear weights are held: auto (the compute dtype), or int8 "
+        "(weight-only, a scale per output channel: a quarter of fp32's bytes)",
     )
     g.add_argument("--batching", default="continuous", choices=BATCHING_MODES)
     g.add_argument("--policy", default="fcfs", choices=POLICIES)
@@ -256,6 +271,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         device=args.device,
         dtype=args.dtype,
         kv_cache_dtype=args.kv_cache_dtype,
+        weight_dtype=args.weight_dtype,
         batching=args.batching,
         policy=args.policy,
         max_num_seqs=args.max_num_seqs,
@@ -281,12 +297,13 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def describe_choices(runner: dict[str, Any]) -> str:
-    """One line for the terminal: the dtype, attention backend, KV cache format and forward
-    an engine computes with, and why, from its ``runner.describe()``."""
+    """One line for the terminal: the dtype, attention backend, weight and KV cache formats
+    and forward an engine computes with, and why, from its ``runner.describe()``."""
     parts = [f"device {runner.get('device', '-')}"]
     choices = (
         ("dtype", "dtype", "dtype_reason"),
         ("attention", "attention_backend", "attention_reason"),
+        ("weights", "weight_dtype", None),  # e.g. "int8 (a scale per output channel)"
         ("kv cache", "kv_cache_dtype", None),  # e.g. "int8 (a scale per token and KV head)"
         ("forward", "compile", None),  # eager, or a wrapper's compiled step (perflab)
     )
