@@ -347,7 +347,7 @@ class CompiledDecode:
         return "compiled decode steps"
 
 
-TENSOR_PARALLEL = "eager: the compiled decode step needs tensor_parallel_size 1"
+EAGER = "eager: the compiled decode step needs tensor_parallel_size 1 and kv_cache_dtype auto"
 
 
 class CompiledRunner:
@@ -366,7 +366,9 @@ class CompiledRunner:
         (None: CompiledDecode's own default, Inductor)."""
         self.inner = inner
         self.decode: CompiledDecode | None = None
-        if inner.config.tensor_parallel_size == 1:
+        # Eager under tensor parallelism, and with an 8-bit KV cache: the compiled step
+        # stores and reads the cache's values as they are, with no scales.
+        if inner.config.tensor_parallel_size == 1 and inner.config.kv_cache_dtype == "auto":
             options = {} if backend is None else {"backend": backend}
             self.decode = decode or CompiledDecode(inner.model, **options)
 
@@ -400,7 +402,7 @@ class CompiledRunner:
         return CompiledRunner(self.inner.with_config(config), self.decode)
 
     def describe(self) -> dict[str, Any]:
-        compiled = self.decode.describe() if self.decode is not None else TENSOR_PARALLEL
+        compiled = self.decode.describe() if self.decode is not None else EAGER
         return self.inner.describe() | {"compile": compiled}
 
 

@@ -213,8 +213,9 @@ class RequestRejected(RequestEvent):
 
 @dataclass(kw_only=True)
 class RequestRouted(RequestEvent):
-    """A fleet's router sent the request to a replica (minicb/fleet/router.py); the time
-    and id are the fleet's, before the replica's own events for it."""
+    """A fleet's router sent the request to a replica (minicb/fleet/router.py), published on
+    that replica's bus just before the replica's own ``arrived``: the id is the replica's
+    own request id, as its other events and the API's X-Minicb-Request-Id give it."""
 
     kind: ClassVar[str] = "routed"
 

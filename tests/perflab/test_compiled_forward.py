@@ -184,6 +184,16 @@ def test_siblings_on_the_same_weights_share_the_compiled_step(tiny_llama_dir, dy
     assert sibling.model is llm.engine.runner.model
 
 
+def test_an_8_bit_kv_cache_runs_eager(tiny_llama_dir, dynamo_eager):
+    """The compiled step stores and reads the cache's values with no scales, so an 8-bit
+    cache is left to the eager path, and says so."""
+    options = dict(dtype="float32", num_kv_blocks=64, kv_cache_dtype="int8")
+    llm = LLM_(tiny_llama_dir, compile="on", **options)
+    assert llm.engine.runner.decode is None
+    assert "kv_cache_dtype auto" in llm.engine.runner.describe()["compile"]
+    assert tokens(llm) == tokens(LLM_(tiny_llama_dir, **options))
+
+
 def test_the_graph_checks_only_its_inputs_guards(tiny_llama_dir, dynamo_eager, monkeypatch):
     # Dynamo offers a guard for every module attribute and weight of the model (thousands
     # on the default model, a millisecond a call); the graph keeps those on its inputs
