@@ -144,7 +144,9 @@ def test_compile_on_runs_eager_under_tensor_parallelism_and_says_why(model_dirs)
     runner = CompiledRunner(llm.engine.runner)
     llm.engine = LLMEngine(config=llm.engine.config, runner=runner)
     assert runner.decode is None
-    expected = "eager: the compiled decode step needs tensor_parallel_size 1 and kv_cache_dtype auto"
+    expected = (
+        "eager: the compiled decode step needs tensor_parallel_size 1 and kv_cache_dtype auto"
+    )
     assert llm.engine.runner.describe()["compile"] == expected
     assert greedy_tokens(llm, PROMPTS, MAX_TOKENS) == _run(path, 1)[0]
 
