@@ -31,6 +31,7 @@ import torch
 
 from minicb.config import EngineConfig
 from minicb.kernels import get_backend
+from minicb.quant.weights import Int8Linear, quantize_linears
 from minicb.runner import RunnerOutput
 from minicb.runner.cuda_graphs import maybe_capture
 from minicb.runner.dtype import choose_dtype
@@ -177,6 +178,8 @@ class ModelRunner:
             rank, world = self.shard.rank, self.shard.world
             model.load_weights(iter_shard(files.path, full, rank, world, names))
         model = model.to(self.dtype).eval()
+        if self.config.weight_dtype == "int8":
+            quantize_linears(model)  # after the cast: scales in the compute dtype, as kernels want
         if self.config.packed_weights and can_pack(self.device, self.dtype):
             pack_linears(model)  # after the cast: the packed copies are made in this dtype
         # Rope tables are attached after the dtype cast so they stay fp32, as in transformers.
@@ -205,6 +208,7 @@ class ModelRunner:
             "dtype_reason": self.dtype_choice.reason,
             "attention_backend": self.backend.name,
             "attention_reason": self.backend.reason,
+            "weight_dtype": self.weight_dtype_name(),
             "kv_cache_dtype": self.kv_dtype_name(),
             "num_kv_blocks": self.num_kv_blocks,
             "bytes_per_block": self.bytes_per_block(),
@@ -232,8 +236,17 @@ class ModelRunner:
                 f"cannot share weights held as {weight.dtype} on {weight.device} with an engine "
                 f"that wants {self.dtype} on {self.device}"
             )
+        int8 = any(isinstance(m, Int8Linear) for m in model.modules())
+        if int8 != (self.config.weight_dtype == "int8"):
+            raise ValueError("cannot share weights held in another weight_dtype")
         if model.rope.cos.shape[0] < self.max_model_len:
             raise ValueError("cannot share weights: the shared model has a shorter context")
+
+    def weight_dtype_name(self) -> str:
+        """How the decoder's linear weights are held, in words (describe())."""
+        if self.config.weight_dtype == "auto":
+            return f"{self.dtype_choice.name} (auto: the compute dtype)"
+        return "int8 (a scale per output channel; LM head and embedding unquantised)"
 
     def kv_dtype_name(self) -> str:
         """How the KV cache stores keys and values, in words (describe() and the page)."""

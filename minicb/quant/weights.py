@@ -1,0 +1,108 @@
+"""8-bit weights (weight-only, per output channel) for the decoder's linear layers.
+
+A decode step streams every weight once per step whatever the batch, so at small batches its
+time follows the bytes of the weights: int8 holds a quarter of fp32's (half of bf16's). Only
+the weights are 8-bit; activations, the KV cache (unless ``kv_cache_dtype`` says otherwise) and
+the arithmetic stay in the compute dtype.
+
+Format: symmetric int8, one scale per output channel (row of ``W``, shape (out, in)):
+``scale = amax(|row|) / 127`` and ``q = round(w / scale)``, so ``|w - q * scale| <= scale / 2``
+on every element. A scale per row is what lets the scale factor out of the product:
+``x @ (q * s)^T = (x @ q^T) * s``, column by column of the output.
+
+The product: on CPU, ``torch.ops.aten._weight_int8pack_mm(x, q, scales)``, torch's own
+weight-only int8 kernel (in the torch we already depend on; torchao, the usual library, is
+not installed here and would bring the same kind of kernel). It takes x in fp32, bf16 or
+fp16, q int8 (out, in) and the scales in x's dtype, and reads the int8 weight directly, never
+a dequantised copy. Elsewhere (CUDA), and as the reference the tests compare with,
+``dequantize`` then ``F.linear``: same result, but a full-precision copy of the weight per call.
+
+Which layers: q/k/v/o and gate/up/down of every decoder layer. Not the LM head: with tied
+embeddings (SmolLM2) its weight is the embedding table, which the lookup needs in full
+precision, so an int8 copy would add bytes rather than save them; and the logits are the
+most sensitive product (GPTQ, AWQ and vLLM's weight-only formats leave it alone by default).
+Not the norms or the embedding (a lookup reads one row per token, not the whole table).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+INT8_MAX = 127
+
+
+def quantize_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``weight`` (out, in) -> (q int8 (out, in), scales fp32 (out,)), symmetric per row."""
+    w = weight.detach().float()
+    amax = w.abs().amax(dim=1)
+    # An all-zero row would give scale 0 and 0/0: any positive scale represents it exactly.
+    scales = torch.where(amax > 0, amax / INT8_MAX, torch.ones_like(amax))
+    q = torch.round(w / scales[:, None]).clamp(-INT8_MAX, INT8_MAX).to(torch.int8)
+    return q, scales
+
+
+def dequantize(q: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The weight the int8 one stands for, (out, in) in ``dtype``."""
+    return (q.float() * scales.float()[:, None]).to(dtype)
+
+
+def int8_linear_reference(
+    x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """x @ W^T (+ bias) with W dequantised first: the reference for ``Int8Linear``."""
+    return F.linear(x, dequantize(q, scales, x.dtype), bias)
+
+
+class Int8Linear(nn.Module):
+    """A linear layer holding its weight as int8 with an fp scale per output channel."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        q, scales = quantize_per_channel(linear.weight)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        # Buffers, not parameters: nothing trains them, and state_dict still lists them.
+        self.register_buffer("weight_int8", q.to(linear.weight.device))
+        # In the compute dtype, as the kernel wants them (bf16 rounds the scale by <= 2^-9).
+        dtype = linear.weight.dtype
+        self.register_buffer("scales", scales.to(linear.weight.device, dtype))
+        self.bias = linear.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
+        if x.device.type != "cpu":
+            return int8_linear_reference(x, self.weight_int8, self.scales, self.bias)
+        flat = x.reshape(-1, self.in_features)
+        out = torch.ops.aten._weight_int8pack_mm(flat, self.weight_int8, self.scales)
+        if self.bias is not None:
+            out = out + self.bias
+        return out.view(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in={self.in_features}, out={self.out_features}, int8 per output channel"
+
+
+def quantize_linears(model: nn.Module) -> int:
+    """Replace every plain ``nn.Linear`` of the decoder layers (``model.model.layers``) by an
+    ``Int8Linear``; the LM head and embedding stay. Returns how many were replaced."""
+    targets = [
+        (parent, name, child)
+        for parent in model.model.layers.modules()
+        for name, child in parent.named_children()
+        if type(child) is nn.Linear  # subclasses (tensor-parallel shards) keep their own
+    ]
+    for parent, name, child in targets:
+        setattr(parent, name, Int8Linear(child))
+    return len(targets)
+
+
+def weight_bytes(model: nn.Module) -> dict[str, int]:
+    """Bytes the decoder layers' linear weights take: {"int8": ..., "float": ...} (int8 weights
+    with their scales, and any linear still in full precision)."""
+    sizes = {"int8": 0, "float": 0}
+    for module in model.model.layers.modules():
+        if isinstance(module, Int8Linear):
+            sizes["int8"] += module.weight_int8.nbytes + module.scales.nbytes
+        elif type(module) is nn.Linear:
+            sizes["float"] += module.weight.nbytes
+    return sizes
