@@ -2,4 +2,6 @@
 
 ``kv.py``: the 8-bit KV cache (int8 or fp8 values, one fp32 scale per token and KV head),
 its quantize/dequantize and the scale layout, read by both attention backends.
+``weights.py``: 8-bit weights (weight-only int8, a scale per output channel) for the
+decoder's linear layers, computed by torch's own CPU kernel; fewer bytes per decode step.
 """
