@@ -102,6 +102,15 @@ def run(args: argparse.Namespace, offload: int, shared: Any) -> tuple[dict[str, 
     }, runner
 
 
+def _medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The runs' figures: counts from the first (the workload is seeded: every run counts
+    alike), times as medians."""
+    return {
+        key: statistics.median(r[key] for r in runs) if isinstance(value, float) else value
+        for key, value in runs[0].items()
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=None, help="model folder (default: SmolLM2-135M)")
@@ -124,11 +133,19 @@ def main() -> None:
     parser.add_argument("--kv-offload-blocks", type=int, default=48)
     parser.add_argument("--max-num-batched-tokens", type=int, default=512)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=1, help="alternated runs of each")
     args = parser.parse_args()
-    off, shared = run(args, 0, None)
-    print("no host tier:", off, flush=True)  # a slow machine: each run's figures as they come
-    on, _ = run(args, args.kv_offload_blocks, shared)
-    print("host tier:", on, flush=True)
+    # Alternated (off, on, off, on, ...): on a shared machine whose load drifts, the two
+    # settings see the same drift; the times reported are each setting's medians.
+    offs, ons, shared = [], [], None
+    for _ in range(args.repeats):
+        off, shared = run(args, 0, shared)
+        print("no host tier:", off, flush=True)  # each run's figures as they come
+        on, _ = run(args, args.kv_offload_blocks, shared)
+        print("host tier:", on, flush=True)
+        offs.append(off)
+        ons.append(on)
+    off, on = _medians(offs), _medians(ons)
     print(f"{'':26}{'no host tier':>16}{'host tier':>16}")
     for key in off:
         a, b = off[key], on[key]
