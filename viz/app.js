@@ -100,7 +100,8 @@ function onHello(msg) {
   const c = msg.controls || {};
   $("workload-form").hidden = !c.workload;
   $("settings-form").hidden = !c.settings;
-  $("prompt-target").hidden = msg.engines.length < 2;
+  // replicas (serve --replicas): a prompt goes through the router, so there is no target
+  $("prompt-target").hidden = msg.engines.length < 2 || msg.engines.some((e) => e.replica != null);
   if (msg.engines.length) fillSettings(msg.engines[0].config);
   fillWorkload(msg.workload);
   app.simInfo = msg.engines[0];

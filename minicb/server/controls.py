@@ -218,15 +218,24 @@ async def _prompt(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
     text = msg.get("text")
     if not isinstance(text, str) or not text.strip() or len(text) > MAX_PROMPT_CHARS:
         raise ControlError(f"text must be a non-empty string of at most {MAX_PROMPT_CHARS} chars")
-    names = list(loop.engines)
+    # With replicas (serve --replicas), a prompt goes through the fleet's router, as an API
+    # request does: "both" is then every fleet (one), and the reply names the replica chosen.
+    names = list(loop.fleets) or list(loop.engines)
     target = _choice(msg, "target", ("both", *names), "both")
     max_tokens = _number(msg, "max_tokens", 1, 4096, 32)
     chosen = names if target == "both" else [target]
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
 
+    def add_one(name: str) -> tuple[str, int]:
+        fleet = loop.fleets.get(name)
+        if fleet is None:
+            engine = loop.engines[name]
+            return name, engine.add_request(encode_prompt(engine, text), params)
+        replica = next(iter(fleet.replicas.values()))  # the same tokenizer in every one
+        return fleet.add_request(encode_prompt(replica, text), params)
+
     def add() -> dict[str, int]:
-        engines = loop.engines
-        ids = {n: engines[n].add_request(encode_prompt(engines[n], text), params) for n in chosen}
+        ids = dict(add_one(name) for name in chosen)
         for name, rid in ids.items():  # before its first step: its tokens show to its typist
             hub.note_typed(name, rid)
         return ids

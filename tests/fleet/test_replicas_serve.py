@@ -131,6 +131,28 @@ def test_the_map_a_joining_page_starts_from_is_each_replicas_own(served):
         assert real.cached_blocks  # the prompts above left prefixes cached: a real check
 
 
+def test_a_prompt_typed_on_the_page_goes_through_the_router(served):
+    """The page's prompt box is routed as an API request is: one replica gets it, with a
+    routed event, and the page's reply names that replica (no target to choose)."""
+    from tests.server.conftest import replies, ws_connect
+
+    url, loop, fleet, model = served
+    heard = []
+    listener = heard.extend
+    for replica in fleet.replicas.values():
+        loop.call(lambda r=replica: r.bus.subscribe(listener, ["routed"])).result(10)
+    with ws_connect("ws" + url.removeprefix("http") + "/ws") as ws:
+        ws.send('{"type": "prompt", "text": "hello", "max_tokens": 2}')
+        reply = replies(ws, 1)[0]
+        while reply.get("control") != "prompt":  # the hello and views come first
+            reply = replies(ws, 1)[0]
+    assert reply["type"] != "error", reply
+    ((name, rid),) = reply["ids"].items()
+    assert name in fleet.replicas
+    wait_for(lambda: any(e.request_id == rid for e in heard))
+    assert [e.replica for e in heard if e.request_id == rid] == [fleet.replicas[name].index]
+
+
 def test_generate_from_inside_a_running_event_loop(served, expected):
     """Fleet.generate, the Python API, from a coroutine (as in a Jupyter cell), on the
     fleet the server routes for: the same tokens."""
