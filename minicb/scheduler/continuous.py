@@ -217,15 +217,16 @@ class ContinuousScheduler(SchedulerBase):
             )
         return "; " + reserve.words(self.config.block_size)
 
-    def _holders(self, first_block: int) -> str:
-        """Who holds a cached prefix: "request 7", "requests 3, 5, 7 and 12 more". Hits are a
-        chain of prefix blocks, so every holder of any of them holds the first at position 0,
-        and its reference count is the number of holders: no scan of every block table (at
-        256 running, a full scan per admission made a step of a burst cost 10 to 20 ms)."""
-        count = self.blocks.ref_counts[first_block]
+    def _holders(self, block: int, position: int) -> str:
+        """Who holds a cached prefix block: "request 7", "requests 3, 5, 7 and 12 more". A
+        block stands for the prefix up to its end, so every holder has it at the same
+        ``position``, and its reference count is the number of holders: no scan of every
+        block table (at 256 running, a full scan per admission made a step of a burst cost
+        10 to 20 ms)."""
+        count = self.blocks.ref_counts[block]
         names: list[int] = []
         for rid, table in self.blocks.block_tables.items():
-            if table and table[0] == first_block:
+            if len(table) > position and table[position] == block:
                 names.append(rid)
                 if len(names) == MAX_NAMED_HOLDERS:
                     break
@@ -243,10 +244,13 @@ class ContinuousScheduler(SchedulerBase):
         words = (
             f"; {len(hits) * self.config.block_size} of {req.num_tokens} {what} found in the cache"
         )
-        shared = sum(1 for b in blocks if self.blocks.ref_counts[b] > 0)
+        refs = self.blocks.ref_counts
+        held = [(i, b) for i, (b, _) in enumerate(hits) if b is not None and refs[b]]
+        shared = len(held)
         parts = []
-        if shared:
-            parts.append(f"{shared} blocks shared with {self._holders(hits[0][0])}")
+        if shared:  # named by the holders of the first (one before it may be on the host)
+            position, block = held[0]
+            parts.append(f"{shared} blocks shared with {self._holders(block, position)}")
         if shared < len(blocks):
             parts.append(f"{len(blocks) - shared} taken back from the evictable cached blocks")
         if len(blocks) < len(hits):

@@ -309,3 +309,38 @@ def test_the_option_is_validated_on_the_command_line_and_described():
     engine = fake_engine(kv_offload_blocks=5)
     assert engine.describe()["config"]["kv_offload_blocks"] == 5
     assert engine.scheduler.blocks.host.num_blocks == 5
+
+
+def test_a_hit_whose_first_block_is_on_the_host_but_a_later_one_is_held():
+    """Found by the machine above: two requests computed one prefix at once, so one's first
+    block went unkeyed while its later blocks chained from the other's key; that keyed
+    first block then fell to the host tier. A prompt with that prefix finds its first block
+    on the host and the next one held by a running request: the admission's reason names
+    the holder of the first shared block (it once looked up the host hit's block, None)."""
+    m = TieredMachine()
+    m.build(
+        pool_tokens=34,
+        config={
+            "preemption_mode": "swap", "max_num_batched_tokens": 4, "speculative": "off",
+            "max_num_seqs": 4, "block_size": 2, "kv_offload_blocks": 17, "num_swap_blocks": 11,
+            "enable_chunked_prefill": True,
+        },
+    )  # fmt: skip
+    script = [
+        (2, 12, 3, []), None, (1, 5, 2, []), None, (0, 6, 1, []), None, None,
+        (0, 11, 8, [32]), None, (1, 6, 2, [17, 6]), (0, 11, 6, []), (2, 12, 7, [5, 14, 42]),
+        None, None, (2, 9, 5, [19, 30, 20]), (0, 7, 1, [7, 42]), (2, 8, 8, [48, 11]), None,
+        (2, 4, 1, [41, 46, 10]), (0, 4, 5, []), None, (0, 10, 5, [40]), (2, 12, 3, []), None,
+        (2, 8, 1, [36]), None, None,
+    ]  # fmt: skip
+    for add in script:
+        if add is None:
+            m.step()
+        else:
+            family, keep, max_tokens, tail = add
+            m.add(family=family, keep=keep, tail=tail, max_tokens=max_tokens)
+        m.books_hold()
+    while m.engine.has_unfinished():
+        m.step()
+    assert m.host_hits > 0
+    m.engine.scheduler.blocks.check()
