@@ -1,6 +1,6 @@
 """8-bit weights (minicb/quant/weights.py): the format's error bound, the int8 product against
 the dequantise-then-matmul reference, the option, the bytes, and the oracle in its own form
-(greedy tokens under int8 weights equal across batching modes, chunk sizes and preemption).
+(greedy tokens under int8 weights equal across batching modes, a chunk size and preemption).
 Tiny random Llama, fp32 compute. Agreement with the unquantised model is measured, not
 asserted (perflab/kv_quant_agreement.py --weight-dtype int8)."""
 
@@ -22,6 +22,9 @@ from minicb.quant.weights import (
     weight_bytes,
 )
 from tests.helpers import MIXED, MIXED_MAX, greedy_tokens
+
+# Half of the shared mixed set: enough to batch, chunk and preempt, at half the time.
+PROMPTS, MAX_TOKENS = MIXED[:8], MIXED_MAX[:8]
 
 
 def test_dequantised_weight_is_within_half_a_scale_per_row():
@@ -88,14 +91,13 @@ def test_the_decoder_linears_are_int8_at_a_quarter_of_the_bytes(tiny_llama_dir):
 @pytest.fixture(scope="module")
 def one_at_a_time(tiny_llama_dir) -> list[list[int]]:
     """No batching at all, int8 weights: what every mode must reproduce."""
-    return greedy_tokens(llm(tiny_llama_dir, max_num_seqs=1), MIXED, MIXED_MAX)
+    return greedy_tokens(llm(tiny_llama_dir, max_num_seqs=1), PROMPTS, MAX_TOKENS)
 
 
 MODES = {
     "static": dict(batching="static"),
     "chunk-7": dict(max_num_batched_tokens=7),
-    "no-chunking": dict(enable_chunked_prefill=False, max_num_batched_tokens=80),
-    # a pool of 72 tokens for 16 requests: preemption is forced
+    # a pool of 72 tokens for 8 requests: preemption is forced
     "recompute": dict(num_kv_blocks=18, block_size=4, max_num_batched_tokens=32),
     "swap": dict(
         num_kv_blocks=18,
@@ -114,6 +116,6 @@ def test_same_tokens_in_every_mode_under_int8_weights(name, tiny_llama_dir, one_
     engine_llm.engine.bus.subscribe(
         lambda es: preempted.extend(d for e in es for d in e.plan.preempted), kinds=["step"]
     )
-    assert greedy_tokens(engine_llm, MIXED, MIXED_MAX) == one_at_a_time
+    assert greedy_tokens(engine_llm, PROMPTS, MAX_TOKENS) == one_at_a_time
     assert bool(preempted) == (name in ("recompute", "swap"))
     engine_llm.engine.scheduler.blocks.check()
