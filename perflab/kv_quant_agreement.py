@@ -1,4 +1,4 @@
-"""How far an 8-bit KV cache moves the model: measured against the unquantised cache.
+"""How far an 8-bit KV cache (and 8-bit weights) move the model: measured against fp32.
 
 The oracle holds within one quantisation (tests/quant/: the same greedy tokens in every
 batching mode); across quantisations the tokens are allowed to differ, and this script
@@ -12,7 +12,11 @@ says by how much, on the embedded default model in fp32 (or ``--model``):
      its perplexity under each dtype, and how often the top-1 next-token prediction agrees
      with the fp32 cache's.
 
+``--weight-dtype int8`` adds two rows: int8 weights (minicb/quant/weights.py) with the fp32
+cache, and int8 weights with the int8 cache; each is compared with the unquantised model.
+
     python -m perflab.kv_quant_agreement --threads 2 --max-tokens 48
+    python -m perflab.kv_quant_agreement --threads 2 --max-tokens 48 --weight-dtype int8
 """
 
 from __future__ import annotations
@@ -26,6 +30,12 @@ from minicb import LLM, SamplingParams
 from minicb.kernels import AttentionMetadata
 
 DTYPES = ("auto", "int8", "fp8")
+# label -> engine options; "auto" (everything in fp32) is the one the others are measured against
+KV_VARIANTS = {kv: dict(kv_cache_dtype=kv) for kv in DTYPES}
+WEIGHT_VARIANTS = {
+    "w8": dict(weight_dtype="int8"),
+    "w8+kv8": dict(weight_dtype="int8", kv_cache_dtype="int8"),
+}
 PROMPTS = [
     "The capital of France is",
     "Once upon a time, in a small village by the sea,",
@@ -78,37 +88,41 @@ def main() -> None:
     p.add_argument("--model", default=None, help="model folder or hub id (default: embedded)")
     p.add_argument("--threads", type=int, default=2, help="torch threads")
     p.add_argument("--max-tokens", type=int, default=48, help="greedy tokens per prompt")
+    p.add_argument(
+        "--weight-dtype", default="auto", choices=("auto", "int8"), help="int8: add w8 rows"
+    )
     args = p.parse_args()
+    variants = KV_VARIANTS | (WEIGHT_VARIANTS if args.weight_dtype == "int8" else {})
     torch.set_num_threads(args.threads)
 
     tokens, logits = {}, {}
     params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0, ignore_eos=True)
-    for kv in DTYPES:
-        llm = LLM(model=args.model, dtype="float32", kv_cache_dtype=kv, num_kv_blocks=256)
+    for kv, options in variants.items():
+        llm = LLM(model=args.model, dtype="float32", num_kv_blocks=256, **options)
         tokens[kv] = [o.token_ids for o in llm.generate(PROMPTS, params)]
         text_ids = llm.engine.tokenizer.encode(TEXT)
         logits[kv] = teacher_forced_logits(llm, text_ids)
         del llm
 
     print(f"greedy, {len(PROMPTS)} prompts x {args.max_tokens} tokens, fp32 compute")
-    print("first position where the tokens leave the fp32 KV cache's:")
-    for kv in DTYPES[1:]:
+    print("first position where the tokens leave the unquantised model's:")
+    for kv in list(variants)[1:]:
         firsts = [first_difference(a, b) for a, b in zip(tokens["auto"], tokens[kv], strict=True)]
         shown = ", ".join("same" if f is None else str(f) for f in firsts)
         same = sum(f is None for f in firsts)
         differing = [f for f in firsts if f is not None]
         median = sorted(differing)[len(differing) // 2] if differing else None
-        print(f"  {kv:5} [{shown}]  identical: {same}/{len(firsts)}  median first diff: {median}")
+        print(f"  {kv:6} [{shown}]  identical: {same}/{len(firsts)}  median first diff: {median}")
 
     targets = torch.tensor(text_ids[1:])
     print(f"\nteacher-forced text, {len(text_ids)} tokens (predicting the last {len(targets)}):")
-    print(f"  {'kv':5} {'mean log-lik':>12} {'perplexity':>10} {'top-1 = fp32':>12}")
+    print(f"  {'':6} {'mean log-lik':>12} {'perplexity':>10} {'top-1 = fp32':>12}")
     top1_auto = logits["auto"][:-1].argmax(-1)
-    for kv in DTYPES:
+    for kv in variants:
         logp = torch.log_softmax(logits[kv][:-1], dim=-1)
         mean_ll = logp.gather(1, targets[:, None]).mean().item()
         agree = (logits[kv][:-1].argmax(-1) == top1_auto).float().mean().item()
-        print(f"  {kv:5} {mean_ll:12.4f} {math.exp(-mean_ll):10.3f} {agree:12.1%}")
+        print(f"  {kv:6} {mean_ll:12.4f} {math.exp(-mean_ll):10.3f} {agree:12.1%}")
 
 
 if __name__ == "__main__":
