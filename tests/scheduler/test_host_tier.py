@@ -344,3 +344,19 @@ def test_a_hit_whose_first_block_is_on_the_host_but_a_later_one_is_held():
         m.step()
     assert m.host_hits > 0
     m.engine.scheduler.blocks.check()
+
+
+def test_with_overlap_scheduling_the_prefix_still_comes_back_from_the_host():
+    """Plan N+1 is made while N runs: N+1's copies run after N's, so a host block N filled
+    can be reloaded by N+1, and the pins of one plan need not outlive its schedule."""
+    engine = fake_engine(
+        num_kv_blocks=6, block_size=4, kv_offload_blocks=16, overlap_scheduling=True
+    )
+    host = 0
+    for prompt in (PREFIX + [90], list(range(30, 51)), list(range(60, 81)), PREFIX + [91, 92]):
+        engine.add_request(prompt, GREEDY)
+        while engine.has_unfinished():
+            result = engine.step()
+            host += result.plan.prefix_host_hit_tokens
+            engine.scheduler.blocks.check()
+    assert host == 16 and engine.kv_snapshot().num_used == 0
