@@ -10,12 +10,17 @@ Format: symmetric int8, one scale per output channel (row of ``W``, shape (out, 
 on every element. A scale per row is what lets the scale factor out of the product:
 ``x @ (q * s)^T = (x @ q^T) * s``, column by column of the output.
 
-The product: on CPU, ``torch.ops.aten._weight_int8pack_mm(x, q, scales)``, torch's own
-weight-only int8 kernel (in the torch we already depend on; torchao, the usual library, is
-not installed here and would bring the same kind of kernel). It takes x in fp32, bf16 or
-fp16, q int8 (out, in) and the scales in x's dtype, and reads the int8 weight directly, never
-a dequantised copy. Elsewhere (CUDA), and as the reference the tests compare with,
-``dequantize`` then ``F.linear``: same result, but a full-precision copy of the weight per call.
+The product: ``torch.ops.aten._weight_int8pack_mm(x, q, scales)``, torch's own weight-only
+int8 CPU kernel (in the torch we already depend on; torchao, the usual library, is not
+installed here and would bring the same kind of kernel). It takes x in fp32, bf16 or fp16,
+q int8 (out, in) and the scales in x's dtype, and reads the int8 weight directly, never a
+dequantised copy. Its source has a vectorised path for AVX-512 CPUs; on this AVX2 machine it
+measured slower than dequantising first (one 1536x576 layer, one thread: 1.32 ms against
+0.83 at 1 row, 59.7 against 1.58 at 32 rows; fp32 F.linear 0.14 and 1.10; /work/notes/w8.md),
+so it is used only where torch reports AVX-512 (not measured here: no such machine).
+Everywhere else (AVX2 CPUs, CUDA), and as the reference the tests compare with, ``dequantize``
+then ``F.linear``: the same result, with a full-precision copy of the weight made per call,
+so int8 saves memory there but not time.
 
 Which layers: q/k/v/o and gate/up/down of every decoder layer. Not the LM head: with tied
 embeddings (SmolLM2) its weight is the embedding table, which the lookup needs in full
@@ -31,6 +36,8 @@ import torch.nn.functional as F
 from torch import nn
 
 INT8_MAX = 127
+# Where torch's int8 kernel is faster than dequantise-then-matmul (see above).
+INT8_KERNEL = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
 
 
 def quantize_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -55,6 +62,17 @@ def int8_linear_reference(
     return F.linear(x, dequantize(q, scales, x.dtype), bias)
 
 
+def int8_linear_kernel(
+    x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """x (..., in) @ W^T (+ bias) by torch's int8 CPU kernel, reading q directly."""
+    flat = x.reshape(-1, q.shape[1])
+    out = torch.ops.aten._weight_int8pack_mm(flat, q, scales)
+    if bias is not None:
+        out = out + bias
+    return out.view(*x.shape[:-1], q.shape[0])
+
+
 class Int8Linear(nn.Module):
     """A linear layer holding its weight as int8 with an fp scale per output channel."""
 
@@ -70,13 +88,9 @@ class Int8Linear(nn.Module):
         self.bias = linear.bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
-        if x.device.type != "cpu":
-            return int8_linear_reference(x, self.weight_int8, self.scales, self.bias)
-        flat = x.reshape(-1, self.in_features)
-        out = torch.ops.aten._weight_int8pack_mm(flat, self.weight_int8, self.scales)
-        if self.bias is not None:
-            out = out + self.bias
-        return out.view(*x.shape[:-1], self.out_features)
+        use_kernel = INT8_KERNEL and x.device.type == "cpu"
+        product = int8_linear_kernel if use_kernel else int8_linear_reference
+        return product(x, self.weight_int8, self.scales, self.bias)
 
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}, int8 per output channel"

@@ -14,9 +14,11 @@ from torch import nn
 
 from minicb import LLM
 from minicb.config import EngineConfig, add_engine_options, engine_kwargs
+from minicb.quant import weights
 from minicb.quant.weights import (
     Int8Linear,
     dequantize,
+    int8_linear_kernel,
     int8_linear_reference,
     quantize_per_channel,
     weight_bytes,
@@ -44,14 +46,20 @@ def test_dequantised_weight_is_within_half_a_scale_per_row():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("bias", [False, True])
-def test_int8_linear_equals_the_dequantised_reference(dtype, bias):
+@pytest.mark.parametrize("use_kernel", [False, True])
+def test_int8_linear_equals_the_dequantised_reference(dtype, bias, use_kernel, monkeypatch):
+    """torch's int8 kernel, and the module on either path (the kernel is chosen by CPU)."""
+    monkeypatch.setattr(weights, "INT8_KERNEL", use_kernel)
     torch.manual_seed(0)
     linear = nn.Linear(64, 40, bias=bias).to(dtype)
     int8 = Int8Linear(linear)
+    q, scales = int8.weight_int8, int8.scales
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
     for shape in [(1, 64), (7, 64), (2, 3, 64)]:  # one decode row, a chunk, a leading batch
         x = torch.randn(shape).to(dtype)
-        reference = int8_linear_reference(x, int8.weight_int8, int8.scales, linear.bias)
-        tol = 1e-5 if dtype == torch.float32 else 2e-2
+        reference = int8_linear_reference(x, q, scales, linear.bias)
+        kernel = int8_linear_kernel(x, q, scales, linear.bias)
+        torch.testing.assert_close(kernel, reference, rtol=tol, atol=tol)
         torch.testing.assert_close(int8(x), reference, rtol=tol, atol=tol)
         # and close to the unquantised layer: the difference is the weights' rounding
         assert (int8(x).float() - linear(x).float()).abs().max() < 0.05
