@@ -8,6 +8,8 @@ The scheduler's side (keys, pins, undo, no leaks) is tests/scheduler/test_host_t
 
 from __future__ import annotations
 
+import pytest
+
 from minicb import SamplingParams
 from minicb.config import EngineConfig
 from minicb.engine import LLMEngine
@@ -54,6 +56,7 @@ def test_the_host_tier_keeps_greedy_tokens_and_saves_prefill(tiny_llama_dir):
     assert tiered_computed == plain_computed - host  # every host hit is a token not computed
 
 
+@pytest.mark.slow
 def test_the_default_model_gives_the_same_tokens_with_the_host_tier(default_llm):
     """fp32 SmolLM2-135M: three conversations of two turns on a pool of 6 blocks of 8,
     too small to keep three histories (3 to 4 blocks each), with and without 24 host
