@@ -18,7 +18,7 @@ import pytest
 
 from minicb import LLM, SamplingParams
 from minicb.fleet.fleet import FLEET
-from minicb.fleet.router import POLICIES
+from minicb.fleet.router import POLICIES, Router
 from minicb.server.launch import build_serve
 from tests.api.live import live_server, metric
 from tests.helpers import wait_for
@@ -77,6 +77,27 @@ def test_tokens_through_the_api_equal_one_engines_under_every_router(served, exp
         assert [e.replica for e in routed] == [0, 1, 0, 1]
     ids = [int(r.headers["X-Minicb-Request-Id"]) for r in replies]
     assert [e.request_id for e in routed] == ids  # the id the replica gave the request
+
+
+def test_the_real_fleet_decides_as_the_router_does_from_the_same_loads(served):
+    """The same code decides for real and simulated replicas: what the real fleet's router
+    was told (each request's ids and the replicas' loads) replayed into a fresh Router gives
+    the same decisions, as tests/fleet/test_simulated_fleet.py checks for simulated ones."""
+    url, loop, fleet, model = served
+    loop.call(lambda: fleet.set_policy("prefix-aware")).result(10)
+    router, told, routes = fleet.router, [], []
+
+    def recorded(request_id, ids, loads):
+        told.append((request_id, list(ids), list(loads)))
+        routes.append(Router.route(router, request_id, ids, loads))
+        return routes[-1]
+
+    router.route = recorded
+    for prompt in PROMPTS + PROMPTS[::-1]:  # later ones find their prefixes somewhere
+        assert complete(url, model, prompt).status_code == 200
+    replay = Router("prefix-aware", len(fleet.replicas), block_size=fleet.config.block_size)
+    assert [replay.route(*call) for call in told] == routes
+    assert any(r.cached_tokens > 0 for r in routes)  # prefixes were followed, not only loads
 
 
 def test_a_client_that_hangs_up_frees_kv_on_the_replica_that_holds_its_request(served):
