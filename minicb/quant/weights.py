@@ -16,7 +16,7 @@ installed here and would bring the same kind of kernel). It takes x in fp32, bf1
 q int8 (out, in) and the scales in x's dtype, and reads the int8 weight directly, never a
 dequantised copy. Its source has a vectorised path for AVX-512 CPUs; on this AVX2 machine it
 measured slower than dequantising first (one 1536x576 layer, one thread: 1.32 ms against
-0.83 at 1 row, 59.7 against 1.58 at 32 rows; fp32 F.linear 0.14 and 1.10; /work/notes/w8.md),
+0.83 at 1 row, 59.7 against 1.58 at 32 rows; fp32 F.linear 0.14 and 1.10; 2-core AMD EPYC),
 so it is used only where torch reports AVX-512 (not measured here: no such machine).
 Everywhere else (AVX2 CPUs, CUDA), and as the reference the tests compare with, ``dequantize``
 then ``F.linear``: the same result, with a full-precision copy of the weight made per call,
@@ -36,7 +36,8 @@ import torch.nn.functional as F
 from torch import nn
 
 INT8_MAX = 127
-# Where torch's int8 kernel is faster than dequantise-then-matmul (see above).
+# Where torch's int8 kernel has its vectorised path (AVX-512; expected, not measured, to beat
+# dequantise-then-matmul there); on AVX2 it measured slower (see above).
 INT8_KERNEL = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
 
 
