@@ -46,8 +46,11 @@ def write_kv(key, value, k_cache, v_cache, slots: torch.Tensor, keep: torch.Tens
     write_slots(v_cache, slots, value)
 
 
-def gather_kv(cache, blocks: torch.Tensor, length: int, dtype: torch.dtype) -> torch.Tensor:
-    """The first ``length`` tokens of one request: (length, num_kv_heads, head_dim)."""
+def gather_kv(
+    cache, blocks: torch.Tensor, length: int, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """The first ``length`` tokens of one request: (length, num_kv_heads, head_dim).
+    ``dtype``: what an 8-bit cache is read back as; a full-precision cache comes as it is."""
     return read_blocks(cache, blocks, dtype).flatten(0, 1)[:length]
 
 

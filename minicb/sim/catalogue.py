@@ -46,6 +46,7 @@ def gpu_spec(name: str) -> GPUSpec:
         bandwidth=g["hbm_gb_s"] * 1e9,
         flops=g["bf16_tflops"] * 1e12,
         interconnect=g["interconnect_gb_s"] * 1e9,
+        host_link=g.get("host_link_gb_s", 0.0) * 1e9,
     )
 
 

@@ -29,7 +29,7 @@ from minicb.config import EngineConfig
 from minicb.runner import RunnerOutput, VirtualClock
 from minicb.runner.fake import FakeRunner
 from minicb.scheduler.plan import StepPlan
-from minicb.sim.catalogue import load_profile, read_catalogue
+from minicb.sim.catalogue import load_profile
 from minicb.sim.step_time import StepTimeModel
 
 GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of device memory for weights + KV
@@ -92,10 +92,13 @@ class SimulatedRunner(FakeRunner):
         self.gpu_memory_utilization = gpu_memory_utilization
         self._terms: dict[str, float] = {}  # the last step's terms, for its utilisation
         # Seconds to copy one block between this GPU group and host memory: each GPU moves
-        # its 1/tp of the block over its own link.
-        link = read_catalogue()["gpus"][profile.gpu.name]["host_link_gb_s"] * 1e9
+        # its 1/tp of the block over its own link. A profile with no host link (this CPU's,
+        # the toy one) holds its "host" pool in the same memory: a read and a write there.
         moved = profile.block_bytes(config.block_size) / tp
-        self.host_copy_s = moved / (link * profile.efficiency.interconnect)
+        if profile.gpu.host_link > 0:
+            self.host_copy_s = moved / (profile.gpu.host_link * profile.efficiency.interconnect)
+        else:
+            self.host_copy_s = 2 * moved / (profile.gpu.bandwidth * profile.efficiency.bandwidth)
 
     def _step_time(self, plan: StepPlan) -> float:
         self._terms = self.profile.plan_terms(plan)

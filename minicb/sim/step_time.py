@@ -55,6 +55,7 @@ class GPUSpec:
     bandwidth: float  # HBM bytes/s, the published peak
     flops: float  # dense bf16 FLOP/s, the published peak
     interconnect: float = 0.0  # bytes/s one way per GPU (NVLink or PCIe); 0: none
+    host_link: float = 0.0  # bytes/s one way to host memory (PCIe); 0: the host is its memory
 
 
 @dataclass(frozen=True)
