@@ -52,7 +52,8 @@ class SimulatedRunner(FakeRunner):
         """``profile``: a step-time model, or its name (``"H100:llama-3.1-8b"``, see
         minicb.sim.catalogue.load_profile); ``config``: the engine's settings (its
         block size, dtype, KV cache dtype (an 8-bit cache: smaller blocks, more of them, and
-        fewer bytes read per step), tensor-parallel degree, and pool sizes where it fixes
+        fewer bytes read per step), weight dtype (8-bit weights: more room for the pool and
+        fewer bytes streamed per step), tensor-parallel degree, and pool sizes where it fixes
         them);
         ``clock``: the engine's clock, advanced by each step's predicted time."""
         config = config or EngineConfig()
@@ -64,6 +65,7 @@ class SimulatedRunner(FakeRunner):
             elem_bytes=ELEM_BYTES[config.dtype],
             tp=tp,
             kv_cache_dtype=config.kv_cache_dtype,
+            weight_dtype=config.weight_dtype,
         )
         if not 0.0 < gpu_memory_utilization <= 1.0:
             raise ValueError(

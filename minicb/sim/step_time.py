@@ -3,7 +3,10 @@
 A step is one forward pass over all the plan's rows (T tokens in all, S rows that sample).
 Per GPU of a tensor-parallel group of ``tp``:
 
-    weights  = streamed parameters x element size / tp        (read once per step)
+    weights  = streamed weight bytes / tp                       (read once per step)
+               (the layers' matmul parameters x element size, or for 8-bit weights one
+               byte each plus a scale in the compute dtype per output channel,
+               minicb/quant/weights.py; the LM head always in the compute dtype)
     kv       = sum over rows of context_len x KV bytes per token / tp
                (KV bytes per token: 2 x layers x kv_heads x head_dim x element size, or for
                an 8-bit KV cache 2 x layers x kv_heads x (head_dim + 4): one byte a value
@@ -45,6 +48,9 @@ GIB = 1 << 30
 # kv_cache_dtype -> bytes per cached value; None: the compute dtype's (``elem_bytes``).
 KV_VALUE_BYTES: dict[str, int | None] = {"auto": None, "int8": 1, "fp8": 1}
 KV_SCALE_BYTES = 4  # an 8-bit cache's fp32 scale per token and KV head (minicb/quant/kv.py)
+# weight_dtype -> bytes per decoder-layer matmul parameter; None: the compute dtype's. An
+# 8-bit weight adds a scale in the compute dtype per output channel (minicb/quant/weights.py).
+WEIGHT_VALUE_BYTES: dict[str, int | None] = {"auto": None, "int8": 1}
 TERMS = ("memory_s", "compute_s", "comm_s", "overhead_s", "step_s", "bandwidth_util", "flop_util")
 
 
@@ -81,6 +87,26 @@ class ModelShape:
         return attention + mlp
 
     @property
+    def layer_out_channels(self) -> int:
+        """Output channels of one layer's matmuls: an 8-bit weight keeps a scale for each."""
+        h, d = self.hidden_size, self.head_dim
+        attention = self.num_heads * d + 2 * self.num_kv_heads * d + h  # q; k, v; o
+        return attention + (2 if self.gated_mlp else 1) * self.intermediate_size + h
+
+    def weight_bytes(self, elem: int, weight_dtype: str = "auto", streamed: bool = False) -> int:
+        """Bytes of the weights: the layers' matmuls in ``elem`` bytes each ("auto") or
+        8-bit with a scale of ``elem`` bytes per output channel ("int8"), the embedding
+        table and (untied) the LM head in ``elem``. ``streamed``: only what a step reads
+        whole (``streamed_params``: the layers and the LM head)."""
+        value_bytes = WEIGHT_VALUE_BYTES[weight_dtype]
+        if value_bytes is None:
+            layer = self.layer_params * elem
+        else:
+            layer = self.layer_params * value_bytes + self.layer_out_channels * elem
+        tables = 1 if streamed or self.tie_word_embeddings else 2
+        return self.num_layers * layer + tables * self.vocab_size * self.hidden_size * elem
+
+    @property
     def num_params(self) -> int:
         """All parameters: layers, the embedding table and (untied) the lm_head."""
         embeddings = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
@@ -110,15 +136,17 @@ class ModelShape:
         context: float,
         pairs: float,
         kv_cache_dtype: str = "auto",
+        weight_dtype: str = "auto",
     ) -> tuple[float, float]:
         """(bytes read, FLOPs) of a step over the whole model (the module docstring's
         ``weights + kv`` and ``flops`` before the division by tp): ``tokens`` tokens,
         ``sampling`` rows that sample, ``context`` context tokens over its rows and
         ``pairs`` attended (query, key) pairs (``step_totals``). An 8-bit KV cache reads
-        fewer bytes per context token; its dequantisation (a multiply per value, inside
-        the attention kernel) is not counted, as it hides under the memory time."""
+        fewer bytes per context token, 8-bit weights fewer per step; their dequantisation
+        (a multiply per value, inside the kernels) is not counted, as it hides under the
+        memory time."""
         kv = self.kv_bytes_per_token(elem, kv_cache_dtype)
-        nbytes = self.streamed_params * elem + context * kv
+        nbytes = self.weight_bytes(elem, weight_dtype, streamed=True) + context * kv
         flops = (
             2 * self.num_layers * self.layer_params * tokens
             + 2 * self.vocab_size * self.hidden_size * sampling
@@ -156,6 +184,7 @@ class StepTimeModel:
     elem_bytes: int = 2  # bf16
     tp: int = 1
     kv_cache_dtype: str = "auto"  # "auto": the KV cache in elem_bytes; "int8"/"fp8": 8-bit
+    weight_dtype: str = "auto"  # "auto": the layers' weights in elem_bytes; "int8": 8-bit
 
     @property
     def name(self) -> str:
@@ -166,7 +195,7 @@ class StepTimeModel:
     @property
     def weight_bytes(self) -> int:
         """Bytes of all the weights, over the whole tensor-parallel group."""
-        return self.model.num_params * self.elem_bytes
+        return self.model.weight_bytes(self.elem_bytes, self.weight_dtype)
 
     def block_bytes(self, block_size: int) -> int:
         return block_size * self.model.kv_bytes_per_token(self.elem_bytes, self.kv_cache_dtype)
@@ -199,7 +228,7 @@ class StepTimeModel:
         m, e, tp = self.model, self.efficiency, self.tp
         if tokens == 0:
             return dict.fromkeys(TERMS, 0.0)
-        work = (tokens, sampling, context, pairs, self.kv_cache_dtype)
+        work = (tokens, sampling, context, pairs, self.kv_cache_dtype, self.weight_dtype)
         nbytes, flops = m.step_work(self.elem_bytes, *work)
         memory = nbytes / tp / (self.gpu.bandwidth * e.bandwidth)
         compute = flops / tp / (self.gpu.flops * e.flops)
@@ -236,6 +265,7 @@ class StepTimeModel:
             "model": self.model.name,
             "tensor_parallel_size": self.tp,
             "kv_cache_dtype": self.kv_cache_dtype,
+            "weight_dtype": self.weight_dtype,
             "weight_gib": round(self.weight_bytes / GIB, 2),
         }
 
