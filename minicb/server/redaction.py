@@ -138,8 +138,13 @@ ALLOWED: dict[str | None, dict[str, Rule]] = {
     "first_token": _keeping(*WHO),
     # which request got how many tokens stays; which tokens they were does not
     "tokens": _keeping(
-        "type", "time", "step", "request_ids", "indexes",
-        token_ids=_each(_blank(None)), texts=_each(_blank("")),
+        "type",
+        "time",
+        "step",
+        "request_ids",
+        "indexes",
+        token_ids=_each(_blank(None)),
+        texts=_each(_blank("")),
     ),  # fmt: skip
     "preempted": _keeping(*WHO, "mode", reason=_words),
     "swapped_out": _keeping(*WHO, reason=_words),
@@ -158,6 +163,10 @@ ALLOWED: dict[str | None, dict[str, Rule]] = {
     "rejected": _keeping(*WHO, "num_prompt_tokens", prompt=PROMPT, error=_words),
     # the router's reason is counts only ("96 of 128 prompt tokens cached"); _words anyway
     "routed": _keeping(*WHO, "replica", "policy", "cached_tokens", reason=_words),
+    # a KV transfer between engines: names of engines, counts and times; reason in words
+    "kv_transfer": _keeping(
+        *WHO, "from_engine", "to_engine", "blocks", "bytes", "seconds", "status", reason=_words
+    ),
     # the rebuilt engine's settings and pool sizes (EngineConfig, runner): no request's text
     "reset": _keeping("type", "time", "info"),
     "kv_snapshot": _keeping(

@@ -226,6 +226,25 @@ class RequestRouted(RequestEvent):
 
 
 @dataclass(kw_only=True)
+class KVTransfer(RequestEvent):
+    """A request's KV cache moving from a prefill engine to a decode engine (disaggregated
+    serving, minicb/fleet/disagg_fleet.py), on the decode engine's bus: the id is the
+    decode engine's own request id. One event per change of ``status``: "waiting" (no room
+    on the decode side: the KV stays on the prefill side, ``reason`` says why), "receiving"
+    (blocks allocated here, the bytes on their way), "done" or "failed" (``reason``)."""
+
+    kind: ClassVar[str] = "kv_transfer"
+
+    from_engine: str  # the prefill engine's name, e.g. "prefill0"
+    to_engine: str  # the decode engine's name, e.g. "decode0"
+    blocks: int  # blocks allocated for it on the decode side
+    bytes: int  # bytes of KV (values and 8-bit scales) sent; 0 until "done"
+    seconds: float  # from the receive's start to the last byte; 0 until "done"
+    status: str  # "waiting", "receiving", "done" or "failed"
+    reason: str  # in words, counts only
+
+
+@dataclass(kw_only=True)
 class EngineReset:
     """The engine was rebuilt with new settings: forget its requests; ids start again."""
 
@@ -268,6 +287,7 @@ EVENT_TYPES: dict[str, type] = {
         RequestAborted,
         RequestRejected,
         RequestRouted,
+        KVTransfer,
         EngineReset,
         KVSnapshotEvent,
     )
