@@ -138,13 +138,8 @@ ALLOWED: dict[str | None, dict[str, Rule]] = {
     "first_token": _keeping(*WHO),
     # which request got how many tokens stays; which tokens they were does not
     "tokens": _keeping(
-        "type",
-        "time",
-        "step",
-        "request_ids",
-        "indexes",
-        token_ids=_each(_blank(None)),
-        texts=_each(_blank("")),
+        "type", "time", "step", "request_ids", "indexes",
+        token_ids=_each(_blank(None)), texts=_each(_blank("")),
     ),  # fmt: skip
     "preempted": _keeping(*WHO, "mode", reason=_words),
     "swapped_out": _keeping(*WHO, reason=_words),
