@@ -1,9 +1,12 @@
-"""An 8-bit KV cache at GPU scale, in the simulator: blocks, batch, throughput, TBT.
+"""8-bit KV cache and 8-bit weights at GPU scale, in the simulator: blocks, batch, throughput,
+TBT.
 
-The same requests through the real engine on a simulated GPU (minicb/sim/) twice, with
-``kv_cache_dtype`` "auto" (the compute dtype, bf16) and "int8" (one byte a value and an
-fp32 scale per token and KV head): the pool the engine sizes from the same memory, the
-running batch it then holds, output tokens/s and the time between tokens. Long requests
+The same requests through the real engine on a simulated GPU (minicb/sim/) four times:
+``weight_dtype`` "auto" (bf16) or "int8" (a byte per decoder-layer parameter and a scale per
+output channel) times ``kv_cache_dtype`` "auto" (bf16) or "int8" (one byte a value and an
+fp32 scale per token and KV head): the pool the engine sizes from the same memory (what the
+weights leave, in blocks of the KV format), the running batch it then holds, output tokens/s
+and the time between tokens, each against bf16/bf16 in the same run. Long requests
 all at once, so the batch is bound by the KV pool, not by ``max_num_seqs``. Simulated
 seconds, not a measurement: the step-time model's (docs/simulation.md).
 
@@ -36,21 +39,35 @@ def main() -> None:
         f"{profile.name}, {args.requests} requests of {args.prompt_len} + {args.output_len} "
         f"tokens at once, max_num_seqs {args.max_num_seqs}, block 16 (simulated)"
     )
-    header = ("kv", "B/block", "blocks", "rows/step", "out tok/s", "TBT ms", "TTFT s", "preempt")
+    header = (
+        "weights",
+        "kv",
+        "W GiB",
+        "B/block",
+        "blocks",
+        "rows/step",
+        "out tok/s",
+        "TBT ms",
+        "TTFT s",
+        "preempt",
+    )
     print("  ".join(f"{h:>10}" for h in header))
     base = None
-    for kv in ("auto", "int8"):
+    for weights, kv in [(w, k) for w in ("auto", "int8") for k in ("auto", "int8")]:
         config = EngineConfig(
             max_num_seqs=args.max_num_seqs,
             max_num_batched_tokens=args.max_num_batched_tokens,
             kv_cache_dtype=kv,
+            weight_dtype=weights,
         )
         run = run_simulated(profile, config, requests)
         s, runner = run["summary"], run["runner"]
         tok_s = s["throughput"]["output_tokens_per_s"]
         base = base or tok_s
         row = (
+            weights,
             kv,
+            runner["weight_gib"],
             runner["bytes_per_block"],
             runner["num_kv_blocks"],
             f"{s['batch']['mean_rows_per_step']:.1f}",
