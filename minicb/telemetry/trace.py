@@ -110,10 +110,11 @@ def trace_header(engine: Any = None, **extra: Any) -> dict[str, Any]:
             "cpu_count": os.cpu_count(),
         },
     }
-    if engine is not None:
-        header["config"] = engine.config.to_dict()
-        header["model"] = engine.model_name
-        header["hardware"].update(engine.runner.describe())
+    if engine is not None:  # an LLMEngine, or anything shaped like one (a fleet's replica)
+        described = engine.describe()
+        header["config"] = described["config"]
+        header["model"] = described["model"]
+        header["hardware"].update(described["runner"])
         # A run on a simulated GPU (minicb/sim/runner.py) is no measurement: say so.
         header["simulated"] = bool(header["hardware"].get("simulated"))
     header.update(extra)
