@@ -22,8 +22,8 @@ each: a running request that shares a block keeps it. Swapped-in copies are keye
 
 With a host tier (``num_offload_blocks``, host_tier.py), a cached block the pool evicts is
 first copied to host memory, and a prompt's walk goes on there where the device has no
-block: a host hit costs a free device block and a copy back, not a recomputation. The
-copies a step needs are collected here (``take_copies``) for the plan to carry.
+block: a host hit costs a free device block and a copy back, not a recomputation. The tier
+collects the copies a step needs; ``take_copies`` hands them to the plan.
 
 Every change to a table, to the swap tables or to the evictable cached blocks is also
 written to ``changes``, in order (see ``KVChange``): the step event carries that list, not
@@ -33,11 +33,12 @@ the changes from a snapshot (minicb.telemetry.kv_state) gives back every table e
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
 
+from minicb.scheduler.block_pool import BlockPool
 from minicb.scheduler.host_tier import HostTier
-from minicb.scheduler.prefix_cache import CachedBlock, PrefixCache
+from minicb.scheduler.prefix_cache import PrefixCache
 
 TokenSlice = Callable[[int, int], list[int]]  # (start, end) -> token ids, as Request's
 # One change to the pool, JSON-ready: [kind, request id or None, blocks or a count].
@@ -59,31 +60,6 @@ def blocks_needed(num_tokens: int, block_size: int) -> int:
     return -(-num_tokens // block_size)
 
 
-class BlockPool:
-    """A free list over ``num_blocks`` block ids."""
-
-    def __init__(self, num_blocks: int) -> None:
-        self.num_blocks = num_blocks
-        self.free: deque[int] = deque(range(num_blocks))
-
-    @property
-    def num_free(self) -> int:
-        return len(self.free)
-
-    @property
-    def num_used(self) -> int:
-        return self.num_blocks - len(self.free)
-
-    def take(self, n: int) -> list[int] | None:
-        """``n`` free blocks, or None (and nothing taken) if fewer are free."""
-        if n > len(self.free):
-            return None
-        return [self.free.popleft() for _ in range(n)]
-
-    def release(self, blocks: list[int]) -> None:
-        self.free.extend(blocks)
-
-
 class BlockManager:
     """Allocates device blocks to requests, shares cached ones, and moves them to and from
     CPU swap blocks."""
@@ -103,8 +79,6 @@ class BlockManager:
         self.cache = PrefixCache()
         # The second tier of the prefix cache (None: an evicted prefix is forgotten).
         self.host = HostTier(num_offload_blocks) if enable_caching and num_offload_blocks else None
-        self.offloads: list[tuple[int, int]] = []  # (device, host) copies since take_copies
-        self.reloads: list[tuple[int, int]] = []  # (host, device) copies since take_copies
         self.ref_counts = [0] * num_blocks
         self.num_shared_blocks = 0  # blocks in more than one table, kept as counts change
         self.block_tables: dict[int, list[int]] = {}  # request id -> device blocks
@@ -117,11 +91,7 @@ class BlockManager:
         """The host tier's copies since the last call, for a plan: (device, host) offloads,
         made before anything writes the device blocks, and (host, device) reloads, made
         before the forward. The host blocks they name are free to reuse from now on."""
-        copies = self.offloads, self.reloads
-        self.offloads, self.reloads = [], []
-        if self.host is not None:
-            self.host.pinned.clear()
-        return copies
+        return self.host.take_copies() if self.host is not None else ([], [])
 
     def take_changes(self) -> list[KVChange]:
         """The changes since the last call, oldest first; the journal starts empty again."""
@@ -273,7 +243,12 @@ class BlockManager:
         evicted = [self.cache.evict() for _ in range(n - len(blocks))]
         if evicted:
             self.changes.append(["uncache", None, [b for b, _ in evicted]])
-            self._offload(evicted)
+            if self.host is not None:  # the host tier keeps what the device forgets
+                pairs, dropped = self.host.offload(evicted)
+                if dropped:
+                    self.changes.append(["host_uncache", None, dropped])
+                if pairs:
+                    self.changes.append(["offload", None, pairs])
         blocks += [b for b, _ in evicted]
         for block in blocks:
             self.ref_counts[block] = 1
@@ -296,44 +271,24 @@ class BlockManager:
             self.changes.append(["cache", None, parked])
 
     # ---- the host tier -------------------------------------------------------------
-    def _offload(self, evicted: list[tuple[int, CachedBlock]]) -> None:
-        """Keep the prefixes of just-evicted device blocks (block, what it held) in the host
-        tier: a copy each, unless the host holds that prefix already."""
-        if self.host is None:
-            return
-        pairs, dropped = [], []
-        for block, held in evicted:
-            host_block, room = self.host.store(held)
-            dropped += room
-            if host_block is not None:
-                pairs.append([block, host_block])
-        if dropped:
-            self.changes.append(["host_uncache", None, dropped])
-        if pairs:
-            self.changes.append(["offload", None, pairs])
-            self.offloads += [(d, h) for d, h in pairs]
-
     def _reload(self, keys: list[int]) -> list[int]:
         """Device blocks for host-tier hits (``keys``, in chain order), each keyed again as
-        the host keeps it, the copies back recorded. The caller has counted the room."""
+        the host keeps it. The caller has counted the room."""
         sources = [self.host.pin(key) for key in keys]  # before the evictions for room
         blocks = self._take(len(keys))
-        for source, block in zip(sources, blocks, strict=True):
-            self.host.touch(source)  # after the offloads, as the events replay it
-            held = self.host.info[source]
+        # After the offloads of those evictions, as the events replay it.
+        for block, held in zip(blocks, self.host.reload(sources, blocks), strict=True):
             self.cache.register(block, held.parent, held.tokens, held.key)
-        pairs = [[h, d] for h, d in zip(sources, blocks, strict=True)]
-        self.changes.append(["reload", None, pairs])
-        self.reloads += [(h, d) for h, d in pairs]
+        self.changes.append(
+            ["reload", None, [[h, d] for h, d in zip(sources, blocks, strict=True)]]
+        )
         return blocks
 
     def forget_copies(self, offloads: list[tuple[int, int]], reloads: list[tuple[int, int]]):
         """A step that was to make these copies failed (its requests already freed): host
         blocks it was to fill, and device blocks it was to reload, no longer hold their
         prefixes, so no later hit reads KV that was never copied."""
-        stale = [h for _, h in offloads if self.host is not None and h in self.host.info]
-        for block in stale:
-            self.host.drop(block)
+        stale = self.host.forget(offloads) if self.host is not None else []
         if stale:
             self.changes.append(["host_uncache", None, stale])
         unkeyed = [d for _, d in reloads if d in self.cache.evictable]

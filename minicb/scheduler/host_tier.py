@@ -44,6 +44,8 @@ class HostTier:
         # the events' kv_ops give too: minicb/telemetry/kv_state.py).
         self.info: OrderedDict[int, CachedBlock] = OrderedDict()
         self.pinned: set[int] = set()  # copied into or out of by the step being planned
+        self.offloads: list[tuple[int, int]] = []  # (device, host) copies since take_copies
+        self.reloads: list[tuple[int, int]] = []  # (host, device) copies since take_copies
 
     @property
     def num_used(self) -> int:
@@ -60,9 +62,42 @@ class HostTier:
         self.pinned.add(block)
         return block
 
-    def touch(self, block: int) -> None:
-        """``block`` was reloaded: the most recently used now."""
-        self.info.move_to_end(block)
+    def offload(self, evicted: list[tuple[int, CachedBlock]]) -> tuple[list[list[int]], list[int]]:
+        """Keep the prefixes of just-evicted device blocks (block, what it held): a copy
+        each, unless this tier holds that prefix already. Returns the [device, host] pairs
+        to copy and the host blocks whose prefixes were dropped for room."""
+        pairs, dropped = [], []
+        for block, held in evicted:
+            host_block, room = self.store(held)
+            dropped += room
+            if host_block is not None:
+                pairs.append([block, host_block])
+        self.offloads += [(d, h) for d, h in pairs]
+        return pairs, dropped
+
+    def reload(self, sources: list[int], blocks: list[int]) -> list[CachedBlock]:
+        """The pinned host blocks ``sources`` are copied back into device ``blocks``: each
+        the most recently used now, the copies recorded. Returns what each holds."""
+        for source in sources:
+            self.info.move_to_end(source)
+        self.reloads += list(zip(sources, blocks, strict=True))
+        return [self.info[source] for source in sources]
+
+    def take_copies(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """The (device, host) offloads and (host, device) reloads since the last call; the
+        blocks they name are no longer pinned."""
+        copies = self.offloads, self.reloads
+        self.offloads, self.reloads = [], []
+        self.pinned.clear()
+        return copies
+
+    def forget(self, offloads: list[tuple[int, int]]) -> list[int]:
+        """Offloads that never ran: the host blocks they were to fill (those still held)
+        hold nothing now. Returns those blocks."""
+        stale = [h for _, h in offloads if h in self.info]
+        for block in stale:
+            self.drop(block)
+        return stale
 
     def store(self, held: CachedBlock) -> tuple[int | None, list[int]]:
         """Make room for ``held`` and keep it: (the host block to copy it into, the blocks

@@ -247,7 +247,7 @@ class TieredMachine(RuleBasedStateMachine):
         blocks = self.engine.scheduler.blocks
         blocks.check()  # both tiers: references, keys, nothing leaked
         assert blocks.host.num_used <= blocks.host.num_blocks
-        assert not blocks.offloads and not blocks.reloads and not blocks.host.pinned
+        assert not blocks.host.offloads and not blocks.host.reloads and not blocks.host.pinned
 
     def teardown(self):
         steps = 0
