@@ -90,7 +90,8 @@ class EngineConfig:
     measure_utilisation: bool = False
     # Overlap scheduling (minicb/overlap.py): plan iteration N+1 while the runner executes N,
     # with N's tokens as placeholders; finishes are learnt one iteration late and the extra
-    # row is discarded. Off while speculative decoding is on (a draft needs N's real token).
+    # row is discarded. With speculative decoding, a plan that verifies drafts is waited for
+    # before the next is planned (its accepted count places the next rows).
     overlap_scheduling: bool = False
 
     def __post_init__(self) -> None:
@@ -121,12 +122,6 @@ class EngineConfig:
         if not isinstance(self.measure_utilisation, bool):
             raise ValueError(
                 f"measure_utilisation must be True or False, got {self.measure_utilisation!r}"
-            )
-        if self.overlap_scheduling and self.speculative != "off":
-            raise ValueError(
-                "overlap_scheduling cannot be combined with speculative decoding: a draft is "
-                "looked up from the last token, which an overlapped plan does not know yet; "
-                "turn one of them off"
             )
         if self.num_kv_blocks is not None:
             self._check_positive("num_kv_blocks")
@@ -256,7 +251,7 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         "--overlap-scheduling",
         action=argparse.BooleanOptionalAction,
         default=False,
-        help="plan the next iteration while the runner computes this one (not with --speculative)",
+        help="plan the next iteration while the runner computes this one",
     )
     g.add_argument(
         "--tensor-parallel-size",

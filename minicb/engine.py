@@ -396,27 +396,37 @@ class LLMEngine:
         """Plan N+1, wait for N, launch N+1 with N's tokens in place, settle N while N+1
         runs, and report N (minicb/overlap.py). When nothing was in flight (the first step,
         or after an idle spell), the plan just launched is reported by stepping again.
+        When N verifies speculative drafts, N+1 is planned only once N is settled (how many
+        drafts N accepts decides where its requests' next rows start), then launched.
         ``busy_s`` counts the seconds of this call (from ``call_start``), not the time
         between calls that a plan spent in flight (a paused demo is not busy)."""
         call_start = self.clock() if call_start is None else call_start
+        pipeline = self.pipeline
+        wait_first = pipeline.in_flight is not None and pipeline.in_flight.verifies_drafts
         launch = None
-        if self.scheduler.has_unfinished() or self.pipeline.in_flight is None:
-            start = self.clock()
-            t0 = time.perf_counter()
-            plan = self.scheduler.schedule()
-            launch = Launched(plan, start, time.perf_counter() - t0)
-        done = self.pipeline.exchange(launch)  # a runner's error: both plans undone, raised
+        if not wait_first and (self.scheduler.has_unfinished() or pipeline.in_flight is None):
+            launch = self._launch_next()
+        done = pipeline.exchange(launch)  # a runner's error: both plans undone, raised
         if done is not None:
             prev, out = done
             lanes = Lanes(prev.schedule_s, prev.device_start, prev.execute_s)
             self._mark_admitted(prev.plan, prev.start)
-            new_tokens, firsts, finished = self._update(prev.plan, out, self.pipeline.settle(prev))
-        self.pipeline.advance()  # after the settling: rows of who stopped there are discarded
+            new_tokens, firsts, finished = self._update(prev.plan, out, pipeline.settle(prev))
+        if wait_first and self.scheduler.has_unfinished():
+            pipeline.exchange(self._launch_next())  # nothing in flight: it starts at once
+        pipeline.advance()  # after the settling: rows of who stopped there are discarded
         if done is None:
             return self._step_overlapped(call_start)
         event = self._end_step(prev.plan, out, prev.start, lanes, firsts, call_start)
         self._publish(event, new_tokens, finished)
         return StepResult(event, new_tokens, finished)
+
+    def _launch_next(self) -> Launched:
+        """The next plan, made now, for the overlap pipeline to launch."""
+        start = self.clock()
+        t0 = time.perf_counter()
+        plan = self.scheduler.schedule()
+        return Launched(plan, start, time.perf_counter() - t0)
 
     def _mark_admitted(self, plan: StepPlan, start: float) -> None:
         """First admissions are stamped with the step's start, as their admitted events."""

@@ -12,7 +12,10 @@ and of vLLM's async scheduling. One ``LLMEngine.step()`` then does, in this orde
     settle N                             # tokens, stops, retirements: while N+1 runs
     advance N+1                          # its rows count as run; stopped ones discarded
 
-and reports iteration N (its event is N's own: its rows, decisions and timings). The
+and reports iteration N (its event is N's own: its rows, decisions and timings). With
+speculative decoding, a plan N that verifies drafts is waited for before N+1 is planned
+(its rows yield 1 to 1 + d tokens: where its requests' next rows start is known only
+then), and N+1 is launched as soon as it is made. The
 bookkeeping (placeholders, settling, discarding) is minicb/scheduler/overlap.py; this file
 holds the plan in flight and the thread. Pure Python: no torch.
 """
@@ -44,6 +47,11 @@ class Launched:
     device_start: float = 0.0  # engine clock when the runner took it up (set by the worker)
     execute_s: float = 0.0  # perf_counter seconds of the runner's execute (set by the worker)
     discarded: set[int] = field(default_factory=set)  # rows whose requests had stopped
+
+    @property
+    def verifies_drafts(self) -> bool:
+        """Whether the next plan must wait for this one (its rows' token counts)."""
+        return bookkeeping.verifies_drafts(self.plan)
 
 
 class OverlapPipeline:
@@ -115,7 +123,9 @@ class OverlapPipeline:
 def _fill_placeholders(plan: StepPlan, out: RunnerOutput) -> None:
     """The previous iteration's tokens, where its placeholders stand in ``plan``'s rows."""
     for row in plan.scheduled:
-        # Only a row that reaches its request's last token can hold one: it is that token.
-        if row.token_ids and row.token_ids[-1] == bookkeeping.PLACEHOLDER:
+        # Only a row that reaches its request's last token can hold one: it is that token,
+        # the last before the row's drafts, if any (drafted on a guess of it).
+        last = len(row.token_ids) - 1 - row.num_draft_tokens
+        if last >= 0 and row.token_ids[last] == bookkeeping.PLACEHOLDER:
             new = out.sampled[row.request_id]
-            row.token_ids[-1] = new[0] if isinstance(new, list) else new
+            row.token_ids[last] = new[0] if isinstance(new, list) else new

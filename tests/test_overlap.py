@@ -133,11 +133,6 @@ def test_a_failed_step_with_overlap_is_undone_and_retried():
     assert engine.kv_snapshot().num_used == 0
 
 
-def test_overlap_is_refused_beside_speculative_decoding():
-    with pytest.raises(ValueError, match="speculative"):
-        fake_engine(overlap_scheduling=True, speculative="ngram")
-
-
 def test_step_events_carry_the_lanes():
     _, _, plans = _fake_run(True)
     engine = fake_engine(overlap_scheduling=True, step_time=0.5)
@@ -215,7 +210,7 @@ def test_the_perfetto_export_draws_the_host_and_device_lanes():
     """Both lanes, slices nested or in sequence on every track, overlapped steps or not."""
     from minicb.engine import LLMEngine
     from minicb.runner.fake import FakeRunner
-    from minicb.telemetry.trace import BATCH, DEVICE_TRACK, HOST_TRACK, to_chrome_trace
+    from minicb.telemetry.perfetto import BATCH, DEVICE_TRACK, HOST_TRACK, to_chrome_trace
 
     for overlap in (False, True):
         runner = FakeRunner(step_time=0.002)  # no virtual clock: the engine reads the wall

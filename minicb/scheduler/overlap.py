@@ -13,6 +13,13 @@ its KV is written, as without overlap).
 A request that stops at N is learnt to have stopped only after N+1 was planned: its row in
 N+1 runs (its KV write is harmless: the position is its own, past every keyed block) but
 is *discarded*: never advanced, its token never settled, and its blocks are freed with it.
+
+Speculative decoding: a row that verifies drafts yields 1 to 1 + d tokens, and how many
+decides where its request's next row starts, so no placeholder can stand for them. Such a
+row is not advanced; the engine waits for its plan before planning the next one (it
+*settles* the row as ``Scheduler.update`` does), so nothing is ever planned on a guessed
+count. Drafts themselves may still be proposed under a placeholder: the proposer guesses
+it (minicb/scheduler/speculative.py), and acceptance keeps the tokens exact.
 Pure Python, as the rest of the scheduler.
 """
 
@@ -39,7 +46,9 @@ def advance(scheduler: SchedulerBase, plan: StepPlan) -> set[int]:
         if req is None or req.finished:
             discarded.add(row.request_id)
             continue
-        # As SchedulerBase.update with one token kept and no drafts (overlap has none).
+        if row.num_draft_tokens:  # 1 to 1 + d tokens: counted when known (verifies_drafts)
+            continue
+        # As SchedulerBase.update with one token kept.
         req.num_computed_tokens += row.num_tokens
         if row.samples:
             req.output_token_ids.append(PLACEHOLDER)
@@ -69,6 +78,11 @@ def settle(
         req = scheduler.requests.get(row.request_id)
         if req is None:  # aborted while the step ran
             continue
+        if row.num_draft_tokens:  # never advanced: settled as without overlap, in turn
+            one_row = StepPlan(plan.step, plan.batching, plan.block_size)
+            one_row.scheduled.append(row)
+            scheduler.update(one_row, sampled, on_token)
+            continue
         if row.request_id in scheduler.blocks.block_tables:  # not preempted since
             scheduler.blocks.commit(req.request_id, req.num_computed_tokens, req.token_slice)
         if not row.samples:
@@ -78,6 +92,12 @@ def settle(
         req.metrics.num_generated_tokens = len(req.output_token_ids)
         if on_token(req) and req not in scheduler.running:
             _rejoin_stopped(scheduler, req)
+
+
+def verifies_drafts(plan: StepPlan) -> bool:
+    """Whether ``plan`` has a row whose number of tokens is known only once it has run: the
+    next plan must wait for it."""
+    return any(row.num_draft_tokens for row in plan.scheduled)
 
 
 def _rejoin_stopped(scheduler: SchedulerBase, req: Request) -> None:
@@ -92,7 +112,8 @@ def forget(scheduler: SchedulerBase, plan: StepPlan, discarded: set[int]) -> Non
     """``plan`` failed to run: take its placeholders back out of its requests' outputs (the
     scheduler's ``undo`` then makes them wait again, their real tokens kept)."""
     for row in plan.scheduled:
-        if row.phase == PADDING or not row.samples or row.request_id in discarded:
+        skip = row.phase == PADDING or not row.samples or row.num_draft_tokens
+        if skip or row.request_id in discarded:
             continue
         req = scheduler.requests.get(row.request_id)
         if req is not None and req.output_token_ids[-1:] == [PLACEHOLDER]:

@@ -169,7 +169,19 @@ class Drafter:
             "the context": self.max_model_len - req.num_tokens - 1,
         }
         room = min(self.num_tokens, *limits.values())
-        draft = self.proposer.propose(req.all_token_ids, room) if room > 0 else None
+        tokens = req.all_token_ids
+        # Overlap scheduling (minicb/scheduler/overlap.py): the last token may still be a
+        # placeholder (negative: never a token id), computed by the plan in flight. The
+        # lookup then ends at the token before it and proposes one more, whose first token
+        # guesses the placeholder (never fed: the real token is) and the rest are the draft.
+        # A wrong guess costs rejected drafts, never a wrong token: acceptance checks every
+        # draft against the model's own choice after the real token.
+        guessing = tokens[-1] < 0
+        draft = None
+        if room > 0:
+            draft = self.proposer.propose(tokens[:-1] if guessing else tokens, room + guessing)
+        if draft is not None and guessing:
+            draft = Draft(draft.tokens[1:], draft.ngram, draft.position)
         if draft is None or not draft.tokens:
             return 0
         slots = self.blocks.spare_slots(req.request_id, row.context_len)

@@ -8,7 +8,9 @@ caching, both preemption modes, static and continuous batching, pools small enou
 preempt. After every rule the KV
 books hold and no request holds a placeholder but the one its plan in flight will fill;
 every row reads only slots holding its own tokens (a shadow pool, poisoned where a
-failed plan may have written); every finished output is exactly the tokens FakeRunner
+failed plan may have written); speculative drafts on or off (with drafts the tokens
+repeat, so drafts are accepted, and a plan that verifies drafts is waited for before the
+next is made); every finished output is exactly the tokens FakeRunner
 gives (so no extra row's token and no placeholder ever reached one), and what was
 streamed adds up to it. At teardown the engine runs dry, nothing is in flight, and every
 block is free: overlap never leaks one. A few examples fast, more under ``slow``.
@@ -35,6 +37,11 @@ def token_of(rid: int, index: int) -> int:
     return 3 + (rid * 5 + index * 3) % 50
 
 
+def repeating_token_of(rid: int, index: int) -> int:
+    """A cycle of three: the n-gram lookup soon finds drafts that are accepted."""
+    return 3 + (rid + index) % 3
+
+
 config_st = st.fixed_dictionaries(
     {
         "batching": st.sampled_from(["continuous", "continuous", "static"]),
@@ -45,6 +52,8 @@ config_st = st.fixed_dictionaries(
         "enable_prefix_caching": st.booleans(),
         "preemption_mode": st.sampled_from(["recompute", "swap"]),
         "num_swap_blocks": st.integers(0, 24),
+        "speculative": st.sampled_from(["off", "ngram"]),
+        "num_speculative_tokens": st.integers(1, 4),
     }
 )
 
@@ -59,7 +68,8 @@ class OverlapMachine(RuleBasedStateMachine):
             overlap_scheduling=True,
             **config,
         )
-        self.engine.runner.token_fn = token_of
+        self.token_of = token_of if config["speculative"] == "off" else repeating_token_of
+        self.engine.runner.token_fn = self.token_of
         self.runner = FailingRunner(self.engine.runner)
         self.shadow = PoisonedShadow(self.bs)
         self.seqs: dict[int, list[int]] = {}  # prompt, then every token streamed
@@ -87,8 +97,8 @@ class OverlapMachine(RuleBasedStateMachine):
         if stop_at is not None and stop_at <= max_tokens:
             self.engine.runner.output_lengths[rid] = stop_at
             n = stop_at
-        self.expected[rid] = [token_of(rid, i) for i in range(n - 1)]
-        self.expected[rid].append(STOP if n == stop_at else token_of(rid, n - 1))
+        self.expected[rid] = [self.token_of(rid, i) for i in range(n - 1)]
+        self.expected[rid].append(STOP if n == stop_at else self.token_of(rid, n - 1))
         self.seqs[rid], self.prompt_len[rid] = list(prompt), len(prompt)
         self.ids.append(rid)
 
