@@ -191,9 +191,10 @@ def main() -> None:
               f"{r['instrumentation_s'] * 1e6:.0f} us per step ({r['full_s'] / r['off_s']:.2f}x); "
               f"step event {r['step_event_bytes']:,} bytes")  # fmt: skip
     for n in args.running if args.listeners else ():
-        r = time_instrumentation(n, settings=(*LISTENERS, "full"))
+        r = time_instrumentation(n, settings=(*LISTENERS, "full"), prompt_len=args.prompt_len)
         alone = ", ".join(f"{m} {(r[f'{m}_s'] - r['off_s']) * 1e6:.0f}" for m in LISTENERS)
-        print(f"each listener alone, {n} running, us per step over off: {alone}; all four "
+        print(f"each listener alone, {n} running ({args.prompt_len}-token prompts), us per "
+              f"step over off ({r['off_s'] * 1e6:.0f} us): {alone}; all four "
               f"{(r['full_s'] - r['off_s']) * 1e6:.0f}")  # fmt: skip
 
 

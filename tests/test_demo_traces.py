@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from minicb.telemetry.metrics import compute_metrics
-from minicb.telemetry.trace import read_trace
+from minicb.telemetry.trace_reader import read_trace
 
 TRACES = Path(__file__).resolve().parent.parent / "docs" / "demo-traces"
 

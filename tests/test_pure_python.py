@@ -19,6 +19,8 @@ PURE_MODULES = [
     "minicb.telemetry.records",
     "minicb.telemetry.summary",
     "minicb.telemetry.trace",
+    "minicb.telemetry.trace_reader",
+    "minicb.telemetry.perfetto",
     "minicb.engine",
     "minicb.runner",
     "minicb.runner.fake",

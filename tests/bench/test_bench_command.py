@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from minicb.cli import main
-from minicb.telemetry.trace import read_trace
+from minicb.telemetry.trace_reader import read_trace
 
 pytestmark = pytest.mark.slow  # a minute or two: every section of the suite runs
 

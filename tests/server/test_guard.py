@@ -18,7 +18,7 @@ from minicb.cli import build_parser, main
 from minicb.server.app import create_app
 from minicb.server.guard import Guard
 from minicb.server.launch import serve_replay, server_guard
-from minicb.telemetry.trace import Trace
+from minicb.telemetry.trace_reader import Trace
 from tests.api.live import LOCAL
 from tests.server.conftest import (
     CharTokenizer,

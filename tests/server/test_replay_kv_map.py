@@ -14,7 +14,8 @@ from minicb.server.app import create_app
 from minicb.server.engine_loop import EngineLoop
 from minicb.sim.runner import SimulatedRunner
 from minicb.telemetry.kv_state import KVState
-from minicb.telemetry.trace import read_trace, record_trace
+from minicb.telemetry.trace import record_trace
+from minicb.telemetry.trace_reader import read_trace
 from tests.server.conftest import events_until, fake_engine, message
 
 # A pool too small for everyone at once, preempting by swap, with prefix caching: blocks

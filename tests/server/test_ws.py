@@ -14,7 +14,7 @@ from minicb.server.broadcast import read_message
 from minicb.server.engine_loop import EngineLoop
 from minicb.server.workload import WorkloadFeeder, WorkloadSpec
 from minicb.telemetry.kv_state import KVState
-from minicb.telemetry.trace import Trace
+from minicb.telemetry.trace_reader import Trace
 from tests.api.live import LOCAL
 from tests.helpers import wait_for
 from tests.server.conftest import control, events_until, message
@@ -299,7 +299,8 @@ def test_pages_and_plotly_are_served(demo):
 
 def test_replay_mode_sends_the_whole_trace(demo, tmp_path):
     client, loop, app = demo
-    from minicb.telemetry.trace import read_trace, record_trace
+    from minicb.telemetry.trace import record_trace
+    from minicb.telemetry.trace_reader import read_trace
 
     path = tmp_path / "run.jsonl"
     with record_trace(loop.engines["continuous"], path):

@@ -15,14 +15,9 @@ from minicb.config import EngineConfig
 from minicb.runner.loader import make_tiny_model_dir
 from minicb.telemetry.events import SCHEMA_VERSION
 from minicb.telemetry.metrics import MetricsCollector, compute_metrics
-from minicb.telemetry.trace import (
-    BATCH,
-    REQUESTS,
-    TraceError,
-    read_trace,
-    record_trace,
-    to_chrome_trace,
-)
+from minicb.telemetry.perfetto import BATCH, REQUESTS, to_chrome_trace
+from minicb.telemetry.trace import record_trace
+from minicb.telemetry.trace_reader import TraceError, read_trace
 from tests.helpers import add, fake_engine
 
 PROMPTS = [[3, 4, 5, 6, 7, 8, 9, 10, 11], [12, 13, 14], [15] * 12, [16, 17, 18, 19, 20]]
