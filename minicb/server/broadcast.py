@@ -34,7 +34,7 @@ from minicb.telemetry.kv_state import KVState
 if TYPE_CHECKING:
     from starlette.websockets import WebSocket
 
-    from minicb.server.app import Client, Hub
+    from minicb.server.hub import Client, Hub
     from minicb.telemetry.bus import Subscription
 
 # The broadcast's own queue per engine: a frame's worth of events at any scale (a simulated

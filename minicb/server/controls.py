@@ -45,7 +45,7 @@ from minicb.server.workload import LENGTHS, PRESETS, WorkloadSpec, encode_prompt
 from minicb.sim.catalogue import read_catalogue
 
 if TYPE_CHECKING:
-    from minicb.server.app import Hub
+    from minicb.server.hub import Hub
     from minicb.server.engine_loop import EngineLoop
 
 MAX_PROMPT_CHARS = 4000

@@ -215,7 +215,7 @@ def run_server(
     if loop is not None:
         loop.start()
     try:
-        # A control is at most 16 KiB (app.MAX_MESSAGE_CHARS, answered with an error); a
+        # A control is at most 16 KiB (viewer_socket.MAX_MESSAGE_CHARS, answered with an error); a
         # frame far beyond that closes its connection without being buffered whole. No
         # permessage-deflate: the broadcast compresses each frame once for every browser.
         uvicorn.run(

@@ -10,7 +10,7 @@ import json
 import httpx
 import pytest
 
-from minicb.server.app import CONTROL_BURST, MAX_MESSAGE_CHARS
+from minicb.server.viewer_socket import CONTROL_BURST, MAX_MESSAGE_CHARS
 from tests.server.conftest import guarded_demo, receive, replies, ws_connect
 
 BIG = 1_000_000  # characters in a "1 MB" message

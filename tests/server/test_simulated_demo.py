@@ -20,12 +20,14 @@ from minicb.engine import LLMEngine
 from minicb.runner import VirtualClock
 from minicb.runner.fake import FakeRunner
 from minicb.server import launch
-from minicb.server.app import _replay_info, create_app
+from minicb.server.app import create_app
+from minicb.server.hub import _replay_info
 from minicb.server.engine_loop import EngineLoop
 from minicb.server.workload import WorkloadFeeder, WorkloadSpec
 from minicb.sim.demo import SIMULATED_WORKLOAD, simulated_engines
 from minicb.sim.pacing import MAX_TICK_S, Pacer
-from minicb.telemetry.trace import TraceWriter, read_trace, trace_header
+from minicb.telemetry.trace import TraceWriter, trace_header
+from minicb.telemetry.trace_reader import read_trace
 from tests.api.live import LOCAL
 from tests.server.conftest import control, message
 
