@@ -17,9 +17,13 @@ minicb.telemetry.perfetto exports one for ui.perfetto.dev. Pure Python.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import platform
+import threading
 import time
+import weakref
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from importlib import metadata
@@ -36,6 +40,8 @@ from minicb.telemetry.events import (
     StepEvent,
     to_dict,
 )
+
+log = logging.getLogger(__name__)
 
 TRACE_FORMAT = "minicb-trace"
 # A whole KV map every this many steps: a replay seeks from the one before the step it
@@ -90,11 +96,26 @@ def trace_header(engine: Any = None, **extra: Any) -> dict[str, Any]:
 
 
 # ---- writing ---------------------------------------------------------------------------
+# Seconds between two turns of a writer's thread: each turn writes the lines of every step
+# handed over since the last. A trace is read when its run ends (close() writes the rest).
+WRITE_EVERY_S = 0.1
+
+
 class TraceWriter:
     """An event listener that appends each event to a JSONL file, header first.
 
-    ``snapshot()``, if given, returns the engine's whole KV map as an event: written after
-    the header, after a reset, and after every ``SNAPSHOT_EVERY``-th step."""
+    ``snapshot()``, if given, returns the engine's whole KV map as an event: taken after
+    the header, after a reset, and after every ``SNAPSHOT_EVERY``-th step.
+
+    The engine thread only hands a step's events over (one deque append); a thread of the
+    writer's own turns them into lines (``to_dict``, orjson) and writes them. At 256 rows a
+    step event's line took about a third of the bare step's CPU time in the engine thread
+    (docs/performance.md, the live view at scale); with a real device that thread waits
+    for the forward pass with the GIL released, which is when this one works. Events are
+    read-only once published (the bus's contract, as for a Subscription), so a line
+    written later says what it would have said at once. An error in the writer's thread
+    (a full disk) is raised by the next call, so the bus logs it and unsubscribes this
+    listener, as it did when the engine thread wrote."""
 
     def __init__(
         self,
@@ -105,32 +126,75 @@ class TraceWriter:
         self.path = Path(path)
         self.num_events = 0
         self._snapshot = snapshot
-        self._file: IO[bytes] = open(self.path, "wb")  # noqa: SIM115
-        self._write(header)
-        self._write_snapshot()
+        file: IO[bytes] = open(self.path, "wb")  # noqa: SIM115
+        file.write(_encode_line(header))
+        self._lines = _Lines(file, f"trace writer {self.path.name}")
+        # close() at the latest when this writer is collected or the interpreter exits,
+        # so that no handed-over line is lost by a run that forgot to close it.
+        self._close = weakref.finalize(self, self._lines.close)
+        self._take_snapshot()
 
-    def _write(self, data: dict[str, Any]) -> None:
-        self._file.write(_encode_line(data))
-
-    def _write_snapshot(self) -> None:
-        if self._snapshot is not None:
-            self._write(to_dict(self._snapshot()))
+    def _take_snapshot(self) -> None:
+        if self._snapshot is not None:  # taken now: the map as it is after this step
+            self._lines.put((self._snapshot(),))
             self.num_events += 1
 
     def __call__(self, events: Sequence[Event]) -> None:
-        """A step's events (a bus listener), one line each."""
-        write = self._file.write
-        for event in events:
-            write(_encode_line(to_dict(event)))
+        """A step's events (a bus listener): handed to the writer's thread, one line each."""
+        self._lines.put(events)
         self.num_events += len(events)
         last = events[-1] if events else None
         if isinstance(last, EngineReset) or any(
             isinstance(e, StepEvent) and e.plan.step % SNAPSHOT_EVERY == 0 for e in events
         ):
-            self._write_snapshot()
+            self._take_snapshot()
 
     def close(self) -> None:
-        self._file.close()
+        """Write every line handed over, stop the writer's thread, close the file."""
+        self._close()
+
+
+class _Lines:
+    """The writer's thread and what it has yet to write: sequences of events, in order."""
+
+    def __init__(self, file: IO[bytes], name: str) -> None:
+        self.file = file
+        self.pending: deque[Sequence[Event]] = deque()  # appended and popped without a lock
+        self.error: Exception | None = None
+        self.closed = False
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def put(self, events: Sequence[Event]) -> None:
+        if self.error is not None:
+            raise self.error
+        if self.closed:
+            raise ValueError(f"{self.thread.name}: write to a closed trace")
+        self.pending.append(events)
+
+    def _run(self) -> None:
+        while not self._stop.wait(WRITE_EVERY_S):
+            self._write_pending()
+
+    def _write_pending(self) -> None:
+        pending, write = self.pending, self.file.write
+        try:
+            while pending and self.error is None:
+                write(b"".join([_encode_line(to_dict(e)) for e in pending.popleft()]))
+                time.sleep(0)  # let a waiting engine thread have the GIL between two steps
+        except Exception as err:  # a full disk, a closed file: told by the next put()
+            self.error = err
+            log.error("%s: %s; the trace stops here", self.thread.name, err)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._stop.set()
+        self.thread.join()
+        self._write_pending()
+        self.file.close()
 
 
 @contextmanager

@@ -56,3 +56,49 @@ def test_a_nan_is_written_as_null_so_the_file_stays_strict_json(tmp_path):
         **to_dict(event),
         "time": None,
     }
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"preemption_mode": "swap", "num_swap_blocks": 16},
+        {"overlap_scheduling": True},
+        {"speculative": "ngram", "num_speculative_tokens": 3},
+    ],
+    ids=["swap", "overlap", "speculative"],
+)
+def test_lines_written_by_the_writers_thread_say_what_the_events_said_when_published(
+    tmp_path, options
+):
+    """The writer's thread turns events into lines after the engine has moved on: a line
+    must still be the event as it was published (nothing the engine does later shows)."""
+    engine = fake_engine(num_kv_blocks=10, block_size=4, max_num_batched_tokens=16, **options)
+    at_publish: list[str] = []
+    engine.bus.subscribe(lambda es: at_publish.extend(json.dumps(to_dict(e)) for e in es))
+    writer = TraceWriter(tmp_path / "t.jsonl", {"type": "header"}, engine.kv_snapshot_event)
+    engine.bus.subscribe(writer)
+    prompts = [[1, 2, 3, 1, 2, 3, 1, 2], [4] * 9, [1, 2, 3, 1, 2, 3, 5], [6, 7] * 5]
+    for prompt in prompts:  # repeats for the n-gram drafts; a pool too small for all four
+        engine.add_request(prompt, SamplingParams(max_tokens=10, ignore_eos=True))
+    engine.run_until_done()
+    writer.close()
+    lines = (tmp_path / "t.jsonl").read_text(encoding="utf-8").splitlines()[1:]
+    written = [json.loads(line) for line in lines if '"type":"kv_snapshot"' not in line]
+    assert written == [json.loads(line) for line in at_publish]
+    assert writer.num_events == len(lines) and not writer._lines.thread.is_alive()
+
+
+def test_a_failing_file_is_told_to_the_bus_which_unsubscribes_the_writer(tmp_path, caplog):
+    engine = fake_engine()
+    writer = TraceWriter(tmp_path / "t.jsonl", {"type": "header"})
+    engine.bus.subscribe(writer)
+    writer._lines.file.close()  # as a full disk would: every write raises from now on
+    engine.add_request([1, 2, 3], SamplingParams(max_tokens=30, ignore_eos=True))
+    while engine.has_unfinished() and writer._lines.error is None:
+        engine.step()
+        writer._lines.thread.join(0.05)  # give its thread a turn
+    assert isinstance(writer._lines.error, ValueError)
+    engine.run_until_done()
+    assert not engine.bus.listening  # the next call raised: the bus let the writer go
+    assert "the trace stops here" in caplog.text and "hears no more events" in caplog.text
+    writer.close()
