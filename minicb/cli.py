@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -26,7 +27,8 @@ from minicb.config import add_engine_options, describe_choices, engine_kwargs
 from minicb.lab import command as lab_command
 from minicb.scenarios import command as scenario_command
 from minicb.server import launch
-from minicb.telemetry.trace import add_trace_option, read_trace, traced
+from minicb.telemetry.trace import add_trace_option, traced
+from minicb.telemetry.trace_reader import read_trace
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,18 +105,22 @@ def _add_replay(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--serve",
         action="store_true",
-        help="open the trace in the visualizer (a demo trace's FILE.static.jsonl comes too)",
+        help="open the trace in the visualizer (a demo's FILE.static.jsonl and the other "
+        "replicas' FILE.replicaK.jsonl come too)",
     )
     launch.add_server_options(p)
     p.set_defaults(func=replay)
 
 
 def replay_traces(path: str) -> dict[str, Any]:
-    """Panel name -> Trace: the file itself, and its static sibling from ``minicb demo``."""
+    """Panel name -> Trace: the file itself, and its siblings: the static one from
+    ``minicb demo`` (FILE.static.jsonl), the other replicas' from ``minicb serve --replicas``
+    (FILE.replica1.jsonl, ...)."""
     main = Path(path)
-    sibling = main.with_name(main.stem + ".static" + main.suffix)
+    sibling = re.compile(re.escape(main.stem) + r"\.(static|replica\d+)" + re.escape(main.suffix))
+    siblings = sorted(p for p in main.parent.glob(main.stem + ".*") if sibling.fullmatch(p.name))
     traces = {}
-    for p in [main] + ([sibling] if sibling.exists() and sibling != main else []):
+    for p in [main] + [s for s in siblings if s != main]:
         trace = read_trace(p)
         name = trace.header.get("panel") or (trace.header.get("config") or {}).get("batching")
         traces[name if name and name not in traces else p.stem] = trace
@@ -136,7 +142,7 @@ def replay(args: argparse.Namespace) -> int:
 
 def _replay(args: argparse.Namespace) -> int:
     from minicb.telemetry.metrics import compute_metrics
-    from minicb.telemetry.trace import write_chrome_trace
+    from minicb.telemetry.perfetto import write_chrome_trace
 
     if args.serve:
         traces = _read(args.trace, replay_traces)

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from minicb.engine import LLMEngine
     from minicb.server.engine_loop import EngineLoop
     from minicb.server.lesson import Lesson
-    from minicb.telemetry.trace import Trace
+    from minicb.telemetry.trace_reader import Trace
 
 DEFAULT_HOST = "127.0.0.1"  # local only by default: the demo has controls anyone could use
 DEFAULT_PORT = 8000
@@ -354,8 +354,20 @@ def trace_paths(path: str) -> dict[str, Path]:
     return {"continuous": main, "static": main.with_name(main.stem + ".static" + main.suffix)}
 
 
-def record_demo(engines: dict[str, LLMEngine], path: str) -> Callable[[], None]:
-    """Record each engine's events to its trace until its settings change or the demo ends;
+def replica_trace_paths(path: str, names: list[str]) -> dict[str, Path]:
+    """One trace per replica: FILE for the first, FILE's stem + .replicaK.jsonl for the
+    others (each replica numbers its own requests, so one file could not hold two)."""
+    main = Path(path)
+    return {
+        name: main if k == 0 else main.with_name(f"{main.stem}.{name}{main.suffix}")
+        for k, name in enumerate(names)
+    }
+
+
+def record_traces(
+    engines: dict[str, LLMEngine], files: dict[str, Path], command: str
+) -> Callable[[], None]:
+    """Record each engine's events to its file until its settings change or the run ends;
     returns the function that closes the files. A rebuilt engine numbers its requests from
     0 again, and a trace must not mix the two: its "reset" event closes the trace."""
     from minicb.telemetry.events import EVENT_KINDS
@@ -370,15 +382,17 @@ def record_demo(engines: dict[str, LLMEngine], path: str) -> Callable[[], None]:
         engines[name].bus.unsubscribe(writer)  # the bus that a rebuilt engine keeps
         writer.close()
         if reset:
-            print(f"minicb demo: settings changed; the {name} trace stops here", file=sys.stderr)
+            print(
+                f"minicb {command}: settings changed; the {name} trace stops here", file=sys.stderr
+            )
 
     def close_all() -> None:
         for name in list(writers):
             close(name)
 
-    for name, file in trace_paths(path).items():
+    for name, file in files.items():
         bus = engines[name].bus
-        header = trace_header(engines[name], command="demo", panel=name)
+        header = trace_header(engines[name], command=command, panel=name)
         writers[name] = TraceWriter(file, header, engines[name].kv_snapshot_event)
         bus.subscribe(writers[name], kinds=EVENT_KINDS - {"reset"})
         bus.subscribe(lambda _events, name=name: close(name, reset=True), kinds=["reset"])
@@ -395,7 +409,8 @@ def run_demo(args: argparse.Namespace) -> int:
     loop, app = build_demo(args)
     runner = list(loop.engines.values())[-1].describe()["runner"]  # continuous, or right
     print(f"minicb demo: {describe_choices(runner)}", flush=True)
-    close_traces = record_demo(dict(loop.engines), args.trace) if args.trace else None
+    engines = dict(loop.engines)
+    close_traces = record_traces(engines, trace_paths(args.trace), "demo") if args.trace else None
     try:
         run_server(app, args, "minicb demo", loop)
     finally:
@@ -432,8 +447,6 @@ def build_fleet(args: argparse.Namespace, guard: Guard, api: dict[str, Any]) -> 
 
     if args.replicas < 1:
         raise ValueError(f"--replicas must be at least 1, got {args.replicas}")
-    if args.trace:
-        raise ValueError("--trace records one engine; it cannot record --replicas yet")
     fleet = Fleet(args.model, args.replicas, args.router, **engine_kwargs(args))
     name = args.served_model_name or fleet.model_name
     loop = fleet.engine_loop()
@@ -450,9 +463,13 @@ def run_serve(args: argparse.Namespace) -> int:
         first = next(iter(engine.replicas.values()))
         print(f"minicb serve: router {args.router}; each replica: "
               f"{describe_choices(first.describe()['runner'])}", flush=True)  # fmt: skip
+        replicas = dict(engine.replicas)
+        files = replica_trace_paths(args.trace, list(replicas)) if args.trace else {}
+        close_traces = record_traces(replicas, files, "serve")
         try:
             run_server(app, args, what, loop)
         finally:
+            close_traces()  # after the engine thread stopped: no event comes any more
             engine.close()
         return 0
     print(f"minicb serve: {describe_choices(engine.describe()['runner'])}", flush=True)

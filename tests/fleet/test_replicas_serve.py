@@ -186,6 +186,35 @@ def test_generate_from_inside_a_running_event_loop(served, expected):
     assert [o.token_ids for o in asyncio.run(inside())] == expected[:2]
 
 
+def test_serve_trace_records_one_file_per_replica_and_replay_opens_them_all(
+    served, expected, tmp_path
+):
+    """``serve --replicas 2 --trace FILE``: each replica's events in a trace of its own
+    (each numbers its own requests), its routing decisions in it, and ``minicb replay
+    --serve FILE`` finds the other replica's file beside it."""
+    from minicb.cli import replay_traces
+    from minicb.server.launch import record_traces, replica_trace_paths
+    from minicb.telemetry.metrics import compute_metrics
+
+    url, loop, fleet, model = served
+    loop.call(lambda: fleet.set_policy("round-robin")).result(10)
+    files = replica_trace_paths(str(tmp_path / "fleet.jsonl"), list(fleet.replicas))
+    assert [f.name for f in files.values()] == ["fleet.jsonl", "fleet.replica1.jsonl"]
+    close = loop.call(lambda: record_traces(dict(fleet.replicas), files, "serve")).result(10)
+    replies = [complete(url, model, p) for p in PROMPTS]
+    close()
+    assert [r.json()["choices"][0]["token_ids"] for r in replies] == expected
+    traces = replay_traces(str(files["replica0"]))
+    assert sorted(traces) == ["replica0", "replica1"]
+    for index, (name, trace) in enumerate(sorted(traces.items())):
+        assert trace.header["panel"] == name and trace.header["model"] == model
+        routed = [e for e in trace.events if e.kind == "routed"]
+        assert [e.replica for e in routed] == [index, index]  # round-robin: two each
+        finished = [e for e in trace.events if e.kind == "finished"]
+        assert {e.request_id for e in finished} == {e.request_id for e in routed}
+        assert compute_metrics(trace.events)["requests"]["finished"] == 2
+
+
 def test_a_killed_replica_is_an_error_for_its_client_and_the_server_goes_on(served, expected):
     """Last in the module (it kills replica 1): a streaming client of the killed replica
     gets an error event that names it, within a bounded time; /health stays 200, /metrics

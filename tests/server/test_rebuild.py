@@ -17,10 +17,10 @@ from minicb import SamplingParams
 from minicb.server.app import create_app
 from minicb.server.controls import rebuild_engines
 from minicb.server.engine_loop import EngineLoop
-from minicb.server.launch import record_demo, trace_paths
+from minicb.server.launch import record_traces, trace_paths
 from minicb.server.openai_api import install_openai_routes
 from minicb.server.workload import WorkloadFeeder, WorkloadSpec
-from minicb.telemetry.trace import read_trace
+from minicb.telemetry.trace_reader import read_trace
 from tests.api.live import LOCAL, metric
 from tests.helpers import wait_for
 from tests.server.conftest import control, events_until, fake_engine, message
@@ -112,7 +112,7 @@ def test_a_rebuild_resets_in_order_and_every_subscriber_goes_on(demo):
 
 def test_a_demo_trace_stops_at_the_rebuild_and_never_mixes_two_engines(tmp_path):
     loop = EngineLoop({"static": fake_engine("static"), "continuous": fake_engine()})
-    close = record_demo(dict(loop.engines), str(tmp_path / "demo.jsonl"))
+    close = record_traces(dict(loop.engines), trace_paths(str(tmp_path / "demo.jsonl")), "demo")
     params = SamplingParams(max_tokens=3, ignore_eos=True)
     for engine in loop.engines.values():
         engine.add_request([5, 6], params)
