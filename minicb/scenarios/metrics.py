@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from minicb.scenarios.schema import CLAIM
-from minicb.scheduler.plan import DECODE, PADDING
+from minicb.scheduler.plan import DECODE, PADDING, PREFILL
 
 OPS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
@@ -48,6 +48,10 @@ METRICS = {
     "decode_step_s": "mean seconds of an iteration that only decodes",
     "full_decode_step_s": "mean seconds of an iteration that only decodes, every slot a real row",
     "mean_rows": "mean real rows per iteration",
+    "kv_blocks": "blocks in the KV pool (its size, read from the first step)",
+    "prefill_tokens": "tokens computed in prefill rows (prompts, and recomputes after preemption)",
+    "host_hit_tokens": "prompt tokens found in the prefix cache's host tier and copied back",
+    "host_cached_blocks": "the most host-tier blocks holding a cached prefix at once",
 }
 
 
@@ -156,6 +160,12 @@ def side_metric(record: SideRecord, metric: str) -> float:
             [1 - len(rows) / s.plan.slots_limit for s, rows in zip(steps, real, strict=True)]
         ),
         "mean_rows": lambda: _mean([len(rows) for rows in real]),
+        "kv_blocks": lambda: steps[0].plan.kv_total if steps else 0,
+        "prefill_tokens": lambda: sum(
+            r.num_tokens for s in steps for r in s.plan.scheduled if r.phase == PREFILL
+        ),
+        "host_hit_tokens": lambda: sum(s.plan.prefix_host_hit_tokens for s in steps),
+        "host_cached_blocks": lambda: max((s.plan.kv_host_cached for s in steps), default=0),
     }
     return float(counts[metric]())
 
