@@ -3,8 +3,8 @@
 Web handlers never run model work (that would stall the event loop and make messages
 arrive in bursts). They hand work to this thread with ``call(fn)``, which returns a
 concurrent Future, and hear back through the engines' buses: a request's tokens and its
-end through its RequestStream (below), a browser's events through its own subscriptions
-(app.py).
+end through its RequestStream (request_stream.py), a browser's events through its own subscriptions
+(broadcast.py).
 
 If the thread ends (stopped, or a bug that escaped every guard), every queued command and
 every later one fails at once with ``EngineStopped``, and every open stream ends with an
@@ -34,16 +34,15 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import Any
 
 from minicb.config import SamplingParams
 from minicb.engine import LLMEngine
-from minicb.request import RequestMetrics, RequestOutput, TokenDelta
+from minicb.request import RequestOutput
+from minicb.server.request_stream import STREAM_KINDS, RequestStream, feed_streams
 from minicb.sim.pacing import Pacer
-from minicb.telemetry.events import Event, RequestFinished, StepEvent, StepTokens
 
 log = logging.getLogger(__name__)
 
@@ -52,82 +51,10 @@ IDLE_WAIT_S = 0.05  # how long an idle loop sleeps between looks at its command 
 # clients) then slows its senders' replies, never the engines' steps.
 MAX_COMMANDS_PER_ROUND = 64
 Feeder = Callable[[dict[str, LLMEngine]], None]
-# What a request's stream hears: its first admission (the prompt tokens found in the prefix
-# cache), its tokens, and its end.
-STREAM_KINDS = ("step", "tokens", "finished", "aborted")
 
 
 class EngineStopped(RuntimeError):
     """The engine thread has ended: nothing sent to it will run."""
-
-
-@dataclass
-class RequestStream:
-    """One request's tokens and then its end, delivered to an asyncio consumer without loss.
-
-    One channel feeds it: its engine's bus. A step's ``tokens`` event gives it its
-    TokenDeltas, its ``finished`` event its final RequestOutput, put together from what the
-    events told (the deltas add up to the final text), or an ``aborted`` event ends it with
-    finish reason "abort". The engine thread ends it with "error" if a step fails.
-    """
-
-    request_id: int
-    loop: asyncio.AbstractEventLoop
-    prompt: str | None = None
-    prompt_token_ids: list[int] = field(default_factory=list)
-    arrival_time: float = 0.0
-    # the engine that holds the request (a fleet's: the replica it was routed to)
-    engine: str = ""
-    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
-    token_ids: list[int] = field(default_factory=list)
-    texts: list[str] = field(default_factory=list)
-    metrics: RequestMetrics = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.metrics = RequestMetrics(
-            self.arrival_time, num_prompt_tokens=len(self.prompt_token_ids)
-        )
-
-    def push(self, item: TokenDelta | RequestOutput) -> None:
-        # Called in the engine thread; the queue belongs to the consumer's event loop.
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
-
-    # ---- fed by the engine's events, in the engine thread --------------------------------
-    def admitted(self, time: float, num_cached_tokens: int) -> None:
-        if self.metrics.first_scheduled_time is None:  # the first admission only
-            self.metrics.first_scheduled_time = time
-            self.metrics.num_cached_tokens = num_cached_tokens
-
-    def token(self, delta: TokenDelta, time: float) -> None:
-        if self.metrics.first_token_time is None:
-            self.metrics.first_token_time = time
-        self.token_ids.append(delta.token_id)
-        self.texts.append(delta.text)
-        self.push(delta)
-
-    def finished(self, event: RequestFinished) -> None:
-        m = self.metrics
-        m.finished_time = event.time
-        m.num_generated_tokens = event.num_output_tokens
-        m.num_preemptions = event.num_preemptions
-        m.num_draft_tokens = event.num_draft_tokens
-        m.num_accepted_tokens = event.num_accepted_tokens
-        text = "".join(self.texts)
-        ids = list(self.token_ids)
-        prompt_ids = self.prompt_token_ids
-        self.push(
-            RequestOutput(
-                self.request_id, self.prompt, prompt_ids, text, ids, event.finish_reason, m
-            )
-        )
-
-    async def __aiter__(self) -> AsyncIterator[TokenDelta | RequestOutput]:
-        """Yield TokenDeltas, then the final RequestOutput, then stop."""
-        while True:
-            item = await self.queue.get()
-            yield item
-            if isinstance(item, RequestOutput):
-                return
 
 
 class EngineLoop:
@@ -143,8 +70,10 @@ class EngineLoop:
         self.feeder = feeder
         self.fleets = fleets or {}
         self._open: dict[str, dict[int, RequestStream]] = {name: {} for name in engines}
-        for name, engine in engines.items():
-            engine.bus.subscribe(functools.partial(self._on_events, name), kinds=STREAM_KINDS)
+        for name, engine in engines.items():  # the one channel of its open streams
+            engine.bus.subscribe(
+                functools.partial(feed_streams, self._open[name]), kinds=STREAM_KINDS
+            )
         self._commands: queue.Queue[tuple[Callable[[], Any], Future]] = queue.Queue()
         # Held while a command is queued and while the thread's end is marked, so no
         # command slips into the queue after the last look at it.
@@ -334,33 +263,6 @@ class EngineLoop:
                 self._single_steps -= 1
             if self.delay_s > 0:
                 self._run_commands(self.delay_s)
-
-    def _on_events(self, name: str, events: Sequence[Event]) -> None:
-        """The one channel of the open streams: a step's admissions and tokens feed their
-        requests' streams; a finished event ends its request's stream with its output, an
-        aborted one (a client hung up, a rebuild, a failed step) with finish reason
-        "abort"."""
-        streams = self._open[name]
-        for event in events:
-            if not streams:
-                return
-            if isinstance(event, StepEvent):
-                for d in event.plan.admitted:
-                    stream = streams.get(d.request_id)
-                    if stream is not None:
-                        stream.admitted(event.wall_start, d.num_cached_tokens)
-            elif isinstance(event, StepTokens):
-                for delta in event.deltas():
-                    stream = streams.get(delta.request_id)
-                    if stream is not None:
-                        stream.token(delta, event.time)
-            elif event.request_id not in streams:
-                continue
-            elif isinstance(event, RequestFinished):
-                streams.pop(event.request_id).finished(event)
-            else:
-                rid = event.request_id
-                streams.pop(rid).push(RequestOutput.ended(rid, "abort"))
 
     def _step(self, name: str, engine: LLMEngine) -> None:
         """One iteration (its events feed the streams). A step that fails ends every stream

@@ -34,7 +34,7 @@ from minicb.fleet.metrics import FleetMetrics
 from minicb.fleet.replica import ReplicaDied
 from minicb.request import RequestOutput
 from minicb.server.api_error import APIError, error_handler, invalid
-from minicb.server.engine_loop import EngineLoop, EngineStopped, RequestStream
+from minicb.server.engine_loop import EngineLoop, EngineStopped
 from minicb.server.guard import CONTROLLER, VIEWER, Guard, check_hosts
 from minicb.server.openai_params import (
     chat_messages,
@@ -52,6 +52,7 @@ from minicb.server.openai_request import (
     read_request,
 )
 from minicb.server.redaction import text_free
+from minicb.server.request_stream import RequestStream
 from minicb.server.waiting_gate import WaitingGate
 from minicb.telemetry.prometheus import PrometheusMetrics
 

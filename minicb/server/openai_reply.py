@@ -21,7 +21,7 @@ from typing import Any
 
 from minicb.request import RequestOutput, TokenDelta
 from minicb.server.api_error import APIError
-from minicb.server.engine_loop import RequestStream
+from minicb.server.request_stream import RequestStream
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 DONE = b"data: [DONE]\n\n"
