@@ -11,7 +11,9 @@ time). Pure Python here: the router never imports torch.
 Real replicas on this machine: ``replica.py`` (an engine in its own process, and its
 handle here) and ``fleet.py`` (``Fleet``: the replicas, the router and the engine loop that
 routes; ``minicb serve --replicas N --router POLICY`` serves one). ``Fleet`` is imported
-on first use, so that the router alone stays pure Python.
+on first use, so that the router alone stays pure Python. Disaggregated prefill and
+decode, real: ``disagg_fleet.py`` (``DisaggregatedFleet``: P prefill and D decode engine
+processes) and ``kv_link.py`` (their sides of a KV transfer over torch.distributed).
 
 Simulated replicas at data-centre scale (SIMULATED, virtual time, no torch):
 ``simulated.py`` (``SimulatedFleet``: engines on simulated GPUs behind the same router,
@@ -29,4 +31,8 @@ def __getattr__(name: str) -> Any:
         from minicb.fleet.fleet import Fleet
 
         return Fleet
+    if name == "DisaggregatedFleet":
+        from minicb.fleet.disagg_fleet import DisaggregatedFleet
+
+        return DisaggregatedFleet
     raise AttributeError(f"module 'minicb.fleet' has no attribute {name!r}")

@@ -70,14 +70,18 @@ class Replica:
         *,
         threads: int = 1,
         stall_timeout_s: float = STALL_TIMEOUT_S,
+        role: Any = None,
+        name: str | None = None,
     ) -> None:
-        """Start the process (loading happens there); ``ready()`` waits for it."""
+        """Start the process (loading happens there); ``ready()`` waits for it. ``role``:
+        what builds and extends its engine there (replica_worker's doc), ``name`` its name
+        (default ``replica{index}``)."""
         import torch
 
         from minicb.fleet import replica_worker
         from minicb.runner.loader import load_tokenizer
 
-        self.index, self.name, self.config = index, f"replica{index}", config
+        self.index, self.name, self.config = index, name or f"replica{index}", config
         self.stall_timeout_s = stall_timeout_s
         self.bus = EventBus()
         self.clock = time.time
@@ -93,7 +97,7 @@ class Replica:
         self._kv, self._steps = KVState(), 0
         ctx = torch.multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe()
-        args = (child, index, model, config, threads)
+        args = (child, index, model, config, threads, role)
         self.process = ctx.Process(
             target=replica_worker.main, args=args, daemon=True, name=self.name
         )
@@ -151,6 +155,11 @@ class Replica:
 
     def has_unfinished(self) -> bool:
         return bool(self.in_flight)
+
+    def command(self, *msg: Any) -> Any:
+        """One of its role's own commands (replica_worker's doc), as a round trip: the
+        reply, or ValueError with the replica's words."""
+        return self._call(msg)
 
     def queue_sizes(self) -> dict[str, int]:
         return dict(self.load)

@@ -15,7 +15,14 @@ the step published on its bus. Messages, parent to replica:
   (ValueError's words);
 - ``("abort", request_id)``, ``("abort_all",)``: the reply is ``abort_request``'s answer;
 - ``("view", name)``: the reply is one of the engine's views (VIEWS), e.g. ``describe``;
-- ``("stop",)``: leave.
+- ``("stop",)``: leave;
+- a role's own commands (``role.commands``), where the replica has a role (below).
+
+A replica may be given a ``role`` (a picklable object, e.g. minicb/fleet/kv_link.py's prefill
+and decode sides of disaggregated serving): it builds the engine (``build``), answers its
+own commands (``command``), looks at what happened outside the steps before each turn
+(``poll``: a transfer that completed) and says whether a step has work (``has_work``) and
+how long an idle turn may wait for a command (``idle_wait_s``).
 
 Replica to parent: ``("reply", value, load)`` or ``("refused", words, load)`` to the
 command just run; ``("events", events, load)`` after each step (and after a command that
@@ -40,7 +47,9 @@ IDLE_WAIT_S = 0.5  # how long an idle replica waits for a command before looking
 VIEWS = frozenset({"describe", "kv_snapshot", "kv_snapshot_event", "live_requests", "queue_sizes"})
 
 
-def main(conn: Connection, index: int, model: str, config: Any, threads: int) -> None:
+def main(
+    conn: Connection, index: int, model: str, config: Any, threads: int, role: Any = None
+) -> None:
     """Entry point of a spawned replica: build the engine, say ready (with its
     description) or why not, then serve until ``stop`` or until the parent is gone."""
     import torch
@@ -51,7 +60,7 @@ def main(conn: Connection, index: int, model: str, config: Any, threads: int) ->
     if torch.cuda.is_available() and torch.cuda.device_count() > 1:
         torch.cuda.set_device(index % torch.cuda.device_count())  # a GPU each, in turn
     try:
-        engine = LLMEngine(model, config)
+        engine = LLMEngine(model, config) if role is None else role.build(model, config)
     except Exception as err:  # noqa: BLE001 - reported to the parent, which raises it
         conn.send(("refused", f"{type(err).__name__}: {err}", {}))
         return
@@ -64,23 +73,27 @@ def main(conn: Connection, index: int, model: str, config: Any, threads: int) ->
     }
     conn.send(("reply", ready, engine.queue_sizes()))
     try:
-        serve(conn, engine, outbox)
+        serve(conn, engine, outbox, role)
     except (EOFError, OSError):  # the parent is gone: nothing is left to serve
         log.warning("replica: the fleet closed its pipe; stopping")
 
 
-def serve(conn: Connection, engine: Any, outbox: list[Any]) -> None:
+def serve(conn: Connection, engine: Any, outbox: list[Any], role: Any = None) -> None:
     """Commands between steps; a step whenever the engine has work."""
     while True:
-        wait = 0.0 if engine.has_unfinished() else IDLE_WAIT_S
+        if role is not None:
+            role.poll(engine)
+            _flush(conn, engine, outbox)
+        busy = engine.has_unfinished() if role is None else role.has_work(engine)
+        wait = 0.0 if busy else IDLE_WAIT_S if role is None else role.idle_wait_s()
         while conn.poll(wait):
             msg = conn.recv()
             if msg[0] == "stop":
                 return
-            _answer(conn, engine, msg)
+            _answer(conn, engine, msg, role)
             _flush(conn, engine, outbox)
             wait = 0.0
-        if engine.has_unfinished():
+        if engine.has_unfinished() if role is None else role.has_work(engine):
             try:
                 engine.step()
             except Exception as err:  # noqa: BLE001 - the parent ends the requests
@@ -93,7 +106,7 @@ def serve(conn: Connection, engine: Any, outbox: list[Any]) -> None:
             _flush(conn, engine, outbox)
 
 
-def _answer(conn: Connection, engine: Any, msg: tuple) -> None:
+def _answer(conn: Connection, engine: Any, msg: tuple, role: Any = None) -> None:
     kind = msg[0]
     try:
         if kind == "add":
@@ -107,6 +120,8 @@ def _answer(conn: Connection, engine: Any, msg: tuple) -> None:
             value = engine.abort_all()
         elif kind == "view" and msg[1] in VIEWS:
             value = getattr(engine, msg[1])()
+        elif role is not None and kind in role.commands:
+            value = role.command(engine, msg)
         else:
             raise ValueError(f"a replica has no command {msg[:2]!r}")
     except ValueError as err:  # the engine's refusal, in its own words

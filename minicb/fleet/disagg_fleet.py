@@ -1,0 +1,387 @@
+"""DisaggregatedFleet: P prefill engines and D decode engines, each a process of its own
+with its own model copy and KV pool, the KV cache moving between them over torch.distributed.
+
+    from minicb.fleet import DisaggregatedFleet
+    with DisaggregatedFleet(prefill=1, decode=1, dtype="float32") as fleet:
+        outs = fleet.generate(["Hello", "The capital of France is"], SamplingParams(max_tokens=8))
+        outs[0].token_ids, outs[0].transfer   # bytes, blocks, seconds of its KV's move
+
+The engines are replicas (replica.py, replica_worker.py) given a role (kv_link.py): their
+schedulers are the simulated cluster's ``PrefillScheduler`` and ``DecodeScheduler``, so the
+same decisions (a prefill engine holds the KV of a request after its first token; a decode
+engine takes a request when its pool has room, else the request waits, its KV held on the
+prefill side) run here on real engines and bytes. This object is the coordinator, in the
+caller's thread (as the simulated cluster's event loop): it routes each request to a
+prefill engine (the fleet's ``Router``, least loaded), told ``max_tokens=1``; when the
+first token comes (from the prefill engine), it hands the request, prompt plus that token,
+to a decode engine; when that engine has allocated blocks ("receiving"), it tells the
+prefill engine to send; the decode engine lands the bytes and decodes to the end.
+
+Every transfer is a ``kv_transfer`` event on the decode engine's bus (``bus``: every
+engine's, as the fleet's): waiting (with the reason), receiving, done (bytes, seconds) or
+failed. An abort on either side frees both sides' blocks. An engine that dies ends its
+requests with an error naming it (``ReplicaDied``); a prefill engine whose peer died
+mid-transfer says so, naming it, and frees the request's blocks.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from minicb.config import EngineConfig, SamplingParams
+from minicb.fleet.fleet import FleetBus
+from minicb.fleet.kv_link import DecodeRole, Group, PrefillRole, private_store
+from minicb.fleet.replica import Replica, ReplicaDied
+from minicb.fleet.router import ReplicaLoad, Router
+
+KINDS = ("tokens", "finished", "kv_transfer")
+
+
+@dataclass
+class Journey:
+    """One request across the two engines (``state``: prefill, handed_off, receiving,
+    decoding, done, error, aborted)."""
+
+    id: int
+    prompt: list[int]
+    params: SamplingParams
+    prefill: Replica
+    prefill_id: int
+    decode: Replica | None = None
+    decode_id: int | None = None
+    tag: int = 0  # its transfer's tag: the decode engine's receives match the sends by it
+    token_ids: list[int] = field(default_factory=list)
+    state: str = "prefill"
+    held: bool = False  # its KV waits on the prefill side (sent or released: False)
+    finish_reason: str | None = None
+    error: str | None = None
+    waiting: str | None = None  # why it once waited for room on the decode side
+    transfer: dict[str, Any] | None = None  # the "done" event's blocks, bytes, seconds
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("done", "error", "aborted")
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What ``generate`` gives back for one prompt."""
+
+    token_ids: list[int]
+    text: str
+    finish_reason: str | None  # "stop", "length", "error" or "abort"
+    error: str | None
+    prefill: str
+    decode: str | None
+    transfer: dict[str, Any] | None
+    waited: str | None
+
+
+class DisaggregatedFleet:
+    """``DisaggregatedFleet(model=None, prefill=1, decode=1, **engine_options)``."""
+
+    def __init__(
+        self,
+        model: str | None = None,
+        prefill: int = 1,
+        decode: int = 1,
+        *,
+        decode_options: dict[str, Any] | None = None,
+        threads: int = 1,
+        transfer_timeout_s: float = 60.0,
+        send_delay_s: float = 0.0,
+        **options: Any,
+    ) -> None:
+        """``options``: EngineConfig's for every engine, ``decode_options`` overriding
+        them on the decode side (its pool size, say); ``transfer_timeout_s``: the longest
+        wait for a peer in one send or receive; ``send_delay_s``: a test's hook, a pause
+        after each layer sent (so a kill can land mid-transfer)."""
+        import torch
+
+        from minicb.runner.loader import resolve_model_path
+        from minicb.runner.tp_group import _loopback_sockets
+
+        for what, n in (("prefill", prefill), ("decode", decode)):
+            if not isinstance(n, int) or n < 1:
+                raise ValueError(f"{what} engines must be a positive integer, got {n!r}")
+        self.config = EngineConfig.from_kwargs(**options)
+        self.decode_config = self.config.with_(**(decode_options or {}))
+        for name, config in (("prefill", self.config), ("decode", self.decode_config)):
+            if config.batching != "continuous" or config.tensor_parallel_size != 1:
+                raise ValueError(
+                    f"disaggregated {name} engines run continuous batching on one rank each; "
+                    f"got batching={config.batching!r}, "
+                    f"tensor_parallel_size={config.tensor_parallel_size}"
+                )
+        if self.config.block_size != self.decode_config.block_size:
+            raise ValueError("the prefill and decode engines must have the same block_size")
+        world = prefill + decode
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        on_gpu = self.config.device != "cpu" and gpus > 0
+        backend = "nccl" if on_gpu and gpus >= world else "gloo"  # NCCL: a GPU per rank
+        names = tuple(
+            [f"prefill{i}" for i in range(prefill)] + [f"decode{i}" for i in range(decode)]
+        )
+        _loopback_sockets()  # before the engines start: they inherit the environment
+        self._store, init = private_store()
+        self.group = Group(init, world, backend, transfer_timeout_s, names)
+        path = str(resolve_model_path(model))
+        roles = [PrefillRole(self.group, r, send_delay_s) for r in range(prefill)]
+        roles += [DecodeRole(self.group, r) for r in range(prefill, world)]
+        engines = []
+        try:
+            for rank, role in enumerate(roles):
+                config = self.config if rank < prefill else self.decode_config
+                engines.append(Replica(rank, path, config, threads=threads, role=role,
+                                       name=names[rank]))  # fmt: skip
+            for engine in engines:
+                engine.ready()
+        except BaseException:
+            self._close(engines)
+            raise
+        self.prefill, self.decode = engines[:prefill], engines[prefill:]
+        self.engines = {e.name: e for e in engines}
+        self.bus = FleetBus(engines)
+        self._events: list[tuple[Replica, Any]] = []
+        for engine in engines:
+            engine.bus.subscribe(
+                lambda batch, e=engine: self._events.extend((e, ev) for ev in batch), KINDS
+            )
+        self.route_prefill = Router("least-loaded", prefill, block_size=self.config.block_size)
+        self.route_decode = Router("least-loaded", decode, block_size=self.config.block_size)
+        self.journeys: dict[int, Journey] = {}
+        self._by_engine: dict[tuple[str, int], Journey] = {}
+        self._ids = itertools.count()
+        self._tags = itertools.count(1)
+
+    # ---- requests ------------------------------------------------------------------------
+    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None) -> int:
+        """Route the request to a prefill engine; returns its id in this fleet."""
+        params = params or SamplingParams()
+        ids = self.prefill[0].tokenize(prompt)
+        number = next(self._ids)
+        route = self.route_prefill.route(number, ids, _loads(self.prefill))
+        engine = self.prefill[route.replica]
+        first = replace(params, max_tokens=1)  # the prompt and the first token
+        rid = engine.add_request(ids, first, prompt_token_ids=ids)
+        journey = Journey(number, ids, params, engine, rid)
+        self.journeys[number] = journey
+        self._by_engine[(engine.name, rid)] = journey
+        return number
+
+    def abort_request(self, number: int) -> bool:
+        """Stop it wherever it is; both sides' blocks are freed."""
+        journey = self.journeys.get(number)
+        if journey is None or journey.finished:
+            return False
+        journey.state = "aborted"
+        if journey.decode is not None:
+            journey.decode.abort_request(journey.decode_id)
+        else:
+            journey.prefill.abort_request(journey.prefill_id)
+        # What the engines said before their answers: a first token (its KV now held
+        # there), or a "receiving" (its bytes are sent, then dropped there).
+        self._handle()
+        self._release(journey)
+        return True
+
+    def step(self) -> None:
+        """One turn: every engine's news, then what it calls for (hand-offs, sends)."""
+        for engine in self.engines.values():
+            if engine.dead is None:
+                try:
+                    engine.step()
+                except ReplicaDied:
+                    self._died(engine)
+                except RuntimeError as err:  # a failed step: its requests end with it
+                    self._failed(engine, str(err))
+            self._handle()
+
+    def has_unfinished(self) -> bool:
+        return any(not j.finished for j in self.journeys.values())
+
+    def generate(
+        self,
+        prompts: Sequence[str | list[int]],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+        timeout_s: float = 600.0,
+    ) -> list[Completion]:
+        """Complete every prompt; outputs in the order of the prompts."""
+        if params is None or isinstance(params, SamplingParams):
+            params = [params or SamplingParams()] * len(prompts)
+        numbers = [self.add_request(p, sp) for p, sp in zip(prompts, params, strict=True)]
+        deadline = time.monotonic() + timeout_s
+        while any(not self.journeys[n].finished for n in numbers):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"requests unfinished after {timeout_s:.0f} s: {self._state()}")
+            self.step()
+        return [self.output(n) for n in numbers]
+
+    def output(self, number: int) -> Completion:
+        j = self.journeys[number]
+        tokenizer = self.prefill[0].tokenizer
+        text = tokenizer.decode(j.token_ids) if tokenizer is not None else ""
+        reason = {"error": "error", "aborted": "abort"}.get(j.state, j.finish_reason)
+        return Completion(
+            list(j.token_ids),
+            text,
+            reason,
+            j.error,
+            j.prefill.name,
+            j.decode.name if j.decode else None,
+            j.transfer,
+            j.waiting,
+        )
+
+    def kv_used(self) -> dict[str, int]:
+        """Blocks in use in each live engine's pool (held KV included)."""
+        return {n: e.kv_snapshot().num_used for n, e in self.engines.items() if e.dead is None}
+
+    # ---- what the engines' events call for -----------------------------------------------
+    def _handle(self) -> None:
+        while self._events:
+            engine, event = self._events.pop(0)
+            if event.kind == "tokens":
+                for delta in event.deltas():
+                    journey = self._by_engine.get((engine.name, delta.request_id))
+                    if journey is not None and journey.state != "aborted":
+                        journey.token_ids.append(delta.token_id)
+            elif event.kind == "finished":
+                journey = self._by_engine.get((engine.name, event.request_id))
+                if journey is not None:
+                    self._finished(journey, engine, event.finish_reason)
+            else:
+                self._transfer(engine, event)
+
+    def _finished(self, journey: Journey, engine: Replica, finish_reason: str | None) -> None:
+        if engine is journey.decode:
+            if journey.state != "aborted":
+                journey.state, journey.finish_reason = "done", finish_reason
+            return
+        # Its first token: a prefill engine holds the KV of a request stopped by length.
+        journey.held = finish_reason == "length"
+        if (
+            journey.state == "aborted"
+            or finish_reason != "length"
+            or journey.params.max_tokens == 1
+        ):
+            if journey.state != "aborted":
+                journey.state, journey.finish_reason = "done", finish_reason
+            self._release(journey)
+            return
+        self._hand_off(journey)
+
+    def _hand_off(self, journey: Journey) -> None:
+        live = [e for e in self.decode if e.dead is None]
+        if not live:
+            return self._end(journey, "every decode engine has died")
+        route = self.route_decode.route(journey.id, journey.prompt, _loads(self.decode))
+        engine = self.decode[route.replica]
+        ids = journey.prompt + journey.token_ids[:1]
+        params = replace(journey.params, max_tokens=journey.params.max_tokens - 1)
+        source = self.prefill.index(journey.prefill)
+        journey.tag = next(self._tags)
+        try:
+            rid = engine.command("add_prefilled", ids, params, time.time(), source, journey.tag)
+        except (ValueError, ReplicaDied) as err:
+            return self._end(journey, f"{engine.name} refused it: {err}")
+        journey.decode, journey.decode_id, journey.state = engine, rid, "handed_off"
+        self._by_engine[(engine.name, rid)] = journey
+
+    def _transfer(self, engine: Replica, event: Any) -> None:
+        journey = self._by_engine.get((engine.name, event.request_id))
+        if journey is None:
+            return
+        if event.status == "waiting":
+            journey.waiting = event.reason
+        elif event.status == "receiving":  # its blocks are allocated there: send now
+            if journey.state != "aborted":
+                journey.state = "receiving"
+            self._send(journey, engine)
+        elif event.status == "done":
+            journey.transfer = {"blocks": event.blocks, "bytes": event.bytes,
+                                "seconds": event.seconds}  # fmt: skip
+            if journey.state == "receiving":
+                journey.state = "decoding"
+        elif event.status == "failed":
+            self._end(journey, f"{engine.name}: {event.reason}")
+
+    def _send(self, journey: Journey, decode: Replica) -> None:
+        rank = len(self.prefill) + self.decode.index(decode)
+        tokens = len(journey.prompt)
+        try:
+            journey.prefill.command("send_kv", journey.prefill_id, rank, journey.tag, tokens)
+        except (ValueError, ReplicaDied) as err:
+            journey.held = False  # the prefill engine freed them (or died with them)
+            self._end(journey, str(err))
+            if decode.dead is None and journey.decode_id is not None:
+                try:
+                    decode.abort_request(journey.decode_id)
+                except RuntimeError:
+                    pass
+            return
+        journey.held = False
+
+    def _release(self, journey: Journey) -> None:
+        if journey.held and journey.prefill.dead is None:
+            journey.prefill.command("release", journey.prefill_id)
+        journey.held = False
+
+    def _end(self, journey: Journey, why: str) -> None:
+        if not journey.finished:
+            journey.state, journey.error = "error", why
+        self._release(journey)
+
+    def _died(self, engine: Replica) -> None:
+        """Its requests end with its words; those whose KV it was to receive are freed on
+        the prefill side."""
+        side, router = (
+            (self.decode, self.route_decode) if engine in self.decode
+            else (self.prefill, self.route_prefill)
+        )  # fmt: skip
+        router.remove(side.index(engine))
+        for journey in list(self.journeys.values()):
+            if journey.finished:
+                continue
+            on_it = journey.decode is engine or (journey.prefill is engine and not journey.decode)
+            if on_it:
+                self._end(journey, engine.dead or f"{engine.name} died")
+
+    def _failed(self, engine: Replica, why: str) -> None:
+        for journey in self.journeys.values():
+            here = journey.decode is engine or (journey.prefill is engine and not journey.decode)
+            if here and not journey.finished:
+                self._end(journey, why)
+
+    def _state(self) -> str:
+        return ", ".join(f"{j.id}: {j.state}" for j in self.journeys.values() if not j.finished)
+
+    # ---- lifetime ------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop every engine's process."""
+        self._close(list(self.engines.values()))
+
+    def _close(self, engines: list[Replica]) -> None:
+        for engine in engines:
+            engine.ask_to_stop()
+        for engine in engines:
+            engine.close()
+        shutil.rmtree(self._store, ignore_errors=True)
+
+    def __enter__(self) -> DisaggregatedFleet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _loads(engines: list[Replica]) -> list[ReplicaLoad]:
+    return [
+        ReplicaLoad(i, e.load["waiting"] + e.load["swapped"], e.load["running"], e.dead is None)
+        for i, e in enumerate(engines)
+    ]
