@@ -239,11 +239,20 @@ class Conversation:
     """One chat: each turn's prompt is the previous turn's prompt, its answer and a new
     user message, so turn k+1 begins with all of turn k (what a prefix cache can reuse).
     ``start``: when the first turn arrives; ``think_s[k]``: the user's pause between the
-    answer to turn k and turn k+1 (a closed loop: the next turn waits for the answer)."""
+    answer to turn k and turn k+1 (a closed loop: the next turn waits for the answer).
+    The answers written in ``turns`` are the workload's own; a closed loop told the
+    answer the model gave puts that one in the next prompt instead (``ChatSessions``)."""
 
     turns: list[RequestSpec]
     start: float
     think_s: list[float]
+
+    def next_prompt(self, turn: int, prompt: Sequence[int], answer: Sequence[int]) -> list[int]:
+        """Turn ``turn + 1``'s prompt after turn ``turn`` was sent as ``prompt`` and
+        answered with ``answer``: what the chat holds, then the next user message."""
+        sent, nxt = self.turns[turn], self.turns[turn + 1]
+        user = nxt.prompt[len(sent.prompt) + sent.output_tokens :]
+        return [*prompt, *answer, *user]
 
 
 def chat_conversations(
@@ -263,9 +272,8 @@ def chat_conversations(
     has prompt i % num_system_prompts), user messages and answers exponential of their
     means (within 8x the mean), starting as a Poisson process of ``rate`` (None: all at
     once), pauses exponential of ``think_mean_s``. Token ids are random, so no two
-    messages share a block by chance; the answer a turn repeats is the workload's own
-    (what a simulated model generated is not known here, so a cache holds the previous
-    prompt's blocks, not the previous answer's: hits are under-counted)."""
+    messages share a block by chance. The answers in the prompts are the workload's own
+    until a closed loop is told the model's (``ChatSessions.answered``)."""
     rng = random.Random(seed)
 
     def tokens(k: int) -> list[int]:
@@ -291,15 +299,19 @@ def chat_conversations(
 
 class ChatSessions:
     """The arrival loop of conversations, a closed loop: the first turns arrive at their
-    start, each later turn ``think_s`` after its previous turn's answer (``answered``).
-    Shaped as ``Arrivals`` (``next_time``, ``due``, truthy while turns remain), so the
-    same driver runs either; the arrival stamped on a turn is its release time."""
+    start, each later turn ``think_s`` after its previous turn's answer (``answered``),
+    with that answer in its prompt when the caller gives it (as a chat client sends back
+    what the model said: the blocks a replica cached while decoding it are then found by
+    the next turn, which is what a prefix-aware router counts on). Shaped as ``Arrivals``
+    (``next_time``, ``due``, truthy while turns remain), so the same driver runs either;
+    the arrival stamped on a turn is its release time."""
 
     def __init__(self, conversations: Sequence[Conversation], start: float = 0.0) -> None:
         self.conversations = list(conversations)
         self._ready = [(start + c.start, i) for i, c in enumerate(self.conversations)]
         heapq.heapify(self._ready)
         self._released = [0] * len(self.conversations)  # turns handed out, per conversation
+        self._prompts: dict[int, list[int]] = {}  # a next turn's prompt with the real answer
         self._left = sum(len(c.turns) for c in self.conversations)
 
     def __bool__(self) -> bool:
@@ -314,15 +326,24 @@ class ChatSessions:
         out = []
         while self._ready and self._ready[0][0] <= now:
             t, i = heapq.heappop(self._ready)
-            out.append(replace(self.conversations[i].turns[self._released[i]], arrival=t))
+            turn = self.conversations[i].turns[self._released[i]]
+            prompt = self._prompts.pop(i, turn.prompt)
+            out.append(replace(turn, prompt=prompt, arrival=t))
             self._released[i] += 1
             self._left -= 1
         return out
 
-    def answered(self, request: RequestSpec, time: float) -> None:
+    def answered(
+        self, request: RequestSpec, time: float, answer: Sequence[int] | None = None
+    ) -> None:
         """``request`` (a turn ``due`` gave) finished at ``time``: release the next turn
-        of its conversation (one turn of a conversation is out at a time)."""
+        of its conversation (one turn of a conversation is out at a time), its prompt
+        holding ``answer`` (the model's tokens) if given, else the workload's answer."""
         i = int(request.group.removeprefix("chat-"))
         done = self._released[i]
         if done < len(self.conversations[i].turns):
+            if answer is not None:
+                self._prompts[i] = self.conversations[i].next_prompt(
+                    done - 1, request.prompt, answer
+                )
             heapq.heappush(self._ready, (time + self.conversations[i].think_s[done - 1], i))

@@ -6,7 +6,8 @@ policy, and the prompt tokens each policy made the replicas compute.
 For each policy a fresh fleet (``serve --replicas N --router POLICY``, so no policy finds
 another's cache) serves the same conversations (``minicb.workload.chat_conversations``:
 shared system prompts, every turn extending the previous one), released as a closed loop
-(``ChatSessions``: a turn after the previous turn's answer). Every request goes through the
+(``ChatSessions``: a turn after the previous turn's answer, with the answer the model gave
+in its prompt, as a chat client sends it back). Every request goes through the
 API's ``/v1/completions`` as token ids, and the bench sums what the replies say:
 ``usage.prompt_tokens`` and ``usage.prompt_tokens_details.cached_tokens``, the prompt tokens
 a replica found in its prefix cache and did not compute. A prefix-aware router sends each
@@ -75,7 +76,7 @@ async def _drive(app: Any, model: str, conversations: list[Conversation], run: P
         while sessions or pending:
             for spec in sessions.due(time.monotonic()):
                 body = {"model": model, "prompt": spec.prompt, "max_tokens": spec.max_tokens}
-                body.update(temperature=0, ignore_eos=True)
+                body.update(temperature=0, ignore_eos=True, return_token_ids=True)
                 pending[asyncio.create_task(client.post("/v1/completions", json=body))] = spec
             nxt = sessions.next_time
             wait = 0.05 if nxt is None else max(0.0, min(0.05, nxt - time.monotonic()))
@@ -91,7 +92,8 @@ async def _drive(app: Any, model: str, conversations: list[Conversation], run: P
                 run.requests += 1
                 run.prompt_tokens += usage["prompt_tokens"]
                 run.cached_tokens += usage["prompt_tokens_details"]["cached_tokens"]
-                sessions.answered(spec, time.monotonic())
+                answer = reply.json()["choices"][0]["token_ids"]  # sent back, as a chat does
+                sessions.answered(spec, time.monotonic(), answer)
     run.wall_s = time.monotonic() - start
 
 

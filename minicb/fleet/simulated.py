@@ -185,7 +185,7 @@ class SimulatedFleet:
         replica.requests[rid] = request
 
     def _step(self, replica: SimulatedReplica, source: ArrivalSource) -> None:
-        replica.engine.step()
+        answers = {out.request_id: out.token_ids for out in replica.engine.step().finished}
         answered = getattr(source, "answered", None)
         for event in replica.finished:
             record = replica.metrics.requests[(0, event.request_id)]
@@ -195,8 +195,8 @@ class SimulatedFleet:
             )
             self._outcomes.append((event.time, met))
             request = replica.requests.pop(event.request_id)
-            if answered is not None:
-                answered(request, event.time)
+            if answered is not None:  # the next turn sends back what the model said
+                answered(request, event.time, answers.get(event.request_id))
         replica.finished.clear()
         if not replica.engine.has_unfinished():
             replica.idle_from = replica.clock()

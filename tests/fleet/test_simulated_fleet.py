@@ -52,6 +52,38 @@ def test_chat_sessions_release_a_turn_only_after_the_answer():
     assert second.arrival == pytest.approx(50.0 + convs[1].think_s[0])
 
 
+def test_a_turn_sends_back_the_answer_the_model_gave():
+    convs = chats(n=1)
+    sessions = ChatSessions(convs)
+    (first,) = sessions.due(0.0)
+    answer = [7] * 5  # what the model said, not the workload's answer
+    sessions.answered(first, 1.0, answer)
+    (second,) = sessions.due(10.0)
+    written = convs[0].turns
+    user = written[1].prompt[len(written[0].prompt) + written[0].output_tokens :]
+    assert second.prompt == first.prompt + answer + user
+    assert second.output_tokens == written[1].output_tokens
+
+
+def test_a_simulated_replica_finds_the_previous_answer_of_a_conversation_cached():
+    """One replica, one conversation: turn 2's prompt holds turn 1's prompt and the
+    answer the replica decoded, so the prefix cache holds all but the part of the last
+    block still being filled (the answer's blocks were cached as it was decoded)."""
+    convs = chats(n=1, turns=2)
+    fleet = SimulatedFleet(PROFILE, CONFIG, "round-robin", 1)
+    routed = []
+    fleet.bus.subscribe(routed.extend, kinds=["routed"])
+    hits = []
+    fleet.replicas[0].engine.bus.subscribe(
+        lambda events: hits.extend(e.plan.prefix_hit_tokens for e in events), kinds=["step"]
+    )
+    fleet.run(ChatSessions(convs))
+    first = convs[0].turns[0]
+    held = len(first.prompt) + first.output_tokens - 1  # the last token's KV is never written
+    block = CONFIG.block_size
+    assert sum(hits) >= (held // block) * block > (len(first.prompt) // block) * block
+
+
 def test_the_router_decides_alike_for_simulated_replicas_and_hand_fed_loads():
     fleet = SimulatedFleet(PROFILE, CONFIG, "prefix-aware", 3)
     seen = []
