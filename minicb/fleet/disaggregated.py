@@ -126,7 +126,7 @@ class DisaggregatedCluster:
         self._prefill_of: dict[tuple[int, int], tuple[int, int]] = {}  # -> (prefill, id)
         self._actions: list[tuple[float, int, str, tuple]] = []  # (time, seq, kind, what)
         self._seq = itertools.count()
-        self._answered: Callable[[RequestSpec, float], None] | None = None
+        self._answered: Callable[[RequestSpec, float, list[int]], None] | None = None
 
     # ---- building ------------------------------------------------------------------------
     def _member(self, index: int, config: EngineConfig, scheduler: Any, shift: int) -> Member:
@@ -289,8 +289,8 @@ class DisaggregatedCluster:
 
     def _done(self, journey: Journey, now: float) -> None:
         journey.finished = now
-        if self._answered is not None:
-            self._answered(journey.spec, now)
+        if self._answered is not None:  # the next turn sends back what the model said
+            self._answered(journey.spec, now, journey.token_ids)
 
     # ---- the figures -----------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:
