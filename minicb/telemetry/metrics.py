@@ -110,23 +110,18 @@ class MetricsCollector(HandlerListener):
         s.schedule_s += e.schedule_s
         s.forward_s += e.forward_s
         s.sample_s += e.sample_s
-        bs = plan.block_size
-        for row in plan.scheduled:
-            s.tokens += row.num_tokens
-            if row.phase == "padding":
-                s.padding_tokens += row.num_tokens
-            else:
-                s.prefill_tokens += row.num_tokens if row.phase == "prefill" else 0
-                s.useful_rows += 1
-            if row.phase == "decode":
-                s.decode_rows += 1
-                s.drafted_rows += row.num_draft_tokens > 0
-                s.draft_tokens += row.num_draft_tokens
-                s.accepted_tokens += row.num_accepted_tokens
-            full = -(-row.context_len // bs)  # blocks the live tokens need
-            s.kv_live += row.context_len
-            s.kv_held += row.num_blocks * bs
-            s.kv_last_block_slack += full * bs - row.context_len
+        rows = e.row_sums  # counted once per step for every listener (row_sums.py)
+        s.tokens += rows.tokens
+        s.padding_tokens += rows.padding_tokens
+        s.prefill_tokens += rows.prefill_tokens
+        s.useful_rows += rows.useful_rows
+        s.decode_rows += rows.decode_rows
+        s.drafted_rows += rows.drafted_rows
+        s.draft_tokens += rows.draft_tokens
+        s.accepted_tokens += rows.accepted_tokens
+        s.kv_live += rows.context_tokens
+        s.kv_held += rows.blocks * plan.block_size
+        s.kv_last_block_slack += rows.last_block_slack
         if plan.kv_total:
             usage = plan.kv_used / plan.kv_total
             s.kv_usage_sum += usage

@@ -255,20 +255,19 @@ class PrometheusMetrics(HandlerListener):
         self.kv_usage.set(plan.kv_used / plan.kv_total if plan.kv_total else 0.0)
         if plan.preempted:
             self.preemptions.inc(len(plan.preempted))
-        prefill = sum(r.num_tokens for r in plan.scheduled if r.phase == "prefill")
-        if prefill:
-            self.prompt_tokens.inc(prefill)
+        rows = e.row_sums  # counted once per step for every listener (row_sums.py)
+        if rows.prefill_tokens:
+            self.prompt_tokens.inc(rows.prefill_tokens)
         if plan.prefix_query_tokens:
             self.prefix_queries.inc(plan.prefix_query_tokens)
             self.prefix_hits.inc(plan.prefix_hit_tokens)
             host = plan.prefix_host_hit_tokens
             self.prefix_tier_hits.inc(plan.prefix_hit_tokens - host, label="device")
             self.prefix_tier_hits.inc(host, label="host")
-        drafted = plan.num_draft_tokens
-        if drafted:
-            self.spec_drafts.inc(sum(1 for r in plan.scheduled if r.num_draft_tokens))
-            self.spec_draft_tokens.inc(drafted)
-            self.spec_accepted_tokens.inc(plan.num_accepted_tokens)
+        if rows.draft_tokens:
+            self.spec_drafts.inc(rows.drafted_rows)
+            self.spec_draft_tokens.inc(rows.draft_tokens)
+            self.spec_accepted_tokens.inc(rows.accepted_tokens)
 
     # Request counts follow each request's own events, so they are right between steps too
     # (an arrival, an abort) and after the last step; requests that arrived before this
