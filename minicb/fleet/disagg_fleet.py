@@ -131,7 +131,7 @@ class DisaggregatedFleet:
         self._store, init = private_store()
         self.group = Group(init, world, backend, transfer_timeout_s, names)
         path = str(resolve_model_path(model))
-        roles = [PrefillRole(self.group, r, send_delay_s) for r in range(prefill)]
+        roles = [PrefillRole(self.group, r) for r in range(prefill)]
         roles += [DecodeRole(self.group, r) for r in range(prefill, world)]
         engines = []
         try:
@@ -147,6 +147,7 @@ class DisaggregatedFleet:
         self.prefill, self.decode = engines[:prefill], engines[prefill:]
         self.engines = {e.name: e for e in engines}
         self.bus = FleetBus(engines)
+        self.send_delay_s = send_delay_s
         self._events: list[tuple[Replica, Any]] = []
         for engine in engines:
             engine.bus.subscribe(
@@ -315,7 +316,9 @@ class DisaggregatedFleet:
         rank = len(self.prefill) + self.decode.index(decode)
         tokens = len(journey.prompt)
         try:
-            journey.prefill.command("send_kv", journey.prefill_id, rank, journey.tag, tokens)
+            journey.prefill.command(
+                "send_kv", journey.prefill_id, rank, journey.tag, tokens, self.send_delay_s
+            )
         except (ValueError, ReplicaDied) as err:
             journey.held = False  # the prefill engine freed them (or died with them)
             self._end(journey, str(err))

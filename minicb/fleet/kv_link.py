@@ -90,7 +90,6 @@ class PrefillRole:
 
     group: Group
     rank: int
-    send_delay_s: float = 0.0  # a test's hook: a pause after each layer sent
     commands: frozenset[str] = frozenset({"send_kv", "release"})
 
     def build(self, model: str, config: Any) -> Any:
@@ -113,14 +112,18 @@ class PrefillRole:
     def command(self, engine: Any, msg: tuple) -> Any:
         if msg[0] == "release":
             return engine.scheduler.release(msg[1])
-        _, request_id, dst, tag, tokens = msg
+        _, request_id, dst, tag, tokens, delay_s = msg
         try:
-            return self._send(engine, request_id, dst, tag, tokens)
+            return self._send(engine, request_id, dst, tag, tokens, delay_s)
         finally:  # sent or not, the KV leaves this pool: the fleet does not ask twice
             engine.scheduler.release(request_id)
 
     @torch.inference_mode()
-    def _send(self, engine: Any, request_id: int, dst: int, tag: int, tokens: int) -> dict:
+    def _send(
+        self, engine: Any, request_id: int, dst: int, tag: int, tokens: int, delay_s: float
+    ) -> dict:
+        """Every layer's blocks of the request to rank ``dst``; ``delay_s``: a test's hook,
+        a pause after each layer (so that a kill lands mid-transfer)."""
         pool = engine.runner.kv_pool
         n = blocks_needed(tokens, engine.config.block_size)
         ids = engine.block_table(request_id)[:n]
@@ -134,8 +137,8 @@ class PrefillRole:
                     data = _wire(layer[:, ids].to(device))
                     dist.send(data, dst, tag=tag)
                     nbytes += data.numel()
-                    if self.send_delay_s:
-                        time.sleep(self.send_delay_s)
+                    if delay_s:
+                        time.sleep(delay_s)
         except RuntimeError as err:  # the peer died or stopped answering
             why = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise ValueError(
