@@ -109,10 +109,15 @@ def test_chat_turns_follow_their_answers_through_both_sides():
     cluster = DisaggregatedCluster(PROFILE, 1, 1, CONFIG)
     result = cluster.run(ChatSessions(convs))
     assert result["summary"]["requests"]["finished"] == 12
-    done = {tuple(j.spec.prompt): j for j in cluster.journeys}  # turns are released as copies
-    for conv in convs:
-        turns = [done[tuple(t.prompt)] for t in conv.turns]
-        assert all(b.arrival > a.finished for a, b in zip(turns, turns[1:], strict=False))
+    for i in range(len(convs)):
+        turns = sorted((j for j in cluster.journeys if j.spec.group == f"chat-{i}"),
+                       key=lambda j: j.arrival)  # fmt: skip
+        assert len(turns) == 3
+        for a, b in zip(turns, turns[1:], strict=False):
+            assert b.arrival > a.finished
+            # the next turn sends back what both sides generated for the previous one
+            sent_back = [*a.spec.prompt, *a.token_ids]
+            assert b.spec.prompt[: len(sent_back)] == sent_back
 
 
 def test_a_tiny_decode_pool_holds_kv_on_the_prefill_side_and_loses_nothing():
