@@ -11,7 +11,13 @@ inputs, process outputs) and the device's (forward + sample) summed over the run
 device's idle share, 1 - device seconds / the run's wall seconds. With overlap the host's
 work hides inside the device's, so the idle share is what overlap can recover.
 
+With ``--speculative ngram`` both engines draft (n-gram prompt lookup): a plan that
+verifies drafts is waited for before the next is planned (docs/architecture.md), so the
+figures say what overlap still recovers beside speculation; the drafted and accepted
+tokens per run are printed too.
+
     python -m perflab.overlap_ab --models tiny default --threads 1 --repeats 5
+    python -m perflab.overlap_ab --models tiny --speculative ngram --repeats 5
 """
 
 from __future__ import annotations
@@ -30,9 +36,10 @@ from minicb.runner.loader import make_tiny_model_dir
 from minicb.telemetry.events import Event, StepEvent
 
 
-def engines(model: str | None, dtype: str, requests: int) -> dict[str, LLMEngine]:
-    """Overlap off and on, on one copy of the weights (each engine its own KV cache)."""
-    config = EngineConfig(dtype=dtype, max_num_seqs=requests, num_kv_blocks=256)
+def engines(model: str | None, dtype: str, requests: int, **spec) -> dict[str, LLMEngine]:
+    """Overlap off and on, on one copy of the weights (each engine its own KV cache);
+    ``spec``: the speculative decoding settings of both."""
+    config = EngineConfig(dtype=dtype, max_num_seqs=requests, num_kv_blocks=256, **spec)
     off = LLMEngine(model, config)
     on_config = config.with_(overlap_scheduling=True)
     on = LLMEngine(config=on_config, runner=off.runner.with_config(on_config))
@@ -62,11 +69,16 @@ def run_once(engine: LLMEngine, texts: list[list[int]], params: SamplingParams) 
         "device_s": device,
         "idle_share": max(0.0, 1 - device / elapsed),
         "steps": len(steps),
+        "drafted": sum(e.plan.num_draft_tokens for e in steps if isinstance(e, StepEvent)),
+        "accepted": sum(e.plan.num_accepted_tokens for e in steps if isinstance(e, StepEvent)),
     }
 
 
 def measure(model: str | None, args: argparse.Namespace) -> dict:
-    pair = engines(model, args.dtype, args.requests)
+    spec = {}
+    if args.speculative != "off":
+        spec = dict(speculative=args.speculative, num_speculative_tokens=args.num_spec_tokens)
+    pair = engines(model, args.dtype, args.requests, **spec)
     texts = prompts(args.requests, pair["off"].runner.vocab_size)
     params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0, ignore_eos=True)
     results: dict[str, list[dict]] = {name: [] for name in pair}
@@ -95,16 +107,19 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--speculative", default="off", choices=["off", "ngram"])
+    ap.add_argument("--num-spec-tokens", type=int, default=4)
     ap.add_argument("--json", default=None, help="also write the raw figures here")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(
         f"{args.dtype}, {args.threads} torch threads, {args.requests} requests x "
-        f"{args.max_tokens} tokens, {args.repeats} repeats (medians)"
+        f"{args.max_tokens} tokens, {args.repeats} repeats (medians), speculative "
+        f"{args.speculative}"
     )
     print(
         f"{'model':<24}{'overlap':>8}{'tok/s':>9}{'steps':>7}{'wall s':>8}{'host s':>8}"
-        f"{'device s':>9}{'idle':>7}"
+        f"{'device s':>9}{'idle':>7}{'drafted':>9}{'accepted':>9}"
     )
     figures = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -118,7 +133,7 @@ def main() -> None:
                 print(
                     f"{name:<24}{setting:>8}{s['tok_s']:>9.1f}{s['steps']:>7.0f}"
                     f"{s['wall_s']:>8.2f}{s['host_s']:>8.2f}{s['device_s']:>9.2f}"
-                    f"{s['idle_share'] * 100:>6.0f}%"
+                    f"{s['idle_share'] * 100:>6.0f}%{s['drafted']:>9.0f}{s['accepted']:>9.0f}"
                 )
             print(f"{name:<24}{'on/off':>8}{summary['ratio_on_off']:>9.2f}x")
     if args.json:
