@@ -15,7 +15,8 @@ that has no weights and a clock that moves by the time the GPU would have taken
   real engine on the simulated runner, measured by minicb's one ``MetricsCollector``;
 - ``reproductions.py`` and ``report.py``: the papers' results (Anyscale, vLLM,
   Sarathi-Serve, static against continuous at scale) reproduced that way, as tables and an
-  offline HTML page (``minicb bench --simulate``);
+  offline HTML page (``minicb bench --simulate``); ``disaggregation.py``: DistServe's
+  colocated against disaggregated prefill and decode, on the fleet's simulated engines;
 - ``calibration.py``: a ``cpu`` profile of this machine read off a probe, and how well it
   predicts the real engine's steps and its continuous/static ratio (``minicb bench``);
 - ``demo.py`` and ``pacing.py``: the demo on simulated GPUs (``minicb demo --simulate``),

@@ -14,7 +14,7 @@ from minicb.engine import LLMEngine
 from minicb.fleet.disaggregated import DisaggregatedCluster
 from minicb.fleet.kv_transfer import DecodeScheduler, link
 from minicb.runner import VirtualClock
-from minicb.sim.reproductions import DISAGG_SYSTEMS, disaggregation
+from minicb.sim.disaggregation import DISAGG_SYSTEMS, disaggregation
 from minicb.sim.runner import SimulatedRunner
 from minicb.workload import Arrivals, ChatSessions, RequestSpec, chat_conversations
 
