@@ -52,6 +52,8 @@ METRICS = {
     "prefill_tokens": "tokens computed in prefill rows (prompts, and recomputes after preemption)",
     "host_hit_tokens": "prompt tokens found in the prefix cache's host tier and copied back",
     "host_cached_blocks": "the most host-tier blocks holding a cached prefix at once",
+    "routed": "requests a fleet scenario's router sent to this side",
+    "cache_hits": "admissions that found part of their prompt in the prefix cache",
 }
 
 
@@ -166,6 +168,8 @@ def side_metric(record: SideRecord, metric: str) -> float:
         ),
         "host_hit_tokens": lambda: sum(s.plan.prefix_host_hit_tokens for s in steps),
         "host_cached_blocks": lambda: max((s.plan.kv_host_cached for s in steps), default=0),
+        "routed": lambda: len(record.requests["routed"]),
+        "cache_hits": lambda: sum(1 for s in steps for d in s.plan.admitted if d.num_cached_tokens),
     }
     return float(counts[metric]())
 

@@ -3,7 +3,11 @@
 ``ScenarioFeeder`` is an engine loop's feeder (like server/workload.py's WorkloadFeeder):
 called before each round with the engines, it first looks at what the last round did and
 marks the narration points whose trigger fired, then adds this round's arrivals to every
-engine at once, so both sides see the same requests at the same round. The requests are
+engine at once, so both sides see the same requests at the same round. In a fleet scenario (its
+``router``) the two sides are two replicas of one fleet instead: each arrival goes to the
+one side that the fleet's ``Router`` (minicb/fleet/router.py) picks, told each side's load
+as ``Fleet.loads`` tells it, and the decision is a ``routed`` event on that side's bus, as
+``Fleet.add_request`` publishes it, so the page draws the router's reasons. The requests are
 ``minicb.workload.RequestSpec``s whose arrival is a round, handed out by the one arrival
 loop's ``Arrivals`` with the round as its clock. The demo server
 pauses at a fired point; ``play`` runs a whole scenario headless (tests, trace export).
@@ -20,7 +24,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from minicb.config import EngineConfig
+from minicb.fleet.router import ReplicaLoad, Route, Router
 from minicb.scenarios.metrics import SideRecord
+from minicb.telemetry.events import RequestRouted
 from minicb.workload import Arrivals, RequestSpec
 
 if TYPE_CHECKING:
@@ -89,6 +95,12 @@ class ScenarioFeeder:
     def __post_init__(self) -> None:
         self.pending = Arrivals(arrivals(self.scenario))
         self.groups: dict[str, dict[int, str]] = {s.name: {} for s in self.scenario.sides}
+        self.router: Router | None = None
+        if self.scenario.router is not None:  # replica i is the i-th side
+            block_size = EngineConfig.from_kwargs(**self.scenario.sides[0].engine).block_size
+            self.router = Router(self.scenario.router, 2, block_size=block_size)
+        self.routed = 0  # routing decisions so far, the router's own numbering
+        self.told: list[tuple[int, list[int], list[ReplicaLoad]]] = []  # what routing saw
 
     def attach(self, engines: dict[str, LLMEngine]) -> None:
         """Listen to each engine's bus (call once, before the first round)."""
@@ -115,13 +127,31 @@ class ScenarioFeeder:
             self.on_narration(new)
             return new
         for a in self.pending.due(self.round):
-            for name, engine in engines.items():
-                vocab = engine.runner.vocab_size
-                ids = [3 + t % (vocab - 3) for t in a.prompt]  # tiny vocabularies too
+            vocab = min(engine.runner.vocab_size for engine in engines.values())
+            ids = [3 + t % (vocab - 3) for t in a.prompt]  # tiny vocabularies too
+            route = None if self.router is None else self._route(engines, ids)
+            for index, (name, engine) in enumerate(engines.items()):
+                if route is not None and route.replica != index:
+                    continue  # a fleet: the other replica got it
                 rid = engine.add_request(ids, a.params(), priority=a.priority)
                 self.groups[name][rid] = a.group
+                if route is not None and engine.bus.wants("routed"):
+                    engine.bus.emit(_routed(route, rid, engine.clock()))
         self.round += 1
         return new
+
+    def _route(self, engines: dict[str, LLMEngine], ids: list[int]) -> Route:
+        """Which side (replica index, in the sides' order) gets ``ids``: the router's
+        decision, told every side's load as Fleet.loads tells it (swapped requests wait)."""
+        assert self.router is not None
+        loads = []
+        for index, engine in enumerate(engines.values()):
+            q = engine.queue_sizes()
+            loads.append(ReplicaLoad(index, q["waiting"] + q["swapped"], q["running"]))
+        self.told.append((self.routed, list(ids), loads))
+        route = self.router.route(self.routed, ids, loads)
+        self.routed += 1
+        return route
 
     def _check_triggers(self) -> list[int]:
         new = []
@@ -142,6 +172,14 @@ class ScenarioFeeder:
                     if trigger.request in (None, record.groups.get(rid))
                 )  # fmt: skip
         return count >= trigger.nth
+
+
+def _routed(route: Route, request_id: int, now: float) -> RequestRouted:
+    """A routing decision as Fleet.add_request publishes it: on the chosen replica's bus,
+    with that replica's own id for the request."""
+    return RequestRouted(time=now, request_id=request_id, replica=route.replica,
+                         policy=route.policy, reason=route.reason,
+                         cached_tokens=route.cached_tokens)  # fmt: skip
 
 
 def _event_ids(record: SideRecord, event: str) -> list[int]:

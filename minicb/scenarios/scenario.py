@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from minicb.fleet.router import POLICIES
 from minicb.scenarios.schema import (
     CLAIM,
     Narration,
@@ -30,7 +31,7 @@ REAL = "real"  # the runner field's value for the embedded model
 RUNNER = re.compile(r"^[\w.-]+:[\w.-]+$")  # or a simulated profile, GPU:MODEL
 FIELDS = {
     "name", "title", "summary", "runner", "seed", "max_steps", "engine", "sides",
-    "prefixes", "requests", "narration",
+    "prefixes", "requests", "narration", "router",
 }  # fmt: skip
 
 
@@ -46,6 +47,9 @@ class Scenario:
     prefixes: dict[str, int]  # name -> tokens of a shared prompt start
     seed: int = 0
     max_steps: int = 2000  # a run stops here even if requests remain
+    # A fleet scenario: the two sides are two replicas of one fleet behind a router with
+    # this policy (minicb/fleet/router.py), and each request goes to one of them, not both.
+    router: str | None = None
 
     @property
     def simulated(self) -> bool:
@@ -69,6 +73,11 @@ class Scenario:
         sides = _need(data["sides"], "sides", list, "a list of two sides")
         if len(sides) != 2:
             raise ScenarioError(f"sides must list exactly two engines, got {len(sides)}")
+        router = data.get("router")
+        if router is not None and router not in POLICIES:
+            raise ScenarioError(
+                f"router {router!r} is unknown; choose one of {', '.join(POLICIES)}"
+            )
         requests = _need(data["requests"], "requests", list, "a non-empty list")
         narration = _need(data["narration"], "narration", list, "a non-empty list")
         if not requests or not narration:
@@ -93,6 +102,7 @@ class Scenario:
             prefixes=dict(prefixes),
             seed=_count(data.get("seed", 0), "seed", 0),
             max_steps=_count(data.get("max_steps", 2000), "max_steps"),
+            router=router,
         )
         scenario._check_names()
         return scenario

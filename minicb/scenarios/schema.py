@@ -18,7 +18,8 @@ from minicb.config import EngineConfig
 LANGUAGES = ("en", "zh")
 # Events a narration point may wait for (the engine's request events; "cache_hit" is an
 # admission that found part of its prompt in the prefix cache, "accepted_draft" a step that
-# kept at least one of a request's speculative draft tokens).
+# kept at least one of a request's speculative draft tokens, "routed" a fleet scenario's
+# router sending a request to that side's replica).
 TRIGGER_EVENTS = (
     "arrived",
     "admitted",
@@ -29,6 +30,7 @@ TRIGGER_EVENTS = (
     "finished",
     "cache_hit",
     "accepted_draft",
+    "routed",
 )
 BLOCK_HIGHLIGHTS = ("none", "requests", "shared")
 # "side.metric" or "side.metric:request" (metrics.py lists the metrics).
