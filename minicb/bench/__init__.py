@@ -1,6 +1,6 @@
 """The benchmark suite behind ``minicb bench``, and what every one of its runs leaves behind.
 
-Eight modules, one concept each (what a student runs: minicb continuous against static
+Nine modules, one concept each (what a student runs: minicb continuous against static
 against transformers, and the report):
 
 - ``workloads``: what the suite runs: the recipes (seeded request sets, built on
@@ -12,7 +12,8 @@ against transformers, and the report):
 - ``measurements``: the run's measurements, one ``Suite`` method per section of
   bench.json, ``schedule()``'s cost on its own among them (static against continuous is
   predicted by the real schedulers on the simulated runner: minicb/sim/);
-- ``report``: the goals judged, the markdown tables and the self-contained HTML page;
+- ``report``: the goals judged and the markdown tables;
+- ``charts``: the self-contained HTML page, its charts and then those tables;
 - ``suite``: the ``minicb bench`` subcommand, the whole run in order;
 - ``speculative``: speculative decoding's own benchmark (``python -m
   minicb.bench.speculative``): where n-gram drafts help, and where they cost.

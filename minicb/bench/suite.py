@@ -119,7 +119,8 @@ def run(args: argparse.Namespace) -> int:
     import torch
     from tqdm import tqdm
 
-    from minicb.bench.report import evaluate, render, render_html
+    from minicb.bench.charts import render_html
+    from minicb.bench.report import evaluate, render
 
     plan, started = make_plan(args), time.time()
     torch.set_num_threads(args.threads)  # before any model is built
