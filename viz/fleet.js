@@ -9,6 +9,12 @@ const decisions = []; // routed events, newest first
 const counts = new Map(); // replica -> requests routed there since this page opened
 let box = null;
 
+// A request as the fleet names it: "r1·4" is request 4 of replica 1. Each replica numbers
+// its own requests from 0, so a bare "request 4" would name one on every replica.
+function fleetRequest(replica, id) {
+  return `r${replica}\u00b7${id}`;
+}
+
 // "replica 0" for a replica's panel (its description carries its index), else "".
 export function fleetTitle(p) {
   const r = p.model.info && p.model.info.replica;
@@ -44,7 +50,8 @@ function draw() {
   list.style.paddingLeft = "18px";
   for (const e of decisions) {
     const item = el("li", null, { "data-replica": String(e.replica) });
-    item.append(el("b", `request ${e.request_id} \u2192 replica ${e.replica}`));
+    const who = fleetRequest(e.replica, e.request_id);
+    item.append(el("b", `request ${who} \u2192 replica ${e.replica}`, { "data-request": who }));
     item.append(el("span", ` \u2014 ${e.reason}`, { class: "router-reason" }));
     list.append(item);
   }
