@@ -26,6 +26,7 @@ mid-transfer says so, naming it, and frees the request's blocks.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import shutil
 import time
@@ -39,7 +40,8 @@ from minicb.fleet.kv_link import DecodeRole, Group, PrefillRole, private_store
 from minicb.fleet.replica import Replica, ReplicaDied
 from minicb.fleet.router import ReplicaLoad, Router
 
-KINDS = ("tokens", "finished", "kv_transfer")
+KINDS = ("tokens", "finished", "aborted", "kv_transfer")
+FLEET = "fleet"  # the name the server's requests are sent to (as minicb.fleet.fleet's)
 
 
 @dataclass
@@ -62,6 +64,7 @@ class Journey:
     error: str | None = None
     waiting: str | None = None  # why it once waited for room on the decode side
     transfer: dict[str, Any] | None = None  # the "done" event's blocks, bytes, seconds
+    first: tuple[Any, float] | None = None  # its first token's delta and time (a stream's)
 
     @property
     def finished(self) -> bool:
@@ -149,10 +152,11 @@ class DisaggregatedFleet:
         self.bus = FleetBus(engines)
         self.send_delay_s = send_delay_s
         self._events: list[tuple[Replica, Any]] = []
-        for engine in engines:
-            engine.bus.subscribe(
-                lambda batch, e=engine: self._events.extend((e, ev) for ev in batch), KINDS
-            )
+        self._handling = False
+        self._loop: Any = None  # the server's EngineLoop, once asked for (engine_loop)
+        for engine in engines:  # before any other listener: a stream moves before it is fed
+            engine.bus.subscribe(functools.partial(self._heard, engine), KINDS)
+            engine.on_death = self._died
         self.route_prefill = Router("least-loaded", prefill, block_size=self.config.block_size)
         self.route_decode = Router("least-loaded", decode, block_size=self.config.block_size)
         self.journeys: dict[int, Journey] = {}
@@ -161,19 +165,38 @@ class DisaggregatedFleet:
         self._tags = itertools.count(1)
 
     # ---- requests ------------------------------------------------------------------------
-    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None) -> int:
-        """Route the request to a prefill engine; returns its id in this fleet."""
+    def submit(
+        self,
+        prompt: str | list[int],
+        params: SamplingParams | None = None,
+        arrival_time: float | None = None,
+        prompt_token_ids: list[int] | None = None,
+    ) -> int:
+        """Route the request to a prefill engine; returns its number in this fleet."""
         params = params or SamplingParams()
-        ids = self.prefill[0].tokenize(prompt)
+        ids = self.tokenize(prompt) if prompt_token_ids is None else list(prompt_token_ids)
         number = next(self._ids)
         route = self.route_prefill.route(number, ids, _loads(self.prefill))
         engine = self.prefill[route.replica]
         first = replace(params, max_tokens=1)  # the prompt and the first token
-        rid = engine.add_request(ids, first, prompt_token_ids=ids)
+        rid = engine.add_request(prompt, first, arrival_time=arrival_time, prompt_token_ids=ids)
         journey = Journey(number, ids, params, engine, rid)
         self.journeys[number] = journey
         self._by_engine[(engine.name, rid)] = journey
         return number
+
+    def add_request(
+        self,
+        prompt: str | list[int],
+        params: SamplingParams | None = None,
+        priority: int = 0,
+        arrival_time: float | None = None,
+        prompt_token_ids: list[int] | None = None,
+    ) -> tuple[str, int]:
+        """The server's door (as ``Fleet.add_request``): the prefill engine's name and the
+        request's id there, where its stream starts (it moves to the decode engine)."""
+        journey = self.journeys[self.submit(prompt, params, arrival_time, prompt_token_ids)]
+        return journey.prefill.name, journey.prefill_id
 
     def abort_request(self, number: int) -> bool:
         """Stop it wherever it is; both sides' blocks are freed."""
@@ -198,7 +221,7 @@ class DisaggregatedFleet:
                 try:
                     engine.step()
                 except ReplicaDied:
-                    self._died(engine)
+                    pass  # on_death (_died) has ended its requests
                 except RuntimeError as err:  # a failed step: its requests end with it
                     self._failed(engine, str(err))
             self._handle()
@@ -215,7 +238,7 @@ class DisaggregatedFleet:
         """Complete every prompt; outputs in the order of the prompts."""
         if params is None or isinstance(params, SamplingParams):
             params = [params or SamplingParams()] * len(prompts)
-        numbers = [self.add_request(p, sp) for p, sp in zip(prompts, params, strict=True)]
+        numbers = [self.submit(p, sp) for p, sp in zip(prompts, params, strict=True)]
         deadline = time.monotonic() + timeout_s
         while any(not self.journeys[n].finished for n in numbers):
             if time.monotonic() > deadline:
@@ -243,21 +266,83 @@ class DisaggregatedFleet:
         """Blocks in use in each live engine's pool (held KV included)."""
         return {n: e.kv_snapshot().num_used for n, e in self.engines.items() if e.dead is None}
 
+    # ---- engine-shaped, for the server (as Fleet is) ---------------------------------------
+    @property
+    def replicas(self) -> dict[str, Replica]:
+        return self.engines
+
+    @property
+    def model_name(self) -> str:
+        return self.prefill[0].model_name
+
+    @property
+    def max_model_len(self) -> int:
+        return min(self.prefill[0].max_model_len, self.decode[0].max_model_len)
+
+    def clock(self) -> float:
+        return self.prefill[0].clock()
+
+    def tokenize(self, prompt: str | list[int]) -> list[int]:
+        return self.prefill[0].tokenize(prompt)  # in this process: every engine's tokenizer
+
+    def apply_chat_template(self, messages: list[dict[str, str]]) -> list[int]:
+        return self.prefill[0].apply_chat_template(messages)
+
+    def queue_sizes(self) -> dict[str, int]:
+        total = {"waiting": 0, "running": 0, "swapped": 0}
+        for engine in self.engines.values():
+            for key, value in engine.queue_sizes().items():
+                total[key] += value
+        return total
+
+    def kv_snapshot(self) -> Any:
+        return self.prefill[0].kv_snapshot()
+
+    def engine_loop(self) -> Any:
+        """The server's loop over every engine, requests sent to ``FLEET`` routed here (a
+        request's stream moves from its prefill engine to its decode engine)."""
+        from minicb.server.engine_loop import EngineLoop
+
+        if self._loop is None:
+            self._loop = EngineLoop(dict(self.engines), fleets={FLEET: self})
+        return self._loop
+
     # ---- what the engines' events call for -----------------------------------------------
+    def _heard(self, engine: Replica, batch: list) -> None:
+        """An engine's events, as they are published (in the thread that steps it): acted
+        on at once, unless this is a round trip made while acting (then after it)."""
+        self._events.extend((engine, event) for event in batch)
+        self._handle()
+
     def _handle(self) -> None:
-        while self._events:
-            engine, event = self._events.pop(0)
-            if event.kind == "tokens":
-                for delta in event.deltas():
-                    journey = self._by_engine.get((engine.name, delta.request_id))
-                    if journey is not None and journey.state != "aborted":
-                        journey.token_ids.append(delta.token_id)
-            elif event.kind == "finished":
-                journey = self._by_engine.get((engine.name, event.request_id))
-                if journey is not None:
-                    self._finished(journey, engine, event.finish_reason)
-            else:
-                self._transfer(engine, event)
+        if self._handling:
+            return
+        self._handling = True
+        try:
+            while self._events:
+                self._act(*self._events.pop(0))
+        finally:
+            self._handling = False
+
+    def _act(self, engine: Replica, event: Any) -> None:
+        if event.kind == "tokens":
+            for delta in event.deltas():
+                journey = self._by_engine.get((engine.name, delta.request_id))
+                if journey is not None and journey.state != "aborted":
+                    journey.token_ids.append(delta.token_id)
+                    if engine is journey.prefill and journey.first is None:
+                        journey.first = (delta, event.time)
+        elif event.kind == "aborted":  # by the server (a client hung up): free both
+            journey = self._by_engine.get((engine.name, event.request_id))
+            if journey is not None and not journey.finished:
+                journey.state = "aborted"
+                self._release(journey)
+        elif event.kind == "finished":
+            journey = self._by_engine.get((engine.name, event.request_id))
+            if journey is not None:
+                self._finished(journey, engine, event.finish_reason)
+        else:
+            self._transfer(engine, event)
 
     def _finished(self, journey: Journey, engine: Replica, finish_reason: str | None) -> None:
         if engine is journey.decode:
@@ -293,6 +378,12 @@ class DisaggregatedFleet:
             return self._end(journey, f"{engine.name} refused it: {err}")
         journey.decode, journey.decode_id, journey.state = engine, rid, "handed_off"
         self._by_engine[(engine.name, rid)] = journey
+        engine.in_flight.add(rid)  # the server's loop steps an engine that holds requests
+        if self._loop is not None:  # its stream goes on there, with its first token
+            stream = self._loop.move_stream(journey.prefill.name, journey.prefill_id,
+                                            engine.name, rid)  # fmt: skip
+            if stream is not None and journey.first is not None:
+                stream.token(*journey.first)
 
     def _transfer(self, engine: Replica, event: Any) -> None:
         journey = self._by_engine.get((engine.name, event.request_id))
@@ -338,6 +429,10 @@ class DisaggregatedFleet:
     def _end(self, journey: Journey, why: str) -> None:
         if not journey.finished:
             journey.state, journey.error = "error", why
+            if self._loop is not None:
+                where = journey.decode or journey.prefill
+                rid = journey.decode_id if journey.decode else journey.prefill_id
+                self._loop.end_stream(where.name, rid, why)
         self._release(journey)
 
     def _died(self, engine: Replica) -> None:
@@ -367,6 +462,8 @@ class DisaggregatedFleet:
     # ---- lifetime ------------------------------------------------------------------------
     def close(self) -> None:
         """Stop every engine's process."""
+        if self._loop is not None:
+            self._loop.stop()
         self._close(list(self.engines.values()))
 
     def _close(self, engines: list[Replica]) -> None:

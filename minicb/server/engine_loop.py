@@ -191,6 +191,24 @@ class EngineLoop:
         """Abort a request; its stream, if open, ends with finish reason "abort"."""
         return await self.acall(lambda: self.engines[engine].abort_request(request_id))
 
+    def move_stream(
+        self, engine: str, request_id: int, to: str, to_id: int
+    ) -> RequestStream | None:
+        """A request that goes on in another engine (disaggregated serving: from a prefill
+        engine to a decode engine) takes its open stream along; in the engine thread."""
+        stream = self._open[engine].pop(request_id, None)
+        if stream is not None:
+            stream.engine, stream.request_id = to, to_id
+            self._open[to][to_id] = stream
+        return stream
+
+    def end_stream(self, engine: str, request_id: int, why: str) -> None:
+        """End a request's open stream with finish reason "error" and ``why``; in the
+        engine thread (a fleet whose request failed between engines)."""
+        stream = self._open[engine].pop(request_id, None)
+        if stream is not None:
+            stream.push(RequestOutput.ended(request_id, "error", why))
+
     def replace_engine(self, name: str, engine: LLMEngine) -> None:
         """Put ``engine`` (from ``old.rebuilt(config)``) under ``name``; in the engine thread.
 

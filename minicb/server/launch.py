@@ -141,6 +141,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument(
         "--speed", type=float, default=1.0, help="simulated seconds per wall second (default 1)"
     )
+    s.add_argument(
+        "--host-time",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="count the host's time per step (this engine's, measured on start: "
+        "minicb/sim/host_time.py), so the lanes show the device's idle share; with "
+        "--overlap-scheduling the simulated GPU hides it behind the device's (default on)",
+    )
+    s.add_argument(
+        "--host-us-per-row",
+        type=float,
+        help="the host's microseconds per row of a step, instead of measuring this engine's",
+    )
     p.add_argument(
         "--scenario",
         metavar="NAME",
@@ -185,6 +198,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="round-robin",
         choices=POLICIES,
         help="which replica gets a request (default round-robin; docs: minicb/fleet/router.py)",
+    )
+    f.add_argument(
+        "--disaggregate",
+        metavar="P:D",
+        help="P prefill and D decode engines, each its own process, the KV cache sent between "
+        "them over torch.distributed (minicb/fleet/disagg_fleet.py); not with --replicas",
     )
     add_engine_options(p)
     p.set_defaults(measure_utilisation=True)
@@ -293,7 +312,16 @@ def demo_engines(args: argparse.Namespace) -> dict[str, LLMEngine]:
     if args.simulate:
         from minicb.sim.demo import simulated_engines
 
-        return simulated_engines(args.simulate, configs)
+        host = None
+        if getattr(args, "host_time", False):
+            from minicb.sim.host_time import HostTime, measure_engine_host_time
+
+            per_row = getattr(args, "host_us_per_row", None)
+            if per_row is None:
+                host = measure_engine_host_time(steps=8)
+            else:
+                host = HostTime("given", 0.0, per_row * 1e-6, "--host-us-per-row")
+        return simulated_engines(args.simulate, configs, host_time=host)
     continuous = LLMEngine(args.model, configs["continuous"])
     runner = continuous.runner.with_config(configs["static"])
     return {"static": LLMEngine(config=configs["static"], runner=runner), "continuous": continuous}
@@ -432,6 +460,8 @@ def build_serve(args: argparse.Namespace) -> tuple[FastAPI, EngineLoop, LLMEngin
     if args.max_body_bytes < 1024:
         raise ValueError(f"--max-body-bytes must be at least 1024, got {args.max_body_bytes}")
     api = dict(max_waiting=args.max_waiting, max_body_bytes=args.max_body_bytes)
+    if getattr(args, "disaggregate", None):
+        return build_disaggregated(args, guard, api)
     if getattr(args, "replicas", 1) != 1:
         return build_fleet(args, guard, api)
     engine = LLMEngine(args.model, EngineConfig.from_kwargs(**engine_kwargs(args)))
@@ -453,15 +483,58 @@ def build_fleet(args: argparse.Namespace, guard: Guard, api: dict[str, Any]) -> 
     return _app(loop, "serve", FLEET, name, guard, **api), loop, fleet, name
 
 
+def build_disaggregated(args: argparse.Namespace, guard: Guard, api: dict[str, Any]) -> tuple:
+    """``serve --disaggregate P:D``: the engines' processes (started, their models loaded),
+    the loop over them, and the app with the API aimed at the prefill/decode fleet."""
+    from minicb.fleet.disagg_fleet import FLEET, DisaggregatedFleet
+
+    prefill, decode = parse_disaggregate(args.disaggregate)
+    options = engine_kwargs(args)
+    refused = [
+        words
+        for words, clash in (
+            (f"--replicas {args.replicas}", args.replicas != 1),
+            (f"--tensor-parallel-size {options.get('tensor_parallel_size')}",
+             (options.get("tensor_parallel_size") or 1) != 1),
+            (f"--batching {options.get('batching')}",
+             options.get("batching", "continuous") != "continuous"),
+            ("--overlap-scheduling", bool(options.get("overlap_scheduling"))),
+        )
+        if clash
+    ]  # fmt: skip
+    if refused:
+        raise ValueError(
+            f"--disaggregate {args.disaggregate} does not work with {', '.join(refused)}: each "
+            "prefill and decode engine is one continuous-batching engine on one rank"
+        )
+    fleet = DisaggregatedFleet(args.model, prefill, decode, **options)
+    name = args.served_model_name or fleet.model_name
+    loop = fleet.engine_loop()
+    return _app(loop, "serve", FLEET, name, guard, **api), loop, fleet, name
+
+
+def parse_disaggregate(text: str) -> tuple[int, int]:
+    """P and D of "P:D", both at least 1; ValueError naming the form otherwise."""
+    parts = text.split(":")
+    if len(parts) != 2 or not all(p.strip().isdigit() and int(p) >= 1 for p in parts):
+        raise ValueError(
+            f"--disaggregate takes P:D, two positive integers (e.g. 1:1), got {text!r}"
+        )
+    return int(parts[0]), int(parts[1])
+
+
 def run_serve(args: argparse.Namespace) -> int:
-    if getattr(args, "replicas", 1) != 1:
+    if getattr(args, "disaggregate", None):
+        print(f"minicb serve: starting {args.disaggregate} prefill:decode engines ...", flush=True)
+    elif getattr(args, "replicas", 1) != 1:
         print(f"minicb serve: starting {args.replicas} replicas ...", flush=True)
     app, loop, engine, model_name = build_serve(args)
     logging.basicConfig(level=args.log_level.upper())
     what = f"minicb serve: {model_name} (visualizer at /, API at /v1)"
     if loop.fleets:  # the replicas: each its own process, stopped with the server
         first = next(iter(engine.replicas.values()))
-        print(f"minicb serve: router {args.router}; each replica: "
+        what_routes = "disaggregated" if args.disaggregate else f"router {args.router}"
+        print(f"minicb serve: {what_routes}; each engine: "
               f"{describe_choices(first.describe()['runner'])}", flush=True)  # fmt: skip
         replicas = dict(engine.replicas)
         files = replica_trace_paths(args.trace, list(replicas)) if args.trace else {}

@@ -103,7 +103,7 @@ def test_greedy_tokens_with_prefix_caching_on_the_prefill_side(fleet, shared_ref
 
 def test_aborts_free_both_sides(fleet):
     params = greedy([30] * 6)
-    numbers = [fleet.add_request(p, sp) for p, sp in zip(MIXED[:6], params, strict=True)]
+    numbers = [fleet.submit(p, sp) for p, sp in zip(MIXED[:6], params, strict=True)]
     # step until some request decodes and others still wait (held on the prefill side)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
