@@ -6,7 +6,8 @@
   same run on the same ids.
 - ``time_instrumentation``: CPU seconds per ``engine.step()`` over a ``FakeRunner`` (no model:
   the step is all host work) with nothing subscribed and with the full set of listeners
-  (metrics, Prometheus, a JSONL trace, an async queue nobody reads), or each of them alone
+  (metrics, Prometheus, a JSONL trace, one viewer: the server's subscription, folded into
+  frames by a thread of its own as minicb/server/broadcast.py does), or each of them alone
   (``--listeners``), engines under the same load stepped in turns, so that the machine's
   load falls on all alike. The difference is what the events cost: building them and
   every listener handling them.
@@ -19,9 +20,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,10 @@ from minicb.detokenizer import REPLACEMENT_CHAR, IncrementalDetokenizer
 from minicb.engine import LLMEngine
 from minicb.runner.fake import FakeRunner
 from minicb.scheduler.block_manager import blocks_needed
+from minicb.server.broadcast import FOLD_QUEUE, compress
+from minicb.server.frames import DETAIL_ROWS, FRAME_HZ, StepFolder
+from minicb.telemetry.events import EVENT_KINDS
+from minicb.telemetry.kv_state import KVState
 from minicb.telemetry.metrics import MetricsCollector
 from minicb.telemetry.prometheus import PrometheusMetrics
 from minicb.telemetry.trace import TraceWriter, trace_header
@@ -64,16 +71,54 @@ def time_detokenize(tokenizer: Any, num_tokens: int = 500, repeats: int = 3) -> 
     return {"num_tokens": num_tokens, **best, "speedup": speedup}
 
 
-LISTENERS = ("metrics", "prometheus", "trace", "queue")  # "full" is all four at once
+LISTENERS = ("metrics", "prometheus", "trace", "viewer")  # "full" is all four at once
+
+
+class _Viewer:
+    """One browser's share of the server, as minicb/server/broadcast.py serves it: the
+    broadcast's subscription (at scale without token events), drained FRAME_HZ times a
+    second by a thread of its own that folds the events into a frame (StepFolder) and
+    encodes and compresses it. The engine thread pays the queue put; the fold is the
+    server's thread's, measured apart (``thread_cpu_s``)."""
+
+    def __init__(self, engine: LLMEngine) -> None:
+        small = engine.config.max_num_seqs <= DETAIL_ROWS
+        info = {"name": "bench", **engine.describe(), "requests": engine.live_requests()}
+        self.folder = StepFolder(info, KVState.from_snapshot(engine.kv_snapshot_event()))
+        kinds = None if small else EVENT_KINDS - {"tokens"}
+        self.sub = engine.bus.subscribe_async(FOLD_QUEUE, kinds)
+        self.tokens, self.frames, self.bytes = small, 0, 0
+        self.thread = threading.Thread(target=self._run, name="bench viewer", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.sub.closed:
+            time.sleep(1 / FRAME_HZ)
+            events = self.folder.fold(self.sub.drain(), tokens=self.tokens)
+            frame = json.dumps({"type": "frame", "engine": "bench", "events": events})
+            self.bytes += len(compress(frame))
+            self.frames += 1
+
+    def close(self) -> None:
+        self.sub.close()
+        self.thread.join()
+
+
+def thread_cpu_s(names: tuple[str, ...]) -> float:
+    """CPU seconds so far of the live threads whose names start with one of ``names``."""
+    return sum(
+        time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+        for t in threading.enumerate()
+        if t.name.startswith(names) and t.ident is not None
+    )
 
 
 def _subscribe(engine: LLMEngine, folder: Path, names: tuple[str, ...]) -> Any:
     """The listeners ``names`` on ``engine``'s bus; returns how to undo it."""
     bus, undo = engine.bus, []
     for name in names:
-        if name == "queue":  # an async subscription nobody reads: full, dropping
-            queue = bus.subscribe_async(maxsize=256)
-            undo.append(queue.close)
+        if name == "viewer":
+            undo.append(_Viewer(engine).close)
             continue
         if name == "trace":
             listener: Any = TraceWriter(folder / f"host-{id(engine)}.jsonl", trace_header(engine))
@@ -92,24 +137,38 @@ def _subscribe(engine: LLMEngine, folder: Path, names: tuple[str, ...]) -> Any:
 
 
 class _SteadyLoad:
-    """An engine over a FakeRunner that always holds ``num_running`` requests: each one
-    that finishes is replaced by a new one (prompts of ``prompt_len`` tokens that share no
-    prefix, 16 to 64 new tokens), so every kind of event comes each step."""
+    """An engine over a FakeRunner that holds ``num_running`` requests once filled
+    (``fill_steps``): each one that finishes is replaced by a new one (prompts of
+    ``prompt_len`` tokens that share no prefix), so every kind of event comes each step.
+
+    Requests live long enough for the replacements' prefills to fit the token budget: 16
+    to 64 new tokens where the budget takes many prompts a step, longer where it takes one
+    (1,500-token prompts: 256 to 1,024). With 16 to 64 at 1,500-token prompts the engine
+    could prefill one a step while about one finished a step, so "256 running" held about
+    40 (the figures of docs/performance.md before this commit were taken that way)."""
 
     def __init__(self, num_running: int, prompt_len: int = 32) -> None:
         self.count, self.prompt_len = 0, prompt_len
-        blocks = num_running * blocks_needed(prompt_len + 64, 16)
+        self.rows: list[int] = []  # rows each step ran
+        budget = max(512, num_running, prompt_len)
+        # the fewest new tokens: a request lives as long as the budget takes to refill
+        # the batch, num_running prompts of prompt_len tokens
+        self.min_tokens = max(16, -(-num_running * prompt_len // budget))
+        self.fill_steps = -(-num_running * prompt_len // budget)
+        longest = prompt_len + 4 * self.min_tokens
+        blocks = num_running * blocks_needed(longest, 16)
         config = EngineConfig(
             max_num_seqs=num_running, num_kv_blocks=blocks, num_swap_blocks=0,
-            max_num_batched_tokens=max(512, num_running, prompt_len),
+            max_num_batched_tokens=budget,
         )  # fmt: skip
-        runner = FakeRunner(blocks, max(256, prompt_len + 64), num_swap_blocks=0)
+        runner = FakeRunner(blocks, max(256, longest), num_swap_blocks=0)
         self.engine = LLMEngine(config=config, runner=runner)
         for _ in range(num_running):
             self._add()
 
     def _add(self) -> None:
-        max_tokens = 16 + (self.count * 13) % 49  # spread, so that some finish every step
+        low = self.min_tokens  # spread over low..4 low, so that some finish every step
+        max_tokens = low + (self.count * 13) % (3 * low + 1)
         params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
         c = self.count  # its first two tokens are its own: no prompt shares a block
         tail = [3 + (7 * c + j) % 250 for j in range(self.prompt_len - 2)]
@@ -120,9 +179,12 @@ class _SteadyLoad:
     def step(self) -> float:
         """One step and the arrivals that replace what finished; CPU seconds it took."""
         t0 = time.thread_time()
-        for _ in self.engine.step().finished:
+        result = self.engine.step()
+        for _ in result.finished:
             self._add()
-        return time.thread_time() - t0
+        seconds = time.thread_time() - t0
+        self.rows.append(len(result.event.plan.scheduled))
+        return seconds
 
 
 def time_instrumentation(
@@ -136,8 +198,10 @@ def time_instrumentation(
     all of them), stepped in turns (the order reversed every other round) so that the
     machine's load falls on all alike. CPU time of the engine's thread, not wall time: on
     a shared machine a wall-clock step also counts the time other processes held the core.
-    ``instrumentation_s`` is the first setting's median less off's; ``step_event_bytes`` the
-    median size of a step event's JSON line in the trace (what a listener serialises)."""
+    ``instrumentation_s`` is the first setting's median less off's; ``off_thread_s`` the
+    CPU seconds per step of the threads that work beside the engine's (the trace writers',
+    the viewer's folds), all settings together; ``step_event_bytes`` the median size of a
+    step event's JSON line in the trace (what the writer serialises)."""
     modes = ("off", *settings)
     loads = {m: _SteadyLoad(num_running, prompt_len) for m in modes}
     times: dict[str, list[float]] = {m: [] for m in modes}
@@ -146,11 +210,16 @@ def time_instrumentation(
             _subscribe(loads[m].engine, Path(tmp), LISTENERS if m == "full" else (m,))
             for m in settings
         ]
-        for i in range(steps + 100):  # the first 100: warm-up, to a steady state
+        beside = ("trace writer", "bench viewer")
+        warmup = loads["off"].fill_steps + 100  # filled, then 100 more: a steady state
+        for i in range(steps + warmup):
+            if i == warmup:
+                beside_t0 = thread_cpu_s(beside)
             for mode in modes if i % 2 else modes[::-1]:
                 seconds = loads[mode].step()
-                if i >= 100:
+                if i >= warmup:
                     times[mode].append(seconds)
+        beside_s = thread_cpu_s(beside) - beside_t0  # before the threads end
         for fn in undo:
             fn()
         lines = [p.read_bytes().splitlines() for p in Path(tmp).glob("host-*.jsonl")]
@@ -158,6 +227,8 @@ def time_instrumentation(
     medians = {f"{m}_s": statistics.median(times[m]) for m in modes}
     return {"num_running": num_running, "steps": steps, "prompt_len": prompt_len, **medians,
             "instrumentation_s": medians[f"{settings[0]}_s"] - medians["off_s"],
+            "off_thread_s": beside_s / steps,
+            "rows": statistics.median(loads["off"].rows[-steps:]),
             "step_event_bytes": statistics.median(sizes) if sizes else None}  # fmt: skip
 
 
@@ -185,10 +256,13 @@ def main() -> None:
                   f"p90 {s['p90_s'] * 1e3:.3f} ms")  # fmt: skip
     for n in args.running:
         r = time_instrumentation(n, prompt_len=args.prompt_len)
-        print(f"engine.step() CPU time, {n} running ({args.prompt_len}-token prompts) over "
-              f"FakeRunner, median of {r['steps']}: off {r['off_s'] * 1e6:.0f} us, full "
+        print(f"engine.step() CPU time, {n} running ({args.prompt_len}-token prompts; median "
+              f"{r['rows']:.0f} rows a step) over FakeRunner, median of {r['steps']}: "
+              f"off {r['off_s'] * 1e6:.0f} us, full "
               f"instrumentation {r['full_s'] * 1e6:.0f} us, instrumentation "
-              f"{r['instrumentation_s'] * 1e6:.0f} us per step ({r['full_s'] / r['off_s']:.2f}x); "
+              f"{r['instrumentation_s'] * 1e6:.0f} us per step ({r['full_s'] / r['off_s']:.2f}x), "
+              f"{r['instrumentation_s'] / r['off_s']:.1%} of off; beside the engine's thread "
+              f"(trace writer, viewer's folds) {r['off_thread_s'] * 1e6:.0f} us per step; "
               f"step event {r['step_event_bytes']:,} bytes")  # fmt: skip
     for n in args.running if args.listeners else ():
         r = time_instrumentation(n, settings=(*LISTENERS, "full"), prompt_len=args.prompt_len)

@@ -36,7 +36,10 @@ Pure Python: no torch.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
+from itertools import repeat
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 # The latency figures and statistics are defined in minicb.telemetry.latency, and the
@@ -71,6 +74,9 @@ __all__ = [
 ]
 
 
+_TOKEN_TIMES = attrgetter("token_times")
+
+
 class MetricsCollector(HandlerListener):
     """Listens to events; ``summary()`` gives every figure at any moment."""
 
@@ -80,6 +86,7 @@ class MetricsCollector(HandlerListener):
         # (a "reset" event), and a run that crosses one must not mix two requests.
         self.requests: dict[tuple[int, int], RequestRecord] = {}
         self.generation = 0
+        self._current: dict[int, RequestRecord] = {}  # this generation's, by request id
         self.steps = StepTotals()
         self.rejected = 0
         self.t_min: float | None = None
@@ -93,10 +100,13 @@ class MetricsCollector(HandlerListener):
 
     def _req(self, event: Any) -> RequestRecord:
         self._seen(event.time, event.time)
-        key = (self.generation, event.request_id)
-        r = self.requests.get(key)
+        return self._record(event.request_id)
+
+    def _record(self, request_id: int) -> RequestRecord:
+        r = self._current.get(request_id)
         if r is None:  # only now: setdefault would build a RequestRecord for every event
-            r = self.requests[key] = RequestRecord()
+            r = self._current[request_id] = RequestRecord()
+            self.requests[(self.generation, request_id)] = r
         return r
 
     # ---- per-event updates ---------------------------------------------------------------
@@ -153,12 +163,14 @@ class MetricsCollector(HandlerListener):
 
     def _on_tokens(self, e: Any) -> None:
         self._seen(e.time, e.time)
-        requests, generation, now = self.requests, self.generation, e.time
-        for request_id in e.request_ids:
-            r = requests.get((generation, request_id))
-            if r is None:
-                r = requests[(generation, request_id)] = RequestRecord()
-            r.token_times.append(now)
+        records, rids = self._current, e.request_ids
+        if not all(map(records.__contains__, rids)):  # one that came before we listened
+            for request_id in rids:
+                self._record(request_id)
+        # Each token's time on its request's record, in C: no Python loop over 256 tokens
+        # (a deque of length 0 consumes the map, as itertools' "consume" recipe does).
+        times = map(_TOKEN_TIMES, map(records.__getitem__, rids))
+        deque(map(list.append, times, repeat(e.time)), maxlen=0)
 
     def _on_finished(self, e: Any) -> None:
         r = self._req(e)
@@ -175,6 +187,7 @@ class MetricsCollector(HandlerListener):
     def _on_reset(self, e: Any) -> None:
         self._seen(e.time, e.time)
         self.generation += 1
+        self._current = {}
 
     def _on_rejected(self, e: Any) -> None:
         self._seen(e.time, e.time)
