@@ -21,9 +21,12 @@ export function fleetTitle(p) {
   return r == null ? "" : `replica ${r}`;
 }
 
-// One routed event, from the frame of the replica it went to.
+// One routed event, from the frame of the replica it went to. Frames come per replica, so
+// two replicas' decisions can arrive out of order: they are kept by time (the fleet's
+// clock), newest first.
 export function noteRouted(e) {
   decisions.unshift(e);
+  decisions.sort((a, b) => b.time - a.time); // stable: equal times keep arrival order
   if (decisions.length > KEEP) decisions.length = KEEP;
   counts.set(e.replica, (counts.get(e.replica) || 0) + 1);
   draw();

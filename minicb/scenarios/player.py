@@ -129,14 +129,18 @@ class ScenarioFeeder:
         for a in self.pending.due(self.round):
             vocab = min(engine.runner.vocab_size for engine in engines.values())
             ids = [3 + t % (vocab - 3) for t in a.prompt]  # tiny vocabularies too
-            route = None if self.router is None else self._route(engines, ids)
+            route, now = None, 0.0
+            if self.router is not None:
+                route = self._route(engines, ids)
+                # the fleet's time: its replicas' latest clock (an idle one's stands still)
+                now = max(engine.clock() for engine in engines.values())
             for index, (name, engine) in enumerate(engines.items()):
                 if route is not None and route.replica != index:
                     continue  # a fleet: the other replica got it
                 rid = engine.add_request(ids, a.params(), priority=a.priority)
                 self.groups[name][rid] = a.group
                 if route is not None and engine.bus.wants("routed"):
-                    engine.bus.emit(_routed(route, rid, engine.clock()))
+                    engine.bus.emit(_routed(route, rid, now))
         self.round += 1
         return new
 

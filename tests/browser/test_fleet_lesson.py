@@ -23,8 +23,9 @@ def test_the_routers_decisions_name_each_request_with_its_replica(tab):
         names = js(page, f"{DECISIONS}.map(li => li.querySelector('b').dataset.request)")
         replicas = js(page, f"{DECISIONS}.map(li => li.dataset.replica)")
         texts = js(page, f"{DECISIONS}.map(li => li.textContent)")
-        # two replicas each have a request 0: the names tell them apart
-        assert sorted(names) == ["r0\u00b70", "r0\u00b71", "r0\u00b72", "r1\u00b70"]
+        # two replicas each have a request 0: the names tell them apart; newest first, in
+        # the router's order: conversation 1's second turn, then the first turns of 3, 2, 1
+        assert names == ["r0\u00b72", "r0\u00b71", "r1\u00b70", "r0\u00b70"]
         for name, replica, text in zip(names, replicas, texts, strict=True):
             assert name.startswith(f"r{replica}\u00b7")
             assert text.startswith(f"request {name} \u2192 replica {replica}")
