@@ -1,4 +1,4 @@
-"""The notebooks in notebooks/: twelve of them, stored clean.
+"""The notebooks in notebooks/: thirteen of them, stored clean.
 
 Each notebook runs top to bottom once, in tests/lab/test_lab.py: the lab checker's run of
 the teacher's notebook fails on an error in any cell, so a renamed function, a changed field
@@ -27,8 +27,8 @@ def _read(path: Path):
     return nbformat.read(path, as_version=4)
 
 
-def test_there_are_twelve_notebooks():
-    assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(1, 13)], NOTEBOOKS
+def test_there_are_thirteen_notebooks():
+    assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(1, 14)], NOTEBOOKS
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
