@@ -481,11 +481,17 @@ class LLMEngine:
         self.busy_s += end - (start if counted_from is None else counted_from)
         for req in firsts:
             req.metrics.first_token_busy_s = self.busy_s
+        prepare_s = max(0.0, lanes.execute_s - out.forward_s - out.sample_s)
+        schedule_s, device_start = lanes.schedule_s, lanes.device_start
+        process_s = time.perf_counter() - lanes.process_t0
+        if out.host_lanes is not None:  # a simulated host's, on the virtual clock
+            schedule_s, wait_s, process_s = out.host_lanes
+            device_start, prepare_s = device_start + wait_s, 0.0
         return events.StepEvent(
             plan,
             start,
             end,
-            lanes.schedule_s,
+            schedule_s,
             out.forward_s,
             out.sample_s,
             tensor_parallel_size=self.config.tensor_parallel_size,
@@ -493,9 +499,9 @@ class LLMEngine:
             bandwidth_util=out.bandwidth_util,
             flop_util=out.flop_util,
             busy_s=self.busy_s,
-            device_start=lanes.device_start,
-            prepare_s=max(0.0, lanes.execute_s - out.forward_s - out.sample_s),
-            process_s=time.perf_counter() - lanes.process_t0,
+            device_start=device_start,
+            prepare_s=prepare_s,
+            process_s=process_s,
         )
 
     def _publish(

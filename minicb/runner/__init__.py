@@ -53,6 +53,11 @@ class RunnerOutput:
     # fake): bytes streamed / HBM bandwidth and FLOPs / peak FLOP/s, each over the step's time.
     bandwidth_util: float | None = None
     flop_util: float | None = None
+    # A simulated host (SimulatedRunner with a host-time model, minicb/sim/host_time.py):
+    # (schedule_s, device_wait_s, process_s), the host's seconds around this step and the
+    # device's wait before it, inside the step's time on the virtual clock. The step event
+    # draws these lanes instead of the engine's own (microseconds of Python, off that clock).
+    host_lanes: tuple[float, float, float] | None = None
 
 
 class Runner(Protocol):

@@ -6,7 +6,15 @@ SimulatedRunner (minicb/sim/runner.py): no weights, the KV pool of that GPU, pre
 times. Each engine has its own simulated GPU and its own VirtualClock, as two machines side
 by side would; the engine loop's Pacer (sim/pacing.py) holds both to the wall clock. The
 page's picker (minicb/server/controls.py's ``simulate``) moves both to another catalogue
-profile. Pure Python.
+profile.
+
+With a host-time model (``host_time``: minicb/sim/host_time.py, the demo measures this
+engine's own on start) each step also costs the host's seconds for its rows, so the page's
+lanes show the device's idle share at a serving scale; with ``overlap_scheduling`` in the
+config the simulated GPU hides that time behind the device's (the longer of the two), so
+the page shows what overlap recovers. That overlap is modelled: the engine's own pipeline
+(a worker thread, minicb/overlap.py) is not run on a virtual clock that only its runner
+moves, where the two threads' readings of the clock would race. Pure Python.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from minicb.engine import LLMEngine
 from minicb.runner import VirtualClock
 from minicb.sim.catalogue import load_profile, read_catalogue
+from minicb.sim.host_time import HostTime
 from minicb.sim.runner import SimulatedRunner
 
 if TYPE_CHECKING:
@@ -30,13 +39,20 @@ SIMULATED_WORKLOAD = dict(
 )
 
 
-def simulated_engines(profile_name: str, configs: dict[str, EngineConfig]) -> dict[str, LLMEngine]:
-    """One engine per config (name -> config), each on its own simulated GPU and clock."""
+def simulated_engines(
+    profile_name: str, configs: dict[str, EngineConfig], host_time: HostTime | None = None
+) -> dict[str, LLMEngine]:
+    """One engine per config (name -> config), each on its own simulated GPU and clock;
+    with ``host_time``, the host's time per step counted too, and overlap scheduling
+    modelled where a config asks for it (the module docstring)."""
     profile = load_profile(profile_name)
     engines = {}
     for name, config in configs.items():
         clock = VirtualClock()
-        runner = SimulatedRunner(profile, config, clock=clock)
+        overlap = host_time is not None and config.overlap_scheduling
+        if overlap:
+            config = config.with_(overlap_scheduling=False)  # modelled by the runner instead
+        runner = SimulatedRunner(profile, config, clock=clock, host=host_time, overlap=overlap)
         engines[name] = LLMEngine(config=config, runner=runner, clock=clock)
     return engines
 
@@ -65,7 +81,13 @@ def resimulate(loop: EngineLoop, profile_name: str) -> list[dict[str, Any]]:
     runner is built before any engine is touched, so a profile refused changes nothing."""
     profile = load_profile(profile_name)
     runners = {
-        name: SimulatedRunner(profile, engine.config, clock=engine.clock)
+        name: SimulatedRunner(
+            profile,
+            engine.config,
+            clock=engine.clock,
+            host=getattr(engine.runner, "host", None),  # the host-time model stays
+            overlap=getattr(engine.runner, "overlap", False),
+        )
         for name, engine in loop.engines.items()
     }
     for name, runner in runners.items():

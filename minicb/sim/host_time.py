@@ -10,7 +10,11 @@ Without overlap a step takes host + device, and the device idles host / (host + 
 the time; with overlap scheduling (minicb/overlap.py) the host plans step N+1 while the
 device runs N, so a step takes max(host, device) and the device idles only where the host
 is the longer. ``replay`` applies both to the device times of a simulated run (the real
-scheduler on a simulated GPU): a prediction, never a measurement.
+scheduler on a simulated GPU): a prediction, never a measurement. ``step_lanes`` does the
+same one step at a time, for SimulatedRunner (its ``host``), so that a simulated engine's
+step events carry the host's lane and the device's idle gaps on the virtual clock: the
+simulated demo draws them live (``minicb demo --simulate GPU:MODEL``, with
+``--overlap-scheduling`` to see what overlap recovers).
 
 Two calibrations:
 
@@ -47,9 +51,26 @@ class HostTime:
     per_step_s: float
     per_row_s: float
     source: str  # where the numbers come from, in words
+    schedule_share: float = 0.5  # of the host's seconds, scheduling (the rest: outputs)
 
     def seconds(self, rows: int) -> float:
         return self.per_step_s + self.per_row_s * rows
+
+
+def step_lanes(
+    host: HostTime, rows: int, device_s: float, overlap: bool
+) -> tuple[float, tuple[float, float, float]]:
+    """One step of ``rows`` rows and ``device_s`` device seconds: its seconds on the clock
+    and its lanes (schedule_s, device_wait_s, process_s). Without overlap the device waits
+    while the host schedules and starts after it; the host processes the outputs after the
+    device. With overlap the host schedules the next step and processes the previous one
+    while the device computes this one (the lanes draw them in this step's span), and the
+    step lasts the longer of the two."""
+    h = host.seconds(rows)
+    schedule_s, process_s = h * host.schedule_share, h * (1 - host.schedule_share)
+    if overlap:
+        return max(h, device_s), (schedule_s, 0.0, process_s)
+    return h + device_s, (schedule_s, schedule_s, process_s)
 
 
 def measure_engine_host_time(batches: Iterable[int] = (8, 64, 256), steps: int = 20) -> HostTime:
@@ -59,7 +80,7 @@ def measure_engine_host_time(batches: Iterable[int] = (8, 64, 256), steps: int =
     from minicb.runner.fake import FakeRunner
     from minicb.telemetry.metrics import MetricsCollector
 
-    points = []
+    points, shares = [], []
     for batch in batches:
         config = EngineConfig(max_num_seqs=batch, max_num_batched_tokens=max(512, batch))
         runner = FakeRunner(num_kv_blocks=batch * 8, max_model_len=512)
@@ -68,11 +89,13 @@ def measure_engine_host_time(batches: Iterable[int] = (8, 64, 256), steps: int =
         for i in range(batch):
             engine.add_request([5 + i % 50] * 8, SamplingParams(max_tokens=steps + 4))
         engine.step()  # the prefills
-        seconds = []
+        seconds, scheduling = [], []
         for _ in range(steps):
             e = engine.step().event
             seconds.append(e.schedule_s + (e.process_s or 0.0))
+            scheduling.append(e.schedule_s)
         points.append((batch, statistics.median(seconds)))
+        shares.append(statistics.median(scheduling) / max(points[-1][1], 1e-12))
     per_row, per_step = _line(points)
     return HostTime(
         "minicb on this machine",
@@ -81,6 +104,7 @@ def measure_engine_host_time(batches: Iterable[int] = (8, 64, 256), steps: int =
         "measured: schedule_s + process_s of decode steps over FakeRunner, batches "
         + ", ".join(str(b) for b, _ in points)
         + f" ({time.strftime('%Y-%m-%d')})",
+        min(1.0, statistics.median(shares)),
     )
 
 

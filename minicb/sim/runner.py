@@ -18,6 +18,12 @@ offloads or reloads crosses the GPU's link to host memory (the catalogue's
 ``host_link_gb_s``, PCIe, at the catalogue's interconnect efficiency), added to the step as
 if the copies did not overlap the forward (vLLM's connector overlaps them; this is the
 upper bound).
+
+With a host-time model (``host``, minicb/sim/host_time.py) each step also costs the
+host's seconds for its rows: added to the device's without overlap, the longer of the two
+with ``overlap`` (the host's next plan made while the device computes); the step's
+``RunnerOutput.host_lanes`` say where they fall, so the events draw both lanes and the
+device's idle gaps on the virtual clock.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from minicb.runner import RunnerOutput, VirtualClock
 from minicb.runner.fake import FakeRunner
 from minicb.scheduler.plan import StepPlan
 from minicb.sim.catalogue import load_profile
+from minicb.sim.host_time import HostTime, step_lanes
 from minicb.sim.step_time import StepTimeModel
 
 GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of device memory for weights + KV
@@ -48,6 +55,8 @@ class SimulatedRunner(FakeRunner):
         output_lengths: dict[int, int] | None = None,
         gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
         tokenizer: Any | None = None,
+        host: HostTime | None = None,
+        overlap: bool = False,
     ) -> None:
         """``profile``: a step-time model, or its name (``"H100:llama-3.1-8b"``, see
         minicb.sim.catalogue.load_profile); ``config``: the engine's settings (its
@@ -55,7 +64,9 @@ class SimulatedRunner(FakeRunner):
         fewer bytes read per step), weight dtype (8-bit weights: more room for the pool and
         fewer bytes streamed per step), tensor-parallel degree, and pool sizes where it fixes
         them);
-        ``clock``: the engine's clock, advanced by each step's predicted time."""
+        ``clock``: the engine's clock, advanced by each step's predicted time; ``host``:
+        the host's time per step, if it is to be counted; ``overlap``: the host's time
+        hidden behind the device's (overlap scheduling, modelled)."""
         config = config or EngineConfig()
         tp = config.tensor_parallel_size
         if isinstance(profile, str):
@@ -93,6 +104,8 @@ class SimulatedRunner(FakeRunner):
         self.config = config
         self.gpu_memory_utilization = gpu_memory_utilization
         self._terms: dict[str, float] = {}  # the last step's terms, for its utilisation
+        self.host, self.overlap = host, overlap
+        self._lanes: tuple[float, tuple[float, float, float]] | None = None  # the last step's
         # Seconds to copy one block between this GPU group and host memory: each GPU moves
         # its 1/tp of the block over its own link. A profile with no host link (this CPU's,
         # the toy one) holds its "host" pool in the same memory: a read and a write there.
@@ -105,13 +118,22 @@ class SimulatedRunner(FakeRunner):
     def _step_time(self, plan: StepPlan) -> float:
         self._terms = self.profile.plan_terms(plan)
         copies = len(plan.offload_map) + len(plan.reload_map)
-        return self._terms["step_s"] + copies * self.host_copy_s
+        device = self._terms["step_s"] + copies * self.host_copy_s
+        if self.host is None:
+            return device
+        seconds, lanes = step_lanes(self.host, len(plan.scheduled), device, self.overlap)
+        self._lanes = (device, lanes)
+        return seconds
 
     def execute(self, plan: StepPlan) -> RunnerOutput:
-        """FakeRunner's step, with the model's bandwidth and FLOP utilisation of it."""
+        """FakeRunner's step, with the model's bandwidth and FLOP utilisation of it (and,
+        with a host-time model, the host's lanes: the clock moved by both)."""
+        self._lanes = None
         out = super().execute(plan)
         out.bandwidth_util = self._terms["bandwidth_util"]
         out.flop_util = self._terms["flop_util"]
+        if self._lanes is not None:  # a scripted step time (step_times) has no lanes
+            out.forward_s, out.host_lanes = self._lanes
         return out
 
     def describe(self) -> dict[str, Any]:
@@ -124,6 +146,9 @@ class SimulatedRunner(FakeRunner):
             "num_kv_blocks": self.num_kv_blocks,
             "bytes_per_block": self.profile.block_bytes(self.config.block_size),
             "gpu_memory_utilization": self.gpu_memory_utilization,
+            # The host's time per step, if counted, and whether overlap hides it (modelled).
+            "host_time": None if self.host is None else self.host.name,
+            "overlap_modelled": self.overlap,
         }
 
     def with_config(self, config: EngineConfig) -> SimulatedRunner:
@@ -135,4 +160,6 @@ class SimulatedRunner(FakeRunner):
             output_lengths=self.output_lengths,
             gpu_memory_utilization=self.gpu_memory_utilization,
             tokenizer=self.tokenizer,
+            host=self.host,
+            overlap=self.overlap,
         )
