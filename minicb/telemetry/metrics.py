@@ -75,6 +75,8 @@ __all__ = [
 
 
 _TOKEN_TIMES = attrgetter("token_times")
+# Steps of token times kept before they go onto the records (``MetricsCollector._settle``).
+SETTLE_STEPS = 64
 
 
 class MetricsCollector(HandlerListener):
@@ -84,9 +86,12 @@ class MetricsCollector(HandlerListener):
         super().__init__()
         # Keyed by (engine generation, request id): ids start again at 0 after a rebuild
         # (a "reset" event), and a run that crosses one must not mix two requests.
-        self.requests: dict[tuple[int, int], RequestRecord] = {}
+        self._requests: dict[tuple[int, int], RequestRecord] = {}
         self.generation = 0
         self._current: dict[int, RequestRecord] = {}  # this generation's, by request id
+        # Token times not yet on their records: (time, request ids) of each step since the
+        # last settle. Appended to the records SETTLE_STEPS steps at a time, or when read.
+        self._unsettled: list[tuple[float, list[int]]] = []
         self.steps = StepTotals()
         self.rejected = 0
         self.t_min: float | None = None
@@ -106,7 +111,7 @@ class MetricsCollector(HandlerListener):
         r = self._current.get(request_id)
         if r is None:  # only now: setdefault would build a RequestRecord for every event
             r = self._current[request_id] = RequestRecord()
-            self.requests[(self.generation, request_id)] = r
+            self._requests[(self.generation, request_id)] = r
         return r
 
     # ---- per-event updates ---------------------------------------------------------------
@@ -167,10 +172,25 @@ class MetricsCollector(HandlerListener):
         if not all(map(records.__contains__, rids)):  # one that came before we listened
             for request_id in rids:
                 self._record(request_id)
-        # Each token's time on its request's record, in C: no Python loop over 256 tokens
-        # (a deque of length 0 consumes the map, as itertools' "consume" recipe does).
-        times = map(_TOKEN_TIMES, map(records.__getitem__, rids))
-        deque(map(list.append, times, repeat(e.time)), maxlen=0)
+        self._unsettled.append((e.time, rids))  # the event's own list: read-only, shared
+        if len(self._unsettled) >= SETTLE_STEPS:
+            self._settle()
+
+    def _settle(self) -> None:
+        """Every unsettled token's time onto its request's record, in C, step by step.
+        Many steps at once: the same records each step, still in the cache; one step at a
+        time they had to be fetched from memory again every step."""
+        unsettled, self._unsettled = self._unsettled, []
+        records = self._current
+        for now, rids in unsettled:  # a deque of length 0 consumes the map (itertools recipe)
+            times = map(_TOKEN_TIMES, map(records.__getitem__, rids))
+            deque(map(list.append, times, repeat(now)), maxlen=0)
+
+    @property
+    def requests(self) -> dict[tuple[int, int], RequestRecord]:
+        """Every request's record by (engine generation, request id), tokens settled."""
+        self._settle()
+        return self._requests
 
     def _on_finished(self, e: Any) -> None:
         r = self._req(e)
@@ -186,6 +206,7 @@ class MetricsCollector(HandlerListener):
 
     def _on_reset(self, e: Any) -> None:
         self._seen(e.time, e.time)
+        self._settle()  # onto the records of the generation that ends here
         self.generation += 1
         self._current = {}
 

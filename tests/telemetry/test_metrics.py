@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from minicb.telemetry.events import (
+    EngineReset,
     RequestAdmitted,
     RequestArrived,
     RequestFinished,
@@ -212,3 +213,38 @@ def test_a_rebuild_starts_new_requests_instead_of_mixing_them_with_the_old():
     # each request's first token came one 0.5 s prefill step after its own arrival
     assert m["latency"]["ttft_s"]["count"] == 2
     assert m["latency"]["ttft_s"]["mean"] == approx(0.5)
+
+
+def test_token_times_settled_many_steps_at_once_are_those_of_every_token_in_order(
+    monkeypatch,
+):
+    """The collector puts token times onto the records SETTLE_STEPS steps at a time (or when
+    read): every record still gets each of its tokens' times, in order, across a settle
+    boundary, a reset (an engine rebuilt: request ids start again) and requests that arrived
+    before it listened."""
+    import minicb.telemetry.metrics as metrics_module
+
+    monkeypatch.setattr(metrics_module, "SETTLE_STEPS", 5)
+    engine = fake_engine(step_time=0.25, max_num_seqs=3)
+    early = add(engine, 4, 9)  # arrives before the collector listens
+    collector, seen = MetricsCollector(), []
+    engine.bus.subscribe(collector)
+    engine.bus.subscribe(seen.extend)
+    for n in (3, 5, 7):
+        add(engine, n, 6 + n)
+    engine.run_until_done()
+    engine.bus.emit(EngineReset(time=engine.clock(), info={}))  # a new generation begins
+    later = [add(engine, n, 4 + n) for n in (2, 6)]
+    engine.run_until_done()
+    expected: dict[tuple[int, int], list[float]] = {}
+    generation = 0
+    for e in seen:
+        if e.kind == "reset":
+            generation += 1
+        elif e.kind == "tokens":
+            for rid in e.request_ids:
+                expected.setdefault((generation, rid), []).append(e.time)
+    got = {key: r.token_times for key, r in collector.requests.items() if r.token_times}
+    assert got == expected
+    assert (0, early) in got and all((1, rid) in got for rid in later)
+    assert sum(map(len, got.values())) > 2 * 5  # more tokens than one settle holds
