@@ -54,10 +54,10 @@ def test_the_simulated_page_draws_the_idle_gaps_and_what_overlap_recovers(tab):
         assert "device idle" in lanes["caption"], lanes
     assert serial["idle"] > 0.1, serial
     assert overlapped["idle"] < serial["idle"], (serial, overlapped)
-    _side_by_side(tab, serial, overlapped)
+    _side_by_side(tab)
 
 
-def _side_by_side(page, serial: dict, overlapped: dict) -> None:
+def _side_by_side(page) -> None:
     """Both pages' lanes, one above the other and labelled, in one picture (drawn by the
     browser: no imaging library needed)."""
     import base64
@@ -69,9 +69,8 @@ def _side_by_side(page, serial: dict, overlapped: dict) -> None:
     page.set_viewport_size({"width": 680, "height": 240})
     page.set_content(
         '<body style="margin:8px;font:13px sans-serif;background:#fff">'
-        f"<p>minicb demo --simulate H100:llama-3.1-8b, 256 slots, host 80 us/row: "
-        f"without overlap (device idle {serial['idle']:.0%})</p>{img('simulated-lanes-serial')}"
-        f"<p>with --overlap-scheduling (modelled; device idle {overlapped['idle']:.0%})</p>"
-        f"{img('simulated-lanes-overlap')}</body>"
+        "<p>minicb demo --simulate H100:llama-3.1-8b --host-us-per-row 80, 256 slots: "
+        f"without overlap</p>{img('simulated-lanes-serial')}"
+        f"<p>with --overlap-scheduling (modelled)</p>{img('simulated-lanes-overlap')}</body>"
     )
     page.screenshot(path=str(SHOTS / "simulated-overlap-lanes.png"), full_page=True)
