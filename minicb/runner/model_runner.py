@@ -2,15 +2,15 @@
 
 The runner of the real model (see minicb.runner for the seam it fills).
 
-It owns the model weights and the KV pools (minicb.runner.kv_pool): one on the device of
-shape ``(num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim)`` (and, for an
-8-bit KV cache, its scales) and a host twin for swapped-out blocks. Each iteration it
-copies blocks the plan swaps out, then those it swaps in (``_copy_blocks``, the one way a
-block moves between pools), flattens the plan into one ragged batch
-(minicb.runner.step_inputs: ids, positions and attention metadata for every scheduled
-token, no padding between requests), runs the model, and samples one token for each
-request whose uncomputed tokens are now all computed (and, for a row that verifies
-speculative drafts, one after each draft too).
+It owns the model weights (built by build_model.py) and the KV pools (minicb.runner.kv_pool,
+sized by kv_setup.py): one on the device of shape ``(num_layers, 2, num_blocks, block_size,
+num_kv_heads, head_dim)`` (and, for an 8-bit KV cache, its scales) and a host twin for
+swapped-out blocks. Each iteration it copies blocks the plan swaps out, then those it swaps
+in (``kv_pool.copy_blocks``, the one way a block moves between pools), flattens the plan
+into one ragged batch (minicb.runner.step_inputs: ids, positions and attention metadata
+for every scheduled token, no padding between requests), runs the model, and samples one
+token for each request whose uncomputed tokens are now all computed (and, for a row that
+verifies speculative drafts, one after each draft too).
 
 With ``tensor_parallel_size`` N > 1 this runner is rank 0 of N: it holds 1/N of every
 layer (minicb.runner.tensor_parallel) and 1/N of the KV heads, sends each plan to the
@@ -21,7 +21,6 @@ workers (minicb.runner.tp_group) and samples; a worker runs the same class with 
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -31,23 +30,21 @@ import torch
 
 from minicb.config import EngineConfig
 from minicb.kernels import get_backend
-from minicb.quant.weights import Int8Linear, quantize_linears
 from minicb.runner import RunnerOutput
+from minicb.runner.build_model import build_model, check_shareable
 from minicb.runner.cuda_graphs import maybe_capture
 from minicb.runner.dtype import choose_dtype
-from minicb.runner.kv_pool import KVPool, bytes_per_block, copy_blocks
-from minicb.runner.llama import LlamaModel, ModelConfig, RotaryEmbedding
-from minicb.runner.loader import ModelFiles, iter_safetensors, open_model
+from minicb.runner.kv_pool import copy_blocks
+from minicb.runner.kv_setup import allocate_pools, block_bytes
+from minicb.runner.llama import LlamaModel, ModelConfig
+from minicb.runner.loader import ModelFiles, open_model
 from minicb.runner.occupancy import Occupancy
-from minicb.runner.packed import PackedLinear, can_pack, pack_linears
+from minicb.runner.packed import PackedLinear
 from minicb.runner.probes import MachineRates
 from minicb.runner.sampler import sample
 from minicb.runner.step_inputs import StepInputs, step_inputs
-from minicb.runner.tensor_parallel import Shard, iter_shard, shard_config, shard_model
+from minicb.runner.tensor_parallel import Shard, shard_config
 from minicb.scheduler.plan import StepPlan
-
-CPU_KV_POOL_BYTES = 1 << 30  # ceiling of an automatically sized KV pool on CPU
-SWAP_SPACE_BYTES = 4 << 30  # ceiling of the default host swap space
 
 # A step's logits from its inputs: ``ModelRunner.logits``, or a wrapper's (``execute``).
 Forward = Callable[[StepInputs], "torch.Tensor | None"]
@@ -113,12 +110,14 @@ class ModelRunner:
         self.max_model_len = min(
             config.max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings
         )
+        # The model as this runner needs it: shape, settings, device, dtype and context.
+        wanted = (self.model_config, config, self.device, self.dtype, self.max_model_len)
         if shared_model is not None:
             # A second engine on the same weights (static beside continuous): only KV is new.
-            self._check_shareable(shared_model)
+            check_shareable(shared_model, *wanted)
             self.model = shared_model
         else:
-            self.model = self._load_model(self.files)
+            self.model = build_model(self.files, *wanted, shard)
         self._allocate_kv()
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(config.seed)
@@ -137,55 +136,18 @@ class ModelRunner:
 
     def _allocate_kv(self) -> None:
         """The paged KV pool on the device, its swap twin in host memory, and the prefix
-        cache's host tier (``kv_offload_blocks``, minicb/scheduler/host_tier.py)."""
-        cfg, config = self.model_config, self.config
-        self.num_kv_blocks = config.num_kv_blocks or self._auto_num_blocks()
-        self.num_swap_blocks = config.num_swap_blocks
-        if self.num_swap_blocks is None:
-            # As large as the device pool, but never more than SWAP_SPACE_BYTES of host memory.
-            self.num_swap_blocks = min(
-                self.num_kv_blocks, SWAP_SPACE_BYTES // self.bytes_per_block()
-            )
-        pool = (cfg.num_layers, (config.block_size, cfg.num_kv_heads, cfg.head_dim))
-        kv_dtype = (config.kv_cache_dtype, self.dtype)
-        self.kv_pool = KVPool.allocate(*pool, self.num_kv_blocks, *kv_dtype, self.device)
-        pinned = self.device.type == "cuda"
-        self.swap_pool = KVPool.allocate(*pool, self.num_swap_blocks, *kv_dtype, "cpu", pinned)
-        offload = config.kv_offload_blocks
-        self.offload_pool = KVPool.allocate(*pool, offload, *kv_dtype, "cpu", pinned)
+        cache's host tier (kv_setup.py sizes them); the per-layer views the model takes."""
+        pools = allocate_pools(
+            self.config, self.model_config, self.dtype, self.device, self.max_model_len
+        )
+        self.kv_pool, self.swap_pool, self.offload_pool = pools.device, pools.swap, pools.host
+        self.num_kv_blocks, self.num_swap_blocks = pools.device.num_blocks, pools.swap.num_blocks
         self.kv_caches = self.kv_pool.layers()  # per layer (k_cache, v_cache), as the model takes
 
     @property
     def kv_cache(self) -> torch.Tensor:
         """The device pool's values (num_layers, 2, num_blocks, block_size, heads, head_dim)."""
         return self.kv_pool.values
-
-    def _load_model(self, files: ModelFiles) -> LlamaModel:
-        cfg = self.model_config
-        # Skeleton on the meta device (no memory), materialised on the target, then filled.
-        with torch.device("meta"):
-            model = LlamaModel(cfg, rope=None)
-        if self.shard is not None:
-            shard_model(model, self.shard)
-        model = model.to_empty(device=self.device)
-        if cfg.tie_word_embeddings and model.lm_head is not None:
-            # to_empty gives each module its own tensor: tie again
-            model.lm_head.weight = model.model.embed_tokens.weight
-        if self.shard is None:
-            model.load_weights(iter_safetensors(files.path))
-        else:  # only this rank's slices are read from the files
-            full, names = ModelConfig.from_hf(files.hf_config), set(model.state_dict())
-            rank, world = self.shard.rank, self.shard.world
-            model.load_weights(iter_shard(files.path, full, rank, world, names))
-        model = model.to(self.dtype).eval()
-        if self.config.weight_dtype == "int8":
-            quantize_linears(model)  # after the cast: scales in the compute dtype, as kernels want
-        if self.config.packed_weights and can_pack(self.device, self.dtype):
-            pack_linears(model)  # after the cast: the packed copies are made in this dtype
-        # Rope tables are attached after the dtype cast so they stay fp32, as in transformers.
-        rope = RotaryEmbedding(files.hf_config, cfg.head_dim, self.max_model_len)
-        model.rope = rope.to(self.device)
-        return model
 
     def with_config(self, config: EngineConfig) -> ModelRunner:
         """A runner for ``config`` on these weights: only the KV cache is new."""
@@ -225,23 +187,6 @@ class ModelRunner:
             info["gpu"] = torch.cuda.get_device_name(self.device)
         return info
 
-    def _check_shareable(self, model: LlamaModel) -> None:
-        if model.cfg != self.model_config:
-            raise ValueError(
-                "cannot share weights split for another tensor_parallel_size; build a new engine"
-            )
-        weight = model.model.embed_tokens.weight
-        if weight.device != self.device or weight.dtype != self.dtype:
-            raise ValueError(
-                f"cannot share weights held as {weight.dtype} on {weight.device} with an engine "
-                f"that wants {self.dtype} on {self.device}"
-            )
-        int8 = any(isinstance(m, Int8Linear) for m in model.modules())
-        if int8 != (self.config.weight_dtype == "int8"):
-            raise ValueError("cannot share weights held in another weight_dtype")
-        if model.rope.cos.shape[0] < self.max_model_len:
-            raise ValueError("cannot share weights: the shared model has a shorter context")
-
     def weight_dtype_name(self) -> str:
         """How the decoder's linear weights are held, in words (describe())."""
         if self.config.weight_dtype == "auto":
@@ -254,27 +199,10 @@ class ModelRunner:
             return f"{self.dtype_choice.name} (auto: the compute dtype)"
         return f"{self.config.kv_cache_dtype} (a scale per token and KV head)"
 
-    # ---- sizing --------------------------------------------------------------------------
     def bytes_per_block(self) -> int:
         """Bytes of one block in every layer (keys, values and any scales): an 8-bit KV
         cache's block is about half a bf16 one, so a byte budget holds about twice as many."""
-        cfg = self.model_config
-        block = (self.config.block_size, cfg.num_kv_heads, cfg.head_dim)
-        return bytes_per_block(cfg.num_layers, block, self.config.kv_cache_dtype, self.dtype)
-
-    def _auto_num_blocks(self) -> int:
-        per_block = self.bytes_per_block()
-        # Enough for every slot to hold a full context, capped by a share of free memory.
-        wanted = self.config.max_num_seqs * -(-self.max_model_len // self.config.block_size)
-        if self.device.type == "cuda":
-            free = torch.cuda.mem_get_info(self.device)[0]
-        else:
-            free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        affordable = int(free * self.config.kv_memory_fraction) // per_block
-        if self.device.type == "cpu":
-            # On CPU, memory is shared with everything else: a modest pool is plenty here.
-            affordable = min(affordable, CPU_KV_POOL_BYTES // per_block)
-        return max(1, min(wanted, affordable))
+        return block_bytes(self.config, self.model_config, self.dtype)
 
     # ---- one iteration ---------------------------------------------------------------------
     @property
@@ -373,14 +301,7 @@ class ModelRunner:
     def _copy_swaps(self, plan: StepPlan) -> None:
         # Every read of the device first (swap-outs, the host tier's offloads): their blocks
         # may be handed to others, and written, in this same step.
-        self._copy_blocks(self.kv_pool, self.swap_pool, plan.swap_out_map)
-        self._copy_blocks(self.kv_pool, self.offload_pool, plan.offload_map)
-        self._copy_blocks(self.swap_pool, self.kv_pool, plan.swap_in_map)
-        self._copy_blocks(self.offload_pool, self.kv_pool, plan.reload_map)
-
-    @staticmethod
-    def _copy_blocks(src: KVPool, dst: KVPool, pairs) -> None:
-        """Block ``s`` of pool ``src`` -> block ``d`` of ``dst`` for each (s, d) in ``pairs``
-        (any two pools: device and host, either way), values and scales together. Every
-        block copy goes through here, so none can leave an 8-bit block's scales behind."""
-        copy_blocks(src, dst, pairs)
+        copy_blocks(self.kv_pool, self.swap_pool, plan.swap_out_map)
+        copy_blocks(self.kv_pool, self.offload_pool, plan.offload_map)
+        copy_blocks(self.swap_pool, self.kv_pool, plan.swap_in_map)
+        copy_blocks(self.offload_pool, self.kv_pool, plan.reload_map)

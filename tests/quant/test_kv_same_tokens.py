@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from minicb import LLM, SamplingParams
-from minicb.runner import model_runner
-from minicb.runner.kv_pool import KVPool
+from minicb.runner import kv_setup
+from minicb.runner.kv_pool import KVPool, copy_blocks
 from tests.helpers import MIXED, MIXED_MAX, SHARED, SHARED_MAX, greedy_tokens
 
 # Each bends the schedule its own way (tests/test_same_tokens_everywhere.py has them all).
@@ -105,7 +105,7 @@ def test_copy_blocks_moves_values_and_scales(kv):
         for cache in (layer_k, layer_v):
             cache.data.copy_(torch.randn(cache.data.shape, generator=gen).to(cache.data.dtype))
             cache.scale.copy_(torch.rand(cache.scale.shape, generator=gen))
-    model_runner.ModelRunner._copy_blocks(src, dst, [(4, 0), (1, 2)])
+    copy_blocks(src, dst, [(4, 0), (1, 2)])
     for s, d in ((4, 0), (1, 2)):
         assert torch.equal(dst.values[:, :, d].float(), src.values[:, :, s].float())
         assert torch.equal(dst.scales[:, :, d], src.scales[:, :, s])
@@ -117,7 +117,7 @@ def test_copy_blocks_moves_values_and_scales(kv):
 def test_the_pool_holds_more_blocks_in_the_same_memory(tiny_llama_dir, monkeypatch):
     """Sized from free memory under a byte budget, the 8-bit pool holds as many more blocks
     as its block is smaller: (head_dim + 4 scale bytes) against 4 x head_dim in fp32."""
-    monkeypatch.setattr(model_runner, "CPU_KV_POOL_BYTES", 1 << 20)
+    monkeypatch.setattr(kv_setup, "CPU_KV_POOL_BYTES", 1 << 20)
     runners = {
         kv: llm(tiny_llama_dir, kv, num_kv_blocks=None, max_num_seqs=512).engine.runner
         for kv in ("auto", "int8")
