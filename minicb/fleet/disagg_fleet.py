@@ -107,7 +107,7 @@ class DisaggregatedFleet:
         import torch
 
         from minicb.runner.loader import resolve_model_path
-        from minicb.runner.tp_group import _loopback_sockets
+        from minicb.runner.tp_group import loopback_sockets
 
         for what, n in (("prefill", prefill), ("decode", decode)):
             if not isinstance(n, int) or n < 1:
@@ -130,7 +130,7 @@ class DisaggregatedFleet:
         names = tuple(
             [f"prefill{i}" for i in range(prefill)] + [f"decode{i}" for i in range(decode)]
         )
-        _loopback_sockets()  # before the engines start: they inherit the environment
+        loopback_sockets()  # before the engines start: they inherit the environment
         self._store, init = private_store()
         self.group = Group(init, world, backend, transfer_timeout_s, names)
         path = str(resolve_model_path(model))

@@ -71,7 +71,7 @@ class TensorParallelError(RuntimeError):
     """A tensor-parallel rank died or stopped answering; the message names it."""
 
 
-def _loopback_sockets() -> None:
+def loopback_sockets() -> None:
     """Gloo's and NCCL's sockets on the loopback interface, unless the user chose one:
     spawned ranks share this host, and nothing beyond it should reach them."""
     names = [name for _, name in socket.if_nameindex() if name.startswith("lo")]
@@ -111,7 +111,7 @@ class TPGroup:
         from minicb.runner import tp_worker
 
         self.secret = secrets.token_bytes(32)  # to the workers through spawn's pipe only
-        _loopback_sockets()  # before the workers start: they inherit the environment
+        loopback_sockets()  # before the workers start: they inherit the environment
         self._store_dir = tempfile.mkdtemp(prefix="minicb-tp-")  # mode 0700: this user only
         init = f"file://{os.path.join(self._store_dir, 'store')}"
         ctx = torch.multiprocessing.get_context("spawn")
