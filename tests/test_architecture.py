@@ -4,9 +4,11 @@ Whoever is outside the scheduler (server, bench, notebooks, command line) reads 
 engine's views (``kv_snapshot``, ``queue_sizes``, ``block_table``, ``live_requests``,
 ``describe``), never ``engine.scheduler`` or the runner's KV tensors. Only the scheduler
 package and the engine itself may touch the scheduler object; only the runner package may
-read a runner's weights and files (``runner.model``, ``runner.files``) or its private
-state (``runner._x``), and no other package a scheduler's (``scheduler._x``). The
-performance lab (perflab/, beside the package) owns its reach-ins into the model runner.
+read a runner's weights and files (``runner.model``, ``runner.files``). No other package,
+the engine included, reads a runner's or a scheduler's private state (``_x``, whatever
+name holds the object: ``runner._x``, ``engine.scheduler.blocks._take``) or imports a
+private name from them. The performance lab (perflab/, beside the package) owns its
+reach-ins into the model runner.
 """
 
 from __future__ import annotations
@@ -119,6 +121,91 @@ def test_the_check_sees_reads_of_a_runners_and_a_schedulers_private_state():
     assert [line for line, _ in reach_ins(source)] == [3, 4, 5, 6]
     # The runner package reads its own: only the scheduler's private state is flagged there.
     assert [line for line, _ in reach_ins(source, runner_package=True)] == [6]
+
+
+# Private state (``_x``) of the runner and scheduler packages is theirs alone: another
+# package reads it by no name at all (``engine.scheduler.blocks._take``, ``r._hidden`` with
+# ``r = engine.runner``), and imports no private name from them.
+OWNERS = ("minicb/runner/", "minicb/scheduler/")
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_members(packages: tuple[str, ...] = OWNERS) -> set[str]:
+    """The private names that classes of ``packages`` define: methods, attributes set on
+    ``self``, and class-level ones."""
+    names = set()
+    for package in packages:
+        for path in (ROOT / package).rglob("*.py"):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+                for node in ast.walk(cls):
+                    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                        names.add(node.name)
+                    elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                        if isinstance(node.value, ast.Name) and node.value.id == "self":
+                            names.add(node.attr)
+                    elif isinstance(node, ast.AnnAssign | ast.Assign):
+                        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                        names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return {name for name in names if _private(name)}
+
+
+def private_reads(source: str, private: set[str]) -> Iterator[tuple[int, str]]:
+    """(line, expression) of every ``<x>._name`` with ``_name`` among ``private``, except on
+    ``self``, ``cls`` or ``super()`` (a subclass's own), and every private name imported from
+    the runner or scheduler packages, in order."""
+    found = []
+    for node in ast.walk(compile(source, "<source>", "exec", PARSE_FLAGS)):
+        if isinstance(node, ast.Attribute) and node.attr in private:
+            owner = node.value
+            own = isinstance(owner, ast.Name) and owner.id in ("self", "cls")
+            own |= isinstance(owner, ast.Call) and _names(owner.func, "super")
+            if not own:
+                found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+            ("minicb.runner", "minicb.scheduler")
+        ):
+            found += [
+                (node.lineno, f"{node.module}.{a.name}") for a in node.names if _private(a.name)
+            ]
+    yield from sorted(found)
+
+
+def sources_outside(packages: tuple[str, ...]) -> Iterator[tuple[str, str]]:
+    """Every module of minicb/ outside ``packages`` (the engine included), and the
+    notebooks' code cells."""
+    for path in sorted((ROOT / "minicb").rglob("*.py")):
+        name = path.relative_to(ROOT).as_posix()
+        if not name.startswith(packages):
+            yield name, path.read_text(encoding="utf-8")
+    yield from notebook_cells()
+
+
+def test_no_other_package_reads_a_runners_or_a_schedulers_private_state():
+    private = private_members()
+    assert {"_take", "_hidden"} <= private  # the check knows what it guards
+    found = [
+        f"{where}:{line}: {text}"
+        for where, source in sources_outside(OWNERS)
+        for line, text in private_reads(source, private)
+    ]
+    assert not found, "reads of the runner's or scheduler's private state:\n" + "\n".join(found)
+
+
+def test_the_private_state_check_sees_reads_by_any_name():
+    source = (
+        "blocks = engine.scheduler.blocks\n"
+        "blocks._take(2)\n"
+        "r = engine.runner; h = r._hidden(batch)\n"
+        "from minicb.runner.tp_group import _private_helper\n"
+        "ok = self._take(1), super()._admit(plan, 4, True), d._unrelated, x.__class__\n"
+        "from minicb.runner.tp_group import get_group\n"
+    )
+    found = list(private_reads(source, {"_take", "_hidden", "_admit"}))
+    assert [line for line, _ in found] == [2, 3, 4], found
 
 
 # The simulator and the parts of the engine a student reads first run without torch.
