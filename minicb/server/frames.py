@@ -55,8 +55,9 @@ NOT_SCHEDULED = -1  # a row change: this request ran no row in this iteration
 STEP_FIELDS = (
     "step", "batching", "block_size", "budget_used", "budget_limit", "slots_used",
     "slots_limit", "kv_used", "kv_free", "kv_total", "kv_swapped", "kv_cached", "kv_shared",
-    "prefix_query_tokens", "prefix_hit_tokens", "num_waiting", "num_swapped", "notes",
-    "admitted", "preempted", "swapped_out", "swapped_in", "drafted", "finished",
+    "prefix_query_tokens", "prefix_hit_tokens", "kv_host_cached", "prefix_host_hit_tokens",
+    "num_waiting", "num_swapped", "notes", "admitted", "preempted", "swapped_out",
+    "swapped_in", "drafted", "finished",
 )  # fmt: skip
 CLOCK_FIELDS = ("wall_start", "wall_end", "busy_s", "device_start")
 TIMING_FIELDS = (
