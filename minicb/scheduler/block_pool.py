@@ -1,8 +1,9 @@
 """BlockPool: a free list over block ids, the one way a pool of KV blocks is handed out.
 
-The block manager keeps two: the device pool's unkeyed free blocks and the CPU swap space.
-A pool knows only which ids are free; who holds a block, and what it holds, is the block
-manager's business (block_manager.py). Pure Python: no tensor is touched here.
+The block manager keeps two, the device pool's unkeyed free blocks and the CPU swap space,
+and the prefix cache's host tier one. A pool knows only which ids are free; who holds a
+block, and what it holds, is its owner's business (block_manager.py, host_tier.py). Pure
+Python: no tensor is touched here.
 """
 
 from __future__ import annotations

@@ -25,8 +25,9 @@ Python: the runner owns the host tensor.
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import OrderedDict
 
+from minicb.scheduler.block_pool import BlockPool
 from minicb.scheduler.prefix_cache import CachedBlock
 
 Prefix = tuple[int, tuple[int, ...]]  # (parent key, tokens): what names a cached block
@@ -37,7 +38,7 @@ class HostTier:
 
     def __init__(self, num_blocks: int) -> None:
         self.num_blocks = num_blocks
-        self.free: deque[int] = deque(range(num_blocks))
+        self.pool = BlockPool(num_blocks)  # the host blocks holding nothing
         self.by_prefix: dict[Prefix, int] = {}  # (parent, tokens) -> host block
         self.by_key: dict[int, int] = {}  # key -> host block
         # Host block -> what it holds, least recently stored or reloaded first (the order
@@ -106,13 +107,13 @@ class HostTier:
         if (held.parent, held.tokens) in self.by_prefix:
             return None, []
         dropped = []
-        if not self.free:
+        if not self.pool.num_free:
             victim = next((b for b in self.info if b not in self.pinned), None)
             if victim is None:
                 return None, []
             self.drop(victim)
             dropped.append(victim)
-        block = self.free.popleft()
+        (block,) = self.pool.take(1)
         self.by_prefix[(held.parent, held.tokens)] = block
         self.by_key[held.key] = block
         self.info[block] = held
@@ -124,12 +125,12 @@ class HostTier:
         held = self.info.pop(block)
         del self.by_prefix[(held.parent, held.tokens)]
         del self.by_key[held.key]
-        self.free.append(block)
+        self.pool.release([block])
 
     def check(self) -> None:
         """Raise AssertionError if the tier's books disagree."""
-        assert len(self.info) + len(self.free) == self.num_blocks, "a host block leaked"
-        assert set(self.free).isdisjoint(self.info), "a host block is free and held"
+        assert len(self.info) + self.pool.num_free == self.num_blocks, "a host block leaked"
+        assert set(self.pool.free).isdisjoint(self.info), "a host block is free and held"
         assert len(self.by_prefix) == len(self.by_key) == len(self.info), "an index is off"
         for block, held in self.info.items():
             assert self.by_prefix[(held.parent, held.tokens)] == block, "prefix index is off"
