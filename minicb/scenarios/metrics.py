@@ -48,6 +48,7 @@ METRICS = {
     "decode_step_s": "mean seconds of an iteration that only decodes",
     "full_decode_step_s": "mean seconds of an iteration that only decodes, every slot a real row",
     "mean_rows": "mean real rows per iteration",
+    "max_rows": "most real rows in one iteration (the largest batch it ran)",
     "kv_blocks": "blocks in the KV pool (its size, read from the first step)",
     "prefill_tokens": "tokens computed in prefill rows (prompts, and recomputes after preemption)",
     "host_hit_tokens": "prompt tokens found in the prefix cache's host tier and copied back",
@@ -162,6 +163,7 @@ def side_metric(record: SideRecord, metric: str) -> float:
             [1 - len(rows) / s.plan.slots_limit for s, rows in zip(steps, real, strict=True)]
         ),
         "mean_rows": lambda: _mean([len(rows) for rows in real]),
+        "max_rows": lambda: max((len(rows) for rows in real), default=0),
         "kv_blocks": lambda: steps[0].plan.kv_total if steps else 0,
         "prefill_tokens": lambda: sum(
             r.num_tokens for s in steps for r in s.plan.scheduled if r.phase == PREFILL

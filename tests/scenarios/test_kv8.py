@@ -70,3 +70,25 @@ def test_on_a_real_model_the_int8_cache_runs_the_larger_batch(scenario, tiny_lla
         assert len(record.requests["finished"]) == 24
     for engine in engines.values():
         assert engine.kv_snapshot().num_used == 0  # every block back in the pool
+
+
+def test_at_gpu_scale_the_pools_and_batches_are_the_ones_the_narration_quotes():
+    """Lesson 09b: the simulated H100's pools come from its memory and the format (no
+    block count in the file), and the narration's figures are this run's."""
+    from dataclasses import replace
+
+    from minicb.sim.catalogue import load_profile
+
+    scenario = load_scenario("09b-kv-cache-8bit-h100")
+    assert all("num_kv_blocks" not in side.engine for side in scenario.sides)
+    profile = load_profile(scenario.runner)
+    first, last = (point.text["en"] for point in scenario.narration)
+    result = play(scenario, build_engines(scenario))
+    rows = {}
+    for side in scenario.sides:
+        record = result.records[side.name]
+        sized = replace(profile, kv_cache_dtype=side.engine["kv_cache_dtype"]).num_kv_blocks(16)
+        assert side_metric(record, "kv_blocks") == sized
+        assert f"{sized:,} blocks of {side.name}" in first
+        rows[side.name] = int(side_metric(record, "max_rows"))
+    assert f"At most {rows['bf16']} requests ran at once in bf16 and {rows['int8']} in int8" in last
