@@ -36,6 +36,7 @@ Pure Python: no torch.
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from collections.abc import Iterable
 from itertools import repeat
@@ -92,6 +93,7 @@ class MetricsCollector(HandlerListener):
         # Token times not yet on their records: (time, request ids) of each step since the
         # last settle. Appended to the records SETTLE_STEPS steps at a time, or when read.
         self._unsettled: list[tuple[float, list[int]]] = []
+        self._settling = threading.Lock()
         self.steps = StepTotals()
         self.rejected = 0
         self.t_min: float | None = None
@@ -180,11 +182,12 @@ class MetricsCollector(HandlerListener):
         """Every unsettled token's time onto its request's record, in C, step by step.
         Many steps at once: the same records each step, still in the cache; one step at a
         time they had to be fetched from memory again every step."""
-        unsettled, self._unsettled = self._unsettled, []
-        records = self._current
-        for now, rids in unsettled:  # a deque of length 0 consumes the map (itertools recipe)
-            times = map(_TOKEN_TIMES, map(records.__getitem__, rids))
-            deque(map(list.append, times, repeat(now)), maxlen=0)
+        with self._settling:  # a reader in another thread settles in turn, never between
+            unsettled, self._unsettled = self._unsettled, []
+            records = self._current
+            for now, rids in unsettled:  # a deque of length 0 consumes the map (itertools)
+                times = map(_TOKEN_TIMES, map(records.__getitem__, rids))
+                deque(map(list.append, times, repeat(now)), maxlen=0)
 
     @property
     def requests(self) -> dict[tuple[int, int], RequestRecord]:
