@@ -153,10 +153,12 @@ class DisaggregatedFleet:
         self.send_delay_s = send_delay_s
         self._events: list[tuple[Replica, Any]] = []
         self._handling = False
+        self._holding = False  # a request is being added: act once it is on record
         self._loop: Any = None  # the server's EngineLoop, once asked for (engine_loop)
         for engine in engines:  # before any other listener: a stream moves before it is fed
             engine.bus.subscribe(functools.partial(self._heard, engine), KINDS)
             engine.on_death = self._died
+            engine.after_call = self._handle
         self.route_prefill = Router("least-loaded", prefill, block_size=self.config.block_size)
         self.route_decode = Router("least-loaded", decode, block_size=self.config.block_size)
         self.journeys: dict[int, Journey] = {}
@@ -179,10 +181,18 @@ class DisaggregatedFleet:
         route = self.route_prefill.route(number, ids, _loads(self.prefill))
         engine = self.prefill[route.replica]
         first = replace(params, max_tokens=1)  # the prompt and the first token
-        rid = engine.add_request(prompt, first, arrival_time=arrival_time, prompt_token_ids=ids)
+        # Its first token may come back during the next round trip to that engine: no
+        # round trip before it is on record here (and in the engine's in-flight set).
+        self._holding = True
+        try:
+            rid = engine.add_request(prompt, first, arrival_time=arrival_time,
+                                     prompt_token_ids=ids)  # fmt: skip
+        finally:
+            self._holding = False
         journey = Journey(number, ids, params, engine, rid)
         self.journeys[number] = journey
         self._by_engine[(engine.name, rid)] = journey
+        self._handle()
         return number
 
     def add_request(
@@ -310,12 +320,14 @@ class DisaggregatedFleet:
     # ---- what the engines' events call for -----------------------------------------------
     def _heard(self, engine: Replica, batch: list) -> None:
         """An engine's events, as they are published (in the thread that steps it): acted
-        on at once, unless this is a round trip made while acting (then after it)."""
+        on at once, or, if they came during a round trip, when it has ended (``after_call``:
+        a round trip to the same engine inside it would take its reply)."""
         self._events.extend((engine, event) for event in batch)
-        self._handle()
+        if not any(e.calling for e in self.engines.values()):
+            self._handle()
 
     def _handle(self) -> None:
-        if self._handling:
+        if self._handling or self._holding:
             return
         self._handling = True
         try:

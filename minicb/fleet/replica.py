@@ -87,6 +87,10 @@ class Replica:
         self.clock = time.time
         self.tokenizer = load_tokenizer(Path(model))
         self.on_death: Callable[[Replica], None] | None = None
+        # Told when a round trip has ended (a fleet acts then on the events that came in
+        # during it: a round trip of its own inside this one would take this one's reply).
+        self.after_call: Callable[[], None] | None = None
+        self.calling = False  # a round trip is under way
         self.dead: str | None = None  # why, once it has died
         self.in_flight: set[int] = set()  # its requests not finished or aborted yet
         self.load = {"waiting": 0, "running": 0, "swapped": 0}
@@ -234,11 +238,17 @@ class Replica:
         """One round trip: send, then publish the events that come before the reply."""
         if self.dead is not None:
             raise ReplicaDied(self.dead)
+        self.calling = True
         try:
-            self._conn.send(msg)
-        except OSError:
-            self._die(self._exit_words())
-        return self._receive_reply(self.stall_timeout_s)
+            try:
+                self._conn.send(msg)
+            except OSError:
+                self._die(self._exit_words())
+            return self._receive_reply(self.stall_timeout_s)
+        finally:
+            self.calling = False
+            if self.after_call is not None:
+                self.after_call()
 
     def _receive_reply(self, timeout_s: float) -> Any:
         deadline = time.monotonic() + timeout_s

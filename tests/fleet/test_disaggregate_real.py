@@ -126,22 +126,29 @@ def test_aborts_free_both_sides(fleet):
 
 def test_decode_killed_mid_transfer_is_reported_and_frees_the_prefill_side(fleet):
     """Last in the file: it kills the decode engine. The prefill engine pauses 2 s after
-    each layer sent (the fleet's test hook); the kill lands 1 s after the decode engine
-    said it was receiving, between the first layer and the second."""
+    each layer sent (the fleet's test hook); the kill lands 1 s after the fleet began the
+    send (the request's state turned "receiving"), between the first layer and the second."""
     decode = fleet.engines["decode0"]
     fleet.send_delay_s = 2.0
-    timers: list[threading.Timer] = []
+    sent: list[float] = []
 
-    def kill_on_receiving(batch: list) -> None:
-        if any(e.status == "receiving" for e in batch) and not timers:
-            timers.append(threading.Timer(1.0, os.kill, (decode.process.pid, signal.SIGKILL)))
-            timers[0].start()
+    def kill_mid_transfer() -> None:
+        deadline = time.monotonic() + KILL_BOUND_S
+        while time.monotonic() < deadline:
+            if any(j.state == "receiving" for j in list(fleet.journeys.values())):
+                sent.append(time.monotonic())
+                time.sleep(1.0)
+                os.kill(decode.process.pid, signal.SIGKILL)
+                return
+            time.sleep(0.01)
 
-    decode.bus.subscribe(kill_on_receiving, kinds=["kv_transfer"])
+    killer = threading.Thread(target=kill_mid_transfer, daemon=True)
+    killer.start()
     start = time.monotonic()
     outs = fleet.generate(MIXED[:1], greedy([8]), timeout_s=KILL_BOUND_S)
     elapsed = time.monotonic() - start
-    assert timers, "the transfer never started"
+    killer.join(5)
+    assert sent, "the transfer never started"
     assert elapsed < KILL_BOUND_S
     assert outs[0].finish_reason == "error"
     assert "decode0 (rank 1)" in outs[0].error, outs[0].error
