@@ -96,7 +96,12 @@ class PrefillRole:
         from minicb.engine import LLMEngine
 
         self.group.join(self.rank)
-        return LLMEngine(model, config, scheduler=PrefillScheduler)
+
+        def scheduler(*args: Any) -> PrefillScheduler:  # kept: the role's own side of it
+            self.side = PrefillScheduler(*args)
+            return self.side
+
+        return LLMEngine(model, config, scheduler=scheduler)
 
     def has_work(self, engine: Any) -> bool:
         return engine.has_unfinished()
@@ -111,12 +116,12 @@ class PrefillRole:
 
     def command(self, engine: Any, msg: tuple) -> Any:
         if msg[0] == "release":
-            return engine.scheduler.release(msg[1])
+            return self.side.release(msg[1])
         _, request_id, dst, tag, tokens, delay_s = msg
         try:
             return self._send(engine, request_id, dst, tag, tokens, delay_s)
         finally:  # sent or not, the KV leaves this pool: the fleet does not ask twice
-            engine.scheduler.release(request_id)
+            self.side.release(request_id)
 
     @torch.inference_mode()
     def _send(
@@ -205,13 +210,14 @@ class DecodeRole:
         self.name = self.group.names[self.rank]
         holder: list[Any] = []  # the engine, once built: on_transfer reads its pool
 
-        def scheduler(*args: Any) -> ReceivingScheduler:
-            return ReceivingScheduler(
+        def scheduler(*args: Any) -> ReceivingScheduler:  # kept: the role's side of it
+            self.side = ReceivingScheduler(
                 *args,
                 clock=time.monotonic,
                 transfer_s=lambda tokens: math.inf,  # until the bytes are here
                 on_transfer=lambda rid, tokens, *_: self._receive(holder[0], rid, tokens),
             )
+            return self.side
 
         holder.append(LLMEngine(model, config, scheduler=scheduler))
         return holder[0]
@@ -220,7 +226,7 @@ class DecodeRole:
         """Whether a step has something to do: not while requests only wait for bytes (an
         empty step each turn would flood the fleet with step events)."""
         now = time.monotonic()
-        when = engine.scheduler.next_step_time(now)
+        when = self.side.next_step_time(now)
         return when is not None and when <= now
 
     def idle_wait_s(self) -> float:
@@ -307,10 +313,10 @@ class DecodeRole:
                     reason=f"the receive from {self.group.names[inc.source]} failed: {why}",
                 )
                 continue
-            if request_id not in engine.scheduler.requests:
+            if request_id not in self.side.requests:
                 continue  # aborted while its bytes were on their way: nothing to land
             copy_blocks(inc.staging, engine.runner.kv_pool, list(enumerate(inc.blocks)))
-            engine.scheduler.landed(request_id)
+            self.side.landed(request_id)
             nbytes = sum(p.numel() * p.element_size() for p in _parts(inc.staging))
             self._emit(
                 engine,
@@ -325,7 +331,7 @@ class DecodeRole:
         self._tell_waiting(engine)
 
     def _tell_waiting(self, engine: Any) -> None:
-        sched = engine.scheduler
+        sched = self.side
         for req in sched.inbox:
             rid = req.request_id
             if rid in sched.refused and rid not in self.told_waiting:
