@@ -64,6 +64,7 @@ class Journey:
     error: str | None = None
     waiting: str | None = None  # why it once waited for room on the decode side
     transfer: dict[str, Any] | None = None  # the "done" event's blocks, bytes, seconds
+    send_s: float | None = None  # the prefill engine's sends of its KV, seconds
     first: tuple[Any, float] | None = None  # its first token's delta and time (a stream's)
 
     @property
@@ -408,8 +409,14 @@ class DisaggregatedFleet:
                 journey.state = "receiving"
             self._send(journey, engine)
         elif event.status == "done":
-            journey.transfer = {"blocks": event.blocks, "bytes": event.bytes,
-                                "seconds": event.seconds}  # fmt: skip
+            # seconds: from the receives' posting to the landing (the wait for the prefill
+            # engine's turn included); send_seconds: the prefill engine's sends alone
+            journey.transfer = {
+                "blocks": event.blocks,
+                "bytes": event.bytes,
+                "seconds": event.seconds,
+                "send_seconds": journey.send_s,
+            }
             if journey.state == "receiving":
                 journey.state = "decoding"
         elif event.status == "failed":
@@ -419,9 +426,10 @@ class DisaggregatedFleet:
         rank = len(self.prefill) + self.decode.index(decode)
         tokens = len(journey.prompt)
         try:
-            journey.prefill.command(
+            sent = journey.prefill.command(
                 "send_kv", journey.prefill_id, rank, journey.tag, tokens, self.send_delay_s
             )
+            journey.send_s = sent["seconds"]
         except (ValueError, ReplicaDied) as err:
             journey.held = False  # the prefill engine freed them (or died with them)
             self._end(journey, str(err))
