@@ -6,12 +6,14 @@ decoder's linears (the tied LM head stays in the compute dtype). This script bui
 engine per (dtype, weight_dtype) on the embedded default model, times pure decode steps at
 each batch with perflab.decode_cpu_time's probe (CPU time of the thread, so a busy shared
 machine's waits drop out), rounds alternating between the engines, and prints per point the
-step time, its ratio to the first engine's (full-precision weights) and the fraction of the
+step time, its ratio to the same dtype's full-precision weights (``vs_full_weights``) and to
+the first dtype's (``vs_first_dtype``: fp32, bf16 and int8 weights against fp32 in one run),
+and the fraction of the
 roofline ceiling, which for int8 counts the linears at one byte per weight (plus scales), and
 which product the int8 layers used here (``weights.INT8_KERNEL``: torch's kernel on AVX-512,
 dequantise-then-matmul elsewhere, where int8 cannot beat the full-precision product).
 
-    python -m perflab.weight_quant_decode [--dtypes float32] [--batches 1 32] [--rounds 3]
+    python -m perflab.weight_quant_decode [--dtypes float32 bfloat16] [--batches 1 32] [--rounds 3]
 
 Prints one JSON line.
 """
@@ -44,7 +46,9 @@ def int8_saving(model: torch.nn.Module, elem: int) -> int:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dtypes", nargs="+", default=["float32"], choices=["float32", "bfloat16"])
+    p.add_argument(
+        "--dtypes", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16"]
+    )
     p.add_argument("--batches", type=int, nargs="+", default=[1, 32])
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
@@ -67,6 +71,10 @@ def main() -> None:
     shape = model_shape(runner.model_path)
     path = "torch int8 kernel" if weights.INT8_KERNEL else "dequantise then F.linear"
     out: dict = {"int8_path": path, "cpu": torch.backends.cpu.get_cpu_capability(), "points": []}
+    first = {
+        b: statistics.median(r[0] for r in rounds[(args.dtypes[0], "auto"), b])
+        for b in args.batches
+    }
     for dtype in args.dtypes:
         elem = torch.empty(0, dtype=getattr(torch, dtype)).element_size()
         bw, _ = copy_bandwidth(probes.copy_bytes(roofline.model_sizes(shape, elem)["weight_bytes"]))
@@ -82,6 +90,7 @@ def main() -> None:
                 t_min, bound = roofline.ceiling(nb, fl, bw, peak)
                 out["points"].append({"dtype": dtype, "weight_dtype": w, "batch": b,
                                       "step_ms_cpu": cpu * 1e3, "vs_full_weights": cpu / base,
+                                      "vs_first_dtype": cpu / first[b],
                                       "streamed_MB": nb / 1e6, "fraction_cpu": t_min / cpu,
                                       "bound": bound})  # fmt: skip
     print(json.dumps(out))
