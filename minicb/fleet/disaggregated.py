@@ -298,7 +298,9 @@ class DisaggregatedCluster:
         from the prefill side's first token, TPOT over both sides' tokens; goodput under
         the targets) and the steps of every engine, and the transfers."""
         merged = merge_metrics([m.metrics for m in self.members])  # steps and time bounds
-        merged.requests = {(0, i): _record(j) for i, j in enumerate(self.journeys)}
+        records = merged.requests  # each request once, as its journey over both sides
+        records.clear()
+        records.update({(0, i): _record(j) for i, j in enumerate(self.journeys)})
         return {
             "simulated": True,
             "profile": self.profile.name,
