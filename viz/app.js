@@ -26,8 +26,8 @@ const app = {
   mode: null, panels: [], ws: null, dirty: true, paused: false,
   scale: { mode: "iter", window: "300", x0: 0, x1: 1, t0: 0 },
   replay: null, // {tMin, tMax, t, playing}
-  chart: new OccupancyChart($("chart")),
-  utilChart: new OccupancyChart($("util-chart"), { measures: UTILISATION, title: "utilChart", hideEmpty: true, cap: 1 }),
+  chart: new OccupancyChart($("chart"), { nameOf: (p) => panelTitle(p) }),
+  utilChart: new OccupancyChart($("util-chart"), { measures: UTILISATION, title: "utilChart", hideEmpty: true, cap: 1, nameOf: (p) => panelTitle(p) }),
   lastSlow: 0, slowPending: true, lastChart: 0, chartEvery: 250,
 };
 const SLOW_MS = 250; // counters and the chart: a few times a second

@@ -21,9 +21,12 @@ export const UTILISATION = [
 ];
 
 export class OccupancyChart {
-  // title: the i18n key of its heading; hideEmpty: its card hides while no step has a value
-  constructor(el, { measures = OCCUPANCY, title = "occupancyChart", hideEmpty = false, cap = null } = {}) {
+  // title: the i18n key of its heading; hideEmpty: its card hides while no step has a value;
+  // nameOf: a panel's name in the legend (the page's own panel titles: "replica 1",
+  // "prefill engine 0", a lesson's sides), else its kind of batching
+  constructor(el, { measures = OCCUPANCY, title = "occupancyChart", hideEmpty = false, cap = null, nameOf = null } = {}) {
     this.el = el;
+    this.nameOf = nameOf;
     this.measures = measures;
     this.title = title;
     this.hideEmpty = hideEmpty;
@@ -38,6 +41,9 @@ export class OccupancyChart {
     let any = false;
     let capped = false;
     const top = this.cap == null ? Infinity : 100 * this.cap;
+    // Static against continuous: each its colour. Engines of one kind (a fleet's replicas, a
+    // lesson's two sides): left and right by position, the later ones dotted.
+    const byKind = new Set(panels.map((p) => p.model.batching)).size === panels.length;
     for (const [n, p] of panels.entries()) {
       const steps = p.model.steps;
       const end = p.model.stepPos(cursors.get(p.name));
@@ -50,14 +56,16 @@ export class OccupancyChart {
         this.measures.forEach((m, j) => ys[j].push(pct(m.value(s))));
       }
       key += `|${p.name}:${end}:${p.model.version}`;
-      const name = scenarioLabel(p.name) || t(p.model.batching) || p.name;
-      const color = scenarioLabel(p.name) ? BY_SIDE[n] : LINE[p.model.batching];
+      const name = (this.nameOf && this.nameOf(p)) || t(p.model.batching) || p.name;
+      const bySide = scenarioLabel(p.name) || !byKind;
+      const color = bySide ? BY_SIDE[n % 2] : LINE[p.model.batching];
+      const dash = bySide && n >= 2 ? "dot" : null;
       this.measures.forEach((m, j) => {
         any ||= ys[j].some((v) => v != null);
         capped ||= ys[j].some((v) => v > top);
         traces.push({
           x, y: ys[j].map((v) => (v > top ? top : v)), name: m.label ? `${name} · ${t(m.label)}` : name,
-          mode: "lines", line: { shape: "hv", width: 2, color, dash: m.dash },
+          mode: "lines", line: { shape: "hv", width: 2, color, dash: m.dash || dash },
           customdata: ys[j], hovertemplate: "%{customdata:.1f} %",
         });
       });

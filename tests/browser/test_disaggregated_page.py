@@ -41,6 +41,8 @@ def test_a_transfer_is_drawn_between_the_prefill_and_decode_engines(tab, tiny_ll
             "[...document.querySelector('#panels').children].map(e => e.id || e.dataset.engine)",
         )
         assert order[1] == "transfers" and len(order) == 3
+        legend = "[...document.querySelectorAll('#chart .legendtext')].map(e => e.textContent)"
+        wait_for(page, f"{legend}.sort().join('|') === 'decode engine 0|prefill engine 0'")
         next_frame(page)
         path = shot(page, "disaggregated-page")
         IMAGES.mkdir(parents=True, exist_ok=True)

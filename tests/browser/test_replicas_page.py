@@ -11,6 +11,7 @@ from tests.browser.conftest import js, next_frame, server, shot, wait_for
 
 PANELS = "window.minicb.panels"
 DECISIONS = "document.querySelectorAll('#router li')"
+LEGEND = "[...document.querySelectorAll('#chart .legendtext')].map(e => e.textContent).join('|')"
 IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 SYSTEM = [7] * 16  # one block of 16 both conversations share: under half of a prompt
 
@@ -42,6 +43,9 @@ def test_two_replicas_side_by_side_with_the_routers_reasons(tab, tiny_llama_dir)
         heading = js(page, "document.querySelector('#router h3').textContent")
         assert heading.startswith("Router: prefix-aware")
         wait_for(page, f"{PANELS}.every(p => p.model.order.length >= 1)")
+        # the occupancy chart names its lines as the panels are titled, not "continuous
+        # batching" twice (and, drawn up to date, the screenshot shows the lines)
+        wait_for(page, f"{LEGEND} === 'replica 0|replica 1'")
         next_frame(page)
         path = shot(page, "fleet-page")
         IMAGES.mkdir(parents=True, exist_ok=True)
