@@ -13,7 +13,9 @@ handle here) and ``fleet.py`` (``Fleet``: the replicas, the router and the engin
 routes; ``minicb serve --replicas N --router POLICY`` serves one). ``Fleet`` is imported
 on first use, so that the router alone stays pure Python. Disaggregated prefill and
 decode, real: ``disagg_fleet.py`` (``DisaggregatedFleet``: P prefill and D decode engine
-processes) and ``kv_link.py`` (their sides of a KV transfer over torch.distributed).
+processes; its engines' group in ``disagg_engines.py``, the requests' hand-offs in
+``disagg_handoff.py``, its engine-shaped face for the server in ``disagg_views.py``) and
+``kv_link.py`` (their sides of a KV transfer over torch.distributed).
 
 Simulated replicas at data-centre scale (SIMULATED, virtual time, no torch):
 ``simulated.py`` (``SimulatedFleet``: engines on simulated GPUs behind the same router,

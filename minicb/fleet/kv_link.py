@@ -5,7 +5,7 @@ Each engine is a replica process (replica_worker.py) given a role from here: the
 joins the engines' process group (a file store in a directory only this user can read,
 sockets on loopback: tp_group.py's rules), builds the engine with its role's scheduler
 (kv_transfer.py's ``PrefillScheduler`` and ``DecodeScheduler``: the same decisions as the
-simulated cluster) and answers the fleet's transfer commands (disagg_fleet.py).
+simulated cluster) and answers the fleet's transfer commands (disagg_handoff.py).
 
 One transfer, in order:
 

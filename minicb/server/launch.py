@@ -486,7 +486,8 @@ def build_fleet(args: argparse.Namespace, guard: Guard, api: dict[str, Any]) -> 
 def build_disaggregated(args: argparse.Namespace, guard: Guard, api: dict[str, Any]) -> tuple:
     """``serve --disaggregate P:D``: the engines' processes (started, their models loaded),
     the loop over them, and the app with the API aimed at the prefill/decode fleet."""
-    from minicb.fleet.disagg_fleet import FLEET, DisaggregatedFleet
+    from minicb.fleet.disagg_fleet import DisaggregatedFleet
+    from minicb.fleet.disagg_views import FLEET
 
     prefill, decode = parse_disaggregate(args.disaggregate)
     options = engine_kwargs(args)

@@ -1,0 +1,67 @@
+"""The disaggregated fleet seen as one engine: what the server's routes and its EngineLoop
+ask of an engine (as ``Fleet`` answers them for replicas), answered from the prefill and
+decode engines.
+
+The model, its tokenizer and its chat template are every engine's (the first prefill
+engine's here, in this process); the longest request is the shorter of the two sides';
+queue sizes add up every engine's. ``engine_loop`` is the server's one loop over every
+engine, with requests sent to ``FLEET`` routed through the fleet (a request's stream moves
+from its prefill engine to its decode engine).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from minicb.fleet.replica import Replica
+
+FLEET = "fleet"  # the name the server's requests are sent to (as minicb.fleet.fleet's)
+
+
+class EngineShaped:
+    """DisaggregatedFleet's engine-shaped face, for the server (a mixin on its engines)."""
+
+    prefill: list[Replica]
+    decode: list[Replica]
+    engines: dict[str, Replica]
+    _loop: Any
+
+    @property
+    def replicas(self) -> dict[str, Replica]:
+        return self.engines
+
+    @property
+    def model_name(self) -> str:
+        return self.prefill[0].model_name
+
+    @property
+    def max_model_len(self) -> int:
+        return min(self.prefill[0].max_model_len, self.decode[0].max_model_len)
+
+    def clock(self) -> float:
+        return self.prefill[0].clock()
+
+    def tokenize(self, prompt: str | list[int]) -> list[int]:
+        return self.prefill[0].tokenize(prompt)  # in this process: every engine's tokenizer
+
+    def apply_chat_template(self, messages: list[dict[str, str]]) -> list[int]:
+        return self.prefill[0].apply_chat_template(messages)
+
+    def queue_sizes(self) -> dict[str, int]:
+        total = {"waiting": 0, "running": 0, "swapped": 0}
+        for engine in self.engines.values():
+            for key, value in engine.queue_sizes().items():
+                total[key] += value
+        return total
+
+    def kv_snapshot(self) -> Any:
+        return self.prefill[0].kv_snapshot()
+
+    def engine_loop(self) -> Any:
+        """The server's loop over every engine, requests sent to ``FLEET`` routed here (a
+        request's stream moves from its prefill engine to its decode engine)."""
+        from minicb.server.engine_loop import EngineLoop
+
+        if self._loop is None:
+            self._loop = EngineLoop(dict(self.engines), fleets={FLEET: self})
+        return self._loop
