@@ -34,7 +34,6 @@ from minicb.fleet.router import ReplicaLoad, Router
 from minicb.request import RequestOutput
 from minicb.server.engine_loop import EngineLoop, EngineStopped
 from minicb.telemetry.bus import Listener
-from minicb.telemetry.events import RequestRouted
 
 FLEET = "fleet"  # the name requests are sent to; the loop routes them to a replica
 
@@ -157,16 +156,7 @@ class Fleet:
             except ReplicaDied:
                 continue  # taken out of rotation as it died: route again
             if replica.bus.wants("routed"):
-                replica.bus.emit(
-                    RequestRouted(
-                        time=now,
-                        request_id=request_id,
-                        replica=route.replica,
-                        policy=route.policy,
-                        reason=route.reason,
-                        cached_tokens=route.cached_tokens,
-                    )
-                )
+                replica.bus.emit(route.event(request_id, now))
             return replica.name, request_id
 
     def set_policy(self, policy: str) -> None:
@@ -180,12 +170,7 @@ class Fleet:
 
     def loads(self) -> list[ReplicaLoad]:
         """Each replica's load as of its latest message (swapped-out requests wait too)."""
-        return [
-            ReplicaLoad(
-                r.index, r.load["waiting"] + r.load["swapped"], r.load["running"], r.dead is None
-            )
-            for r in self.replicas.values()
-        ]
+        return [ReplicaLoad.of(r.index, r.load, r.dead is None) for r in self.replicas.values()]
 
     def _taken_out(self, replica: Replica) -> None:
         self.router.remove(replica.index)

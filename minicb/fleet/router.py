@@ -38,8 +38,10 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from minicb.telemetry.events import RequestRouted
 
 POLICIES = ("round-robin", "least-loaded", "prefix-aware")
 WAITING_WEIGHT = 4  # vLLM's coordinator: score = waiting * 4 + running
@@ -64,6 +66,12 @@ class ReplicaLoad:
     def score(self) -> int:
         return self.waiting * WAITING_WEIGHT + self.running
 
+    @classmethod
+    def of(cls, replica: int, queues: Mapping[str, int], alive: bool = True) -> ReplicaLoad:
+        """A replica's load from its engine's ``queue_sizes()``: swapped-out requests wait
+        for a slot too."""
+        return cls(replica, queues["waiting"] + queues["swapped"], queues["running"], alive)
+
 
 @dataclass(frozen=True)
 class Route:
@@ -74,6 +82,13 @@ class Route:
     policy: str
     reason: str  # in words, counts only (never prompt text): it goes on the events bus
     cached_tokens: int  # the router's estimate of the prompt tokens cached on the replica
+
+    def event(self, request_id: int, time: float) -> RequestRouted:
+        """The decision as a ``routed`` event: with the id the chosen replica gave the
+        request (each replica numbers its own) and the fleet's time."""
+        return RequestRouted(time=time, request_id=request_id, replica=self.replica,
+                             policy=self.policy, reason=self.reason,
+                             cached_tokens=self.cached_tokens)  # fmt: skip
 
 
 class PrefixRecord:

@@ -42,7 +42,6 @@ from minicb.sim.catalogue import load_profile, read_catalogue
 from minicb.sim.runner import SimulatedRunner
 from minicb.sim.step_time import StepTimeModel
 from minicb.telemetry.bus import EventBus
-from minicb.telemetry.events import RequestRouted
 from minicb.telemetry.latency import tpot, ttft
 from minicb.telemetry.metrics import MetricsCollector
 from minicb.workload import RequestSpec
@@ -89,9 +88,7 @@ class SimulatedReplica:
         return self.runner.clock
 
     def load(self, now: float) -> ReplicaLoad:
-        q = self.engine.queue_sizes()
-        waiting = q["waiting"] + q["swapped"]  # both wait for a slot
-        return ReplicaLoad(self.index, waiting, q["running"], alive=now >= self.ready_at)
+        return ReplicaLoad.of(self.index, self.engine.queue_sizes(), alive=now >= self.ready_at)
 
 
 class SimulatedFleet:
@@ -169,9 +166,7 @@ class SimulatedFleet:
         self.routes.append(route)
         self.told.append((request_id, prompt, loads))
         if self.bus.wants("routed"):
-            self.bus.emit(RequestRouted(time=now, request_id=request_id, replica=route.replica,
-                                        policy=route.policy, reason=route.reason,
-                                        cached_tokens=route.cached_tokens))  # fmt: skip
+            self.bus.emit(route.event(request_id, now))
         replica = next(r for r in self.active if r.index == route.replica)
         if not replica.engine.has_unfinished() and replica.clock() < now:
             replica.clock.advance(now - replica.clock())  # idle until now

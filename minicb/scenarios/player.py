@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 from minicb.config import EngineConfig
 from minicb.fleet.router import ReplicaLoad, Route, Router
 from minicb.scenarios.metrics import SideRecord
-from minicb.telemetry.events import RequestRouted
 from minicb.workload import Arrivals, RequestSpec
 
 if TYPE_CHECKING:
@@ -140,7 +139,7 @@ class ScenarioFeeder:
                 rid = engine.add_request(ids, a.params(), priority=a.priority)
                 self.groups[name][rid] = a.group
                 if route is not None and engine.bus.wants("routed"):
-                    engine.bus.emit(_routed(route, rid, now))
+                    engine.bus.emit(route.event(rid, now))
         self.round += 1
         return new
 
@@ -148,10 +147,9 @@ class ScenarioFeeder:
         """Which side (replica index, in the sides' order) gets ``ids``: the router's
         decision, told every side's load as Fleet.loads tells it (swapped requests wait)."""
         assert self.router is not None
-        loads = []
-        for index, engine in enumerate(engines.values()):
-            q = engine.queue_sizes()
-            loads.append(ReplicaLoad(index, q["waiting"] + q["swapped"], q["running"]))
+        loads = [
+            ReplicaLoad.of(i, engine.queue_sizes()) for i, engine in enumerate(engines.values())
+        ]
         self.told.append((self.routed, list(ids), loads))
         route = self.router.route(self.routed, ids, loads)
         self.routed += 1
@@ -176,14 +174,6 @@ class ScenarioFeeder:
                     if trigger.request in (None, record.groups.get(rid))
                 )  # fmt: skip
         return count >= trigger.nth
-
-
-def _routed(route: Route, request_id: int, now: float) -> RequestRouted:
-    """A routing decision as Fleet.add_request publishes it: on the chosen replica's bus,
-    with that replica's own id for the request."""
-    return RequestRouted(time=now, request_id=request_id, replica=route.replica,
-                         policy=route.policy, reason=route.reason,
-                         cached_tokens=route.cached_tokens)  # fmt: skip
 
 
 def _event_ids(record: SideRecord, event: str) -> list[int]:
