@@ -6,9 +6,10 @@ engine chunks prompts (16-token budget) and caches prefixes; the decode engine's
 small (8 blocks of 16), so requests wait on the prefill side for room (backpressure) and
 running ones are preempted there. Greedy tokens equal one engine's, one request at a time
 (the session's reference fixtures); every block is free at the end on both sides; aborts
-free both sides; and, last (it kills the decode engine), a decode process killed
-mid-transfer makes the prefill side report an error naming it, within a bounded time, and
-free the request's blocks. The default model's parity is in
+free both sides; fleets of 1:2 and (slow) 2:1 engines, each its own, give the same tokens,
+every engine on the wider side taking requests; and, last (it kills the decode engine), a decode
+process killed mid-transfer makes the prefill side report an error naming it, within a
+bounded time, and free the request's blocks. The default model's parity is in
 test_disaggregate_real_default.py (slow).
 """
 
@@ -122,6 +123,38 @@ def test_aborts_free_both_sides(fleet):
     # and the fleet still serves
     again = fleet.generate(MIXED[:1], greedy([3]), timeout_s=60)
     assert again[0].error is None and len(again[0].token_ids) == 3
+
+
+# Each fleet's start costs about 20 s on the shared two-core machine: 1:2 in the default
+# run (a decode engine past the first: its rank, its routing, a stream moved to it), 2:1
+# with the slow tests (a prefill engine past the first as the sender).
+@pytest.mark.parametrize(
+    "prefill, decode",
+    [pytest.param(2, 1, id="2:1", marks=pytest.mark.slow), pytest.param(1, 2, id="1:2")],
+)
+def test_greedy_tokens_equal_one_engines_with_two_engines_on_a_side(
+    tiny_llama_dir, mixed_reference, prefill, decode
+):
+    """P:D other than 1:1, a fleet of its own (the module's stays 1:1), on the first
+    prompts (starting the processes is the cost): every engine on the wider side takes
+    requests (the router spreads them), a prefill engine's rank past the first, or a decode
+    engine's, meets its peer in the right transfers, and no engine keeps a block at the end."""
+    count = 6
+    with DisaggregatedFleet(
+        tiny_llama_dir, prefill, decode, transfer_timeout_s=10.0, **OPTIONS
+    ) as wide:
+        transfers = listen(wide, ["kv_transfer"])
+        outs = wide.generate(MIXED[:count], greedy(MIXED_MAX[:count]), timeout_s=240)
+        assert [o.token_ids for o in outs] == mixed_reference[:count]
+        assert all(o.error is None and o.finish_reason == "length" for o in outs)
+        names = {f"prefill{i}" for i in range(prefill)}, {f"decode{i}" for i in range(decode)}
+        assert {o.prefill for o in outs} == names[0], "every prefill engine should take some"
+        assert {o.decode for o in outs} == names[1], "every decode engine should take some"
+        done = [t for t in transfers if t.status == "done"]
+        assert sorted((t.from_engine, t.to_engine) for t in done) == sorted(
+            (o.prefill, o.decode) for o in outs
+        )
+        assert wide.kv_used() == dict.fromkeys(wide.engines, 0)
 
 
 def test_decode_killed_mid_transfer_is_reported_and_frees_the_prefill_side(fleet):
