@@ -89,7 +89,4 @@ def stop_engines(engines: list[Replica], store: str) -> None:
 
 def loads(engines: list[Replica]) -> list[ReplicaLoad]:
     """One side's engines as the router sees them (their loads as of their latest message)."""
-    return [
-        ReplicaLoad(i, e.load["waiting"] + e.load["swapped"], e.load["running"], e.dead is None)
-        for i, e in enumerate(engines)
-    ]
+    return [ReplicaLoad.of(i, e.load, e.dead is None) for i, e in enumerate(engines)]
