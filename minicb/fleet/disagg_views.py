@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from minicb.fleet.fleet import FLEET  # the name the server's requests are sent to
 from minicb.fleet.replica import Replica
-
-FLEET = "fleet"  # the name the server's requests are sent to (as minicb.fleet.fleet's)
 
 
 class EngineShaped:

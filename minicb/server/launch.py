@@ -487,7 +487,7 @@ def build_disaggregated(args: argparse.Namespace, guard: Guard, api: dict[str, A
     """``serve --disaggregate P:D``: the engines' processes (started, their models loaded),
     the loop over them, and the app with the API aimed at the prefill/decode fleet."""
     from minicb.fleet.disagg_fleet import DisaggregatedFleet
-    from minicb.fleet.disagg_views import FLEET
+    from minicb.fleet.fleet import FLEET
 
     prefill, decode = parse_disaggregate(args.disaggregate)
     options = engine_kwargs(args)
