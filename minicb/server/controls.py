@@ -45,8 +45,8 @@ from minicb.server.workload import LENGTHS, PRESETS, WorkloadSpec, encode_prompt
 from minicb.sim.catalogue import read_catalogue
 
 if TYPE_CHECKING:
-    from minicb.server.hub import Hub
     from minicb.server.engine_loop import EngineLoop
+    from minicb.server.hub import Hub
 
 MAX_PROMPT_CHARS = 4000
 MAX_SLOTS = 256  # max_num_seqs: more rows than a projector (or two CPU cores) can show

@@ -21,8 +21,8 @@ from minicb.runner import VirtualClock
 from minicb.runner.fake import FakeRunner
 from minicb.server import launch
 from minicb.server.app import create_app
-from minicb.server.hub import _replay_info
 from minicb.server.engine_loop import EngineLoop
+from minicb.server.hub import _replay_info
 from minicb.server.workload import WorkloadFeeder, WorkloadSpec
 from minicb.sim.demo import SIMULATED_WORKLOAD, simulated_engines
 from minicb.sim.pacing import MAX_TICK_S, Pacer
