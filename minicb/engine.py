@@ -159,9 +159,11 @@ class LLMEngine:
         config: EngineConfig,
         runner: Runner | None = None,
         clock: Callable[[], float] | None = None,
+        scheduler: Callable[..., SchedulerBase] = make_scheduler,
     ) -> LLMEngine:
         """A new engine with ``config`` on the same weights (or on ``runner``: another
-        simulated GPU), clock (or ``clock``: a scenario moving to another runner) and bus.
+        simulated GPU), clock (or ``clock``: a scenario moving to another runner) and bus;
+        ``scheduler`` builds its scheduler, as for a new engine (a lesson's roles).
 
         This engine's requests are aborted (subscribers see them leave), then the new one
         announces itself with an ``EngineReset`` event; drop this one afterwards.
@@ -169,7 +171,8 @@ class LLMEngine:
         if self.pipeline is not None:  # the new engine may share this one's runner
             self.pipeline.drain()
         runner = runner or self.runner.with_config(config)
-        new = LLMEngine(config=config, runner=runner, clock=clock or self.clock, bus=self.bus)
+        new = LLMEngine(config=config, runner=runner, clock=clock or self.clock, bus=self.bus,
+                        scheduler=scheduler)  # fmt: skip
         self.abort_all()
         if self.bus.wants("reset"):
             self.bus.emit(events.EngineReset(time=self.clock(), info=new.describe()))

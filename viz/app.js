@@ -15,7 +15,7 @@ import { showSimulation } from "./simulation.js";
 import { showTooltip, hideTooltip } from "./tooltip.js";
 import { onNarration, renderLesson, scenarioLabel, showScenario, wireLesson } from "./narration.js";
 import { fleetTitle, noteRouted } from "./fleet.js";
-import { noteTransfer, transferTitle } from "./transfers.js";
+import { forgetTransfers, noteTransfer, transferTitle } from "./transfers.js";
 import { drawLanes, watchLanes } from "./lanes.js";
 
 const $ = (id) => document.getElementById(id);
@@ -48,7 +48,8 @@ app.markMine = (ids, text) => {
   app.dirty = true;
 };
 
-function panelTitle(p) { return transferTitle(p) || fleetTitle(p) || scenarioLabel(p.name) || `${t(p.model.batching) || p.name}`; }
+// A lesson's own label first (it speaks both languages), then the role the server gave.
+function panelTitle(p) { return scenarioLabel(p.name) || transferTitle(p) || fleetTitle(p) || `${t(p.model.batching) || p.name}`; }
 
 function buildPanels(engines) {
   const sorted = [...engines].sort((a, b) => rank(a.name) - rank(b.name));
@@ -131,7 +132,7 @@ function onFrame(msg) {
     p.model.apply(e); // a "reset" among them starts the panel afresh
     if (e.type === "routed") noteRouted(e); // a fleet's router: its reasons beside the panels
     if (e.type === "kv_transfer") noteTransfer(e, app.panels); // between the engines' panels
-    if (e.type === "reset") { app.simInfo = e.info; showSimulation(e.info, app.panels); }
+    if (e.type === "reset") { app.simInfo = e.info; showSimulation(e.info, app.panels); forgetTransfers(); }
   }
   if (msg.kv_grid) p.model.kvGrid = msg.kv_grid;
   p.model.dropped = msg.dropped || 0;

@@ -22,6 +22,12 @@ function el(tag, text, attrs = {}) {
   return node;
 }
 
+// Milliseconds, to three places below one (NVLink moves a short prompt's KV in microseconds).
+function ms(seconds) {
+  const value = seconds * 1e3;
+  return value.toFixed(value < 1 ? 3 : 1);
+}
+
 function kB(bytes) {
   return bytes >= 1e6 ? `${(bytes / 1e6).toFixed(2)} MB` : `${(bytes / 1e3).toFixed(1)} kB`;
 }
@@ -34,6 +40,16 @@ export function noteTransfer(e, panels) {
   rows.set(key, e);
   while (rows.size > KEEP) rows.delete(rows.keys().next().value);
   draw(panels);
+}
+
+// An engine was rebuilt (another lesson, new settings): its transfers are gone, and the
+// strip with them; the panels take the whole width again.
+export function forgetTransfers() {
+  rows.clear();
+  if (strip && strip.isConnected) {
+    strip.remove();
+    document.getElementById("panels").style.gridTemplateColumns = "";
+  }
 }
 
 function place(panels) {
@@ -62,7 +78,7 @@ function draw(panels) {
     bar.style.width = `${Math.max(6, (100 * (e.bytes || e.blocks)) / most)}%`;
     item.append(bar);
     const what = e.status === "done"
-      ? `${e.blocks} blocks, ${kB(e.bytes)} in ${(e.seconds * 1e3).toFixed(1)} ms`
+      ? `${e.blocks} blocks, ${kB(e.bytes)} in ${ms(e.seconds)} ms`
       : `${e.status}: ${e.reason}`;
     item.append(el("div", what, { class: "transfer-what" }));
     list.append(item);

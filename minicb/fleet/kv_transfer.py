@@ -126,11 +126,11 @@ class DecodeScheduler(ContinuousScheduler):
         *,
         clock: Callable[[], float],
         transfer_s: Callable[[int], float],
-        on_transfer: OnTransfer,
+        on_transfer: OnTransfer | None = None,
     ) -> None:
         """``clock``: the engine's; ``transfer_s``: seconds to receive the KV of n tokens;
         ``on_transfer``: told of each transfer as it starts (request id here, tokens,
-        blocks, start, end)."""
+        blocks, start, end), where given (a scenario reads ``receiving`` instead)."""
         super().__init__(config, num_kv_blocks, max_model_len, num_swap_blocks)
         self.clock, self.transfer_s, self.on_transfer = clock, transfer_s, on_transfer
         self.inbox: list[Request] = []  # prefilled, KV still on the prefill side
@@ -216,7 +216,8 @@ class DecodeScheduler(ContinuousScheduler):
                     f"blocks ({free} were free), {(end - start) * 1e3:.2f} ms over the link",
                 )
             )
-            self.on_transfer(req.request_id, tokens, blocks, start, end)
+            if self.on_transfer is not None:
+                self.on_transfer(req.request_id, tokens, blocks, start, end)
 
     def abort(self, request_id: int) -> Request | None:
         req = self.requests.get(request_id)

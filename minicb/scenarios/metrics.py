@@ -54,6 +54,7 @@ METRICS = {
     "host_hit_tokens": "prompt tokens found in the prefix cache's host tier and copied back",
     "host_cached_blocks": "the most host-tier blocks holding a cached prefix at once",
     "routed": "requests a fleet scenario's router sent to this side",
+    "kv_transfers": "KV caches that arrived here from the prefill engine (disaggregated)",
     "cache_hits": "admissions that found part of their prompt in the prefix cache",
 }
 
@@ -106,6 +107,11 @@ class SideRecord:
                     worst[rid] = max(worst[rid], now - last[rid])
                 last[rid] = now
         return dict(worst)
+
+
+def arrived_transfers(record: SideRecord) -> list[Any]:
+    """The kv_transfer events of KV caches that have arrived on this side."""
+    return [e for e in record.requests["kv_transfer"] if e.status == "done"]
 
 
 def _mean(values: list[float]) -> float:
@@ -171,6 +177,7 @@ def side_metric(record: SideRecord, metric: str) -> float:
         "host_hit_tokens": lambda: sum(s.plan.prefix_host_hit_tokens for s in steps),
         "host_cached_blocks": lambda: max((s.plan.kv_host_cached for s in steps), default=0),
         "routed": lambda: len(record.requests["routed"]),
+        "kv_transfers": lambda: len(arrived_transfers(record)),
         "cache_hits": lambda: sum(1 for s in steps for d in s.plan.admitted if d.num_cached_tokens),
     }
     return float(counts[metric]())

@@ -7,7 +7,10 @@ engine at once, so both sides see the same requests at the same round. In a flee
 ``router``) the two sides are two replicas of one fleet instead: each arrival goes to the
 one side that the fleet's ``Router`` (minicb/fleet/router.py) picks, told each side's load
 as ``Fleet.loads`` tells it, and the decision is a ``routed`` event on that side's bus, as
-``Fleet.add_request`` publishes it, so the page draws the router's reasons. The requests are
+``Fleet.add_request`` publishes it, so the page draws the router's reasons. In a
+disaggregated scenario (its ``disaggregated`` link) the sides are a prefill engine and a
+decode engine: each arrival goes to the prefill engine, and handoff.py's ``Handoffs``
+moves each finished prompt, and its KV, to the decode engine. The requests are
 ``minicb.workload.RequestSpec``s whose arrival is a round, handed out by the one arrival
 loop's ``Arrivals`` with the round as its clock. The demo server
 pauses at a fired point; ``play`` runs a whole scenario headless (tests, trace export).
@@ -25,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from minicb.config import EngineConfig
 from minicb.fleet.router import ReplicaLoad, Route, Router
-from minicb.scenarios.metrics import SideRecord
+from minicb.scenarios.handoff import PREFILL, Handoffs
+from minicb.scenarios.metrics import SideRecord, arrived_transfers
 from minicb.workload import Arrivals, RequestSpec
 
 if TYPE_CHECKING:
@@ -67,6 +71,10 @@ def build_engines(
     scenario on that simulated GPU instead (the tests: no weights, a step-time model)."""
     from minicb.engine import LLMEngine
 
+    if scenario.link is not None:
+        from minicb.scenarios.handoff import disaggregated_engines
+
+        return disaggregated_engines(scenario)
     configs = {s.name: EngineConfig.from_kwargs(**s.engine) for s in scenario.sides}
     profile = scenario.runner if scenario.simulated else profile
     if profile is not None:
@@ -100,18 +108,23 @@ class ScenarioFeeder:
             self.router = Router(self.scenario.router, 2, block_size=block_size)
         self.routed = 0  # routing decisions so far, the router's own numbering
         self.told: list[tuple[int, list[int], list[ReplicaLoad]]] = []  # what routing saw
+        self.handoffs: Handoffs | None = None  # a disaggregated scenario's, once attached
 
     def attach(self, engines: dict[str, LLMEngine]) -> None:
         """Listen to each engine's bus (call once, before the first round)."""
         for name, engine in engines.items():
             self.records[name] = SideRecord(self.groups[name])
             engine.bus.subscribe(self.records[name])
+        if self.scenario.link is not None:
+            self.handoffs = Handoffs(engines, self.groups)
 
     def detach(self, engines: dict[str, LLMEngine]) -> None:
         """Stop listening to the engines' buses (a lesson leaving for another scenario: the
         rebuilt engines keep the buses, which would otherwise feed these records forever)."""
         for name, engine in engines.items():
             engine.bus.unsubscribe(self.records[name])
+        if self.handoffs is not None:
+            self.handoffs.detach()
 
     @property
     def done(self) -> bool:
@@ -125,9 +138,14 @@ class ScenarioFeeder:
         if new and self.on_narration is not None:
             self.on_narration(new)
             return new
+        if self.handoffs is not None:
+            self.handoffs()  # prompts the prefill engine finished go on to the decode engine
         for a in self.pending.due(self.round):
             vocab = min(engine.runner.vocab_size for engine in engines.values())
             ids = [3 + t % (vocab - 3) for t in a.prompt]  # tiny vocabularies too
+            if self.handoffs is not None:  # a disaggregated scenario: prefill engine first
+                self.groups[PREFILL][self.handoffs.add(ids, a.max_tokens)] = a.group
+                continue
             route, now = None, 0.0
             if self.router is not None:
                 route = self._route(engines, ids)
@@ -180,6 +198,8 @@ def _event_ids(record: SideRecord, event: str) -> list[int]:
     """The request ids of every ``event`` so far, one per occurrence."""
     if event == "cache_hit":
         return [d.request_id for s in record.steps for d in s.plan.admitted if d.num_cached_tokens]
+    if event == "kv_transfer":
+        return [e.request_id for e in arrived_transfers(record)]
     if event == "accepted_draft":
         return [
             r.request_id for s in record.steps for r in s.plan.scheduled if r.num_accepted_tokens

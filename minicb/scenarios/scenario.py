@@ -31,7 +31,7 @@ REAL = "real"  # the runner field's value for the embedded model
 RUNNER = re.compile(r"^[\w.-]+:[\w.-]+$")  # or a simulated profile, GPU:MODEL
 FIELDS = {
     "name", "title", "summary", "runner", "seed", "max_steps", "engine", "sides",
-    "prefixes", "requests", "narration", "router",
+    "prefixes", "requests", "narration", "router", "disaggregated",
 }  # fmt: skip
 
 
@@ -50,6 +50,9 @@ class Scenario:
     # A fleet scenario: the two sides are two replicas of one fleet behind a router with
     # this policy (minicb/fleet/router.py), and each request goes to one of them, not both.
     router: str | None = None
+    # A disaggregated scenario: the sides are a prefill engine and a decode engine
+    # (handoff.py), and each request's KV crosses this link of the catalogue between them.
+    link: str | None = None
 
     @property
     def simulated(self) -> bool:
@@ -78,6 +81,7 @@ class Scenario:
             raise ScenarioError(
                 f"router {router!r} is unknown; choose one of {', '.join(POLICIES)}"
             )
+        link = _disaggregated(data.get("disaggregated"), runner, router, sides)
         requests = _need(data["requests"], "requests", list, "a non-empty list")
         narration = _need(data["narration"], "narration", list, "a non-empty list")
         if not requests or not narration:
@@ -103,6 +107,7 @@ class Scenario:
             seed=_count(data.get("seed", 0), "seed", 0),
             max_steps=_count(data.get("max_steps", 2000), "max_steps"),
             router=router,
+            link=link,
         )
         scenario._check_names()
         return scenario
@@ -143,6 +148,32 @@ class Scenario:
                     known(metric, set(allowed), f"{where}.claims {claim!r}: metric", "metric")
                     if group:
                         known(group, groups, f"{where}.claims {claim!r}: request", "request group")
+
+
+def _disaggregated(data: Any, runner: str, router: str | None, sides: list) -> str | None:
+    """A disaggregated scenario's link (``{"link": "NVLink 4"}``), checked against the rest
+    of the file: a simulated GPU, no router, the sides prefill0 then decode0."""
+    if data is None:
+        return None
+    from minicb.fleet.kv_transfer import link
+    from minicb.scenarios.handoff import DECODE, PREFILL
+
+    _need(data, "disaggregated", dict, 'an object {"link": "NVLink 4"}')
+    _only(data, "disaggregated", {"link"}, {"link"})
+    try:
+        link(_need(data["link"], "disaggregated.link", str, "a link of the catalogue"))
+    except ValueError as err:
+        raise ScenarioError(f"disaggregated.link: {err}") from err
+    if runner == REAL:
+        raise ScenarioError("disaggregated needs a simulated runner (GPU:MODEL), not real")
+    if router is not None:
+        raise ScenarioError("disaggregated and router do not go together: the sides are a "
+                            "prefill engine and a decode engine, not two replicas")  # fmt: skip
+    names = [s.get("name") if isinstance(s, dict) else None for s in sides]
+    if names != [PREFILL, DECODE]:
+        raise ScenarioError(f"disaggregated: the sides must be named {PREFILL} then {DECODE}, "
+                            f"got {names}")  # fmt: skip
+    return data["link"]
 
 
 def scenario_names() -> list[str]:

@@ -19,7 +19,8 @@ LANGUAGES = ("en", "zh")
 # Events a narration point may wait for (the engine's request events; "cache_hit" is an
 # admission that found part of its prompt in the prefix cache, "accepted_draft" a step that
 # kept at least one of a request's speculative draft tokens, "routed" a fleet scenario's
-# router sending a request to that side's replica).
+# router sending a request to that side's replica, "kv_transfer" a disaggregated scenario's
+# KV cache having arrived on the decode side).
 TRIGGER_EVENTS = (
     "arrived",
     "admitted",
@@ -31,6 +32,7 @@ TRIGGER_EVENTS = (
     "cache_hit",
     "accepted_draft",
     "routed",
+    "kv_transfer",
 )
 BLOCK_HIGHLIGHTS = ("none", "requests", "shared")
 # "side.metric" or "side.metric:request" (metrics.py lists the metrics).

@@ -40,11 +40,13 @@ from minicb.config import (
     STATIC_ORDERS,
     SamplingParams,
 )
+from minicb.server.lesson import PANELS
 from minicb.server.redaction import text_free
 from minicb.server.workload import LENGTHS, PRESETS, WorkloadSpec, encode_prompt
 from minicb.sim.catalogue import read_catalogue
 
 if TYPE_CHECKING:
+    from minicb.scenarios.handoff import Handoffs
     from minicb.server.engine_loop import EngineLoop
     from minicb.server.hub import Hub
 
@@ -155,6 +157,11 @@ async def _settings(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
     changes = {k: check(msg, k) for k, check in SETTINGS.items() if k in msg}
     if not changes:
         raise ControlError(f"settings needs at least one of {', '.join(SETTINGS)}")
+    if hub.lesson is not None and hub.lesson.scenario.link is not None:
+        raise ControlError(
+            f"lesson {hub.lesson.scenario.name} runs a prefill engine and a decode engine with "
+            "the lesson's settings; choose another lesson to change them"
+        )
     try:
         return {"engines": await loop.acall(lambda: rebuild_engines(loop, changes))}
     except (ValueError, TypeError) as err:  # EngineConfig's own checks
@@ -234,8 +241,18 @@ async def _prompt(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
         replica = next(iter(fleet.replicas.values()))  # the same tokenizer in every one
         return fleet.add_request(encode_prompt(replica, text), params)
 
+    def add_to_prefill(handoffs: Handoffs) -> tuple[str, int]:
+        """A disaggregated lesson's prompt goes as its requests go: prefill engine first."""
+        prefill = loop.engines[PANELS[0]]
+        ids = prefill.tokenize(encode_prompt(prefill, text))
+        return PANELS[0], handoffs.add(ids, max_tokens)
+
     def add() -> dict[str, int]:
-        ids = dict(add_one(name) for name in chosen)
+        handoffs = hub.lesson.feeder.handoffs if hub.lesson is not None else None
+        if handoffs is not None:
+            ids = dict([add_to_prefill(handoffs)])
+        else:
+            ids = dict(add_one(name) for name in chosen)
         for name, rid in ids.items():  # before its first step: its tokens show to its typist
             hub.note_typed(name, rid)
         return ids

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from minicb.config import EngineConfig
 from minicb.runner import VirtualClock
 from minicb.scenarios import Scenario, load_scenario, scenario_names
+from minicb.scenarios.handoff import role_parts
 from minicb.scenarios.player import ScenarioFeeder, narration_point
 
 if TYPE_CHECKING:
@@ -128,11 +129,20 @@ class Lesson:
         scenario = load_scenario(name)
         real = None if scenario.simulated else self._real_runner(scenario)
         built = runners(scenario, real)  # every runner before any engine changes
+        # a disaggregated lesson: a prefill and a decode engine, each with its role's scheduler
+        parts = role_parts(scenario) if scenario.link is not None else {}
         self.feeder.detach(self._by_side(self.loop.engines))
         for panel, side in zip(PANELS, scenario.sides, strict=True):
-            runner, clock = built[panel]
-            config = EngineConfig.from_kwargs(**side.engine)
-            new = self.loop.engines[panel].rebuilt(config, runner=runner, clock=clock)
+            old = self.loop.engines[panel]
+            if side.name in parts:
+                part = parts[side.name]
+                new = old.rebuilt(part.config, runner=part.runner, clock=part.clock,
+                                  scheduler=part.build_scheduler)  # fmt: skip
+                part.register(new)
+            else:
+                runner, clock = built[panel]
+                config = EngineConfig.from_kwargs(**side.engine)
+                new = old.rebuilt(config, runner=runner, clock=clock)
             self.loop.replace_engine(panel, new)
         self._start(scenario)
         self.loop.paused = False

@@ -135,3 +135,25 @@ def test_the_menu_switches_real_then_simulated_then_real(tab):
             assert js(page, "document.querySelector('#lesson-pick').value") == name
     assert not page.errors, page.errors
     assert not console, console
+
+
+def test_the_disaggregated_lesson_draws_each_transfer_and_leaves_no_strip_behind(tab):
+    """Lesson 12b: the strip between the prefill and the decode engine lists the first
+    chat's KV transfer (its blocks, bytes and time); the menu's next lesson, colocated,
+    has no transfers and the strip is gone."""
+    page, done = tab, "document.querySelectorAll('#transfers li[data-status=\"done\"]')"
+    with server("demo", "--scenario", "12b-disaggregated-prefill-decode", "--paused") as url:
+        page.goto(url)
+        wait_for(page, f"{PANELS}.length === 2")
+        js(page, "window.minicb.send({type: 'speed', delay_s: 0})")
+        run_to_first_point(page, "12b-disaggregated-prefill-decode")
+        wait_for(page, f"{done}.length >= 1")
+        first = js(page, f"{done}[{done}.length - 1].textContent")
+        assert first.startswith("prefill0 \u2192 decode0")
+        assert first.endswith("5 blocks, 8.39 MB in 0.027 ms")  # 64 tokens of KV over NVLink 4
+        order = js(page, "[...document.querySelector('#panels').children].map(e => e.id)")
+        assert order[1] == "transfers"
+        page.select_option("#lesson-pick", "12-colocated-prefill-decode")
+        run_to_first_point(page, "12-colocated-prefill-decode", start=False)
+        assert js(page, "document.querySelector('#transfers') === null")
+    assert not page.errors, page.errors

@@ -155,3 +155,45 @@ def test_check_names_a_broken_file(tmp_path, capsys):
     bad.write_text('{"name": "bad"}', encoding="utf-8")
     assert cli.main(["scenario", "check", str(bad)]) == 2
     assert "bad.json: scenario: missing field(s)" in capsys.readouterr().err
+
+
+APART = "12b-disaggregated-prefill-decode"
+
+
+def test_the_menu_switches_to_a_disaggregated_lesson_with_its_roles(lesson_demo):
+    """Into lesson 12b from another: a prefill engine and a decode engine, each with its
+    role's scheduler, so the lesson's requests and a typed prompt cross from left to
+    right; engine settings, which would rebuild plain engines, are refused with a reason."""
+    loop, app = lesson_demo
+    with TestClient(app).websocket_connect("ws://127.0.0.1/ws") as ws:
+        message(ws)
+        _, reply = control(ws, type="scenario", name=APART)
+        assert reply["type"] == "ack", reply
+        assert reply["scenario"]["panels"]["left"]["side"] == "prefill0"
+        _, reply = control(ws, type="settings", max_num_seqs=4)
+        assert reply["type"] == "error"
+        assert f"lesson {APART} runs a prefill engine and a decode engine" in reply["message"]
+        _, reply = control(ws, type="prompt", text="move my KV", max_tokens=5)
+        assert reply["type"] == "ack" and list(reply["ids"]) == ["left"], reply
+        typed, moved = None, False  # its id on the decode side; whether its KV arrived there
+        for _ in range(5000):
+            msg = message(ws)
+            if msg["type"] == "narration":  # the lesson pauses at its points: go on
+                ws.send_json({"type": "resume"})
+                continue
+            if msg["type"] != "frame" or msg["engine"] != "right":
+                continue  # the resume's ack, the left engine's frames
+            for e in msg["events"]:
+                if e["type"] == "arrived" and e["max_tokens"] == 4:  # 5 less the first token
+                    typed = e["request_id"]
+                moved |= (
+                    e["type"] == "kv_transfer"
+                    and e["status"] == "done"
+                    and (e["request_id"] == typed and e["from_engine"] == "prefill0")
+                )
+            if moved:
+                break
+        assert moved, "the typed prompt's KV never reached the decode engine"
+    left, right = (loop.engines[p] for p in PANELS)
+    assert loop.call(lambda: left.describe()["config"]["max_num_seqs"]).result(5) == 16
+    assert right.describe()["runner"]["gpu"] == "H100-SXM"
