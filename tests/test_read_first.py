@@ -26,7 +26,10 @@ TOTAL = re.compile(r"^\| *\| \*\*the path\*\* \| \*\*([\d,]+)\*\* \|")
 def walk_of_one_request(tmp_path: Path) -> set[str]:
     """Files of minicb/ whose code runs from a request's arrival to its output."""
     model = make_tiny_model_dir("llama", tmp_path / "model")
-    engine = LLMEngine(str(model), EngineConfig(num_kv_blocks=16, block_size=4))
+    # float32: the same walk on every CPU ("auto" picks bfloat16 where the CPU has it, and
+    # the linears then also cross runner/packed.py, oneDNN's packed weights)
+    config = EngineConfig(num_kv_blocks=16, block_size=4, dtype="float32")
+    engine = LLMEngine(str(model), config)
     heard: list = []
     engine.bus.subscribe(heard.extend)  # someone listens: the events are built and sent
     crossed: set[str] = set()
