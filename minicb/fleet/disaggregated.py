@@ -158,9 +158,14 @@ class DisaggregatedCluster:
         return build
 
     def kv_bytes(self, decode: int, tokens: int) -> int:
-        """Bytes of the KV of ``tokens`` tokens (in the engines' dtype)."""
-        profile = self.decode[decode].runner.profile
-        return tokens * profile.model.kv_bytes_per_token(profile.elem_bytes)
+        """Bytes of the KV of ``tokens`` tokens (in the engines' KV cache dtype: an 8-bit
+        cache sends its values and their scales)."""
+        member = self.decode[decode]
+        profile = member.runner.profile
+        per_token = profile.model.kv_bytes_per_token(
+            profile.elem_bytes, member.engine.config.kv_cache_dtype
+        )
+        return tokens * per_token
 
     def _transfer_s(self, decode: int, tokens: int) -> float:
         # The KV of a tensor-parallel group is split over its GPUs, each with its own link.

@@ -170,6 +170,16 @@ def test_transfer_time_is_bytes_over_bandwidth():
         link("carrier pigeon")
 
 
+def test_an_8_bit_kv_cache_sends_its_values_and_scales_not_bf16s():
+    # int8: 1 byte per value and a 4-byte scale per KV head and token: 32 x 8 x (128 + 4) x 2
+    config = CONFIG.with_(max_num_batched_tokens=2048, kv_cache_dtype="int8")
+    cluster = DisaggregatedCluster(PROFILE, 1, 1, config)
+    cluster.run(Arrivals([RequestSpec(list(range(3, 1003)), 5)]))
+    (moved,) = cluster.transfers
+    per_token = cluster.profile.model.kv_bytes_per_token(2, "int8")
+    assert moved.nbytes == 1000 * per_token < 131_072_000
+
+
 def test_reproduction_shape():
     result = disaggregation(
         size=0.2,
