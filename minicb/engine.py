@@ -270,7 +270,31 @@ class LLMEngine:
                     num_output_tokens=len(req.output_token_ids),
                 )
             )
+        self.publish_kv_changes()  # its blocks are free now, not at the next step
         return True
+
+    def publish_kv_changes(self) -> None:
+        """Publish the changes made to the KV pool since the last step (an abort, a role's
+        release of KV it has sent) as one ``kv_changes`` event, so that a map drawn from
+        the events is current between steps. Nothing while a plan is in flight (overlap):
+        its changes were taken when it was planned, so these go with the next step's, in
+        order; nor when nobody listens for them (the next step event carries them)."""
+        in_flight = self.pipeline is not None and self.pipeline.in_flight is not None
+        if in_flight or not self.bus.wants("kv_changes"):
+            return
+        blocks = self.scheduler.blocks
+        ops = blocks.take_changes()
+        if ops:
+            self.bus.emit(
+                events.KVChanges(
+                    time=self.clock(),
+                    step=self.step_count,
+                    kv_ops=[list(op) for op in ops],
+                    kv_used=blocks.num_used_blocks,
+                    kv_free=blocks.num_free_blocks,
+                    kv_cached=blocks.num_cached_blocks,
+                )
+            )
 
     def abort_all(self) -> list[int]:
         """Abort every request the engine holds; returns their ids."""

@@ -174,14 +174,15 @@ def test_rebuilt_keeps_the_bus_and_starts_ids_again():
     del seen[:]
     new = engine.rebuilt(EngineConfig(block_size=8, num_kv_blocks=32, batching="static"))
     assert new.bus is engine.bus and new.clock is engine.clock
-    assert [e.kind for e in seen] == ["aborted", "aborted", "reset"]
-    assert [e.request_id for e in seen[:2]] == old
-    assert seen[2].info == new.describe() and seen[2].time == engine.clock()
+    # each abort frees its blocks at once (kv_changes), then the new engine says so
+    assert [e.kind for e in seen] == ["aborted", "kv_changes"] * 2 + ["reset"]
+    assert [e.request_id for e in seen[:4:2]] == old
+    assert seen[4].info == new.describe() and seen[4].time == engine.clock()
     assert engine.kv_snapshot().num_used == 0 and not engine.has_unfinished()
     assert new.kv_snapshot().num_blocks == 32 and new.step_count == 0
     assert add(new, 3, 2) == 0
     new.run_until_done()
-    after = seen[3:]
+    after = seen[5:]
     assert after[0].kind == "arrived" and after[0].request_id == 0
     steps = [e.plan for e in after if e.kind == "step"]
     assert steps[0].step == 1 and {(p.batching, p.block_size) for p in steps} == {("static", 8)}
@@ -237,3 +238,47 @@ def test_first_scheduled_time_is_the_start_of_the_admitting_step():
     assert [e.time for e in admitted] == [0.0, 0.5]
     assert outputs[rid].metrics.first_scheduled_time == 0.5
     assert outputs[rid].metrics.first_token_time == 1.0
+
+
+def replay_map(snapshot, events) -> KVState:
+    """The KV map a reader draws: a snapshot, then every step's and between-steps' changes."""
+    state = KVState.from_snapshot(snapshot)
+    for e in events:
+        state.apply(e.plan.kv_ops if e.kind == "step" else e.kv_ops)
+    return state
+
+
+def test_an_abort_between_steps_reaches_the_map_at_once():
+    """An abort on an engine that then idles: its blocks leave the map with a kv_changes
+    event, not with a next step that never comes."""
+    engine = fake_engine(block_size=4)
+    snapshot, seen = engine.kv_snapshot_event(), []
+    engine.bus.subscribe(seen.extend, kinds=["step", "kv_changes"])
+    rid = add(engine, 9, 20)
+    engine.step()
+    engine.step()
+    assert engine.block_table(rid)
+    engine.abort_request(rid)
+    assert not engine.has_unfinished()
+    kv = engine.kv_snapshot()
+    state = replay_map(snapshot, seen)
+    assert state.as_tuple() == (kv.block_tables, kv.swap_tables, kv.cached_blocks)
+    assert not kv.block_tables
+    (changes,) = [e for e in seen if e.kind == "kv_changes"]
+    assert ["free", rid] in [op[:2] for op in changes.kv_ops]
+    assert (changes.step, changes.kv_used, changes.kv_free) == (2, kv.num_used, kv.num_free)
+
+
+def test_with_nobody_listening_for_them_the_next_step_carries_the_changes():
+    engine = fake_engine(block_size=4)
+    snapshot, steps = engine.kv_snapshot_event(), []
+    engine.bus.subscribe(steps.extend, kinds=["step"])  # a reader of steps only
+    first, second = add(engine, 9, 20), add(engine, 7, 20)
+    engine.step()
+    engine.abort_request(first)
+    engine.step()
+    assert ["free", first] in [op[:2] for op in steps[-1].plan.kv_ops]
+    kv = engine.kv_snapshot()
+    assert replay_map(snapshot, steps).as_tuple() == (kv.block_tables, kv.swap_tables,
+                                                      kv.cached_blocks)  # fmt: skip
+    assert list(kv.block_tables) == [second]

@@ -296,6 +296,15 @@ export class PanelModel {
     this.order = this.order.filter((r) => keep.has(r));
   }
 
+  // Changes made between two steps (a prefill engine's sent KV, an abort on an idle
+  // engine): the map changes now, and the last step's record keeps them, so the map a
+  // replay rebuilds for that step has them too.
+  onKvChanges(e) {
+    this.kv.apply(e.kv_ops);
+    const last = this.steps[this.steps.length - 1];
+    if (last && last.kvOps) last.kvOps = last.kvOps.concat(e.kv_ops);
+  }
+
   end(id, step) {
     const r = this.req(id);
     if (r.endStep == null) r.endStep = Math.max(step, r.startStep);
@@ -333,6 +342,7 @@ const HANDLERS = {
   preempted: () => {}, admitted: () => {}, swapped_out: () => {}, swapped_in: () => {},
   rejected: () => {},
   reset: (m, e) => m.reset(e.info), // request ids and step numbers start again
+  kv_changes: (m, e) => m.onKvChanges(e), // only where the map is drawn block by block
   kv_snapshot: (m, e) => { // a trace's whole map: the steps after it change this one
     m.kv = KvState.fromView(e);
     m.checkpoints.push([e.step, m.kv.clone()]);

@@ -246,6 +246,7 @@ class DisaggregatedCluster:
         if kind == "release":  # the KV has left: its blocks go back to the prefill pool
             member = self.prefill[what[0]]
             member.role.release(what[1])
+            member.engine.publish_kv_changes()
             member.catch_up(now)
             member.stalled = False
             return

@@ -116,12 +116,15 @@ class PrefillRole:
 
     def command(self, engine: Any, msg: tuple) -> Any:
         if msg[0] == "release":
-            return self.side.release(msg[1])
+            freed = self.side.release(msg[1])
+            engine.publish_kv_changes()  # the page's map loses the blocks now
+            return freed
         _, request_id, dst, tag, tokens, delay_s = msg
         try:
             return self._send(engine, request_id, dst, tag, tokens, delay_s)
         finally:  # sent or not, the KV leaves this pool: the fleet does not ask twice
             self.side.release(request_id)
+            engine.publish_kv_changes()
 
     @torch.inference_mode()
     def _send(

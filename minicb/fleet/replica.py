@@ -180,8 +180,8 @@ class Replica:
         """The map as of the last event published on this bus, not as of the replica's
         latest step: a reader that subscribed a moment ago applies the steps after this
         map, so the map must not include a step whose event it will get too. Kept here
-        from every step's ``kv_ops`` (the replica starts empty); its pool is gone once it
-        has died: an empty map."""
+        from every step's ``kv_ops`` and every ``kv_changes`` (the replica starts empty);
+        its pool is gone once it has died: an empty map."""
         kv = KVState() if self.dead is not None else self._kv
         return events.KVSnapshotEvent(
             time=self.clock(),
@@ -294,8 +294,8 @@ class Replica:
         for event in value:
             if event.kind in FINISHING_KINDS:
                 self.in_flight.discard(event.request_id)
-            if event.kind == "aborted":  # between steps: its blocks' changes come with the
-                self._kv.apply([["free", event.request_id, None]])  # next step; free now
+            if event.kind == "kv_changes":  # made between steps (an abort, a sent KV)
+                self._kv.apply(event.kv_ops)
             elif isinstance(event, events.StepEvent):
                 self._kv.apply(event.plan.kv_ops)
                 self._steps = event.plan.step

@@ -90,7 +90,7 @@ def serve(conn: Connection, engine: Any, outbox: list[Any], role: Any = None) ->
             msg = conn.recv()
             if msg[0] == "stop":
                 return
-            _answer(conn, engine, msg, role)
+            _answer(conn, engine, msg, outbox, role)
             _flush(conn, engine, outbox)
             wait = 0.0
         if engine.has_unfinished() if role is None else role.has_work(engine):
@@ -106,7 +106,7 @@ def serve(conn: Connection, engine: Any, outbox: list[Any], role: Any = None) ->
             _flush(conn, engine, outbox)
 
 
-def _answer(conn: Connection, engine: Any, msg: tuple, role: Any = None) -> None:
+def _answer(conn: Connection, engine: Any, msg: tuple, outbox: list[Any], role: Any = None) -> None:
     kind = msg[0]
     try:
         if kind == "add":
@@ -127,6 +127,12 @@ def _answer(conn: Connection, engine: Any, msg: tuple, role: Any = None) -> None
     except ValueError as err:  # the engine's refusal, in its own words
         conn.send(("refused", str(err), engine.queue_sizes()))
         return
+    if kind != "add":
+        # What a command changed (an abort, a sent KV released: their kv_changes) goes
+        # before its reply, which the parent reads at once: after it, the events would
+        # wait in the pipe while the replica idles. An add's "arrived" follows its reply,
+        # after the router's event that names the new id.
+        _flush(conn, engine, outbox)
     conn.send(("reply", value, engine.queue_sizes()))
 
 

@@ -130,6 +130,7 @@ class Handoffs:
         self.prompts: dict[int, tuple[list[int], int]] = {}  # prefill id -> prompt, max_tokens
         self.first: dict[int, int] = {}  # prefill id -> its first token
         self.ready: list[tuple[float, int]] = []  # (prefill clock at its end, prefill id)
+        self.done_here: list[int] = []  # prefill ids of one-token requests: only to free
         self.sent: dict[int, Sent] = {}  # decode id -> its hand-off
         self.prefill.bus.subscribe(self._heard, kinds=["tokens", "finished"])
 
@@ -149,12 +150,16 @@ class Handoffs:
                     self.first.setdefault(rid, token)
             elif self.prompts[e.request_id][1] == 1:  # nothing left to decode
                 del self.prompts[e.request_id]
-                self.prefill_role.release(e.request_id)
+                self.done_here.append(e.request_id)
             else:
                 self.ready.append((e.time, e.request_id))
 
     def __call__(self) -> None:
         """Before a round: hand-offs whose time has come, then the transfers' news."""
+        for prefill_id in self.done_here:  # freed here, between steps, not while it reports
+            self.prefill_role.release(prefill_id)
+        self.done_here.clear()
+        self.prefill.publish_kv_changes()
         decode = self.decode_role
         busy = decode.running or decode.waiting or decode.inbox or decode.receiving
         if self.ready and not busy:  # an idle decode engine waits for the next hand-off
@@ -194,6 +199,7 @@ class Handoffs:
                               scheduler.transfer_s(sent.tokens),
                               f"the KV of {sent.tokens} prompt tokens has arrived")  # fmt: skip
                 self.prefill_role.release(sent.prefill_id)
+                self.prefill.publish_kv_changes()  # the map shows the KV gone, not held
                 del self.sent[decode_id]
 
     def _publish(

@@ -105,6 +105,10 @@ class StepFolder:
                 self.reset(data["info"])
             elif kind == "kv_snapshot":  # a trace's whole map (live, the bus carries none)
                 self.kv = KVState.from_snapshot(e)
+            elif kind == "kv_changes":  # made between two steps: the map changes now
+                self.kv.apply(e.kv_ops)
+                if not self.exact:
+                    continue  # a large pool's map travels as a grid
             else:
                 self._note(data)
                 if kind == "tokens" and not tokens:

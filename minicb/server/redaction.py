@@ -164,6 +164,8 @@ ALLOWED: dict[str | None, dict[str, Rule]] = {
     ),
     # the rebuilt engine's settings and pool sizes (EngineConfig, runner): no request's text
     "reset": _keeping("type", "time", "info"),
+    # changes to the pool between two steps: block ids and counts
+    "kv_changes": _keeping("type", "time", "step", "kv_ops", "kv_used", "kv_free", "kv_cached"),
     "kv_snapshot": _keeping(
         "type",
         "time",

@@ -11,7 +11,9 @@ lists, dicts, None), so that a trace file, a WebSocket and a notebook all see th
 - ``EngineReset``: an engine was rebuilt with new settings (request ids start again);
 - ``KVSnapshotEvent``: the whole KV map (every request's blocks), now and then: a step
   event carries only the changes its step made (``kv_ops``), so a reader that joins late
-  or seeks starts from a snapshot (minicb.telemetry.kv_state.KVState).
+  or seeks starts from a snapshot (minicb.telemetry.kv_state.KVState);
+- ``KVChanges``: changes made to the pool between two steps (a prefill engine freeing the
+  KV it has sent, an abort on an engine that then idles), published when they are made.
 
 ``to_dict``/``from_dict`` convert to and from JSON-ready dicts; the ``type`` key names the
 event. ``SCHEMA_VERSION`` changes whenever a field is renamed, removed or changes meaning;
@@ -278,7 +280,24 @@ class KVSnapshotEvent:
     host_cached_blocks: list[int] = field(default_factory=list)
 
 
-Event = StepEvent | RequestEvent | StepTokens | EngineReset | KVSnapshotEvent
+@dataclass(kw_only=True)
+class KVChanges:
+    """Changes made to the KV pool between two steps, published when they are made (the
+    engine's ``publish_kv_changes``): without it a map drawn from the events would show a
+    released request's blocks until the engine's next step, which may never come. The
+    same ``kv_ops`` a step event carries, and the pool's counts after them."""
+
+    kind: ClassVar[str] = "kv_changes"
+
+    time: float
+    step: int  # the engine's iterations so far: the changes come after this step
+    kv_ops: list[list]  # [kind, request id, blocks], in order (as a step event's)
+    kv_used: int
+    kv_free: int
+    kv_cached: int
+
+
+Event = StepEvent | RequestEvent | StepTokens | EngineReset | KVSnapshotEvent | KVChanges
 
 EVENT_TYPES: dict[str, type] = {
     cls.kind: cls
@@ -298,10 +317,11 @@ EVENT_TYPES: dict[str, type] = {
         KVTransfer,
         EngineReset,
         KVSnapshotEvent,
+        KVChanges,
     )
 }
 EVENT_KINDS = frozenset(EVENT_TYPES)
-REQUEST_EVENT_KINDS = EVENT_KINDS - {"step", "tokens", "reset", "kv_snapshot"}
+REQUEST_EVENT_KINDS = EVENT_KINDS - {"step", "tokens", "reset", "kv_snapshot", "kv_changes"}
 
 
 # ---- to and from plain dicts -----------------------------------------------------------
@@ -314,7 +334,7 @@ def to_dict(event: Event) -> dict[str, Any]:
         timings.update((name, getattr(event, name)) for name in STEP_OPTIONAL_FIELDS)
         return {"type": event.kind, **event.plan.to_dict(), **timings}
     data = {"type": event.kind, **vars(event)}
-    for name in ("params", "info"):
+    for name in ("params", "info", "kv_ops"):
         if name in data:
             data[name] = copy.deepcopy(data[name])
     if isinstance(event, KVSnapshotEvent):

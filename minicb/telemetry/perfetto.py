@@ -26,6 +26,7 @@ from typing import Any
 from minicb.telemetry.events import (
     EngineReset,
     Event,
+    KVChanges,
     KVSnapshotEvent,
     StepEvent,
     StepTokens,
@@ -53,7 +54,7 @@ def to_chrome_trace(
         if isinstance(e, StepEvent):
             _step(out, e)
             continue
-        if isinstance(e, EngineReset | KVSnapshotEvent | StepTokens):  # nothing to draw here
+        if isinstance(e, EngineReset | KVSnapshotEvent | KVChanges | StepTokens):  # nothing to draw
             continue
         rid, kind = e.request_id, e.kind
         if kind == "arrived":

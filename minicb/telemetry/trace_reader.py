@@ -24,6 +24,7 @@ from minicb.telemetry.events import (
     SCHEMA_VERSION,
     EngineReset,
     Event,
+    KVChanges,
     KVSnapshotEvent,
     RequestFirstToken,
     StepEvent,
@@ -176,13 +177,16 @@ def _changes(old: KVState, tables: dict, swaps: dict, cached: list[int]) -> list
 
 def kv_states(events: Iterable[Event]) -> Iterator[tuple[StepEvent, KVState]]:
     """Each step event of a trace with the KV map after it (the same KVState object, updated
-    in place: copy it to keep it). A snapshot line replaces the map; a reset empties it."""
+    in place: copy it to keep it). A snapshot line replaces the map; a reset empties it;
+    changes made between two steps count in the map of the step before them."""
     state = KVState()
     for e in events:
         if isinstance(e, KVSnapshotEvent):
             state = KVState.from_snapshot(e)
         elif isinstance(e, EngineReset):
             state = KVState()
+        elif isinstance(e, KVChanges):
+            state.apply(e.kv_ops)
         elif isinstance(e, StepEvent):
             state.apply(e.plan.kv_ops)
             yield e, state

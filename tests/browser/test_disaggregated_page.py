@@ -30,6 +30,9 @@ def test_a_transfer_is_drawn_between_the_prefill_and_decode_engines(tab, tiny_ll
             body = {"model": model, "prompt": prompt, "max_tokens": 12, "ignore_eos": True}
             assert httpx.post(url + "v1/completions", json=body, timeout=60).status_code == 200
             wait_for(page, f"{DONE}.length === {k}")
+        # the KV has left the prefill engine: its map shows none held (kv_changes), though
+        # it runs no step after the last send
+        wait_for(page, f"{PANELS}.find(p => p.name === 'prefill0').model.kv.tables.size === 0")
         rows = js(page, f"[...{DONE}].map(li => li.textContent)")
         assert all(r.startswith("prefill0 \u2192 decode0") for r in rows)
         what = js(page, f"[...{DONE}].map(li => li.querySelector('.transfer-what').textContent)")

@@ -153,6 +153,11 @@ def test_the_disaggregated_lesson_draws_each_transfer_and_leaves_no_strip_behind
         assert first.endswith("5 blocks, 8.39 MB in 0.027 ms")  # 64 tokens of KV over NVLink 4
         order = js(page, "[...document.querySelector('#panels').children].map(e => e.id)")
         assert order[1] == "transfers"
+        for k in (1, 2):  # to the end: every KV has left the prefill engine's map
+            page.click("#lesson-next")
+            wait_for(page, f"document.querySelector('#lesson-text').dataset.index === '{k}'")
+        assert js(page, f"{PANELS}[0].model.kv.tables.size") == 0
+        assert js(page, f"{done}.length") == 10
         page.select_option("#lesson-pick", "12-colocated-prefill-decode")
         run_to_first_point(page, "12-colocated-prefill-decode", start=False)
         assert js(page, "document.querySelector('#transfers') === null")

@@ -202,7 +202,7 @@ def test_serve_trace_records_one_file_per_replica_and_replay_opens_them_all(
     assert [f.name for f in files.values()] == ["fleet.jsonl", "fleet.replica1.jsonl"]
     close = loop.call(lambda: record_traces(dict(fleet.replicas), files, "serve")).result(10)
     replies = [complete(url, model, p) for p in PROMPTS]
-    close()
+    loop.call(close).result(10)  # in the engine thread: never during a delivery to a writer
     assert [r.json()["choices"][0]["token_ids"] for r in replies] == expected
     traces = replay_traces(str(files["replica0"]))
     assert sorted(traces) == ["replica0", "replica1"]

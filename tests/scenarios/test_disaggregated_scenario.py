@@ -17,6 +17,7 @@ from minicb.scenarios.handoff import ROLES
 from minicb.scenarios.metrics import request_metric, side_metric
 from minicb.scenarios.player import arrivals, build_engines, play
 from minicb.scenarios.scenario import HERE, Scenario
+from minicb.telemetry.kv_state import KVState
 
 COLOCATED, APART = "12-colocated-prefill-decode", "12b-disaggregated-prefill-decode"
 
@@ -132,3 +133,20 @@ def broken(change: dict) -> dict:
 def test_a_broken_disaggregated_scenario_is_named(change, message):
     with pytest.raises(ScenarioError, match=message):
         Scenario.from_dict(broken(change))
+
+
+def test_the_prefill_engines_map_loses_each_kv_when_it_has_left():
+    """Drawn from the prefill engine's events, its KV map ends empty: each release is a
+    kv_changes event when the KV has arrived, not left for a step that may never come."""
+    scenario = load_scenario(APART)
+    engines = build_engines(scenario)
+    prefill = engines["prefill0"]
+    snapshot, seen = prefill.kv_snapshot_event(), []
+    prefill.bus.subscribe(seen.extend, kinds=["step", "kv_changes"])
+    play(scenario, engines)
+    state = KVState.from_snapshot(snapshot)
+    for e in seen:
+        state.apply(e.plan.kv_ops if e.kind == "step" else e.kv_ops)
+    assert not state.block_tables and not prefill.kv_snapshot().block_tables
+    freed = [op[1] for e in seen if e.kind == "kv_changes" for op in e.kv_ops if op[0] == "free"]
+    assert sorted(freed) == list(range(len(arrivals(scenario))))  # each prompt's, once

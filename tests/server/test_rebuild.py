@@ -126,8 +126,9 @@ def test_a_demo_trace_stops_at_the_rebuild_and_never_mixes_two_engines(tmp_path)
         trace = read_trace(path)
         assert trace.header["panel"] == name
         kinds = [e.kind for e in trace.events]
-        # a trace opens with the KV map as it stood (schema 3), then the first request
-        assert kinds[:2] == ["kv_snapshot", "arrived"] and kinds[-1] == "aborted"
+        # a trace opens with the KV map as it stood (schema 3), then the first request; it
+        # ends with the request the rebuild aborted, and its blocks freed at once
+        assert kinds[:2] == ["kv_snapshot", "arrived"] and kinds[-2:] == ["aborted", "kv_changes"]
         assert "reset" not in kinds
         assert [e.plan.step for e in trace.events if e.kind == "step"] == [1]
 

@@ -20,6 +20,7 @@ from minicb.telemetry.events import (
     STEP_PARALLEL_FIELDS,
     STEP_TIMING_FIELDS,
     EngineReset,
+    KVChanges,
     KVSnapshotEvent,
     KVTransfer,
     RequestAborted,
@@ -131,6 +132,14 @@ ONE_OF_EACH = [
         reason="64 prompt tokens in 4 blocks",
     ),
     EngineReset(time=4.0, info={"batching": "static", "config": {"block_size": 16}, "step": 0}),
+    KVChanges(
+        time=4.5,
+        step=9,
+        kv_ops=[["free", 3, None], ["cache", None, [4, 5]]],
+        kv_used=2,
+        kv_free=30,
+        kv_cached=2,
+    ),
 ]
 
 
@@ -154,9 +163,12 @@ def test_to_dict_does_not_share_mutable_state():
     data["admitted"][0]["reason"] = "changed"
     assert step.plan.kv_ops[0] == ["append", 4, [3]]
     assert step.plan.admitted[0].reason == "admitted: 12-token prompt fits"
-    reset = ONE_OF_EACH[-1]
+    reset = ONE_OF_EACH[-2]
     to_dict(reset)["info"]["config"]["block_size"] = 1
     assert reset.info["config"]["block_size"] == 16
+    changes = ONE_OF_EACH[-1]
+    to_dict(changes)["kv_ops"][1][2].append(9)
+    assert changes.kv_ops[1] == ["cache", None, [4, 5]]
 
 
 def test_a_step_event_is_flat_with_its_kv_changes_not_the_whole_map():
