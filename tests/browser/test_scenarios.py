@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from minicb.scenarios import load_scenario, scenario_names
-from tests.browser.conftest import js, server, shot, wait_for
+from tests.browser.conftest import js, next_frame, server, shot, wait_for
 
 PANELS = "window.minicb.panels"
 
@@ -58,6 +58,9 @@ def test_scenario_runs_its_lesson_in_both_languages(tab, name):
                 assert drawn == len(lit.split())
             else:
                 assert not lit.strip()
+        # the occupancy chart redraws a few times a second: the picture waits for its lines
+        wait_for(page, "(document.querySelector('#chart').data || []).some(t => t.x.length)")
+        next_frame(page)
         shot(page, f"scenario-{name}")
         page.click("#lang")
         assert text_shown(page) == first.text["zh"]
