@@ -22,8 +22,8 @@ def test_a_transfer_is_drawn_between_the_prefill_and_decode_engines(tab, tiny_ll
         page = tab
         page.goto(url)
         wait_for(page, f"{PANELS}.length === 2")
-        titles = js(page, "[...document.querySelectorAll('.panel-title')].map(e => e.textContent)")
-        assert sorted(titles) == ["decode engine 0", "prefill engine 0"]
+        titles = "[...document.querySelectorAll('.panel-title')].map(e => e.textContent)"
+        wait_for(page, f"{titles}.sort().join('|') === 'decode engine 0|prefill engine 0'")
         model = httpx.get(url + "v1/models").json()["data"][0]["id"]
         prompts = [[5 + i] * (20 + 12 * i) for i in range(3)]  # 1, 2 and 4 blocks of KV
         for k, prompt in enumerate(prompts, start=1):

@@ -23,8 +23,8 @@ def test_two_replicas_side_by_side_with_the_routers_reasons(tab, tiny_llama_dir)
         page = tab
         page.goto(url)
         wait_for(page, f"{PANELS}.length === 2")
-        titles = js(page, "[...document.querySelectorAll('.panel-title')].map(e => e.textContent)")
-        assert titles == ["replica 0", "replica 1"]
+        titles = "[...document.querySelectorAll('.panel-title')].map(e => e.textContent)"
+        wait_for(page, f"{titles}.join('|') === 'replica 0|replica 1'")  # on the next frame
         model = httpx.get(url + "v1/models").json()["data"][0]["id"]
         prompts = [SYSTEM + [20 + i] * 40 for i in range(2)]  # two conversations
         prompts += [p + [30] * 12 for p in prompts]  # and their next turns
