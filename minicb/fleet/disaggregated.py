@@ -160,12 +160,7 @@ class DisaggregatedCluster:
     def kv_bytes(self, decode: int, tokens: int) -> int:
         """Bytes of the KV of ``tokens`` tokens (in the engines' KV cache dtype: an 8-bit
         cache sends its values and their scales)."""
-        member = self.decode[decode]
-        profile = member.runner.profile
-        per_token = profile.model.kv_bytes_per_token(
-            profile.elem_bytes, member.engine.config.kv_cache_dtype
-        )
-        return tokens * per_token
+        return tokens * self.decode[decode].runner.profile.kv_token_bytes
 
     def _transfer_s(self, decode: int, tokens: int) -> float:
         # The KV of a tensor-parallel group is split over its GPUs, each with its own link.

@@ -82,9 +82,7 @@ def role_parts(scenario: Scenario) -> dict[str, RolePart]:
         config = EngineConfig.from_kwargs(**side.engine)
         clock = VirtualClock()
         runner = SimulatedRunner(profile, config, clock=clock)
-        per_token = runner.profile.model.kv_bytes_per_token(
-            runner.profile.elem_bytes, config.kv_cache_dtype
-        )
+        per_token = runner.profile.kv_token_bytes  # in this side's KV cache dtype
 
         def decode_role(*args: Any, clock: VirtualClock = clock, per_token: int = per_token):
             return DecodeScheduler(
@@ -191,11 +189,8 @@ class Handoffs:
                 self._publish(sent, start, "receiving", 0, 0.0,
                               f"{sent.tokens} prompt tokens on their way")  # fmt: skip
             elif sent.end is not None and decode_id not in scheduler.receiving:
-                runner = self.decode.runner
-                per_token = runner.profile.model.kv_bytes_per_token(
-                    runner.profile.elem_bytes, self.decode.config.kv_cache_dtype
-                )
-                self._publish(sent, sent.end, "done", sent.tokens * per_token,
+                nbytes = sent.tokens * self.decode.runner.profile.kv_token_bytes
+                self._publish(sent, sent.end, "done", nbytes,
                               scheduler.transfer_s(sent.tokens),
                               f"the KV of {sent.tokens} prompt tokens has arrived")  # fmt: skip
                 self.prefill_role.release(sent.prefill_id)

@@ -197,8 +197,13 @@ class StepTimeModel:
         """Bytes of all the weights, over the whole tensor-parallel group."""
         return self.model.weight_bytes(self.elem_bytes, self.weight_dtype)
 
+    @property
+    def kv_token_bytes(self) -> int:
+        """Bytes of one token's KV in every layer, in this profile's KV cache dtype."""
+        return self.model.kv_bytes_per_token(self.elem_bytes, self.kv_cache_dtype)
+
     def block_bytes(self, block_size: int) -> int:
-        return block_size * self.model.kv_bytes_per_token(self.elem_bytes, self.kv_cache_dtype)
+        return block_size * self.kv_token_bytes
 
     def num_kv_blocks(self, block_size: int, utilisation: float = 0.9) -> int:
         """The pool as a serving engine sizes it: memory x utilisation minus the weights,

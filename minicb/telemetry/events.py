@@ -321,7 +321,6 @@ EVENT_TYPES: dict[str, type] = {
     )
 }
 EVENT_KINDS = frozenset(EVENT_TYPES)
-REQUEST_EVENT_KINDS = EVENT_KINDS - {"step", "tokens", "reset", "kv_snapshot", "kv_changes"}
 
 
 # ---- to and from plain dicts -----------------------------------------------------------
