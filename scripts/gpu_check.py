@@ -8,12 +8,14 @@ weights (the models are random, in real shapes):
 
 Sections, in order, each skipped when the time budget (--budget-s) runs short:
   1. environment     versions, device
-  2. kernel tests    pytest tests/kernels on CUDA, in parallel shards (Triton compiles on
-                     the CPU cores); without pytest, the same matrix through a built-in sweep
+  2. kernel tests    pytest on CUDA over KERNEL_TESTS (the Triton kernels, their 8-bit KV
+                     forms, CUDA-graph replay), in parallel shards (Triton compiles on the
+                     CPU cores); without pytest, the main matrix through a built-in sweep
   3. bandwidth       a large tensor copy gives the device's practical bandwidth; the decode
                      kernel's bytes of K/V read per second are set against it
   4. end to end      random-weight SmolLM2-135M and Qwen2-0.5B shapes: greedy tokens of the
-                     triton and torch backends and of transformers' generate compared, and
+                     triton and torch backends (over 16-bit, fp32 and 8-bit KV caches) and
+                     of transformers' generate compared, and
                      decode tokens/s with and without CUDA graphs (bf16; fp32 runs only
                      check parity). Decode tokens/s is B*(N-1) / (t(N tokens) - t(1 token)),
                      so prefill time cancels out.
@@ -110,15 +112,24 @@ def environment(device: torch.device) -> dict:
 
 
 # ---- 2. kernel tests -------------------------------------------------------------------------
+# What runs differently on a GPU: the Triton kernels compiled rather than interpreted, the
+# 8-bit KV cache's store and attention kernels (fp8 is a hardware type there), CUDA graphs.
+KERNEL_TESTS = [
+    "tests/kernels",
+    "tests/quant/test_kv_triton.py",
+    "tests/runner/test_cuda_graphs.py",
+]
+
+
 def kernel_tests(report: Report, timeout_s: float, shards: int) -> dict:
-    """pytest tests/kernels split over parallel processes, so Triton compiles overlap."""
+    """pytest over KERNEL_TESTS split over parallel processes, so Triton compiles overlap."""
     if importlib.util.find_spec("pytest") is None:
         report.note("pytest is not installed: kernels checked by the built-in sweep instead")
         return kernel_sweep()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     listed = subprocess.run(
-        base + ["--collect-only", "tests/kernels"],
+        base + ["--collect-only", *KERNEL_TESTS],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -95,13 +95,14 @@ def hf_generate(model, device):
     return generate
 
 
-def engine_generate(folder: Path, device, backend: str, graphs: bool, dtype: str):
+def engine_generate(folder: Path, device, backend: str, graphs: bool, dtype: str, kv: str):
     """minicb's LLM as ``fn(prompts, n) -> new tokens``; the engine lives in the closure."""
     from minicb import LLM, SamplingParams
 
     llm = LLM(
         model=str(folder),
         dtype=dtype,
+        kv_cache_dtype=kv,
         device=str(device),
         attention_backend=backend,
         use_cuda_graphs=graphs,
@@ -142,26 +143,38 @@ def parity(a: list[list[int]], b: list[list[int]]) -> str:
     return f"{same}/{len(a)} same, mean common prefix {mean:.1f} of {len(a[0])}"
 
 
-# (attention backend, CUDA graphs, dtype): bf16 runs are timed, fp32 runs only check parity.
+# (attention backend, CUDA graphs, dtype, KV cache dtype): bf16 runs are timed, fp32 runs only
+# check parity. An 8-bit KV cache is compared with the torch backend over the same 8-bit cache
+# (the quantised oracle: same format, same tokens), never with the unquantised run.
 ENGINE_RUNS = [
-    ("triton", True, "bfloat16"),
-    ("triton", False, "bfloat16"),
-    ("torch", False, "bfloat16"),
-    ("torch", True, "bfloat16"),
-    ("triton", False, "float32"),
-    ("torch", False, "float32"),
+    ("triton", True, "bfloat16", "auto"),
+    ("triton", False, "bfloat16", "auto"),
+    ("torch", False, "bfloat16", "auto"),
+    ("torch", True, "bfloat16", "auto"),
+    ("triton", False, "float32", "auto"),
+    ("torch", False, "float32", "auto"),
+    ("triton", False, "bfloat16", "fp8"),
+    ("torch", False, "bfloat16", "fp8"),
+    ("triton", False, "float32", "int8"),
+    ("torch", False, "float32", "int8"),
 ]
 SHORT = {"bfloat16": "bf16", "float32": "fp32"}
+
+
+def run_label(backend: str, graphs: bool, dtype: str, kv: str) -> str:
+    """'triton + graphs bf16', 'torch fp32 kv int8': the row names of the report."""
+    kv_part = "" if kv == "auto" else f" kv {kv}"
+    return f"{backend}{' + graphs' if graphs else ''} {SHORT[dtype]}{kv_part}"
 
 
 def settings(folder: Path, hf_model, device, dry: bool) -> list[tuple]:
     """(label, make a generate fn, time it too) for every run of one model."""
     runs = []
-    for backend, graphs, dtype in ENGINE_RUNS:
+    for backend, graphs, dtype, kv in ENGINE_RUNS:
         dtype = "float32" if dry else dtype  # toy CPU runs: fp32, the engine's CPU default
-        label = f"{backend}{' + graphs' if graphs else ''} {SHORT[dtype]}"
+        label = run_label(backend, graphs, dtype, kv)
         if all(label != run[0] for run in runs):
-            make = partial(engine_generate, folder, device, backend, graphs, dtype)
+            make = partial(engine_generate, folder, device, backend, graphs, dtype, kv)
             runs.append((label, make, dtype == "bfloat16" or dry))
     hf_label = f"transformers {'fp32' if dry else 'bf16'}"
     return runs + [(hf_label, partial(hf_generate, hf_model, device), True)]
@@ -203,7 +216,8 @@ def end_to_end(report: Report, device: torch.device, budget, dry: bool) -> None:
                     torch.cuda.empty_cache() if device.type == "cuda" else None
             hf_model = None
         for label, toks in tokens.items():
-            base = "torch fp32" if "fp32" in label else "torch bf16"
+            kv = label.split(" kv ")[1] if " kv " in label else "auto"
+            base = run_label("torch", False, "float32" if "fp32" in label else "bfloat16", kv)
             if label != base and base in tokens:
                 agree.append(
                     {"model": name, "run": label, "vs": base, "tokens": parity(toks, tokens[base])}
