@@ -93,6 +93,11 @@ class EngineConfig:
     # row is discarded. With speculative decoding, a plan that verifies drafts is waited for
     # before the next is planned (its accepted count places the next rows).
     overlap_scheduling: bool = False
+    # Batch-invariant arithmetic (minicb/kernels/batch_invariant.py): linears in fixed row
+    # tiles and attention for each token alone in fixed key tiles, so a token's numbers never
+    # depend on its batch. Slower; what makes an 8-bit KV cache's greedy tokens equal across
+    # batch sizes, chunk sizes and preemption. Torch attention, one process.
+    batch_invariant: bool = False
 
     def __post_init__(self) -> None:
         self._check_choice("batching", BATCHING_MODES)
@@ -119,6 +124,13 @@ class EngineConfig:
         self._check_positive("tensor_parallel_size")
         if self.weight_dtype != "auto" and self.tensor_parallel_size > 1:
             raise ValueError("weight_dtype int8 is not built for tensor_parallel_size > 1")
+        if self.batch_invariant and self.attention_backend == "triton":
+            raise ValueError(
+                "batch_invariant attention is built on torch: use attention_backend torch or "
+                "auto (it takes torch then), not triton"
+            )
+        if self.batch_invariant and self.tensor_parallel_size > 1:
+            raise ValueError("batch_invariant is not built for tensor_parallel_size > 1")
         if not isinstance(self.measure_utilisation, bool):
             raise ValueError(
                 f"measure_utilisation must be True or False, got {self.measure_utilisation!r}"
@@ -189,6 +201,12 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         choices=WEIGHT_DTYPES,
         help="how the decoder's linear weights are held: auto (the compute dtype), or int8 "
         "(weight-only, a scale per output channel: a quarter of fp32's bytes)",
+    )
+    g.add_argument(
+        "--batch-invariant",
+        action="store_true",
+        help="a token's arithmetic never depends on its batch (fixed tiles; slower): "
+        "equal greedy tokens across batch sizes under an 8-bit KV cache",
     )
     g.add_argument("--batching", default="continuous", choices=BATCHING_MODES)
     g.add_argument("--policy", default="fcfs", choices=POLICIES)
@@ -288,6 +306,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         tensor_parallel_size=args.tensor_parallel_size,
         measure_utilisation=args.measure_utilisation,
         overlap_scheduling=args.overlap_scheduling,
+        batch_invariant=args.batch_invariant,
     )
 
 

@@ -66,6 +66,10 @@ TINY_CONFIGS = {
         num_kv_blocks=60, block_size=1, max_num_batched_tokens=5, preemption_mode="swap"
     ),
     "block-4-recompute": dict(num_kv_blocks=15, block_size=4, preemption_mode="recompute"),
+    # Fixed tiles change the order of every sum, yet not what generate's tokens are.
+    "batch-invariant-chunk-5": dict(
+        num_kv_blocks=64, block_size=16, max_num_batched_tokens=5, batch_invariant=True
+    ),
 }
 
 

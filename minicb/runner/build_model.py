@@ -4,8 +4,9 @@ runner share one already built (static beside continuous on the same weights).
 The skeleton is made on the meta device (no memory), materialised on the target device and
 filled from the safetensors files: under tensor parallelism only this rank's slices are read
 (minicb/runner/tensor_parallel.py). After the cast to the compute dtype the linear layers
-may be quantised to int8 (minicb/quant/weights.py) or packed for oneDNN (packed.py); the
-rope tables are attached last, so they stay fp32, as in transformers.
+may be quantised to int8 (minicb/quant/weights.py) or packed for oneDNN (packed.py), and under
+``batch_invariant`` each is wrapped to run in fixed row tiles (minicb/kernels/batch_invariant.py);
+the rope tables are attached last, so they stay fp32, as in transformers.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from minicb.config import EngineConfig
+from minicb.kernels.batch_invariant import RowTiledLinear, tile_linears
 from minicb.quant.weights import Int8Linear, quantize_linears
 from minicb.runner.llama import LlamaModel, ModelConfig, RotaryEmbedding
 from minicb.runner.loader import ModelFiles, iter_safetensors
@@ -50,6 +52,8 @@ def build_model(
         quantize_linears(model)  # after the cast: scales in the compute dtype, as kernels want
     if config.packed_weights and can_pack(device, dtype):
         pack_linears(model)  # after the cast: the packed copies are made in this dtype
+    if config.batch_invariant:
+        tile_linears(model)  # last: it wraps whichever linears the model now holds
     # Rope tables are attached after the dtype cast so they stay fp32, as in transformers.
     rope = RotaryEmbedding(files.hf_config, cfg.head_dim, max_model_len)
     model.rope = rope.to(device)
@@ -78,5 +82,8 @@ def check_shareable(
     int8 = any(isinstance(m, Int8Linear) for m in model.modules())
     if int8 != (config.weight_dtype == "int8"):
         raise ValueError("cannot share weights held in another weight_dtype")
+    tiled = any(isinstance(m, RowTiledLinear) for m in model.modules())
+    if tiled != config.batch_invariant:
+        raise ValueError("cannot share weights between batch_invariant and plain engines")
     if model.rope.cos.shape[0] < max_model_len:
         raise ValueError("cannot share weights: the shared model has a shorter context")

@@ -30,6 +30,7 @@ import torch
 
 from minicb.config import EngineConfig
 from minicb.kernels import get_backend
+from minicb.kernels.batch_invariant import BatchInvariantBackend
 from minicb.runner import RunnerOutput
 from minicb.runner.build_model import build_model, check_shareable
 from minicb.runner.cuda_graphs import maybe_capture
@@ -87,7 +88,11 @@ class ModelRunner:
         self.dtype_choice = choose_dtype(config.dtype, self.device)  # "auto": by capability
         self.dtype = self.dtype_choice.dtype
         # Before the weights load: a backend that cannot run here is refused at once.
-        self.backend = get_backend(config.attention_backend, self.device)
+        self.backend = (
+            BatchInvariantBackend()
+            if config.batch_invariant
+            else get_backend(config.attention_backend, self.device)
+        )
         self.model_config = ModelConfig.from_hf(self.files.hf_config)
         world = config.tensor_parallel_size
         # Each step's utilisation of this machine's measured rates (rank 0 only: it samples).

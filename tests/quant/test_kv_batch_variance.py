@@ -22,6 +22,12 @@ tests/test_same_tokens_everywhere.py::test_same_tokens_on_default_model):
      plain engine differs, the batch's numerical noise is the whole cause: not the scales,
      the store path or the scheduler. The plain engine's first differing positions are
      recorded (``record_property``), not asserted: they depend on the CPU's kernels.
+  3. int8 and fp8 KV with ``batch_invariant=True`` (minicb/kernels/batch_invariant.py: the
+     linears in fixed row tiles, each token's attention alone in fixed key tiles, which is
+     what 2 does by hand, at a usable speed): every prompt gives the batch's tokens one at a
+     time, chunked eight tokens at a time, under recompute and swap preemption, with prefix
+     caching, under static batching and with speculative decoding. That is the issue's
+     oracle in its own form, on the machine's own kernels, whatever they are.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import pytest
 import torch
 from torch import nn
 
-from minicb import EngineConfig, LLMEngine, SamplingParams
+from minicb import LLM, EngineConfig, LLMEngine, SamplingParams
 from minicb.kernels import torch_attention
 
 pytestmark = pytest.mark.slow
@@ -54,11 +60,16 @@ BASE = EngineConfig(
 )
 
 
-def tokens(default_llm, config: EngineConfig) -> list[list[int]]:
-    """Every prompt at once (as the config schedules them), tokens in prompt order."""
+def tokens(default_llm, config: EngineConfig, plans: list | None = None) -> list[list[int]]:
+    """Every prompt at once (as the config schedules them), tokens in prompt order; the
+    step plans are appended to ``plans`` when it is given."""
     engine = LLMEngine(config=config, runner=default_llm.engine.runner.with_config(config))
+    if plans is not None:
+        engine.bus.subscribe(lambda es: plans.extend(e.plan for e in es), kinds=["step"])
     ids = [engine.add_request(p, PARAMS) for p in PROMPTS]
     done = {o.request_id: o.token_ids for o in engine.run_until_done()}
+    engine.scheduler.blocks.check()
+    assert engine.kv_snapshot().num_used == 0  # nothing leaked, whatever the mode
     return [done[i] for i in ids]
 
 
@@ -122,3 +133,35 @@ def test_int8_kv_one_at_a_time_differs_only_by_batch_noise(
     invariant_batch = tokens(default_llm, config)
     invariant_alone = tokens(default_llm, config.with_(max_num_seqs=1))
     assert first_differences(invariant_alone, invariant_batch) == [None] * len(PROMPTS)
+
+
+INVARIANT_MODES = {
+    "one-at-a-time": dict(max_num_seqs=1),
+    "chunks-of-8": dict(max_num_batched_tokens=8),
+    # Six requests of two 16-token blocks each in a pool of seven: preemption is forced.
+    "recompute": dict(num_kv_blocks=7, preemption_mode="recompute"),
+    "swap": dict(num_kv_blocks=7, preemption_mode="swap", num_swap_blocks=16),
+    "prefix-caching": dict(enable_prefix_caching=True, num_kv_blocks=7),
+    "static": dict(batching="static", max_num_seqs=4),
+    "speculative": dict(speculative="ngram"),
+}
+
+
+@pytest.fixture(scope="module")
+def invariant_llm() -> LLM:
+    """The default model with batch-invariant linears (weights cannot be shared with a
+    plain engine: the wrapping changes how its products are called)."""
+    return LLM(dtype="float32", attention_backend="torch", batch_invariant=True)
+
+
+@pytest.mark.parametrize("kv", ["int8", "fp8"])
+def test_batch_invariant_8bit_kv_gives_the_batchs_tokens_in_every_mode(invariant_llm, kv):
+    config = BASE.with_(kv_cache_dtype=kv, batch_invariant=True)
+    batch = tokens(invariant_llm, config)
+    for name, mode in INVARIANT_MODES.items():
+        plans: list = []
+        assert tokens(invariant_llm, config.with_(**mode), plans) == batch, name
+        if name in ("recompute", "swap"):
+            assert {d.mode for p in plans for d in p.preempted} >= {name}, name
+        if name == "prefix-caching":  # preempted requests find their own blocks again
+            assert sum(p.prefix_hit_tokens for p in plans) > 0
