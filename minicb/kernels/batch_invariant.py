@@ -3,10 +3,10 @@
 Continuous batching puts a token beside different neighbours every iteration: in a batch of
 one or of 200, in a prompt chunk of 32 or of 512. Mathematically its row of every product is
 the same; in floating point it is not, because the kernels choose how to sum by the shape
-they are given. Measured on a 2-core CPU (torch 2.13, MKL, fp32): ``F.linear(x)[i]`` equals
-``F.linear(x[i:i+1])`` bit for bit only when x has 4, 8, 12 or 13 and more rows (at 1 to 3
-rows a matrix-vector kernel sums in another order, and at 5 to 11 the two threads split the
-rows into such pieces); and SDPA's sum over a token's keys changes with the longest context
+they are given. Measured on a 2-core CPU (torch 2.13, fp32): a row of ``F.linear(x)`` has
+the same bits whether x holds 4, 8, 12 or 13 and more rows, and other bits at 1 to 3 rows (a
+matrix-vector kernel, another summation order) and, with two threads, at 5 to 7 and 9 to 11
+(with one, only at 1 to 3); SDPA's sum over a token's keys changes with the longest context
 in the step (keys are padded to it) and with where a prompt chunk starts. In fp32 those
 last-bit differences almost never change a greedy token. Under an 8-bit KV cache they do: a
 key that lands on a rounding boundary of ``round(x / scale)`` moves by a whole step of the
@@ -19,7 +19,9 @@ construction, the idea of Thinking Machines' "Defeating Nondeterminism in LLM In
 
 - **Linears in fixed tiles of ROW_TILE rows.** The rows are padded to a multiple of the tile
   and every product is called on exactly one tile shape, so every token's row takes the same
-  kernel, the same thread split and the same summation order, wherever it sits in the batch.
+  kernel, the same thread split and the same summation order, wherever it sits in the batch
+  (that one shape treats each of its rows alike, wherever it sits, is what
+  tests/kernels/test_batch_invariant.py checks on the machine at hand).
 - **Attention for each token alone, over its own keys, in fixed tiles of KEY_TILE keys, in
   order.** Each query token reads exactly the keys it may see (0 .. its position), tile by
   tile with a running softmax (max, rescale, sum). A tile's sums run over fixed dimensions
