@@ -3,7 +3,8 @@
 - ``generate PROMPT...``: complete prompts and print each completion;
 - ``replay FILE``: the metrics of a recorded trace (as text or JSON), its Chrome/Perfetto
   export, and ``--serve``: the visualizer fed from the trace, with no model loaded;
-- ``demo`` and ``serve`` (minicb.server.launch) and ``bench`` (minicb.bench.suite);
+- ``demo`` and ``serve`` (minicb.server.demo_command and serve_command) and ``bench``
+  (minicb.bench.suite);
 - ``scenario list|check|export`` (minicb.scenarios.command): the classroom's lessons;
 - ``lab student|check`` (minicb.lab.command): graded labs, the student notebooks and their checker.
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from minicb.cli import build_parser
 from minicb.scenarios.metrics import SideRecord, side_metric
-from minicb.server.launch import build_demo
+from minicb.server.demo_command import build_demo
 
 
 def ttft_p50(record: SideRecord, clock: Callable[[float], float]) -> float:

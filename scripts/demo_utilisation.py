@@ -24,7 +24,7 @@ from typing import Any
 
 from minicb.cli import build_parser
 from minicb.scheduler.plan import PREFILL
-from minicb.server.launch import build_demo
+from minicb.server.demo_command import build_demo
 from minicb.telemetry.events import StepEvent
 
 

@@ -99,7 +99,7 @@ async def _drive(app: Any, model: str, conversations: list[Conversation], run: P
 
 def run_policy(policy: str, args: argparse.Namespace) -> PolicyRun:
     """A fresh fleet for ``policy``, the conversations through its API, then stopped."""
-    from minicb.server.launch import build_serve
+    from minicb.server.serve_command import build_serve
 
     app, loop, fleet, model = build_serve(serve_args(policy, args))
     run = PolicyRun(policy)

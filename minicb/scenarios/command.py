@@ -80,7 +80,7 @@ def run_check(args: argparse.Namespace) -> int:
 def run_export(args: argparse.Namespace) -> int:
     from minicb.scenarios import load_scenario
     from minicb.scenarios.player import narration_point
-    from minicb.server.launch import trace_paths
+    from minicb.server.trace_files import trace_paths
     from minicb.telemetry.trace import TraceWriter, trace_header
 
     main = Path(args.trace)

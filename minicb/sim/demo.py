@@ -1,7 +1,7 @@
 """The simulated demo's engines: static and continuous batching on simulated GPUs, the
 picker's choices, and rebuilding both engines on another GPU.
 
-``minicb demo --simulate GPU:MODEL`` (minicb/server/launch.py) runs the demo on
+``minicb demo --simulate GPU:MODEL`` (minicb/server/demo_command.py) runs the demo on
 SimulatedRunner (minicb/sim/runner.py): no weights, the KV pool of that GPU, predicted step
 times. Each engine has its own simulated GPU and its own VirtualClock, as two machines side
 by side would; the engine loop's Pacer (sim/pacing.py) holds both to the wall clock. The

@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from minicb.cli import build_parser
-from minicb.server.launch import build_serve
+from minicb.server.serve_command import build_serve
 from tests.api.live import live_server
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from minicb import LLM, SamplingParams
 from minicb.cli import build_parser
-from minicb.server.launch import build_serve, parse_disaggregate
+from minicb.server.serve_command import build_serve, parse_disaggregate
 from tests.api.live import live_server
 
 PROMPTS = [[5, 6, 7, 8], [9, 10], [11] * 40, [5, 6, 7, 8, 1, 2]]

@@ -19,7 +19,7 @@ import pytest
 from minicb import LLM, SamplingParams
 from minicb.fleet.fleet import FLEET
 from minicb.fleet.router import POLICIES, Router
-from minicb.server.launch import build_serve
+from minicb.server.serve_command import build_serve
 from tests.api.live import live_server, metric
 from tests.helpers import wait_for
 
@@ -193,7 +193,7 @@ def test_serve_trace_records_one_file_per_replica_and_replay_opens_them_all(
     (each numbers its own requests), its routing decisions in it, and ``minicb replay
     --serve FILE`` finds the other replica's file beside it."""
     from minicb.cli import replay_traces
-    from minicb.server.launch import record_traces, replica_trace_paths
+    from minicb.server.trace_files import record_traces, replica_trace_paths
     from minicb.telemetry.metrics import compute_metrics
 
     url, loop, fleet, model = served

@@ -9,7 +9,7 @@ import argparse
 import pytest
 from fastapi.testclient import TestClient
 
-from minicb.server import launch
+from minicb.server import demo_command, launch
 from minicb.server.lesson import PANELS
 from tests.server.conftest import control, message
 
@@ -24,7 +24,7 @@ def demo_args(*extra: str) -> argparse.Namespace:
 
 @pytest.fixture
 def lesson_demo():
-    loop, app = launch.build_demo(demo_args("--scenario", NAME, "--paused"))
+    loop, app = demo_command.build_demo(demo_args("--scenario", NAME, "--paused"))
     loop.delay_s = 0.0
     loop.start()
     try:
@@ -118,7 +118,7 @@ def test_a_free_demo_refuses_the_scenario_control():
 
 def test_trace_with_a_scenario_points_to_the_export():
     with pytest.raises(ValueError, match="minicb scenario export"):
-        launch.build_demo(demo_args("--scenario", NAME, "--trace", "x.jsonl"))
+        demo_command.build_demo(demo_args("--scenario", NAME, "--trace", "x.jsonl"))
 
 
 def test_an_exported_scenario_replays_with_its_narration(tmp_path, capsys):

@@ -9,7 +9,7 @@ import argparse
 import statistics
 
 from minicb import EngineConfig, FakeRunner, LLMEngine
-from minicb.server import launch
+from minicb.server import demo_command, launch
 from minicb.server.workload import WorkloadFeeder, WorkloadSpec
 
 
@@ -21,16 +21,16 @@ def demo_args(*extra: str) -> argparse.Namespace:
 
 def test_the_default_workload_is_the_looping_opening_and_explicit_options_win():
     args = demo_args()
-    launch.resolve_demo_defaults(args)
+    demo_command.resolve_demo_defaults(args)
     assert (args.workload, args.repeat, args.burst, args.max_num_seqs) == ("burst", True, 24, 8)
     args = demo_args("--simulate", "H100:llama-3.1-8b")
-    launch.resolve_demo_defaults(args)
+    demo_command.resolve_demo_defaults(args)
     assert (args.workload, args.repeat, args.burst, args.max_num_seqs) == ("burst", True, 768, 256)
     args = demo_args("--rate", "2")  # a rate asks for Poisson arrivals, as before
-    launch.resolve_demo_defaults(args)
+    demo_command.resolve_demo_defaults(args)
     assert args.workload == "poisson" and args.rate == 2.0
     args = demo_args("--workload", "off", "--burst", "24")  # the recordings' command: once
-    launch.resolve_demo_defaults(args)
+    demo_command.resolve_demo_defaults(args)
     assert args.workload == "off" and not getattr(args, "repeat", False)
 
 
@@ -80,7 +80,7 @@ def test_the_opening_keeps_continuous_batching_fuller_than_static():
     """Mean useful slot occupancy per iteration over the first loops of the opening."""
     engines = fake_engines()
     args = demo_args()
-    launch.resolve_demo_defaults(args)
+    demo_command.resolve_demo_defaults(args)
     spec = WorkloadSpec(preset="burst", count=args.burst, repeat=True, lengths=args.lengths)
     feeder = WorkloadFeeder(spec, short=tuple(args.short), long=tuple(args.long))
     occupancy = run_rounds(engines, feeder, 400)
@@ -91,7 +91,7 @@ def test_the_opening_keeps_continuous_batching_fuller_than_static():
 
 def test_the_simulated_demos_opening_shows_it_at_a_gpus_scale():
     """`minicb demo --simulate H100:llama-3.1-8b` as it starts: 256 slots, a burst of 768."""
-    loop, _app = launch.build_demo(demo_args("--simulate", "H100:llama-3.1-8b"))
+    loop, _app = demo_command.build_demo(demo_args("--simulate", "H100:llama-3.1-8b"))
     occupancy = run_rounds(loop.engines, loop.feeder, 300)
     static, continuous = (statistics.mean(occupancy[n]) for n in ("static", "continuous"))
     assert loop.feeder.sent == 768

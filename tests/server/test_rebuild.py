@@ -17,8 +17,8 @@ from minicb import SamplingParams
 from minicb.server.app import create_app
 from minicb.server.controls import rebuild_engines
 from minicb.server.engine_loop import EngineLoop
-from minicb.server.launch import record_traces, trace_paths
 from minicb.server.openai_api import install_openai_routes
+from minicb.server.trace_files import record_traces, trace_paths
 from minicb.server.workload import WorkloadFeeder, WorkloadSpec
 from minicb.telemetry.trace_reader import read_trace
 from tests.api.live import LOCAL, metric

@@ -19,7 +19,7 @@ from minicb.config import EngineConfig, SamplingParams
 from minicb.engine import LLMEngine
 from minicb.runner import VirtualClock
 from minicb.runner.fake import FakeRunner
-from minicb.server import launch
+from minicb.server import demo_command, launch
 from minicb.server.app import create_app
 from minicb.server.engine_loop import EngineLoop
 from minicb.server.hub import _replay_info
@@ -63,7 +63,7 @@ def busy(engine: LLMEngine) -> LLMEngine:
 
 # ---- the demo's engines and defaults ---------------------------------------------------
 def test_simulated_demo_runs_both_engines_on_the_gpu_at_a_serving_scale():
-    loop, app = launch.build_demo(demo_args("--simulate", PROFILE, "--speed", "4"))
+    loop, app = demo_command.build_demo(demo_args("--simulate", PROFILE, "--speed", "4"))
     static, continuous = loop.engines["static"], loop.engines["continuous"]
     for engine in (static, continuous):
         info = engine.describe()
@@ -79,17 +79,17 @@ def test_simulated_demo_runs_both_engines_on_the_gpu_at_a_serving_scale():
 
 def test_defaults_depend_on_simulate_and_explicit_options_win():
     real = demo_args()
-    launch.resolve_demo_defaults(real)
+    demo_command.resolve_demo_defaults(real)
     assert (real.max_num_seqs, real.num_kv_blocks, real.rate) == (8, 128, 0.7)
     simulated = demo_args("--simulate", PROFILE, "--max-num-seqs", "64", "--rate", "5")
-    launch.resolve_demo_defaults(simulated)
+    demo_command.resolve_demo_defaults(simulated)
     assert (simulated.max_num_seqs, simulated.num_kv_blocks, simulated.rate) == (64, None, 5.0)
     assert simulated.max_num_batched_tokens == 2048
 
 
 def test_a_bad_profile_is_a_clear_error():
     with pytest.raises(ValueError, match="not in the catalogue"):
-        launch.build_demo(demo_args("--simulate", "H100:no-such-model"))
+        demo_command.build_demo(demo_args("--simulate", "H100:no-such-model"))
     with pytest.raises(ValueError, match="speed must be in"):
         Pacer(0.0)
 
@@ -212,7 +212,7 @@ def test_the_picker_rebuilds_both_engines_on_another_gpu():
 
 
 def test_the_speed_factor_changes_from_the_page():
-    loop, app = launch.build_demo(demo_args("--simulate", PROFILE, "--paused"))
+    loop, app = demo_command.build_demo(demo_args("--simulate", PROFILE, "--paused"))
     loop.start()
     try:
         with (

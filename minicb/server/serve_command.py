@@ -1,0 +1,171 @@
+"""``minicb serve``: the OpenAI-compatible API, with the visualizer at ``/``.
+
+One continuous-batching engine by default, so ``/`` shows API traffic joining the batch
+live; ``--replicas N --router POLICY`` puts N engines, each in its own process with its own
+KV pool, behind a router that says why on the page (minicb/fleet); ``--disaggregate P:D``
+runs P prefill and D decode engines with the KV cache sent between them
+(minicb/fleet/disagg_fleet.py).
+
+    minicb serve --port 8000
+    curl localhost:8000/v1/completions -H 'content-type: application/json' \\
+         -d '{"model": "SmolLM2-135M-Instruct", "prompt": "Hello", "max_tokens": 8}'
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import TYPE_CHECKING, Any
+
+from minicb.config import add_engine_options, describe_choices, engine_kwargs
+from minicb.fleet.router import POLICIES
+from minicb.server.launch import add_server_options, build_app, run_server, server_guard
+from minicb.server.trace_files import record_traces, replica_trace_paths
+from minicb.telemetry.trace import add_trace_option, traced
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from minicb.engine import LLMEngine
+    from minicb.server.engine_loop import EngineLoop
+    from minicb.server.guard import Guard
+
+SERVE_ENGINE = "api"  # the one engine's name in serve mode
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``serve`` subcommand."""
+    p = subparsers.add_parser("serve", help="serve the OpenAI-compatible API and the visualizer")
+    add_server_options(p)
+    p.add_argument("--served-model-name", help="the 'model' clients pass (default: its own name)")
+    p.add_argument(
+        "--max-waiting", type=int, default=256, help="waiting requests before a 429 (default 256)"
+    )
+    p.add_argument(
+        "--max-body-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB)"
+    )
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    f = p.add_argument_group("replicas (each an engine in its own process, behind a router)")
+    f.add_argument(
+        "--replicas", type=int, default=1, help="engines behind the API (default 1: no router)"
+    )
+    f.add_argument(
+        "--router",
+        default="round-robin",
+        choices=POLICIES,
+        help="which replica gets a request (default round-robin; docs: minicb/fleet/router.py)",
+    )
+    f.add_argument(
+        "--disaggregate",
+        metavar="P:D",
+        help="P prefill and D decode engines, each its own process, the KV cache sent between "
+        "them over torch.distributed (minicb/fleet/disagg_fleet.py); not with --replicas",
+    )
+    add_engine_options(p)
+    p.set_defaults(measure_utilisation=True)
+    add_trace_option(p)
+    p.set_defaults(func=run_serve)
+
+
+def build_serve(args: argparse.Namespace) -> tuple[FastAPI, EngineLoop, LLMEngine, str]:
+    """The engine, its thread and the app, with the API routes; nothing started."""
+    from minicb.config import EngineConfig
+    from minicb.engine import LLMEngine
+    from minicb.server.engine_loop import EngineLoop
+
+    guard = server_guard(args)
+    if args.max_waiting < 1:
+        raise ValueError(f"--max-waiting must be at least 1, got {args.max_waiting}")
+    if args.max_body_bytes < 1024:
+        raise ValueError(f"--max-body-bytes must be at least 1024, got {args.max_body_bytes}")
+    api = dict(max_waiting=args.max_waiting, max_body_bytes=args.max_body_bytes)
+    if getattr(args, "disaggregate", None):
+        return build_disaggregated(args, guard, api)
+    if getattr(args, "replicas", 1) != 1:
+        return build_fleet(args, guard, api)
+    engine = LLMEngine(args.model, EngineConfig.from_kwargs(**engine_kwargs(args)))
+    name = args.served_model_name or engine.model_name
+    loop = EngineLoop({SERVE_ENGINE: engine})
+    return build_app(loop, "serve", SERVE_ENGINE, name, guard, **api), loop, engine, name
+
+
+def build_fleet(args: argparse.Namespace, guard: Guard, api: dict[str, Any]) -> tuple:
+    """``serve --replicas N``: the replicas' processes (started, their models loaded), the
+    loop that routes to them, and the app with the API aimed at the fleet."""
+    from minicb.fleet.fleet import FLEET, Fleet
+
+    if args.replicas < 1:
+        raise ValueError(f"--replicas must be at least 1, got {args.replicas}")
+    fleet = Fleet(args.model, args.replicas, args.router, **engine_kwargs(args))
+    name = args.served_model_name or fleet.model_name
+    loop = fleet.engine_loop()
+    return build_app(loop, "serve", FLEET, name, guard, **api), loop, fleet, name
+
+
+def build_disaggregated(args: argparse.Namespace, guard: Guard, api: dict[str, Any]) -> tuple:
+    """``serve --disaggregate P:D``: the engines' processes (started, their models loaded),
+    the loop over them, and the app with the API aimed at the prefill/decode fleet."""
+    from minicb.fleet.disagg_fleet import DisaggregatedFleet
+    from minicb.fleet.fleet import FLEET
+
+    prefill, decode = parse_disaggregate(args.disaggregate)
+    options = engine_kwargs(args)
+    refused = [
+        words
+        for words, clash in (
+            (f"--replicas {args.replicas}", args.replicas != 1),
+            (f"--tensor-parallel-size {options.get('tensor_parallel_size')}",
+             (options.get("tensor_parallel_size") or 1) != 1),
+            (f"--batching {options.get('batching')}",
+             options.get("batching", "continuous") != "continuous"),
+            ("--overlap-scheduling", bool(options.get("overlap_scheduling"))),
+        )
+        if clash
+    ]  # fmt: skip
+    if refused:
+        raise ValueError(
+            f"--disaggregate {args.disaggregate} does not work with {', '.join(refused)}: each "
+            "prefill and decode engine is one continuous-batching engine on one rank"
+        )
+    fleet = DisaggregatedFleet(args.model, prefill, decode, **options)
+    name = args.served_model_name or fleet.model_name
+    loop = fleet.engine_loop()
+    return build_app(loop, "serve", FLEET, name, guard, **api), loop, fleet, name
+
+
+def parse_disaggregate(text: str) -> tuple[int, int]:
+    """P and D of "P:D", both at least 1; ValueError naming the form otherwise."""
+    parts = text.split(":")
+    if len(parts) != 2 or not all(p.strip().isdigit() and int(p) >= 1 for p in parts):
+        raise ValueError(
+            f"--disaggregate takes P:D, two positive integers (e.g. 1:1), got {text!r}"
+        )
+    return int(parts[0]), int(parts[1])
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    if getattr(args, "disaggregate", None):
+        print(f"minicb serve: starting {args.disaggregate} prefill:decode engines ...", flush=True)
+    elif getattr(args, "replicas", 1) != 1:
+        print(f"minicb serve: starting {args.replicas} replicas ...", flush=True)
+    app, loop, engine, model_name = build_serve(args)
+    logging.basicConfig(level=args.log_level.upper())
+    what = f"minicb serve: {model_name} (visualizer at /, API at /v1)"
+    if loop.fleets:  # the replicas: each its own process, stopped with the server
+        first = next(iter(engine.replicas.values()))
+        what_routes = "disaggregated" if args.disaggregate else f"router {args.router}"
+        print(f"minicb serve: {what_routes}; each engine: "
+              f"{describe_choices(first.describe()['runner'])}", flush=True)  # fmt: skip
+        replicas = dict(engine.replicas)
+        files = replica_trace_paths(args.trace, list(replicas)) if args.trace else {}
+        close_traces = record_traces(replicas, files, "serve")
+        try:
+            run_server(app, args, what, loop)
+        finally:
+            close_traces()  # after the engine thread stopped: no event comes any more
+            engine.close()
+        return 0
+    print(f"minicb serve: {describe_choices(engine.describe()['runner'])}", flush=True)
+    with traced(engine, args, served_model_name=model_name):
+        run_server(app, args, what, loop)
+    return 0
