@@ -115,13 +115,18 @@ function onHello(msg) {
 // Each engine as the server holds it now (on joining, or again when this tab fell behind):
 // its requests, its recent iterations and its KV map; the frames after it go on from there.
 function onView(msg) {
+  forgetTransfers(); // the strip is drawn again from the views' latest transfers
+  const transfers = [];
   for (const info of msg.engines) {
     const p = app.panels.find((q) => q.name === info.name);
     if (!p) continue;
     p.model.reset(info);
     if (msg.mode !== "replay") p.model.mapsKept = LIVE_MAPS;
     p.model.applyView(info);
+    transfers.push(...(info.transfers || []));
   }
+  transfers.sort((a, b) => a.time - b.time);
+  for (const e of transfers) noteTransfer(e, app.panels);
   app.dirty = true;
 }
 

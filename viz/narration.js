@@ -24,6 +24,8 @@ export function showScenario(app, scenario, canChoose) {
   $("lesson").hidden = !scenario;
   const pick = $("lesson-pick");
   pick.hidden = !scenario || !canChoose;
+  // A disaggregated lesson refuses engine settings (each role runs the lesson's): no form.
+  if (canChoose) $("settings-form").hidden = Boolean(scenario) && scenario.settings === false;
   if (scenario && canChoose) {
     pick.replaceChildren(...scenario.choices.map((name) => new Option(name, name)));
     pick.value = scenario.name;

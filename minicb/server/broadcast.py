@@ -122,6 +122,7 @@ class Broadcast:
         for name, folder in self.folders.items():
             view = folder.view()
             view["requests"] = [self.hub.shown(client, name, r) for r in view["requests"]]
+            view["transfers"] = [self.hub.shown(client, name, e) for e in view["transfers"]]
             out.append(view)
         return out
 

@@ -88,7 +88,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--max-outstanding", type=int, help="skip arrivals while an engine holds this many"
     )
     w.add_argument("--delay", type=float, default=0.0, help="seconds to wait between rounds")
-    w.add_argument("--paused", action="store_true", help="start paused (step it from the page)")
+    w.add_argument(
+        "--paused",
+        action="store_true",
+        help="start paused (step it from the page); a lesson without it starts when the "
+        "first page opens",
+    )
     p.set_defaults(func=run_demo)
 
 
@@ -179,7 +184,8 @@ def build_lesson(args: argparse.Namespace, guard: Guard) -> tuple[EngineLoop, Fa
     engines = lesson_engines(scenario, args.model)
     loop = EngineLoop(engines)
     lesson = Lesson(loop, scenario, args.model)
-    loop.paused = args.paused
+    loop.paused = True  # until the first page opens, or with --paused until it resumes
+    lesson.waits_for_audience = not args.paused
     model = engines[PANELS[1]].model_name
     return loop, build_app(loop, "demo", PANELS[1], model, guard, lesson=lesson)
 

@@ -48,6 +48,7 @@ KV_GRID_CELLS = 2048  # at most this many cells in a large pool's folded map
 KV_GRID_EVERY = 4  # frames between two grids of a large pool (about 3 a second)
 RECENT_STEPS = 300  # digests a view carries: the charts' longest window
 VIEW_WAITING = 512  # waiting requests a view lists (the latest): a page draws no more rows
+TRANSFERS_KEPT = 14  # kv_transfer events a view carries: the page's strip lists as many
 # Phase codes, as the page's timeline numbers them (viz/model.js PHASE).
 PHASE_CODES = {"prefill": 1, "decode": 2, "padding": 3}
 NOT_SCHEDULED = -1  # a row change: this request ran no row in this iteration
@@ -89,6 +90,9 @@ class StepFolder:
             r["request_id"]: dict(r) for r in info.get("requests", ())
         }
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_STEPS)
+        # The latest KV transfers into this engine (disaggregated): a page that joins after
+        # a request's KV arrived still lists it between the panels.
+        self.transfers: deque[dict[str, Any]] = deque(maxlen=TRANSFERS_KEPT)
 
     # ---- folding ---------------------------------------------------------------------------
     def fold(self, events: Iterable[Any], tokens: bool) -> list[dict[str, Any]]:
@@ -111,6 +115,8 @@ class StepFolder:
                     continue  # a large pool's map travels as a grid
             else:
                 self._note(data)
+                if kind == "kv_transfer":
+                    self.transfers.append(data)
                 if kind == "tokens" and not tokens:
                     continue
                 data.pop("params", None)  # every sampling setting: the page draws none of them
@@ -184,7 +190,8 @@ class StepFolder:
     # ---- what a joining page gets ------------------------------------------------------------
     def view(self) -> dict[str, Any]:
         """The engine as of the last fold: its description, the requests it holds (with the
-        phase of their last row), the recent digests, and its KV map (exact or folded)."""
+        phase of their last row), the recent digests, the latest KV transfers into it, and
+        its KV map (exact or folded)."""
         # Those in the batch, and the latest that wait: ten thousand queued requests would
         # make a view of megabytes, and a page shows a few hundred rows.
         requests = [
@@ -193,6 +200,7 @@ class StepFolder:
         waiting = [r for rid, r in self.requests.items() if rid not in self.rows]
         requests += [{**r, "row": None} for r in waiting[-VIEW_WAITING:]]
         view = {**self.info, "requests": requests, "recent": list(self.recent)}
+        view["transfers"] = list(self.transfers)
         if self.exact:
             view["kv"] = {
                 "block_tables": {str(r): t for r, t in self.kv.block_tables.items()},

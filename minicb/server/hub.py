@@ -103,6 +103,10 @@ class Hub:
         in the asyncio loop, between two frames, so it gets every frame after its view."""
         await self.broadcast_frames.start()
         assert self.loop is not None
+        lesson = self.lesson
+        if lesson is not None and lesson.waits_for_audience and role == CONTROLLER:
+            lesson.waits_for_audience = False  # the lesson starts now, watched from its start
+            await self.loop.acall(lambda: setattr(self.loop, "paused", False))
         hello = await self.loop.acall(lambda: self.hello(role))
         client = self.connect(role)
         hello["engines"] = self.broadcast_frames.views(client)

@@ -150,6 +150,7 @@ def test_the_disaggregated_lesson_draws_each_transfer_and_leaves_no_strip_behind
         wait_for(page, f"{PANELS}.length === 2")
         js(page, "window.minicb.send({type: 'speed', delay_s: 0})")
         run_to_first_point(page, "12b-disaggregated-prefill-decode")
+        assert js(page, "document.querySelector('#settings-form').hidden")  # refused here
         wait_for(page, f"{done}.length >= 1")
         first = js(page, f"{done}[{done}.length - 1].textContent")
         assert first.startswith("prefill0 \u2192 decode0")
@@ -164,4 +165,5 @@ def test_the_disaggregated_lesson_draws_each_transfer_and_leaves_no_strip_behind
         page.select_option("#lesson-pick", "12-colocated-prefill-decode")
         run_to_first_point(page, "12-colocated-prefill-decode", start=False)
         assert js(page, "document.querySelector('#transfers') === null")
+        assert not js(page, "document.querySelector('#settings-form').hidden")
     assert not page.errors, page.errors

@@ -5,12 +5,14 @@ control checked like the others. Simulated scenarios only: no model, no torch.""
 from __future__ import annotations
 
 import argparse
+import time
 
 import pytest
 from fastapi.testclient import TestClient
 
 from minicb.server import demo_command, launch
 from minicb.server.lesson import PANELS
+from tests.helpers import wait_for
 from tests.server.conftest import control, message
 
 NAME = "04b-recompute-vs-swap"  # simulated, and its first point fires within a few rounds
@@ -39,6 +41,23 @@ def next_message(ws, kind: str, limit: int = 5000) -> dict:
         if msg["type"] == kind:
             return msg
     raise AssertionError(f"no {kind} message came")
+
+
+def test_a_lesson_waits_for_its_first_page_unless_paused():
+    """Without --paused a lesson starts when the first controlling page joins, so the class
+    watches it from its first iteration, not from wherever it got to meanwhile."""
+    loop, app = demo_command.build_demo(demo_args("--scenario", NAME))
+    loop.delay_s = 0.0
+    loop.start()
+    try:
+        time.sleep(0.5)  # the loop's thread runs; a lesson playing alone would step now
+        assert loop.paused and all(e.step_count == 0 for e in loop.engines.values())
+        with TestClient(app).websocket_connect("ws://127.0.0.1/ws") as ws:
+            message(ws)  # hello: from here the page sees every iteration
+            wait_for(lambda: any(e.step_count > 0 for e in loop.engines.values()))
+            assert next_message(ws, "narration")["index"] == 0  # it plays to its first point
+    finally:
+        loop.stop()
 
 
 def test_the_engines_are_the_scenarios_sides_under_the_panel_names(lesson_demo):
@@ -170,6 +189,7 @@ def test_the_menu_switches_to_a_disaggregated_lesson_with_its_roles(lesson_demo)
         _, reply = control(ws, type="scenario", name=APART)
         assert reply["type"] == "ack", reply
         assert reply["scenario"]["panels"]["left"]["side"] == "prefill0"
+        assert reply["scenario"]["settings"] is False  # the page hides its settings form
         _, reply = control(ws, type="settings", max_num_seqs=4)
         assert reply["type"] == "error"
         assert f"lesson {APART} runs a prefill engine and a decode engine" in reply["message"]
@@ -194,6 +214,14 @@ def test_the_menu_switches_to_a_disaggregated_lesson_with_its_roles(lesson_demo)
             if moved:
                 break
         assert moved, "the typed prompt's KV never reached the decode engine"
+        # A page that joins now still lists the transfers between the panels: the decode
+        # engine's view carries its latest ones (a late joiner saw no strip before).
+        with TestClient(app).websocket_connect("ws://127.0.0.1/ws") as late:
+            views = {e["name"]: e for e in message(late)["engines"]}
+        arrived = views["right"]["transfers"]
+        assert arrived and all(e["type"] == "kv_transfer" for e in arrived)
+        assert any(e["status"] == "done" and e["request_id"] == typed for e in arrived)
+        assert views["left"]["transfers"] == []  # the prefill engine receives none
     left, right = (loop.engines[p] for p in PANELS)
     assert loop.call(lambda: left.describe()["config"]["max_num_seqs"]).result(5) == 16
     assert right.describe()["runner"]["gpu"] == "H100-SXM"
