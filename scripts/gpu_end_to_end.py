@@ -168,16 +168,19 @@ def run_label(backend: str, graphs: bool, dtype: str, kv: str) -> str:
 
 
 def settings(folder: Path, hf_model, device, dry: bool) -> list[tuple]:
-    """(label, make a generate fn, time it too) for every run of one model."""
+    """(label, make a generate fn, time it too, the label of the run its tokens must equal:
+    the torch backend in the same dtype over the same KV format) for every run of one model."""
     runs = []
     for backend, graphs, dtype, kv in ENGINE_RUNS:
         dtype = "float32" if dry else dtype  # toy CPU runs: fp32, the engine's CPU default
         label = run_label(backend, graphs, dtype, kv)
         if all(label != run[0] for run in runs):
             make = partial(engine_generate, folder, device, backend, graphs, dtype, kv)
-            runs.append((label, make, dtype == "bfloat16" or dry))
-    hf_label = f"transformers {'fp32' if dry else 'bf16'}"
-    return runs + [(hf_label, partial(hf_generate, hf_model, device), True)]
+            base = run_label("torch", False, dtype, kv)
+            runs.append((label, make, dtype == "bfloat16" or dry, base))
+    hf_dtype = "float32" if dry else "bfloat16"
+    hf = (f"transformers {SHORT[hf_dtype]}", partial(hf_generate, hf_model, device), True)
+    return runs + [(*hf, run_label("torch", False, hf_dtype, "auto"))]
 
 
 def end_to_end(report: Report, device: torch.device, budget, dry: bool) -> None:
@@ -194,10 +197,11 @@ def end_to_end(report: Report, device: torch.device, budget, dry: bool) -> None:
         prompts = [[rng.randrange(3, cfg.vocab_size) for _ in range(n)] for n in lens]
         batch, plen = (4, 8) if dry else (32, 128)
         bench = [[rng.randrange(3, cfg.vocab_size) for _ in range(plen)] for _ in range(batch)]
-        tokens = {}
+        tokens, bases = {}, {}
         with tempfile.TemporaryDirectory() as tmp:
             hf_model = make_model(cfg, Path(tmp), device, dry)
-            for label, make, timed in settings(Path(tmp), hf_model, device, dry):
+            for label, make, timed, base in settings(Path(tmp), hf_model, device, dry):
+                bases[label] = base
                 row = {"model": name, "run": label}
                 if budget() < 40:
                     speed.append({**row, "status": "skipped: out of time"})
@@ -216,8 +220,7 @@ def end_to_end(report: Report, device: torch.device, budget, dry: bool) -> None:
                     torch.cuda.empty_cache() if device.type == "cuda" else None
             hf_model = None
         for label, toks in tokens.items():
-            kv = label.split(" kv ")[1] if " kv " in label else "auto"
-            base = run_label("torch", False, "float32" if "fp32" in label else "bfloat16", kv)
+            base = bases[label]
             if label != base and base in tokens:
                 agree.append(
                     {"model": name, "run": label, "vs": base, "tokens": parity(toks, tokens[base])}

@@ -157,7 +157,7 @@ async def _settings(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
     changes = {k: check(msg, k) for k, check in SETTINGS.items() if k in msg}
     if not changes:
         raise ControlError(f"settings needs at least one of {', '.join(SETTINGS)}")
-    if hub.lesson is not None and hub.lesson.scenario.link is not None:
+    if hub.lesson is not None and not hub.lesson.takes_settings:
         raise ControlError(
             f"lesson {hub.lesson.scenario.name} runs a prefill engine and a decode engine with "
             "the lesson's settings; choose another lesson to change them"

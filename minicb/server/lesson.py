@@ -114,10 +114,15 @@ class Lesson:
             "points": len(s.narration),
             "fired": [self.point(i) for i in sorted(self.feeder.fired)],
             "choices": scenario_names(),
-            # False in a disaggregated lesson: its roles run the lesson's settings, and the
-            # page hides the settings form there rather than offer what is refused.
-            "settings": s.link is None,
+            # The page hides the settings form where they would be refused.
+            "settings": self.takes_settings,
         }
+
+    @property
+    def takes_settings(self) -> bool:
+        """Whether engine settings may change: not in a disaggregated lesson, whose prefill
+        and decode engines run its roles with its own settings."""
+        return self.scenario.link is None
 
     def _real_runner(self, scenario: Scenario) -> Runner:
         """The model on the device the scenario's settings name ("auto": CUDA where there is
