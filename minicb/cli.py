@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from minicb.bench import suite
-from minicb.config import add_engine_options, describe_choices, engine_kwargs
+from minicb.engine_options import add_engine_options, describe_choices, engine_kwargs
 from minicb.lab import command as lab_command
 from minicb.scenarios import command as scenario_command
 from minicb.server import launch

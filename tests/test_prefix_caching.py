@@ -12,7 +12,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from minicb import LLM, SamplingParams
-from minicb.config import EngineConfig, add_engine_options, engine_kwargs
+from minicb.config import EngineConfig
+from minicb.engine_options import add_engine_options, engine_kwargs
 from minicb.scheduler.block_manager import BlockManager
 from minicb.scheduler.plan import StepPlan
 from minicb.telemetry.metrics import MetricsCollector

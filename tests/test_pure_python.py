@@ -7,6 +7,7 @@ import sys
 
 PURE_MODULES = [
     "minicb.config",
+    "minicb.engine_options",
     "minicb.request",
     "minicb.scheduler",
     "minicb.scheduler.block_manager",

@@ -39,7 +39,8 @@ from minicb.bench.workloads import (
     cache_workloads,
     make_workloads,
 )
-from minicb.config import DTYPES, describe_choices
+from minicb.config import DTYPES
+from minicb.engine_options import describe_choices
 from minicb.runner.loader import load_hf_config, resolve_model_path
 from minicb.sim import calibration
 from minicb.sim.catalogue import model_shape

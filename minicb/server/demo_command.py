@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from minicb.config import add_engine_options, describe_choices, engine_kwargs
+from minicb.engine_options import add_engine_options, describe_choices, engine_kwargs
 from minicb.server.launch import add_server_options, build_app, run_server, server_guard
 from minicb.server.trace_files import record_traces, trace_paths
 from minicb.server.workload import LENGTHS, PRESETS

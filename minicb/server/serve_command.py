@@ -17,7 +17,7 @@ import argparse
 import logging
 from typing import TYPE_CHECKING, Any
 
-from minicb.config import add_engine_options, describe_choices, engine_kwargs
+from minicb.engine_options import add_engine_options, describe_choices, engine_kwargs
 from minicb.fleet.router import POLICIES
 from minicb.server.launch import add_server_options, build_app, run_server, server_guard
 from minicb.server.trace_files import record_traces, replica_trace_paths

@@ -7,7 +7,8 @@ import argparse
 
 import pytest
 
-from minicb.config import EngineConfig, add_engine_options, engine_kwargs
+from minicb.config import EngineConfig
+from minicb.engine_options import add_engine_options, engine_kwargs
 
 
 def test_an_unknown_kv_cache_dtype_is_refused_naming_the_choices():

@@ -4,7 +4,8 @@ explicit dtype always wins; the choice and its reason reach runner.describe().""
 import pytest
 import torch
 
-from minicb.config import EngineConfig, describe_choices
+from minicb.config import EngineConfig
+from minicb.engine_options import describe_choices
 from minicb.runner.dtype import DTYPES, choose_dtype, cpu_capabilities
 from minicb.runner.model_runner import ModelRunner
 

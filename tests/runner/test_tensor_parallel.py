@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from minicb import LLM, EngineConfig, SamplingParams
-from minicb.config import add_engine_options, engine_kwargs
+from minicb.engine_options import add_engine_options, engine_kwargs
 from minicb.runner import tp_group
 from minicb.runner.llama import ModelConfig
 from minicb.runner.loader import (

@@ -295,7 +295,8 @@ def test_metrics_count_hits_by_tier():
 def test_the_option_is_validated_on_the_command_line_and_described():
     import argparse
 
-    from minicb.config import EngineConfig, add_engine_options, engine_kwargs
+    from minicb.config import EngineConfig
+    from minicb.engine_options import add_engine_options, engine_kwargs
 
     parser = argparse.ArgumentParser()
     add_engine_options(parser)

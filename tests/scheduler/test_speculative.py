@@ -9,8 +9,9 @@ import argparse
 import pytest
 
 from minicb import SamplingParams
-from minicb.config import EngineConfig, add_engine_options, engine_kwargs
+from minicb.config import EngineConfig
 from minicb.engine import LLMEngine
+from minicb.engine_options import add_engine_options, engine_kwargs
 from minicb.runner.fake import FakeRunner
 from minicb.scheduler.speculative import NgramProposer, accept_greedy
 from tests.helpers import fake_engine
