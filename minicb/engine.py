@@ -26,7 +26,7 @@ from minicb.overlap import Launched, OverlapPipeline
 from minicb.request import Request, RequestOutput, RequestStatus, TokenDelta
 from minicb.scheduler import RequestRejected, SchedulerBase, make_scheduler
 from minicb.scheduler.plan import StepPlan
-from minicb.telemetry import events
+from minicb.telemetry import events, request_events
 from minicb.telemetry.bus import EventBus
 
 if TYPE_CHECKING:
@@ -230,11 +230,11 @@ class LLMEngine:
             self.scheduler.add(req)
         except ValueError as err:
             if self.bus.wants("rejected"):
-                self.bus.emit(events.rejected(prompt, str(err), self.clock()))
+                self.bus.emit(request_events.rejected(prompt, str(err), self.clock()))
             raise
         self._texts[req.request_id] = IncrementalDetokenizer(self.tokenizer, list(params.stop))
         if self.bus.wants("arrived"):
-            self.bus.emit(events.arrived(req))
+            self.bus.emit(request_events.arrived(req))
         return req.request_id
 
     def apply_chat_template(self, messages: list[dict[str, str]]) -> list[int]:
@@ -264,7 +264,7 @@ class LLMEngine:
         self._texts.pop(request_id, None)
         if self.bus.wants("aborted"):
             self.bus.emit(
-                events.RequestAborted(
+                request_events.RequestAborted(
                     time=req.metrics.finished_time,
                     request_id=request_id,
                     num_output_tokens=len(req.output_token_ids),
@@ -539,7 +539,7 @@ class LLMEngine:
         if not self.bus.listening:
             return
         batch: list[events.Event] = [event] if self.bus.wants("step") else []
-        batch += events.step_request_events(event, new_tokens, finished, self.bus.wants)
+        batch += request_events.step_request_events(event, new_tokens, finished, self.bus.wants)
         if batch:
             self.bus.emit_many(batch)
 

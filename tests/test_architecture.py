@@ -210,7 +210,8 @@ def test_the_private_state_check_sees_reads_by_any_name():
 
 # The simulator and the parts of the engine a student reads first run without torch.
 TORCH_FREE = ["minicb.request", "minicb.scheduler", "minicb.scheduler.plan",
-              "minicb.telemetry.events", "minicb.telemetry.metrics"]  # fmt: skip
+              "minicb.telemetry.events", "minicb.telemetry.request_events",
+              "minicb.telemetry.metrics"]  # fmt: skip
 
 
 def test_the_simulator_scheduler_request_plan_events_and_metrics_never_import_torch():

@@ -13,6 +13,7 @@ PURE_MODULES = [
     "minicb.scheduler.block_manager",
     "minicb.scheduler.plan",
     "minicb.telemetry.events",
+    "minicb.telemetry.request_events",
     "minicb.telemetry.bus",
     "minicb.telemetry.metrics",
     "minicb.telemetry.latency",

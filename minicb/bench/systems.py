@@ -44,12 +44,11 @@ from minicb.engine import LLMEngine
 from minicb.runner.loader import resolve_model_path
 from minicb.scheduler.block_manager import blocks_needed
 from minicb.scheduler.plan import ScheduledRequest, StepPlan
-from minicb.telemetry.events import (
-    Event,
+from minicb.telemetry.events import Event, StepEvent
+from minicb.telemetry.request_events import (
     RequestAdmitted,
     RequestArrived,
     RequestFinished,
-    StepEvent,
     StepTokens,
 )
 from minicb.workload import RequestSpec, Workload

@@ -44,7 +44,7 @@ import torch.distributed as dist
 from minicb.fleet.kv_transfer import DecodeScheduler, PrefillScheduler
 from minicb.runner.kv_pool import KVPool, copy_blocks
 from minicb.scheduler.block_manager import blocks_needed
-from minicb.telemetry.events import KVTransfer
+from minicb.telemetry.request_events import KVTransfer
 
 POLL_S = 0.002  # how long a decode engine waiting for bytes waits for a command per turn
 

@@ -41,7 +41,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from minicb.telemetry.events import RequestRouted
+from minicb.telemetry.request_events import RequestRouted
 
 POLICIES = ("round-robin", "least-loaded", "prefix-aware")
 WAITING_WEIGHT = 4  # vLLM's coordinator: score = waiting * 4 + running

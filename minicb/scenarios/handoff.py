@@ -35,7 +35,7 @@ from minicb.config import EngineConfig, SamplingParams
 from minicb.fleet.kv_transfer import DecodeScheduler, PrefillScheduler, link
 from minicb.runner import VirtualClock
 from minicb.sim.runner import SimulatedRunner
-from minicb.telemetry.events import KVTransfer
+from minicb.telemetry.request_events import KVTransfer
 
 if TYPE_CHECKING:
     from minicb.engine import LLMEngine

@@ -17,7 +17,8 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from minicb.request import RequestMetrics, RequestOutput, TokenDelta
-from minicb.telemetry.events import Event, RequestFinished, StepEvent, StepTokens
+from minicb.telemetry.events import Event, StepEvent
+from minicb.telemetry.request_events import RequestFinished, StepTokens
 
 # What a request's stream hears: its first admission (the prompt tokens found in the prefix
 # cache), its tokens, and its end.

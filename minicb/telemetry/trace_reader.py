@@ -26,12 +26,11 @@ from minicb.telemetry.events import (
     Event,
     KVChanges,
     KVSnapshotEvent,
-    RequestFirstToken,
     StepEvent,
-    StepTokens,
     from_dict,
 )
 from minicb.telemetry.kv_state import KVState
+from minicb.telemetry.request_events import RequestFirstToken, StepTokens
 from minicb.telemetry.trace import TRACE_FORMAT
 
 

@@ -9,10 +9,10 @@ from collections import deque
 
 import pytest
 
-import minicb.telemetry.events as events
+import minicb.telemetry.request_events as request_events
 from minicb.engine import LLMEngine
 from minicb.telemetry.bus import EventBus, Subscription
-from minicb.telemetry.events import RequestAborted
+from minicb.telemetry.request_events import RequestAborted
 from tests.helpers import add, fake_engine, wait_for
 
 
@@ -34,7 +34,7 @@ def test_nothing_is_built_when_nobody_listens(monkeypatch):
     # The StepEvent is the StepResult's own content (plan and timings), so it exists anyway;
     # every request event, and every emit, must not.
     for name in ("arrived", "step_request_events", "RequestAborted", "StepTokens"):
-        monkeypatch.setattr(events, name, fail)
+        monkeypatch.setattr(request_events, name, fail)
     monkeypatch.setattr(EventBus, "emit", fail)
     monkeypatch.setattr(EventBus, "emit_many", fail)
     engine = busy_engine()
@@ -56,7 +56,7 @@ def test_only_the_kinds_asked_for_are_built(monkeypatch):
     bus = engine.bus
     steps = []
     bus.subscribe(steps.extend, kinds=["step"])
-    monkeypatch.setattr(events, "StepTokens", lambda **kw: pytest.fail("tokens built"))
+    monkeypatch.setattr(request_events, "StepTokens", lambda **kw: pytest.fail("tokens built"))
     engine.run_until_done()
     assert steps and all(e.kind == "step" for e in steps)
     with pytest.raises(ValueError, match="unknown event kind"):

@@ -22,6 +22,11 @@ from minicb.telemetry.events import (
     EngineReset,
     KVChanges,
     KVSnapshotEvent,
+    StepEvent,
+    from_dict,
+    to_dict,
+)
+from minicb.telemetry.request_events import (
     KVTransfer,
     RequestAborted,
     RequestAdmitted,
@@ -33,10 +38,7 @@ from minicb.telemetry.events import (
     RequestRouted,
     RequestSwappedIn,
     RequestSwappedOut,
-    StepEvent,
     StepTokens,
-    from_dict,
-    to_dict,
 )
 from tests.helpers import add, fake_engine
 
