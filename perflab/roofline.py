@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from minicb.bench.driver import decode_steps
+from minicb.bench import decode_steps
 from minicb.bench.systems import generate_times, sibling
 from minicb.config import SamplingParams
 from minicb.engine import LLMEngine

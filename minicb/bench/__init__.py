@@ -1,11 +1,10 @@
 """The benchmark suite behind ``minicb bench``, and what every one of its runs leaves behind.
 
-Nine modules, one concept each (what a student runs: minicb continuous against static
+Eight modules, one concept each (what a student runs: minicb continuous against static
 against transformers, and the report):
 
 - ``workloads``: what the suite runs: the recipes (seeded request sets, built on
   minicb/workload.py), the systems by name, the suite's two sizes and its workloads at each;
-- ``driver``: a workload fed to an engine at its arrival times, and a run made a record;
 - ``systems``: the five systems under test, minicb continuous and static beside their
   baselines, transformers' padded ``generate`` and its continuous batching, each run
   reduced to minicb's events;
@@ -22,9 +21,12 @@ The decode roofline of this machine (how close a step and the model's linear lay
 come to it), the host costs and ``--compile on`` are the performance lab's (perflab/,
 beside the package in a source checkout): ``performance_lab`` imports it where it is there.
 
-Here: the ``RunRecord`` of one run (its events measured by minicb's ``MetricsCollector``,
-so one definition of TTFT, TPOT, occupancy and the rest serves every system) and the
-figures taken from records: each figure over the repeats of one system as its median,
+Here: the driver (``run_minicb``: a workload fed to an engine at its arrival times through
+the one arrival loop, ``minicb.workload.feed``, with exact lengths, on the engine's clock;
+its events recorded), the ``RunRecord`` of one run (its events measured by minicb's
+``MetricsCollector``, so one definition of TTFT, TPOT, occupancy and the rest serves every
+system: transformers' runs are rebuilt as minicb events first) and the figures taken from
+records: each figure over the repeats of one system as its median,
 minimum and maximum; ratios between two systems taken repeat by repeat (the systems
 alternate within each repeat, so a pair shares the machine's mood). Pure Python.
 """
@@ -33,13 +35,20 @@ from __future__ import annotations
 
 import importlib
 import statistics
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from minicb.scheduler.plan import DECODE
 from minicb.sim.step_time import plan_rows, step_totals
 from minicb.telemetry.events import Event, StepEvent
 from minicb.telemetry.metrics import MetricsCollector
+from minicb.telemetry.trace import record_trace
+from minicb.workload import RequestSpec, Workload, feed
+
+if TYPE_CHECKING:
+    from minicb.engine import LLMEngine
 
 NO_LAB = (
     "not measured: the decode roofline is the performance lab's (perflab/, beside the package "
@@ -193,3 +202,57 @@ def outside_model_share(steps: list[dict[str, float]]) -> dict[str, float | None
         "sample": sample / total,
         "other": (total - forward - schedule - sample) / total,
     }
+
+
+# ---- the driver: a workload fed to an engine, and a run made a record ------------------
+SLOs = tuple[float | None, float | None]  # (TTFT, TPOT) goodput targets
+
+
+def run_record(
+    system: str, w: Workload, events: list[Event], t0: float, end: float, slo: SLOs
+) -> RunRecord:
+    """The run's record: its events measured from ``t0``, its wall time up to ``end``."""
+    summary, steps = measure_events(events, t0, *slo)
+    return RunRecord(system, w.name, summary, end - t0, steps)
+
+
+def drive(
+    engine: LLMEngine, workload: Workload, sleep: Callable[[float], None] = time.sleep
+) -> tuple[float, float]:
+    """Feed a workload's requests with exact lengths (``ignore_eos``) and step until all are
+    done: (start, end). See ``minicb.workload.feed``."""
+
+    def add(r: RequestSpec, arrival: float) -> None:
+        engine.add_request(r.prompt, r.params(workload.temperature), arrival_time=arrival)
+
+    return feed(engine, workload.requests, add, sleep)
+
+
+def run_minicb(
+    engine: LLMEngine,
+    workload: Workload,
+    system: str,
+    slo: SLOs = (None, None),
+    trace_path: str | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> RunRecord:
+    """One measured run, from the engine's own events; ``trace_path`` also records them."""
+    events: list[Event] = []
+    listener = engine.bus.subscribe(events.extend)
+    header = dict(command="bench", system=system, workload=workload.describe())
+    try:
+        with record_trace(engine, trace_path, **header):
+            start, end = drive(engine, workload, sleep)
+    finally:
+        engine.bus.unsubscribe(listener)
+    return run_record(system, workload, events, start, end, slo)
+
+
+def decode_steps(engine: LLMEngine, batch: int) -> Iterator[StepEvent]:
+    """Step until every request is done, yielding the steps in which ``batch`` rows all
+    decode (prefill steps and partly filled batches are left out)."""
+    while engine.has_unfinished():
+        event = engine.step().event
+        rows = event.plan.scheduled
+        if len(rows) == batch and all(r.phase == DECODE for r in rows):
+            yield event

@@ -24,12 +24,12 @@ from minicb.bench import (
     NO_LAB,
     RunRecord,
     aggregate,
+    decode_steps,
     outside_model_share,
     paired_ratio,
     performance_lab,
     ratio_table,
 )
-from minicb.bench.driver import decode_steps
 from minicb.bench.systems import Systems, compare_prefix_caching, kv_blocks_for, sibling
 from minicb.bench.workloads import MINICB, BenchPlan, sweep_workload
 from minicb.config import EngineConfig, SamplingParams

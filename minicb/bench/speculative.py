@@ -28,8 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from minicb.bench import RunRecord, paired_ratio, spread
-from minicb.bench.driver import run_minicb
+from minicb.bench import RunRecord, paired_ratio, run_minicb, spread
 from minicb.bench.systems import sibling
 from minicb.bench.workloads import FULL, QUICK, make_workloads
 from minicb.engine import LLMEngine

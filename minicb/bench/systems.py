@@ -6,7 +6,7 @@ beside what they are the baselines of.
   from the queue sorted by max_tokens: static given its best chance): three
   LLMEngines whose runners share one model (same weights, dtype, device, kernels, KV pool
   size and limits), so their ratios measure scheduling and nothing else; each is run by
-  the minicb driver (``driver.py``);
+  the minicb driver (``run_minicb``, in ``__init__.py``);
 - ``hf-padded``: transformers' padded ``generate`` in batches, the classic static baseline.
   Each batch is left-padded to its longest prompt and generates ``max(max_tokens)`` tokens
   for every row (EOS off: nothing may stop a row early); a stopping criterion that is never
@@ -36,8 +36,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from minicb.bench import RunRecord, performance_lab
-from minicb.bench.driver import SLOs, run_minicb, run_record
+from minicb.bench import RunRecord, SLOs, performance_lab, run_minicb, run_record
 from minicb.bench.workloads import MINICB, MINICB_CONFIGS, BenchPlan
 from minicb.config import EngineConfig
 from minicb.engine import LLMEngine

@@ -35,8 +35,7 @@ import statistics
 from dataclasses import replace
 from typing import Any
 
-from minicb.bench import STEP_TOTALS, step_row
-from minicb.bench.driver import run_minicb
+from minicb.bench import STEP_TOTALS, run_minicb, step_row
 from minicb.bench.workloads import MINICB_CONFIGS
 from minicb.config import EngineConfig, SamplingParams
 from minicb.engine import LLMEngine

@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from minicb import EngineConfig, FakeRunner, LLMEngine, VirtualClock
-from minicb.bench import measure_events
-from minicb.bench.driver import run_minicb
+from minicb.bench import measure_events, run_minicb
 from minicb.bench.systems import (
     Systems,
     _batch_events,
