@@ -155,19 +155,31 @@ def invariant_llm() -> LLM:
     return LLM(dtype="float32", attention_backend="torch", batch_invariant=True)
 
 
+@pytest.fixture(scope="module")
+def invariant_batches(invariant_llm) -> dict[str, list[list[int]]]:
+    """Per 8-bit format, the tokens of every prompt at once: what each mode must give."""
+    return {
+        kv: tokens(invariant_llm, BASE.with_(kv_cache_dtype=kv, batch_invariant=True))
+        for kv in ("int8", "fp8")
+    }
+
+
 # fp8 differs from int8 only in its rounding grid: the two modes that change the most rows.
-MODES_BY_FORMAT = {"int8": list(INVARIANT_MODES), "fp8": ["one-at-a-time", "chunks-of-8"]}
+FORMAT_AND_MODE = [
+    *(("int8", name) for name in INVARIANT_MODES),
+    ("fp8", "one-at-a-time"),
+    ("fp8", "chunks-of-8"),
+]
 
 
-@pytest.mark.parametrize("kv", MODES_BY_FORMAT)
-def test_batch_invariant_8bit_kv_gives_the_batchs_tokens_in_every_mode(invariant_llm, kv):
-    config = BASE.with_(kv_cache_dtype=kv, batch_invariant=True)
-    batch = tokens(invariant_llm, config)
-    for name in MODES_BY_FORMAT[kv]:
-        mode = INVARIANT_MODES[name]
-        plans: list = []
-        assert tokens(invariant_llm, config.with_(**mode), plans) == batch, name
-        if name in ("recompute", "swap"):
-            assert {d.mode for p in plans for d in p.preempted} >= {name}, name
-        if name == "prefix-caching":  # preempted requests find their own blocks again
-            assert sum(p.prefix_hit_tokens for p in plans) > 0
+@pytest.mark.parametrize("kv, name", FORMAT_AND_MODE, ids=lambda v: v)
+def test_batch_invariant_8bit_kv_gives_the_batchs_tokens_in_every_mode(
+    invariant_llm, invariant_batches, kv, name
+):
+    config = BASE.with_(kv_cache_dtype=kv, batch_invariant=True, **INVARIANT_MODES[name])
+    plans: list = []
+    assert tokens(invariant_llm, config, plans) == invariant_batches[kv], name
+    if name in ("recompute", "swap"):
+        assert {d.mode for p in plans for d in p.preempted} >= {name}, name
+    if name == "prefix-caching":  # preempted requests find their own blocks again
+        assert sum(p.prefix_hit_tokens for p in plans) > 0
