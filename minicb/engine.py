@@ -314,7 +314,7 @@ class LLMEngine(EngineViews):
         lanes = Lanes(schedule_s, device_start, time.perf_counter() - t0 - schedule_s)
         self._mark_admitted(plan, start)
         new_tokens, firsts, finished = self._update(plan, out, self.scheduler.update)
-        event = self._end_step(plan, out, start, lanes, firsts)
+        event = self._end_step(plan, out, start, lanes, firsts, finished)
         self._publish(event, new_tokens, finished)
         return StepResult(event, new_tokens, finished)
 
@@ -343,7 +343,7 @@ class LLMEngine(EngineViews):
         pipeline.advance()  # after the settling: rows of who stopped there are discarded
         if done is None:
             return self._step_overlapped(call_start)
-        event = self._end_step(prev.plan, out, prev.start, lanes, firsts, call_start)
+        event = self._end_step(prev.plan, out, prev.start, lanes, firsts, finished, call_start)
         self._publish(event, new_tokens, finished)
         return StepResult(event, new_tokens, finished)
 
@@ -371,23 +371,19 @@ class LLMEngine(EngineViews):
         """Append the sampled tokens with ``apply`` (``Scheduler.update``, or the overlap's
         settling), each one detokenized and checked for a stop in turn, then retire the
         finished requests: the step's tokens, the requests given their first token, and
-        the outputs of those that finished."""
-        now = self.clock()
+        the outputs of those that finished (``_end_step`` stamps both with the step's end)."""
         new_tokens: list[TokenDelta] = []
         firsts: list[Request] = []
 
         def on_token(req: Request) -> bool:  # each accepted token in turn: stop right there?
-            if req.metrics.first_token_time is None:
-                req.metrics.first_token_time = now
+            delta = self._new_token(req)
+            if delta.index == 0:  # a first token, by the rule of its first_token event
                 firsts.append(req)
-            new_tokens.append(self._new_token(req))
+            new_tokens.append(delta)
             return req.finished
 
         apply(plan, out.sampled, on_token)
-        finished = []
-        for req in self.scheduler.retire(plan):
-            req.metrics.finished_time = now
-            finished.append(self._output(req))
+        finished = [self._output(req) for req in self.scheduler.retire(plan)]
         return new_tokens, firsts, finished
 
     def _end_step(
@@ -397,16 +393,20 @@ class LLMEngine(EngineViews):
         start: float,
         lanes: Lanes,
         firsts: list[Request],
+        finished: list[RequestOutput],
         counted_from: float | None = None,
     ) -> events.StepEvent:
-        """The step's event, at its end on the engine's own clock (``busy_s``), which is
-        also when the requests in ``firsts`` got their first token. ``busy_s`` grows by the
-        seconds since ``counted_from`` (default ``start``; with overlap, steps overlap on
-        the clock and each ``step()`` call counts its own seconds once)."""
+        """The step's event, at its end: when ``firsts`` got their first token and
+        ``finished`` their end, the times their events carry (an output, a stream and a
+        reader of the events agree on a request's TTFT and latency). ``busy_s``, the
+        engine's own clock, grows by the seconds since ``counted_from`` (default ``start``;
+        with overlap, each ``step()`` call counts its own seconds once)."""
         end = self.clock()
         self.busy_s += end - (start if counted_from is None else counted_from)
         for req in firsts:
-            req.metrics.first_token_busy_s = self.busy_s
+            req.metrics.first_token_time, req.metrics.first_token_busy_s = end, self.busy_s
+        for output in finished:
+            output.metrics.finished_time = end
         prepare_s = max(0.0, lanes.execute_s - out.forward_s - out.sample_s)
         schedule_s, device_start = lanes.schedule_s, lanes.device_start
         process_s = time.perf_counter() - lanes.process_t0

@@ -240,6 +240,33 @@ def test_first_scheduled_time_is_the_start_of_the_admitting_step():
     assert outputs[rid].metrics.first_token_time == 1.0
 
 
+@pytest.mark.parametrize("overlap", [False, True], ids=["plain", "overlap"])
+def test_an_outputs_times_are_those_its_events_carry(overlap):
+    """One record of a request: its output's admission, first token and end are the times
+    of its admitted, first_token and finished events, so the engine's outputs, a server's
+    streams and every reader of the events agree on its TTFT and latency. The clock moves
+    on every read, so a time taken anywhere else in the step would differ."""
+    ticks = iter(range(1, 1_000_000))
+    engine = LLMEngine(
+        config=EngineConfig(max_num_seqs=3, overlap_scheduling=overlap),
+        runner=FakeRunner(num_kv_blocks=64),
+        clock=lambda: next(ticks) / 1000,
+    )
+    heard: dict[str, dict[int, float]] = {"admitted": {}, "first_token": {}, "finished": {}}
+    engine.bus.subscribe(
+        lambda es: [heard[e.kind].setdefault(e.request_id, e.time) for e in es],
+        kinds=list(heard),
+    )
+    ids = [add(engine, 3 + i, 2 + i % 3) for i in range(5)]  # more than one batch holds
+    outputs = {o.request_id: o.metrics for o in engine.run_until_done()}
+    assert sorted(outputs) == ids
+    for rid, m in outputs.items():
+        assert (m.first_scheduled_time, m.first_token_time, m.finished_time) == (
+            heard["admitted"][rid], heard["first_token"][rid], heard["finished"][rid]
+        ), rid
+        assert m.first_scheduled_time < m.first_token_time <= m.finished_time
+
+
 def replay_map(snapshot, events) -> KVState:
     """The KV map a reader draws: a snapshot, then every step's and between-steps' changes."""
     state = KVState.from_snapshot(snapshot)
