@@ -100,8 +100,7 @@ class EngineViews:
 
     def queue_sizes(self) -> dict[str, int]:
         """Requests waiting, running (holding a batch slot) and swapped out."""
-        s = self.scheduler
-        return {"waiting": len(s.waiting), "running": len(s.running), "swapped": len(s.swapped)}
+        return self.scheduler.queue_sizes()
 
     def live_requests(self) -> list[dict[str, Any]]:
         """The requests held now, JSON-safe (for a browser that joins mid-run)."""

@@ -326,10 +326,7 @@ class DisaggregatedCluster:
 
 
 def _load(member: Member) -> ReplicaLoad:
-    q = member.engine.queue_sizes()
-    inbox = len(getattr(member.role, "inbox", ()))  # a decode engine's
-    receiving = len(getattr(member.role, "receiving", ()))
-    return ReplicaLoad(member.index, q["waiting"] + q["swapped"] + inbox, q["running"] + receiving)
+    return ReplicaLoad.of(member.index, member.engine.queue_sizes())
 
 
 def _record(journey: Journey) -> RequestRecord:

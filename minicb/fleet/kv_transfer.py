@@ -149,6 +149,15 @@ class DecodeScheduler(ContinuousScheduler):
     def has_unfinished(self) -> bool:
         return super().has_unfinished() or bool(self.inbox or self.receiving)
 
+    def queue_sizes(self) -> dict[str, int]:
+        """A request in the inbox waits here for room, one whose KV is on its way holds its
+        blocks here: a router weighs both, or it sends every hand-off to the engine that
+        has not yet said it took the last ones."""
+        sizes = super().queue_sizes()
+        sizes["waiting"] += len(self.inbox)
+        sizes["running"] += len(self.receiving)
+        return sizes
+
     def next_step_time(self, now: float) -> float | None:
         """When a step here next has something to do: now, when a transfer lands, or None
         (nothing to do until a new request comes)."""

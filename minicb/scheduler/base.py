@@ -118,6 +118,11 @@ class SchedulerBase:
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running or self.swapped)
 
+    def queue_sizes(self) -> dict[str, int]:
+        """Requests waiting, running (holding a batch slot) and swapped out: a router's load."""
+        waiting, running, swapped = len(self.waiting), len(self.running), len(self.swapped)
+        return {"waiting": waiting, "running": running, "swapped": swapped}
+
     # ---- the iteration -------------------------------------------------------------------
     def schedule(self) -> StepPlan:
         self.step_count += 1

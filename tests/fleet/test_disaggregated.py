@@ -209,6 +209,9 @@ def test_reproduction_shape():
 
 
 def test_an_abort_on_the_decode_side_frees_its_blocks_in_the_inbox_or_while_receiving():
+    """Also what a router reads of a decode engine at each stage: a request in the inbox
+    waits there, one whose KV is on its way runs there (the real fleet's router once saw
+    neither, and sent a burst's hand-offs all to the first engine)."""
     clock, started = VirtualClock(), []
     runner = SimulatedRunner(PROFILE, CONFIG, clock=clock)
     engine = LLMEngine(
@@ -220,13 +223,16 @@ def test_an_abort_on_the_decode_side_frees_its_blocks_in_the_inbox_or_while_rece
     )  # fmt: skip
     params = SamplingParams(max_tokens=5, ignore_eos=True)
     waiting = engine.add_request(list(range(3, 103)), params)
+    assert engine.queue_sizes() == {"waiting": 1, "running": 0, "swapped": 0}
     engine.abort_request(waiting)  # still in the inbox: nothing allocated
     assert not engine.has_unfinished() and not started
     receiving = engine.add_request(list(range(3, 103)), params)
     engine.step()  # blocks for the prompt and its first token; the transfer started
     assert started[0][1:3] == (99, 7) and engine.kv_snapshot().num_used == 7  # 100 / 16
+    assert engine.queue_sizes() == {"waiting": 0, "running": 1, "swapped": 0}
     engine.abort_request(receiving)
     assert engine.kv_snapshot().num_used == 0 and not engine.has_unfinished()
+    assert engine.queue_sizes() == {"waiting": 0, "running": 0, "swapped": 0}
 
 
 def test_the_disaggregated_simulator_never_imports_torch():
