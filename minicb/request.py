@@ -162,7 +162,7 @@ class RequestOutput:
         return cls(request_id, None, [], text, [], finish_reason, RequestMetrics(time.time()))
 
 
-@dataclass
+@dataclass(slots=True)  # one per token per step: keep it light
 class TokenDelta:
     """One new token of one request, with the text it adds (may be "" mid-character)."""
 

@@ -163,7 +163,12 @@ class _SteadyLoad:
         )  # fmt: skip
         runner = FakeRunner(blocks, max(256, longest), num_swap_blocks=0)
         self.engine = LLMEngine(config=config, runner=runner)
-        for _ in range(num_running):
+
+    def fill(self) -> None:
+        """The first ``num_running`` requests. Subscribe the listeners before: a listener
+        follows only the requests that arrive after it (as a server's, subscribed at its
+        start), and one that meets a request from before takes its slower path."""
+        for _ in range(self.engine.config.max_num_seqs):
             self._add()
 
     def _add(self) -> None:
@@ -210,6 +215,8 @@ def time_instrumentation(
             _subscribe(loads[m].engine, Path(tmp), LISTENERS if m == "full" else (m,))
             for m in settings
         ]
+        for load in loads.values():
+            load.fill()
         beside = ("trace writer", "bench viewer")
         warmup = loads["off"].fill_steps + 100  # filled, then 100 more: a steady state
         for i in range(steps + warmup):

@@ -33,7 +33,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import reduce
 from itertools import repeat
-from operator import add, sub
+from operator import add
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -109,10 +109,17 @@ class Histogram:
 
     def observe_all(self, values: list[float]) -> None:
         """``observe`` each of ``values`` in turn, in C: the same counts and the same sum
-        (added in the same order, so to the same last bit)."""
-        for bucket, count in Tally(map(bisect_left, repeat(self.bounds), values)).items():
-            self.counts[bucket] += count
+        (added in the same order, so to the same last bit). A step's gaps are mostly one
+        value (the time since the previous step), so each distinct value finds its bucket
+        once."""
+        for value, count in Tally(values).items():
+            self.counts[bisect_left(self.bounds, value)] += count
         self.sum = reduce(add, values, self.sum)
+
+    def observe_repeated(self, value: float, count: int) -> None:
+        """``observe(value)`` ``count`` times: the same counts, the same sum to the bit."""
+        self.counts[bisect_left(self.bounds, value)] += count
+        self.sum = reduce(add, repeat(value, count), self.sum)
 
     def cumulative(self) -> list[tuple[str, float]]:
         """(le, observations <= le) for each edge and +Inf, as the text format wants."""
@@ -186,8 +193,13 @@ class PrometheusMetrics(HandlerListener):
         self.renamed: dict[str, str] = {}  # names refused with ':' -> the names used instead
         self.model_name = model_name
         self._live: dict[int, _Live] = {}  # requests in flight
-        # Their latest token's time, for those in flight that have one: a dict of floats
-        # rather than a field of each _Live, so a step's 256 gaps are read and set in C.
+        # Their latest token's time (``_latest``), kept so that a step costs what changed:
+        # those that had a token in the latest tokens event are ``_prev`` (that event was at
+        # ``_prev_time``); ``_last`` holds the time for the others, set when one misses a
+        # step. At steady state every row's gap is the time since the previous step, one
+        # value: a few set operations in C, not a dictionary write per token.
+        self._prev: set[int] = set()
+        self._prev_time = 0.0
         self._last: dict[int, float] = {}
         self._counts = {"waiting": 0, "running": 0, "swapped": 0}
         self.kv_usage = Gauge()  # also set by the server before a scrape
@@ -294,6 +306,7 @@ class PrometheusMetrics(HandlerListener):
         if state is None:
             del self._live[request_id]
             self._last.pop(request_id, None)
+            self._prev.discard(request_id)
         else:
             live.state = state
             self._counts[state] += 1
@@ -315,29 +328,57 @@ class PrometheusMetrics(HandlerListener):
     def _on_swapped_in(self, e: Any) -> None:
         self._move(e.request_id, "running")
 
+    def _latest(self, request_id: int) -> float | None:
+        """When the request's latest token came; None before its first."""
+        if request_id in self._prev:
+            return self._prev_time
+        return self._last.get(request_id)
+
     def _on_tokens(self, e: Any) -> None:
-        rids, now, last = e.request_ids, e.time, self._last
+        rids, now, prev, live = e.request_ids, e.time, self._prev, self._live
         self.generation_tokens.inc(len(rids))
-        # The common step: every token the next one of a request that had one, one token a
-        # request: the gaps observed and the times kept in C, no Python loop over 256 tokens.
-        if all(map(last.__contains__, rids)) and len(set(rids)) == len(rids):
-            self.itl.observe_all(list(map(sub, repeat(now), map(last.__getitem__, rids))))
-            last.update(zip(rids, repeat(now)))
-            return
-        for request_id in rids:  # first tokens, speculation, requests from before we listened
+        current = set(rids)
+        if not current <= live.keys():  # requests from before we listened are not followed
+            current &= live.keys()
+        if len(current) < len(rids):  # one of them repeats (speculation) or is not followed
+            self._tokens_one_by_one(rids, now)
+        else:
+            back = current - prev  # first tokens, and requests that missed the last step
+            firsts = [r for r in back if live[r].first is None]
+            resumed = back.difference(firsts)
+            if resumed:  # their gaps differ: every gap in row order, for the same sum
+                gap = {r: now - self._last[r] for r in resumed}
+                since_prev = now - self._prev_time
+                gaps = [gap.get(r, since_prev) for r in rids if r in prev or r in gap]
+                self.itl.observe_all(gaps)
+            elif len(rids) > len(firsts):
+                self.itl.observe_repeated(now - self._prev_time, len(rids) - len(firsts))
+            for request_id in sorted(firsts, key=rids.index):  # in row order
+                live[request_id].first = now
+                self.ttft.observe(ttft(live[request_id].arrival, now))
+        for request_id in prev - current:  # missed this step: its time is kept apart
+            self._last[request_id] = self._prev_time
+        self._prev, self._prev_time = current, now
+
+    def _tokens_one_by_one(self, rids: list[int], now: float) -> None:
+        """The step's tokens in order, where a request may have several (speculation) or
+        be one we do not follow; ``_on_tokens`` then moves the step's requests to _prev."""
+        this_step: set[int] = set()
+        for request_id in rids:
             live = self._live.get(request_id)
             if live is None:
                 continue
             if live.first is None:
                 live.first = now
                 self.ttft.observe(ttft(live.arrival, now))
-            else:  # a second token of one step (speculation) came with no gap
-                self.itl.observe(now - last[request_id])
-            last[request_id] = now
+            else:  # the gap since its previous token, 0 for a second token of this step
+                latest = now if request_id in this_step else self._latest(request_id)
+                self.itl.observe(now - latest)
+            this_step.add(request_id)
 
     def _on_finished(self, e: Any) -> None:
         self.success.inc(label=e.finish_reason or "")
-        latest = self._last.get(e.request_id)
+        latest = self._latest(e.request_id)
         live = self._move(e.request_id, None)
         if live is None:
             return

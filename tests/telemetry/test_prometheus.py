@@ -176,13 +176,19 @@ class PerEvent:
             self.prompt.inc(sum(r.num_tokens for r in e.plan.scheduled if r.phase == "prefill"))
         elif e.kind == "arrived":
             self.arrival[rid], self.times[rid] = e.time, []
+        elif rid is not None and e.kind != "rejected" and rid not in self.arrival:
+            if e.kind in ("finished", "aborted"):  # arrived before we listened: counted
+                label = e.finish_reason if e.kind == "finished" else "abort"
+                self.success.labels("", label).inc()
         elif e.kind == "admitted" and rid not in self.admitted:
             self.admitted.add(rid)
             h["request_queue_time_seconds"].observe(e.time - self.arrival[rid])
         elif e.kind == "tokens":
             for rid in e.request_ids:
                 self.tokens.inc()
-                times = self.times[rid]
+                times = self.times.get(rid)
+                if times is None:  # arrived before we listened: its times are unknown
+                    continue
                 if times:
                     h["inter_token_latency_seconds"].observe(e.time - times[-1])
                 else:
@@ -210,7 +216,9 @@ def parsed(text: str) -> dict[str, float]:
     }
 
 
-@pytest.mark.parametrize("mode", ["recompute", "swap"])
+# recompute and swap: preempted requests miss steps; speculation: several tokens of one
+# request in a step; late: requests that arrived before Prometheus listened are not followed
+@pytest.mark.parametrize("mode", ["recompute", "swap", "speculation", "late"])
 def test_the_figures_equal_prometheus_clients_own_fed_one_event_at_a_time(mode):
     engine = fake_engine(
         num_kv_blocks=10,
@@ -219,17 +227,27 @@ def test_the_figures_equal_prometheus_clients_own_fed_one_event_at_a_time(mode):
         block_size=4,
         max_num_batched_tokens=16,
         max_num_seqs=4,
-        preemption_mode=mode,
+        preemption_mode="swap" if mode == "swap" else "recompute",
+        **({"speculative": "ngram", "num_speculative_tokens": 3} if mode == "speculation" else {}),
     )
-    prom, reference, preempted = PrometheusMetrics(), PerEvent(), []
-    engine.bus.subscribe(prom)
-    engine.bus.subscribe(reference)  # one event at a time
-    engine.bus.subscribe(
-        lambda es: preempted.extend(d for e in es for d in e.plan.preempted), kinds=["step"]
-    )
+    prom, reference, preempted, tokens = PrometheusMetrics(), PerEvent(), [], []
+
+    def listen() -> None:
+        engine.bus.subscribe(prom)
+        engine.bus.subscribe(reference)  # one event at a time
+        engine.bus.subscribe(
+            lambda es: preempted.extend(d for e in es for d in e.plan.preempted), kinds=["step"]
+        )
+        engine.bus.subscribe(lambda es: tokens.extend(es), kinds=["tokens"])
+
+    if mode != "late":
+        listen()
     ids = [add(engine, 3 + i % 9, 2 + i * 3 % 11, token=1) for i in range(12)]
     with pytest.raises(RequestRejected):
         add(engine, 300, 4)  # longer than the model
+    if mode == "late":
+        engine.step()  # some running, some with tokens already
+        listen()
     checked = 0
     while engine.has_unfinished():
         engine.step()
@@ -241,5 +259,8 @@ def test_the_figures_equal_prometheus_clients_own_fed_one_event_at_a_time(mode):
         )
         assert theirs and {k: ours[k] for k in theirs} == theirs  # after every step, exactly
         checked += 1
-    assert checked > 10 and len(preempted) >= 1
-    assert ours["minicb:request_rejected_total[('model_name', '')]"] == 1
+    assert checked > 10 and (len(preempted) >= 1 or mode == "speculation")
+    if mode == "speculation":  # a request with several tokens in one step
+        assert any(len(set(e.request_ids)) < len(e.request_ids) for e in tokens)
+    rejected = 0 if mode == "late" else 1  # the refusal came before a late listener
+    assert ours["minicb:request_rejected_total[('model_name', '')]"] == rejected
