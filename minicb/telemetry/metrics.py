@@ -40,7 +40,6 @@ import threading
 from collections import deque
 from collections.abc import Iterable
 from itertools import repeat
-from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 # The latency figures and statistics are defined in minicb.telemetry.latency, and the
@@ -75,7 +74,6 @@ __all__ = [
 ]
 
 
-_TOKEN_TIMES = attrgetter("token_times")
 # Steps of token times kept before they go onto the records (``MetricsCollector._settle``).
 SETTLE_STEPS = 64
 
@@ -90,6 +88,9 @@ class MetricsCollector(HandlerListener):
         self._requests: dict[tuple[int, int], RequestRecord] = {}
         self.generation = 0
         self._current: dict[int, RequestRecord] = {}  # this generation's, by request id
+        # Their token_times lists, by request id: a step's 256 appends find each list in one
+        # dictionary read (``_settle``), not a read of the record and then of its field.
+        self._token_times: dict[int, list[float]] = {}
         # Token times not yet on their records: (time, request ids) of each step since the
         # last settle. Appended to the records SETTLE_STEPS steps at a time, or when read.
         self._unsettled: list[tuple[float, list[int]]] = []
@@ -114,6 +115,7 @@ class MetricsCollector(HandlerListener):
         if r is None:  # only now: setdefault would build a RequestRecord for every event
             r = self._current[request_id] = RequestRecord()
             self._requests[(self.generation, request_id)] = r
+            self._token_times[request_id] = r.token_times
         return r
 
     # ---- per-event updates ---------------------------------------------------------------
@@ -170,8 +172,8 @@ class MetricsCollector(HandlerListener):
 
     def _on_tokens(self, e: Any) -> None:
         self._seen(e.time, e.time)
-        records, rids = self._current, e.request_ids
-        if not all(map(records.__contains__, rids)):  # one that came before we listened
+        rids = e.request_ids
+        if not all(map(self._token_times.__contains__, rids)):  # one from before we listened
             for request_id in rids:
                 self._record(request_id)
         self._unsettled.append((e.time, rids))  # the event's own list: read-only, shared
@@ -184,10 +186,9 @@ class MetricsCollector(HandlerListener):
         time they had to be fetched from memory again every step."""
         with self._settling:  # a reader in another thread settles in turn, never between
             unsettled, self._unsettled = self._unsettled, []
-            records = self._current
+            token_times = self._token_times
             for now, rids in unsettled:  # a deque of length 0 consumes the map (itertools)
-                times = map(_TOKEN_TIMES, map(records.__getitem__, rids))
-                deque(map(list.append, times, repeat(now)), maxlen=0)
+                deque(map(list.append, map(token_times.__getitem__, rids), repeat(now)), maxlen=0)
 
     @property
     def requests(self) -> dict[tuple[int, int], RequestRecord]:
@@ -211,7 +212,7 @@ class MetricsCollector(HandlerListener):
         self._seen(e.time, e.time)
         self._settle()  # onto the records of the generation that ends here
         self.generation += 1
-        self._current = {}
+        self._current, self._token_times = {}, {}
 
     def _on_rejected(self, e: Any) -> None:
         self._seen(e.time, e.time)
