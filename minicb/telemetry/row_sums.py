@@ -46,7 +46,7 @@ def row_sums(rows: Sequence[Any], block_size: int) -> RowSums:
     """The sums over ``rows`` (a plan's ScheduledRequests) with blocks of ``block_size``."""
     # One pass that reads each row once: listeners run after the forward, when the rows
     # have left the CPU's cache, and a pass per column (six of them) fetched them six
-    # times (52 us at 256 rows where this takes about 30: docs/performance.md).
+    # times (52 -> 37 us a step at 256 rows in the engine: docs/performance.md).
     tokens = prefill_tokens = padding_tokens = context_tokens = blocks = slack = 0
     prefill_rows = decode_rows = padding_rows = 0
     drafted = []  # decode rows that verified draft tokens
