@@ -114,11 +114,15 @@ def test_aborts_free_both_sides(fleet):
             break
     assert "decoding" in states, states
     assert sum(fleet.kv_used().values()) > 0
+    # On a slow machine the first request may have finished its 30 tokens while others
+    # still wait: aborting a finished request is refused, every other one is taken.
+    unfinished = [n for n in numbers if not fleet.journeys[n].finished]
+    assert len(unfinished) >= 2, states  # one decoding, one still waiting at least
     for n in numbers:
-        assert fleet.abort_request(n)
+        assert fleet.abort_request(n) is (n in unfinished), fleet.journeys[n].state
     for _ in range(20):  # frees reach the pools' maps as the engines take the commands
         fleet.step()
-    assert {fleet.journeys[n].state for n in numbers} == {"aborted"}
+    assert {fleet.journeys[n].state for n in unfinished} == {"aborted"}
     assert fleet.kv_used() == {"prefill0": 0, "decode0": 0}
     # and the fleet still serves
     again = fleet.generate(MIXED[:1], greedy([3]), timeout_s=60)
