@@ -16,14 +16,13 @@ count is the number of tables holding it. ``lookup`` finds the cached blocks a p
 begins with, ``allocate_slots`` takes them into the table (a hit needs no new block), and
 ``commit`` keys the blocks a step has filled. A block nobody holds is free: unkeyed in the
 free list, or keyed in the cache's evictable list, reused only when no unkeyed one is left.
-Swapping out copies every block to CPU, shared ones included, and drops one reference from
-each: a running request that shares a block keeps it. Swapped-in copies are keyed again by
-``commit`` unless the original is still cached.
 
-With a host tier (``num_offload_blocks``, host_tier.py), a cached block the pool evicts is
-first copied to host memory, and a prompt's walk goes on there where the device has no
-block: a host hit costs a free device block and a copy back, not a recomputation. The tier
-collects the copies a step needs; ``take_copies`` hands them to the plan.
+Two moves live beside this file, and ``BlockManager`` inherits them: swapping a preempted
+request's blocks to CPU and back (swap.py, ``SwapMoves``), and the host tier's reloads
+and forgotten copies (host_moves.py, ``HostTierMoves``; the tier itself is host_tier.py).
+With a host tier (``num_offload_blocks``), a cached block the pool evicts is first copied
+to host memory, and a prompt's walk goes on there where the device has no block;
+``take_copies`` hands the copies a step needs to the plan.
 
 Every change to a table, to the swap tables or to the evictable cached blocks is also
 written to ``changes``, in order (see ``KVChange``): the step event carries that list, not
@@ -36,9 +35,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
-from minicb.scheduler.block_pool import BlockPool
+from minicb.scheduler.block_pool import BlockPool, blocks_needed
+from minicb.scheduler.host_moves import HostTierMoves
 from minicb.scheduler.host_tier import HostTier
 from minicb.scheduler.prefix_cache import PrefixCache
+from minicb.scheduler.swap import SwapMoves
 
 TokenSlice = Callable[[int, int], list[int]]  # (start, end) -> token ids, as Request's
 # One change to the pool, JSON-ready: [kind, request id or None, blocks or a count].
@@ -56,13 +57,9 @@ TokenSlice = Callable[[int, int], list[int]]  # (start, end) -> token ids, as Re
 KVChange = list
 
 
-def blocks_needed(num_tokens: int, block_size: int) -> int:
-    return -(-num_tokens // block_size)
-
-
-class BlockManager:
+class BlockManager(SwapMoves, HostTierMoves):
     """Allocates device blocks to requests, shares cached ones, and moves them to and from
-    CPU swap blocks."""
+    CPU swap blocks (swap.py) and the host tier (host_moves.py)."""
 
     def __init__(
         self,
@@ -270,66 +267,6 @@ class BlockManager:
         if parked:
             self.changes.append(["cache", None, parked])
 
-    # ---- the host tier -------------------------------------------------------------
-    def _reload(self, keys: list[int]) -> list[int]:
-        """Device blocks for host-tier hits (``keys``, in chain order), each keyed again as
-        the host keeps it. The caller has counted the room."""
-        sources = [self.host.pin(key) for key in keys]  # before the evictions for room
-        blocks = self._take(len(keys))
-        # After the offloads of those evictions, as the events replay it.
-        for block, held in zip(blocks, self.host.reload(sources, blocks), strict=True):
-            self.cache.register(block, held.parent, held.tokens, held.key)
-        self.changes.append(
-            ["reload", None, [[h, d] for h, d in zip(sources, blocks, strict=True)]]
-        )
-        return blocks
-
-    def forget_copies(self, offloads: list[tuple[int, int]], reloads: list[tuple[int, int]]):
-        """A step that was to make these copies failed (its requests already freed): host
-        blocks it was to fill, and device blocks it was to reload, no longer hold their
-        prefixes, so no later hit reads KV that was never copied."""
-        stale = self.host.forget(offloads) if self.host is not None else []
-        if stale:
-            self.changes.append(["host_uncache", None, stale])
-        unkeyed = [d for _, d in reloads if d in self.cache.evictable]
-        for block in unkeyed:
-            self.cache.forget(block)
-            self.device.release([block])
-        if unkeyed:
-            self.changes.append(["uncache", None, unkeyed])
-
-    # ---- swap ----------------------------------------------------------------------
-    def swap_out(self, request_id: int) -> list[tuple[int, int]] | None:
-        """Move the request's blocks to CPU: (device block, cpu block) pairs to copy, or
-        None, with nothing changed, when the swap space is too full. Shared blocks are
-        copied too, and stay on the device for their other holders."""
-        cpu_blocks = self.swap.take(len(self.block_table(request_id)))
-        if cpu_blocks is None:
-            return None
-        device_blocks = self.block_tables.pop(request_id, [])
-        self.chains.pop(request_id, None)
-        self.changes.append(["swap_out", request_id, list(cpu_blocks)])
-        self._drop(device_blocks)
-        self.swap_tables[request_id] = cpu_blocks
-        return list(zip(device_blocks, cpu_blocks, strict=True))
-
-    def swap_in(self, request_id: int, num_tokens: int) -> list[tuple[int, int]] | None:
-        """Bring the request's blocks back, with room for ``num_tokens`` tokens in all:
-        (cpu block, device block) pairs to copy, or None, with nothing changed, when the
-        device pool is too full."""
-        if request_id not in self.swap_tables:
-            raise ValueError(f"request {request_id} is not swapped out")
-        cpu_blocks = self.swap_tables[request_id]
-        need = max(len(cpu_blocks), blocks_needed(num_tokens, self.block_size))
-        device_blocks = self._take(need)
-        if device_blocks is None:
-            return None
-        del self.swap_tables[request_id]
-        self.swap.release(cpu_blocks)
-        self.block_tables[request_id] = device_blocks
-        self.changes.append(["swap_in", request_id, list(device_blocks)])  # a copy: it grows
-        return list(zip(cpu_blocks, device_blocks[: len(cpu_blocks)], strict=True))
-
     # ---- invariants ----------------------------------------------------------------
     def check(self) -> None:
         """Raise AssertionError if the accounting is inconsistent."""
@@ -352,7 +289,4 @@ class BlockManager:
             assert on_host is None or on_host.key == info.key, "a prefix has two keys"
         if self.host is not None:
             self.host.check()
-        owned = [b for blocks in self.swap_tables.values() for b in blocks]
-        assert len(owned) == len(set(owned)), "a swap block is owned twice"
-        assert len(owned) + self.swap.num_free == self.swap.num_blocks, "swap used + free != total"
-        assert set(owned).isdisjoint(self.swap.free), "a swap block is both owned and free"
+        self._check_swap()

@@ -2,13 +2,19 @@
 
 The block manager keeps two, the device pool's unkeyed free blocks and the CPU swap space,
 and the prefix cache's host tier one. A pool knows only which ids are free; who holds a
-block, and what it holds, is its owner's business (block_manager.py, host_tier.py). Pure
-Python: no tensor is touched here.
+block, and what it holds, is its owner's business (block_manager.py, host_tier.py).
+``blocks_needed`` counts the blocks a number of tokens fills. Pure Python: no tensor is
+touched here.
 """
 
 from __future__ import annotations
 
 from collections import deque
+
+
+def blocks_needed(num_tokens: int, block_size: int) -> int:
+    """Blocks of ``block_size`` slots that hold ``num_tokens`` tokens (the last in part)."""
+    return -(-num_tokens // block_size)
 
 
 class BlockPool:
