@@ -2,9 +2,10 @@
 
     plan = scheduler.schedule()          # who runs this iteration, and why
     out = runner.execute(plan)           # one ragged batch through the model (or a fake)
-    _update(plan, out)                   # append tokens (accepted drafts too), detokenize,
+    apply_outputs(plan, out, ...)        # append tokens (accepted drafts too), detokenize,
                                          # check stops, retire the finished
-    _publish(step_event, ...)            # the one event path: metrics, traces, browsers
+    report_step(plan, out, ...)          # the step event on the one event path: metrics,
+                                         # traces, browsers
 
 The engine is given its runner and its clock (by default it builds the model runner and
 reads the wall clock), so the scheduler under test, under a fake runner and in production
@@ -23,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from minicb.config import EngineConfig, SamplingParams
 from minicb.detokenizer import IncrementalDetokenizer
+from minicb.engine_controls import EngineControls
 from minicb.engine_views import EngineViews
-from minicb.overlap import Launched, OverlapPipeline
 from minicb.request import Request, RequestOutput, RequestStatus, TokenDelta
 from minicb.scheduler import RequestRejected, SchedulerBase, make_scheduler
 from minicb.scheduler.plan import StepPlan
@@ -32,6 +33,7 @@ from minicb.telemetry import events, request_events
 from minicb.telemetry.bus import EventBus
 
 if TYPE_CHECKING:
+    from minicb.overlap import OverlapPipeline
     from minicb.runner import Runner, RunnerOutput
 
 
@@ -47,6 +49,16 @@ class StepResult:
     @property
     def plan(self) -> StepPlan:
         return self.event.plan
+
+
+@dataclass
+class Settled:
+    """What a step's outputs did to its requests: the new tokens, the requests given their
+    first token, and the outputs of those that finished (stamped by ``report_step``)."""
+
+    new_tokens: list[TokenDelta]
+    firsts: list[Request]
+    finished: list[RequestOutput]
 
 
 @dataclass
@@ -85,9 +97,11 @@ def _check_hint(expected: int | None, max_tokens: int) -> None:
         )
 
 
-class LLMEngine(EngineViews):
+class LLMEngine(EngineViews, EngineControls):
     """The step loop over a scheduler, a runner, a clock and a bus. Its views (the KV pool,
-    queues, live requests, settings) are inherited from ``EngineViews`` (engine_views.py)."""
+    queues, live requests, settings) are inherited from ``EngineViews`` (engine_views.py),
+    its controls (abort, rebuild, chat template) from ``EngineControls``
+    (engine_controls.py)."""
 
     def __init__(
         self,
@@ -125,36 +139,13 @@ class LLMEngine(EngineViews):
         self._ids = itertools.count()
         self._texts: dict[int, IncrementalDetokenizer] = {}  # output text, per live request
         self.busy_s = 0.0  # seconds spent in this engine's own steps: its own clock
-        # Overlap scheduling: the plan in flight and the runner's thread (minicb/overlap.py).
-        self.pipeline = (
-            OverlapPipeline(runner, self.scheduler, self.clock)
-            if self.config.overlap_scheduling
-            else None
-        )
+        # Overlap scheduling: the plan in flight, the runner's thread and the overlapped
+        # step (minicb/overlap.py), imported only where it is on.
+        self.pipeline: OverlapPipeline | None = None
+        if self.config.overlap_scheduling:
+            from minicb.overlap import OverlapPipeline
 
-    def rebuilt(
-        self,
-        config: EngineConfig,
-        runner: Runner | None = None,
-        clock: Callable[[], float] | None = None,
-        scheduler: Callable[..., SchedulerBase] = make_scheduler,
-    ) -> LLMEngine:
-        """A new engine with ``config`` on the same weights (or on ``runner``: another
-        simulated GPU), clock (or ``clock``: a scenario moving to another runner) and bus;
-        ``scheduler`` builds its scheduler, as for a new engine (a lesson's roles).
-
-        This engine's requests are aborted (subscribers see them leave), then the new one
-        announces itself with an ``EngineReset`` event; drop this one afterwards.
-        """
-        if self.pipeline is not None:  # the new engine may share this one's runner
-            self.pipeline.drain()
-        runner = runner or self.runner.with_config(config)
-        new = LLMEngine(config=config, runner=runner, clock=clock or self.clock, bus=self.bus,
-                        scheduler=scheduler)  # fmt: skip
-        self.abort_all()
-        if self.bus.wants("reset"):
-            self.bus.emit(events.EngineReset(time=self.clock(), info=new.describe()))
-        return new
+            self.pipeline = OverlapPipeline(runner, self.scheduler, self.clock)
 
     # ---- requests ------------------------------------------------------------------------
     def tokenize(self, prompt: str | list[int]) -> list[int]:
@@ -215,72 +206,6 @@ class LLMEngine(EngineViews):
             self.bus.emit(request_events.arrived(req))
         return req.request_id
 
-    def apply_chat_template(self, messages: list[dict[str, str]]) -> list[int]:
-        """Token ids of a conversation in the model's chat template, ready for the reply."""
-        from jinja2 import TemplateError
-
-        if not messages:
-            raise RequestRejected("messages is empty; give at least one message")
-        if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
-            raise RequestRejected("this model has no chat template; give a plain prompt instead")
-        try:
-            ids = self.tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=True
-            )
-        except TemplateError as err:  # e.g. a template that insists that roles alternate
-            raise RequestRejected(f"the chat template refused these messages: {err}") from err
-        if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # some versions wrap the ids
-            ids = ids["input_ids"]
-        return list(ids)
-
-    def abort_request(self, request_id: int) -> bool:
-        """Stop a request wherever it is and free its KV blocks now. False if unknown."""
-        req = self.scheduler.abort(request_id)
-        if req is None:
-            return False
-        req.metrics.finished_time = self.clock()
-        self._texts.pop(request_id, None)
-        if self.bus.wants("aborted"):
-            self.bus.emit(
-                request_events.RequestAborted(
-                    time=req.metrics.finished_time,
-                    request_id=request_id,
-                    num_output_tokens=len(req.output_token_ids),
-                )
-            )
-        self.publish_kv_changes()  # its blocks are free now, not at the next step
-        return True
-
-    def publish_kv_changes(self) -> None:
-        """Publish the changes made to the KV pool since the last step (an abort, a role's
-        release of KV it has sent) as one ``kv_changes`` event, so that a map drawn from
-        the events is current between steps. Nothing while a plan is in flight (overlap):
-        its changes were taken when it was planned, so these go with the next step's, in
-        order; nor when nobody listens for them (the next step event carries them)."""
-        in_flight = self.pipeline is not None and self.pipeline.in_flight is not None
-        if in_flight or not self.bus.wants("kv_changes"):
-            return
-        blocks = self.scheduler.blocks
-        ops = blocks.take_changes()
-        if ops:
-            self.bus.emit(
-                events.KVChanges(
-                    time=self.clock(),
-                    step=self.step_count,
-                    kv_ops=[list(op) for op in ops],
-                    kv_used=blocks.num_used_blocks,
-                    kv_free=blocks.num_free_blocks,
-                    kv_cached=blocks.num_cached_blocks,
-                )
-            )
-
-    def abort_all(self) -> list[int]:
-        """Abort every request the engine holds; returns their ids."""
-        ids = list(self.scheduler.requests)
-        for rid in ids:
-            self.abort_request(rid)
-        return ids
-
     def has_unfinished(self) -> bool:
         """Requests left, or (overlap) a plan in flight that still has to be reported."""
         in_flight = self.pipeline is not None and self.pipeline.in_flight is not None
@@ -298,9 +223,10 @@ class LLMEngine(EngineViews):
         failed step was meant to fill.
 
         With ``overlap_scheduling`` the next iteration is planned while this one computes:
-        see ``_step_overlapped``."""
+        ``OverlapPipeline.step`` (minicb/overlap.py) does it, with the same two halves
+        (``apply_outputs``, ``report_step``)."""
         if self.pipeline is not None:
-            return self._step_overlapped()
+            return self.pipeline.step(self)
         start = self.clock()
         t0 = time.perf_counter()
         plan = self.scheduler.schedule()
@@ -312,66 +238,21 @@ class LLMEngine(EngineViews):
             self.scheduler.undo(plan)
             raise
         lanes = Lanes(schedule_s, device_start, time.perf_counter() - t0 - schedule_s)
-        self._mark_admitted(plan, start)
-        new_tokens, firsts, finished = self._update(plan, out, self.scheduler.update)
-        event = self._end_step(plan, out, start, lanes, firsts, finished)
-        self._publish(event, new_tokens, finished)
-        return StepResult(event, new_tokens, finished)
+        settled = self.apply_outputs(plan, out, start, self.scheduler.update)
+        return self.report_step(plan, out, start, lanes, settled)
 
-    def _step_overlapped(self, call_start: float | None = None) -> StepResult:
-        """Plan N+1, wait for N, launch N+1 with N's tokens in place, settle N while N+1
-        runs, and report N (minicb/overlap.py). When nothing was in flight (the first step,
-        or after an idle spell), the plan just launched is reported by stepping again.
-        When N verifies speculative drafts, N+1 is planned only once N is settled (how many
-        drafts N accepts decides where its requests' next rows start), then launched.
-        ``busy_s`` counts the seconds of this call (from ``call_start``), not the time
-        between calls that a plan spent in flight (a paused demo is not busy)."""
-        call_start = self.clock() if call_start is None else call_start
-        pipeline = self.pipeline
-        wait_first = pipeline.in_flight is not None and pipeline.in_flight.verifies_drafts
-        launch = None
-        if not wait_first and (self.scheduler.has_unfinished() or pipeline.in_flight is None):
-            launch = self._launch_next()
-        done = pipeline.exchange(launch)  # a runner's error: both plans undone, raised
-        if done is not None:
-            prev, out = done
-            lanes = Lanes(prev.schedule_s, prev.device_start, prev.execute_s)
-            self._mark_admitted(prev.plan, prev.start)
-            new_tokens, firsts, finished = self._update(prev.plan, out, pipeline.settle(prev))
-        if wait_first and self.scheduler.has_unfinished():
-            pipeline.exchange(self._launch_next())  # nothing in flight: it starts at once
-        pipeline.advance()  # after the settling: rows of who stopped there are discarded
-        if done is None:
-            return self._step_overlapped(call_start)
-        event = self._end_step(prev.plan, out, prev.start, lanes, firsts, finished, call_start)
-        self._publish(event, new_tokens, finished)
-        return StepResult(event, new_tokens, finished)
-
-    def _launch_next(self) -> Launched:
-        """The next plan, made now, for the overlap pipeline to launch."""
-        start = self.clock()
-        t0 = time.perf_counter()
-        plan = self.scheduler.schedule()
-        return Launched(plan, start, time.perf_counter() - t0)
-
-    def _mark_admitted(self, plan: StepPlan, start: float) -> None:
-        """First admissions are stamped with the step's start, as their admitted events."""
+    def apply_outputs(
+        self, plan: StepPlan, out: RunnerOutput, start: float, apply: Callable[..., Any]
+    ) -> Settled:
+        """A step's first half once the runner has answered: first admissions are stamped
+        with the step's ``start`` (as their admitted events), the sampled tokens appended
+        with ``apply`` (``Scheduler.update``, or the overlap's settling), each one
+        detokenized and checked for a stop in turn, then the finished requests retired."""
         for decision in plan.admitted:
             req = self.scheduler.requests.get(decision.request_id)
-            if req is None:  # overlap: aborted while its step ran
-                continue
-            metrics = req.metrics
-            if metrics.first_scheduled_time is None:
-                metrics.first_scheduled_time = start
-                metrics.num_cached_tokens = decision.num_cached_tokens
-
-    def _update(
-        self, plan: StepPlan, out: RunnerOutput, apply: Callable[..., Any]
-    ) -> tuple[list[TokenDelta], list[Request], list[RequestOutput]]:
-        """Append the sampled tokens with ``apply`` (``Scheduler.update``, or the overlap's
-        settling), each one detokenized and checked for a stop in turn, then retire the
-        finished requests: the step's tokens, the requests given their first token, and
-        the outputs of those that finished (``_end_step`` stamps both with the step's end)."""
+            if req is not None and req.metrics.first_scheduled_time is None:  # None: aborted
+                req.metrics.first_scheduled_time = start  # while its step ran (overlap)
+                req.metrics.num_cached_tokens = decision.num_cached_tokens
         new_tokens: list[TokenDelta] = []
         firsts: list[Request] = []
 
@@ -384,28 +265,28 @@ class LLMEngine(EngineViews):
 
         apply(plan, out.sampled, on_token)
         finished = [self._output(req) for req in self.scheduler.retire(plan)]
-        return new_tokens, firsts, finished
+        return Settled(new_tokens, firsts, finished)
 
-    def _end_step(
+    def report_step(
         self,
         plan: StepPlan,
         out: RunnerOutput,
         start: float,
         lanes: Lanes,
-        firsts: list[Request],
-        finished: list[RequestOutput],
+        settled: Settled,
         counted_from: float | None = None,
-    ) -> events.StepEvent:
-        """The step's event, at its end: when ``firsts`` got their first token and
-        ``finished`` their end, the times their events carry (an output, a stream and a
-        reader of the events agree on a request's TTFT and latency). ``busy_s``, the
-        engine's own clock, grows by the seconds since ``counted_from`` (default ``start``;
-        with overlap, each ``step()`` call counts its own seconds once)."""
+    ) -> StepResult:
+        """The second half: the step's event, at its end, published. The end is when the
+        first tokens were given and the finished requests ended, the times their events
+        carry (an output, a stream and a reader of the events agree on a request's TTFT
+        and latency). ``busy_s``, the engine's own clock, grows by the seconds since
+        ``counted_from`` (default ``start``; with overlap, each ``step()`` call counts its
+        own seconds once)."""
         end = self.clock()
         self.busy_s += end - (start if counted_from is None else counted_from)
-        for req in firsts:
+        for req in settled.firsts:
             req.metrics.first_token_time, req.metrics.first_token_busy_s = end, self.busy_s
-        for output in finished:
+        for output in settled.finished:
             output.metrics.finished_time = end
         prepare_s = max(0.0, lanes.execute_s - out.forward_s - out.sample_s)
         schedule_s, device_start = lanes.schedule_s, lanes.device_start
@@ -413,7 +294,7 @@ class LLMEngine(EngineViews):
         if out.host_lanes is not None:  # a simulated host's, on the virtual clock
             schedule_s, wait_s, process_s = out.host_lanes
             device_start, prepare_s = device_start + wait_s, 0.0
-        return events.StepEvent(
+        event = events.StepEvent(
             plan,
             start,
             end,
@@ -429,18 +310,16 @@ class LLMEngine(EngineViews):
             prepare_s=prepare_s,
             process_s=process_s,
         )
-
-    def _publish(
-        self, event: events.StepEvent, new_tokens: list[TokenDelta], finished: list[RequestOutput]
-    ) -> None:
-        """The step's events on the bus at once, one call per listener; when nobody
-        listens, nothing is built."""
-        if not self.bus.listening:
-            return
-        batch: list[events.Event] = [event] if self.bus.wants("step") else []
-        batch += request_events.step_request_events(event, new_tokens, finished, self.bus.wants)
-        if batch:
-            self.bus.emit_many(batch)
+        # The step's events on the bus at once, one call per listener; when nobody
+        # listens, nothing is built.
+        if self.bus.listening:
+            batch: list[events.Event] = [event] if self.bus.wants("step") else []
+            batch += request_events.step_request_events(
+                event, settled.new_tokens, settled.finished, self.bus.wants
+            )
+            if batch:
+                self.bus.emit_many(batch)
+        return StepResult(event, settled.new_tokens, settled.finished)
 
     def _new_token(self, req: Request) -> TokenDelta:
         """The text one new token adds, and whether it ends its request (a stop token, a

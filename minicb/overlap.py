@@ -17,7 +17,9 @@ speculative decoding, a plan N that verifies drafts is waited for before N+1 is 
 (its rows yield 1 to 1 + d tokens: where its requests' next rows start is known only
 then), and N+1 is launched as soon as it is made. The
 bookkeeping (placeholders, settling, discarding) is minicb/scheduler/overlap.py; this file
-holds the plan in flight and the thread. Pure Python: no torch.
+holds the plan in flight, the thread and the overlapped step, which reports through the
+engine's two halves of a step (``apply_outputs``, ``report_step``) as the plain step does.
+The engine imports this file only where overlap scheduling is on. Pure Python: no torch.
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from minicb.engine import Lanes
 from minicb.scheduler import overlap as bookkeeping
 
 if TYPE_CHECKING:
+    from minicb.engine import LLMEngine, StepResult
     from minicb.runner import Runner, RunnerOutput
     from minicb.scheduler import SchedulerBase
     from minicb.scheduler.plan import StepPlan
@@ -64,6 +68,38 @@ class OverlapPipeline:
         self.clock = clock
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="minicb-runner")
         self.in_flight: Launched | None = None
+
+    def step(self, engine: LLMEngine, call_start: float | None = None) -> StepResult:
+        """One ``engine.step()``: plan N+1, wait for N, launch N+1 with N's tokens in place,
+        settle N while N+1 runs, and report N. When nothing was in flight (the first step,
+        or after an idle spell), the plan just launched is reported by stepping again.
+        When N verifies speculative drafts, N+1 is planned only once N is settled (how many
+        drafts N accepts decides where its requests' next rows start), then launched.
+        ``busy_s`` counts the seconds of this call (from ``call_start``), not the time
+        between calls that a plan spent in flight (a paused demo is not busy)."""
+        call_start = self.clock() if call_start is None else call_start
+        wait_first = self.in_flight is not None and self.in_flight.verifies_drafts
+        launch = None
+        if not wait_first and (self.scheduler.has_unfinished() or self.in_flight is None):
+            launch = self._plan_next()
+        done = self.exchange(launch)  # a runner's error: both plans undone, raised
+        if done is not None:
+            prev, out = done
+            lanes = Lanes(prev.schedule_s, prev.device_start, prev.execute_s)
+            settled = engine.apply_outputs(prev.plan, out, prev.start, self.settle(prev))
+        if wait_first and self.scheduler.has_unfinished():
+            self.exchange(self._plan_next())  # nothing in flight: it starts at once
+        self.advance()  # after the settling: rows of who stopped there are discarded
+        if done is None:
+            return self.step(engine, call_start)
+        return engine.report_step(prev.plan, out, prev.start, lanes, settled, call_start)
+
+    def _plan_next(self) -> Launched:
+        """The next plan, made now, to launch."""
+        start = self.clock()
+        t0 = time.perf_counter()
+        plan = self.scheduler.schedule()
+        return Launched(plan, start, time.perf_counter() - t0)
 
     def exchange(self, launch: Launched | None) -> tuple[Launched, RunnerOutput] | None:
         """Wait for the plan in flight (if any), put its tokens in place of ``launch``'s

@@ -21,8 +21,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# The engine (its step, its overlapped step, and the views LLMEngine inherits) and the scheduler.
-ALLOWED = ("minicb/scheduler/", "minicb/engine.py", "minicb/engine_views.py", "minicb/overlap.py")
+# The engine (its step, its overlapped step, the views and controls LLMEngine inherits) and
+# the scheduler.
+ALLOWED = (
+    "minicb/scheduler/",
+    "minicb/engine.py",
+    "minicb/engine_views.py",
+    "minicb/engine_controls.py",
+    "minicb/overlap.py",
+)
 # Notebook cells may await at top level.
 PARSE_FLAGS = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
 
