@@ -14,15 +14,8 @@ interpreter). Triton is optional (it publishes wheels for Linux only): without i
 takes the torch reference on CUDA too and logs why once, and an explicit "triton" is
 refused with an error saying what is missing. Each backend carries a ``reason`` in words.
 
-The "triton" backend: ``store_kv`` scatters this step's K/V into the paged cache;
-``attention`` takes the decode kernel when every request brings exactly one query token
-(the common steady state, where one program per KV head reads the context once for the
-whole GQA group), and the chunked-prefill kernel otherwise, which also serves decode rows
-mixed into a prefill batch. The kernels run on CUDA tensors, or on CPU tensors under
-Triton's interpreter, which Triton switches on only if ``TRITON_INTERPRET=1`` is in the
-environment when the kernels are defined (at import). Anything else is refused with a
-clear error instead of a crash deep inside Triton. Triton itself is imported only when
-the triton backend is asked for.
+The "triton" backend, its kernels and its checks are in triton_backend.py, imported only
+when it is chosen.
 
 Under an 8-bit KV cache (``kv_cache_dtype`` int8 or fp8) each layer's ``k_cache`` and
 ``v_cache`` are ``QuantizedCache(data, scale)`` pairs (minicb/quant/kv.py) instead of
@@ -174,6 +167,8 @@ def get_backend(name: str, device: torch.device) -> AttentionBackend:
                 f"attention_backend='triton' needs the triton package, which cannot be "
                 f"imported here ({missing}). {TRITON_HINT}"
             )
+        from minicb.kernels.triton_backend import TritonBackend
+
         return TritonBackend()
     if name == "torch":
         return TorchBackend()
@@ -181,78 +176,7 @@ def get_backend(name: str, device: torch.device) -> AttentionBackend:
         _say_once(device.type, missing)
         return TorchBackend(f"auto: triton cannot be imported here: {missing}")
     if device.type == "cuda":
+        from minicb.kernels.triton_backend import TritonBackend
+
         return TritonBackend("auto: Triton kernels on CUDA")
     return TorchBackend("auto: on CPU Triton would run only under its slow interpreter")
-
-
-def kernels_are_interpreted() -> bool:
-    """True when Triton compiled our kernels for its CPU interpreter."""
-    from triton.runtime.jit import JITFunction
-
-    from minicb.kernels.decode_attention import _decode_kernel
-
-    return not isinstance(_decode_kernel, JITFunction)
-
-
-def _check_device(tensor: torch.Tensor) -> None:
-    if tensor.device.type == "cuda" or kernels_are_interpreted():
-        return
-    raise RuntimeError(
-        f"The triton attention backend got {tensor.device.type} tensors, but Triton runs on "
-        "CPU only under its interpreter, and TRITON_INTERPRET=1 must be set before triton "
-        "is first imported (importing transformers can import it). Set it at the top of "
-        "your script or in the environment, or use attention_backend='torch' on CPU."
-    )
-
-
-class TritonBackend:
-    name = "triton"
-
-    def __init__(self, reason: str = "asked for") -> None:
-        self.reason = reason
-
-    def store_kv(
-        self,
-        key: torch.Tensor,  # (T, num_kv_heads, head_dim)
-        value: torch.Tensor,  # (T, num_kv_heads, head_dim)
-        k_cache: torch.Tensor,  # (num_blocks, block_size, num_kv_heads, head_dim)
-        v_cache: torch.Tensor,
-        slot_mapping: torch.Tensor,  # (T,) int64; -1: do not store
-    ) -> None:
-        from minicb.kernels.store_kv import store_kv
-
-        _check_device(key)
-        store_kv(key, value, k_cache, v_cache, slot_mapping)
-
-    def attention(
-        self,
-        query: torch.Tensor,  # (T, num_heads, head_dim)
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        meta: AttentionMetadata,
-        scale: float,
-    ) -> torch.Tensor:  # (T, num_heads, head_dim), query dtype
-        from minicb.kernels.decode_attention import paged_decode_attention
-        from minicb.kernels.prefill_attention import paged_prefill_attention
-
-        _check_device(query)
-        if meta.is_decode_only:
-            return paged_decode_attention(
-                query,
-                k_cache,
-                v_cache,
-                meta.block_tables,
-                meta.context_lens,
-                scale,
-                meta.max_context_len,
-            )
-        return paged_prefill_attention(
-            query,
-            k_cache,
-            v_cache,
-            meta.block_tables,
-            meta.context_lens,
-            meta.query_start,
-            scale,
-            meta.max_query_len,
-        )

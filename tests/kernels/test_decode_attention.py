@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from minicb.kernels import reference
-from minicb.kernels.attention import TritonBackend
 from minicb.kernels.decode_attention import paged_decode_attention
+from minicb.kernels.triton_backend import TritonBackend
 
 from . import GQA_SHAPES, TOLERANCES, make_paged_case
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from minicb.kernels import reference
-from minicb.kernels.attention import TritonBackend
 from minicb.kernels.prefill_attention import paged_prefill_attention
+from minicb.kernels.triton_backend import TritonBackend
 
 from . import GQA_SHAPES, POISON, TOLERANCES, make_paged_case
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from minicb.kernels import reference
-from minicb.kernels.attention import TritonBackend
 from minicb.kernels.store_kv import store_kv
+from minicb.kernels.triton_backend import TritonBackend
 
 from . import DEVICE
 
@@ -72,7 +72,7 @@ def test_backend_refuses_cpu_tensors_without_the_interpreter():
     # A fresh interpreter, because Triton reads TRITON_INTERPRET once, when kernels are defined.
     code = (
         "import torch\n"
-        "from minicb.kernels.attention import TritonBackend\n"
+        "from minicb.kernels.triton_backend import TritonBackend\n"
         "kv = torch.zeros(2, 1, 16)\n"
         "cache = torch.zeros(1, 16, 1, 16)\n"
         "TritonBackend().store_kv(kv, kv, cache, cache, torch.tensor([0, 1]))\n"

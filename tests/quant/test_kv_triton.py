@@ -10,8 +10,8 @@ import torch
 
 from minicb import LLM, SamplingParams
 from minicb.kernels import reference
-from minicb.kernels.attention import TritonBackend
 from minicb.kernels.store_kv import store_kv
+from minicb.kernels.triton_backend import TritonBackend
 from minicb.quant.kv import FORMATS, QuantizedCache, quantize
 from tests.helpers import mixed_prompts
 from tests.kernels import DEVICE, TOLERANCES, make_paged_case
