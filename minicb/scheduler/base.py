@@ -18,6 +18,7 @@ victim is the request with the largest key.
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import attrgetter
 
 from minicb.config import EngineConfig
 from minicb.request import Request, RequestStatus
@@ -25,26 +26,35 @@ from minicb.scheduler import speculative
 from minicb.scheduler.block_manager import BlockManager, blocks_needed
 from minicb.scheduler.plan import DECODE, PADDING, PREFILL, Decision, ScheduledRequest, StepPlan
 
-SortKey = Callable[[Request, int], tuple]
+# A policy is the order of a queue at a step: given the step, the key that sorts requests.
+# FCFS's key never changes and is read in C (an attrgetter): a queue of thousands is sorted
+# every step, and a Python key per request took a fifth of a 4,000-request simulated run.
+SortKey = Callable[[Request], tuple]
+Policy = Callable[[int], SortKey]
+
+FCFS_ORDER: SortKey = attrgetter("arrival_time", "request_id")
 
 
-def fcfs_key(req: Request, step: int) -> tuple:
-    return (req.arrival_time, req.request_id)
+def fcfs(step: int) -> SortKey:
+    return FCFS_ORDER
 
 
-def make_priority_key(aging_steps: int) -> SortKey:
-    def priority_key(req: Request, step: int) -> tuple:
-        age = max(0, step - req.arrival_step)
-        return (req.priority - age // aging_steps, req.arrival_time, req.request_id)
+def make_priority(aging_steps: int) -> Policy:
+    def priority(step: int) -> SortKey:
+        def key(req: Request) -> tuple:
+            age = max(0, step - req.arrival_step)
+            return (req.priority - age // aging_steps, req.arrival_time, req.request_id)
 
-    return priority_key
+        return key
+
+    return priority
 
 
-def get_policy(name: str, aging_steps: int) -> SortKey:
+def get_policy(name: str, aging_steps: int) -> Policy:
     if name == "fcfs":
-        return fcfs_key
+        return fcfs
     if name == "priority":
-        return make_priority_key(aging_steps)
+        return make_priority(aging_steps)
     raise ValueError(f"unknown policy {name!r}; choose fcfs or priority")
 
 
@@ -71,7 +81,7 @@ class SchedulerBase:
         self.blocks = BlockManager(
             num_kv_blocks, config.block_size, num_swap, caching, config.kv_offload_blocks
         )
-        self.sort_key = get_policy(config.policy, config.aging_steps)
+        self.policy = get_policy(config.policy, config.aging_steps)
         # None when speculation is off; else it adds drafts to the decode rows of a plan.
         self.drafter = speculative.make_drafter(config, self.blocks, max_model_len)
         self.requests: dict[int, Request] = {}
@@ -308,4 +318,4 @@ class SchedulerBase:
         req.status = RequestStatus.RUNNING
 
     def ordered(self, queue: list[Request]) -> list[Request]:
-        return sorted(queue, key=lambda r: self.sort_key(r, self.step_count))
+        return sorted(queue, key=self.policy(self.step_count))

@@ -95,7 +95,7 @@ class ContinuousScheduler(SchedulerBase):
         )
 
     def _rank(self, req: Request) -> tuple:
-        return self.sort_key(req, self.step_count)
+        return self.policy(self.step_count)(req)
 
     def _preempt(self, victim: Request, plan: StepPlan, needer: Request, need_tokens: int) -> None:
         short = self.blocks.num_new_blocks(needer.request_id, need_tokens)
