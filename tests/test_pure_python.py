@@ -15,6 +15,7 @@ PURE_MODULES = [
     "minicb.telemetry.events",
     "minicb.telemetry.request_events",
     "minicb.telemetry.bus",
+    "minicb.telemetry.subscription",
     "minicb.telemetry.metrics",
     "minicb.telemetry.latency",
     "minicb.telemetry.listener",

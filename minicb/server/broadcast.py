@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from starlette.websockets import WebSocket
 
     from minicb.server.hub import Client, Hub
-    from minicb.telemetry.bus import Subscription
+    from minicb.telemetry.subscription import Subscription
 
 # The broadcast's own queue per engine: a frame's worth of events at any scale (a simulated
 # GPU runs a few hundred iterations a second, each a step and a few request events).

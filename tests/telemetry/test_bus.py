@@ -11,8 +11,9 @@ import pytest
 
 import minicb.telemetry.request_events as request_events
 from minicb.engine import LLMEngine
-from minicb.telemetry.bus import EventBus, Subscription
+from minicb.telemetry.bus import EventBus
 from minicb.telemetry.request_events import RequestAborted
+from minicb.telemetry.subscription import Subscription
 from tests.helpers import add, fake_engine, wait_for
 
 
