@@ -69,8 +69,10 @@ def time_schedule(
     batching: str = "continuous",
     prompt_len: int = 16,
     block_size: int = 16,
+    num_waiting: int = 0,
 ) -> dict[str, float]:
-    """Seconds per ``schedule()`` with ``num_running`` requests decoding: median, mean, p90.
+    """Seconds per ``schedule()`` with ``num_running`` requests decoding: median, mean, p90;
+    ``num_waiting`` more wait behind them (every slot is taken: a demo's deep queue).
 
     The real engine over a FakeRunner (no model, no torch; nobody stops while measured):
     requests are admitted and prefilled until all are decoding, then each step event's
@@ -87,14 +89,15 @@ def time_schedule(
     runner = FakeRunner(blocks, max_model_len=prompt_len + max_tokens + 1, num_swap_blocks=0)
     engine = LLMEngine(config=config, runner=runner)
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
-    for i in range(num_running):
+    for i in range(num_running + num_waiting):
         engine.add_request([5] * prompt_len, params, arrival_time=float(i))
     times = [e.schedule_s for e in islice(decode_steps(engine, num_running), iterations)]
     if len(times) < iterations:
         raise RuntimeError(f"only {len(times)} steps had all {num_running} requests decoding")
     d = distribution(times)
-    return {"num_running": num_running, "batching": batching, "iterations": iterations,
-            "median_s": d["p50"], "mean_s": d["mean"], "p90_s": d["p90"]}  # fmt: skip
+    return {"num_running": num_running, "num_waiting": num_waiting, "batching": batching,
+            "iterations": iterations, "median_s": d["p50"], "mean_s": d["mean"],
+            "p90_s": d["p90"]}  # fmt: skip
 
 
 @dataclass

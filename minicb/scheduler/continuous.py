@@ -157,15 +157,25 @@ class ContinuousScheduler(SchedulerBase):
         return budget
 
     # ---- 3. waiting requests -----------------------------------------------------------
+    def _room_to_admit(self, plan: StepPlan, budget: int) -> bool:
+        """Whether a slot and some token budget are left; if not, the plan says why."""
+        if len(self.running) >= self.config.max_num_seqs:
+            plan.notes.append(
+                f"{len(self.waiting)} waiting: all {self.config.max_num_seqs} slots are taken"
+            )
+            return False
+        if budget == 0:
+            plan.notes.append(f"{len(self.waiting)} waiting: the token budget is spent")
+            return False
+        return True
+
     def _admit(self, plan: StepPlan, budget: int, chunked: bool) -> int:
+        # Asked before the queue is sorted too: a full batch admits nobody, and the queue
+        # can be thousands long (sorting it was most of schedule() at 10,000 waiting).
+        if not self.waiting or not self._room_to_admit(plan, budget):
+            return budget
         for req in self.ordered(self.waiting):
-            if len(self.running) >= self.config.max_num_seqs:
-                plan.notes.append(
-                    f"{len(self.waiting)} waiting: all {self.config.max_num_seqs} slots are taken"
-                )
-                break
-            if budget == 0:
-                plan.notes.append(f"{len(self.waiting)} waiting: the token budget is spent")
+            if not self._room_to_admit(plan, budget):
                 break
             hits = self.blocks.lookup(req.token_slice, req.num_tokens)
             cached = len(hits) * self.config.block_size

@@ -19,6 +19,26 @@ def test_finished_request_leaves_and_waiting_one_joins_next_iteration():
     assert {r.request_id: r.phase for r in p3.scheduled} == {1: DECODE, 2: PREFILL}
 
 
+def test_a_full_batch_says_so_without_sorting_its_queue(monkeypatch):
+    """The waiting queue (thousands deep in a simulated demo) is ordered only when a slot
+    and some budget are free: a full batch admits nobody, and sorting for nothing was most
+    of schedule()'s time at 10,000 waiting (docs/performance.md, host)."""
+    engine = fake_engine(max_num_seqs=2)
+    for _ in range(6):
+        add(engine, 4, 8)
+    sorted_queues = []
+    ordered = engine.scheduler.ordered
+    monkeypatch.setattr(
+        engine.scheduler, "ordered", lambda q: sorted_queues.append(len(q)) or ordered(q)
+    )
+    first = engine.step().plan  # two slots free: the queue of six is sorted, two admitted
+    assert [d.request_id for d in first.admitted] == [0, 1] and 6 in sorted_queues
+    sorted_queues.clear()
+    full = engine.step().plan  # both slots taken: the four waiting are not even sorted
+    assert not full.admitted and "4 waiting: all 2 slots are taken" in full.notes
+    assert 4 not in sorted_queues  # (the running pair is still ordered for its decodes)
+
+
 def test_chunked_prefill_puts_decodes_first_then_chunks_under_the_budget():
     engine = fake_engine(max_num_batched_tokens=8)
     add(engine, 3, 10)
