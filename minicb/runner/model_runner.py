@@ -24,7 +24,6 @@ import contextlib
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import torch
 
@@ -36,12 +35,12 @@ from minicb.runner.build_model import build_model, check_shareable
 from minicb.runner.cuda_graphs import maybe_capture
 from minicb.runner.dtype import choose_dtype
 from minicb.runner.kv_pool import copy_blocks
-from minicb.runner.kv_setup import allocate_pools, block_bytes
+from minicb.runner.kv_setup import allocate_pools
 from minicb.runner.llama import LlamaModel, ModelConfig
 from minicb.runner.loader import ModelFiles, open_model
 from minicb.runner.occupancy import Occupancy
-from minicb.runner.packed import PackedLinear
 from minicb.runner.probes import MachineRates
+from minicb.runner.runner_views import ModelRunnerViews
 from minicb.runner.sampler import sample
 from minicb.runner.step_inputs import StepInputs, step_inputs
 from minicb.runner.tensor_parallel import Shard, shard_config
@@ -60,9 +59,10 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-class ModelRunner:
+class ModelRunner(ModelRunnerViews):
     """``ModelRunner(model, config)``: model None is the embedded default; a path or hub id
-    otherwise. ``with_config`` makes another runner on the same weights."""
+    otherwise. ``with_config`` makes another runner on the same weights; what it tells
+    outsiders (``describe``, its dtypes and block size) is in runner_views.py."""
 
     def __init__(
         self,
@@ -166,55 +166,7 @@ class ModelRunner:
             machine_rates=self.occupancy.rates if self.occupancy else None,
         )
 
-    def describe(self) -> dict[str, Any]:
-        """Where and how it computes, for trace headers and the visualizer."""
-        info: dict[str, Any] = {
-            "runner": "model",
-            "device": str(self.device),
-            "dtype": self.dtype_choice.name,
-            "dtype_reason": self.dtype_choice.reason,
-            "attention_backend": self.backend.name,
-            "attention_reason": self.backend.reason,
-            "weight_dtype": self.weight_dtype_name(),
-            "kv_cache_dtype": self.kv_dtype_name(),
-            "num_kv_blocks": self.num_kv_blocks,
-            "bytes_per_block": self.bytes_per_block(),
-            "torch_threads": torch.get_num_threads(),
-            "tensor_parallel_size": self.config.tensor_parallel_size,
-            "linear": "onednn-packed" if isinstance(self.model.lm_head, PackedLinear) else "plain",
-            "compile": "eager",  # a wrapper that compiles (the lab's) says so in its own
-        }
-        if self.tp is not None:
-            info["tensor_parallel_backend"] = self.tp.backend
-        if self.occupancy is not None:  # what the page's utilisation chart is measured against
-            info["machine_rates"] = self.occupancy.rates.describe()
-        if self.device.type == "cuda":
-            info["gpu"] = torch.cuda.get_device_name(self.device)
-        return info
-
-    def weight_dtype_name(self) -> str:
-        """How the decoder's linear weights are held, in words (describe())."""
-        if self.config.weight_dtype == "auto":
-            return f"{self.dtype_choice.name} (auto: the compute dtype)"
-        return "int8 (a scale per output channel; LM head and embedding unquantised)"
-
-    def kv_dtype_name(self) -> str:
-        """How the KV cache stores keys and values, in words (describe() and the page)."""
-        if self.config.kv_cache_dtype == "auto":
-            return f"{self.dtype_choice.name} (auto: the compute dtype)"
-        return f"{self.config.kv_cache_dtype} (a scale per token and KV head)"
-
-    def bytes_per_block(self) -> int:
-        """Bytes of one block in every layer (keys, values and any scales): an 8-bit KV
-        cache's block is about half a bf16 one, so a byte budget holds about twice as many."""
-        return block_bytes(self.config, self.model_config, self.dtype)
-
     # ---- one iteration ---------------------------------------------------------------------
-    @property
-    def model_path(self) -> str:
-        """The folder the weights and config.json were read from."""
-        return str(self.files.path)
-
     @torch.inference_mode()
     def execute(self, plan: StepPlan, *, forward: Forward | None = None) -> RunnerOutput:
         """One step. ``forward``: the step's logits from its inputs (default ``logits``, the
