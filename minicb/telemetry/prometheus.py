@@ -7,13 +7,9 @@ CollectorRegistry (never the global one, so two engines, or two tests, do not cl
 ``vllm:`` metrics with a ``minicb:`` prefix, e.g. ``minicb:num_requests_running``,
 ``minicb:kv_cache_usage_perc``; counters get prometheus_client's ``_total`` suffix.
 
-Why not prometheus_client's Counter and Histogram: each ``inc`` and ``observe`` takes a
-lock (a histogram's observe two), and this listener counts every token and observes
-every inter-token gap in the engine thread: at 16 running that was most of its cost per
-step (docs/performance.md, host costs). Here only the engine thread writes, and a scrape
-reads each number whole under the GIL, as prometheus_client's own collection reads each
-of its values one at a time; the text is the same (``tests/telemetry/test_prometheus.py``
-compares it with prometheus_client's own objects fed one event at a time).
+Those numbers are telemetry/metric_values.py's, which says why they are not
+prometheus_client's own objects; the text is the same (``tests/telemetry/test_prometheus.py``
+compares it with prometheus_client's objects fed one event at a time).
 
 About the colon: the Prometheus data model allows ``:`` in metric names (it is meant for
 recording rules, which is why vLLM's use of it is debated), and prometheus_client accepts
@@ -26,14 +22,8 @@ listed in ``renamed``, rather than failing the engine.
 from __future__ import annotations
 
 import os
-import time
-from bisect import bisect_left
-from collections import Counter as Tally
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import reduce
-from itertools import repeat
-from operator import add
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -44,10 +34,10 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.samples import Sample
-from prometheus_client.utils import floatToGoString
 
 from minicb.telemetry.latency import e2e, queue_time, tpot, ttft
 from minicb.telemetry.listener import HandlerListener
+from minicb.telemetry.metric_values import Counter, Gauge, Histogram
 
 # Bucket edges (seconds), close to vLLM's, widened at the slow end for CPU runs.
 # fmt: off
@@ -64,70 +54,6 @@ CREATED = os.environ.get("PROMETHEUS_DISABLE_CREATED_SERIES", "False").lower() n
     "1",
     "t",
 )  # fmt: skip
-
-
-class Gauge:
-    """A value that goes up and down; ``set`` from any thread (one float, stored whole)."""
-
-    def __init__(self) -> None:
-        self.value = 0.0
-
-    def set(self, value: float) -> None:
-        self.value = float(value)
-
-
-class Counter:
-    """A count that only grows, per label value (``""`` when it has no label), with the
-    time each label value was first seen (the ``_created`` series)."""
-
-    def __init__(self, labelled: bool = False) -> None:
-        self.values: dict[str, float] = {}
-        self.created: dict[str, float] = {}
-        if not labelled:  # shown from the start, at 0, as prometheus_client shows it
-            self.inc(0)
-
-    def inc(self, amount: float = 1, label: str = "") -> None:
-        if label not in self.values:
-            self.created[label] = time.time()
-            self.values[label] = 0.0
-        self.values[label] += amount
-
-
-class Histogram:
-    """Bucket counts and the sum of observations; ``bounds`` are the finite upper edges."""
-
-    def __init__(self, bounds: Sequence[float]) -> None:
-        self.bounds = tuple(bounds)
-        self.counts = [0] * (len(self.bounds) + 1)  # the last one: above every edge (+Inf)
-        self.sum = 0.0
-        self.created = time.time()
-
-    def observe(self, value: float) -> None:
-        # The first edge >= value, as prometheus_client's ``value <= bound`` walk finds it.
-        self.counts[bisect_left(self.bounds, value)] += 1
-        self.sum += value
-
-    def observe_all(self, values: list[float]) -> None:
-        """``observe`` each of ``values`` in turn, in C: the same counts and the same sum
-        (added in the same order, so to the same last bit). A step's gaps are mostly one
-        value (the time since the previous step), so each distinct value finds its bucket
-        once."""
-        for value, count in Tally(values).items():
-            self.counts[bisect_left(self.bounds, value)] += count
-        self.sum = reduce(add, values, self.sum)
-
-    def observe_repeated(self, value: float, count: int) -> None:
-        """``observe(value)`` ``count`` times: the same counts, the same sum to the bit."""
-        self.counts[bisect_left(self.bounds, value)] += count
-        self.sum = reduce(add, repeat(value, count), self.sum)
-
-    def cumulative(self) -> list[tuple[str, float]]:
-        """(le, observations <= le) for each edge and +Inf, as the text format wants."""
-        counts, total, out = list(self.counts), 0, []  # one copy: a scrape reads a snapshot
-        for edge, count in zip((*self.bounds, float("inf")), counts, strict=True):
-            total += count
-            out.append((floatToGoString(edge), float(total)))
-        return out
 
 
 @dataclass
