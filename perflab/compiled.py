@@ -74,8 +74,7 @@ from torch import nn
 
 from minicb.config import EngineConfig
 from minicb.engine import LLMEngine
-from minicb.kernels import reference
-from minicb.kernels.torch_attention import DecodeIndex, attend_contexts, gather_contexts
+from minicb.kernels.torch_attention import DecodeIndex, attend_contexts, gather_contexts, storing
 from minicb.runner import RunnerOutput, llama
 from minicb.runner.dtype import cpu_capabilities
 from minicb.runner.model_runner import ModelRunner
@@ -181,7 +180,7 @@ def store_all_layers(kv_cache: torch.Tensor, new_kv: torch.Tensor, slots: torch.
     """Write every layer's new keys and values (layers, 2, B, kv_heads, head_dim) to their
     slots of ``kv_cache`` (layers, 2, blocks, block_size, kv_heads, head_dim); rows whose
     slot is -1 (static padding) store nothing."""
-    keep = reference.storing(slots)
+    keep = storing(slots)
     if keep is not None:
         slots, new_kv = slots[keep], new_kv[:, :, keep]
     kv_cache.flatten(2, 3)[:, :, slots] = new_kv

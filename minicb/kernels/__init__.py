@@ -4,6 +4,7 @@
 the model calls only those two, so a backend can be swapped without touching it.
 """
 
-from minicb.kernels.attention import AttentionBackend, AttentionMetadata, get_backend
+from minicb.kernels.attention import AttentionBackend, AttentionMetadata
+from minicb.kernels.backend_choice import get_backend
 
 __all__ = ["AttentionBackend", "AttentionMetadata", "get_backend"]

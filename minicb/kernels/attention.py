@@ -1,4 +1,4 @@
-"""The attention interface the model calls, and the two backends behind it.
+"""The attention interface the model calls, and the torch backend behind it.
 
 ``AttentionMetadata`` says how the flat ragged batch maps onto requests and KV-cache
 slots. The runner builds one per iteration from the StepPlan. Token ``t`` of the batch
@@ -7,15 +7,10 @@ attends to ``context_lens[i]`` tokens held in the blocks ``block_tables[i]``; it
 tokens are the last ``query_len`` of that context, so query ``j`` sits at absolute position
 ``context_lens[i] - query_len + j`` and sees keys ``0 ..`` that position (causal).
 
-``get_backend(name, device)`` returns an object with ``store_kv`` and ``attention``; the
-model calls only those two, so a backend can be swapped without touching it. "auto" takes
-Triton on CUDA and the torch reference on CPU (where Triton would only run under its slow
-interpreter). Triton is optional (it publishes wheels for Linux only): without it "auto"
-takes the torch reference on CUDA too and logs why once, and an explicit "triton" is
-refused with an error saying what is missing. Each backend carries a ``reason`` in words.
-
-The "triton" backend, its kernels and its checks are in triton_backend.py, imported only
-when it is chosen.
+A backend has ``store_kv`` and ``attention``; the model calls only those two, so a backend
+can be swapped without touching it. Which one runs ("auto", "torch" or "triton") is chosen
+once, when the runner is built, in backend_choice.py; the "triton" backend, its kernels and
+its checks are in triton_backend.py, imported only when it is chosen.
 
 Under an 8-bit KV cache (``kv_cache_dtype`` int8 or fp8) each layer's ``k_cache`` and
 ``v_cache`` are ``QuantizedCache(data, scale)`` pairs (minicb/quant/kv.py) instead of
@@ -24,22 +19,12 @@ tensors: both backends quantise in ``store_kv`` and dequantise on read in ``atte
 
 from __future__ import annotations
 
-import importlib.util
-import logging
 from dataclasses import dataclass
-from functools import cache
 from typing import Protocol
 
 import torch
 
-from minicb.kernels import reference
-from minicb.kernels.torch_attention import StepIndex, step_attention
-
-log = logging.getLogger(__name__)
-TRITON_HINT = (
-    "Triton publishes wheels for Linux only: `pip install triton` there, "
-    "or use attention_backend='torch' (what 'auto' picks without it)"
-)
+from minicb.kernels.torch_attention import StepIndex, step_attention, storing, write_kv
 
 
 @dataclass
@@ -130,53 +115,10 @@ class TorchBackend:
         # As reference.store_kv, but which tokens store is asked in the first layer only
         # (a host sync, on a GPU a device sync), not in all of them.
         if self._stores is None or self._stores[0] is not slot_mapping:
-            self._stores = (slot_mapping, reference.storing(slot_mapping))
-        reference.write_kv(key, value, k_cache, v_cache, slot_mapping, self._stores[1])
+            self._stores = (slot_mapping, storing(slot_mapping))
+        write_kv(key, value, k_cache, v_cache, slot_mapping, self._stores[1])
 
     def attention(self, query, k_cache, v_cache, meta, scale) -> torch.Tensor:
         if self._step is None or self._step[0] is not meta:
             self._step = (meta, StepIndex.build(meta, k_cache.shape[1]))
         return step_attention(query, k_cache, v_cache, self._step[1], scale)
-
-
-def triton_missing() -> str | None:
-    """Why triton cannot be imported here, or None if it can. The module is looked up, not
-    imported: importing it fixes Triton's interpreter switch for the whole process."""
-    try:
-        found = importlib.util.find_spec("triton") is not None
-    except (ImportError, ValueError) as err:  # a blocked or broken installation
-        return str(err) or type(err).__name__
-    return None if found else "No module named 'triton'"
-
-
-@cache
-def _say_once(device_type: str, why: str) -> None:
-    message = f"triton is not importable ({why}): attention runs on the torch backend"
-    # On CUDA that costs speed, so warn; on CPU "auto" takes torch anyway.
-    log.log(logging.WARNING if device_type == "cuda" else logging.INFO, message)
-
-
-def get_backend(name: str, device: torch.device) -> AttentionBackend:
-    """The backend for ``name`` ("auto", "torch" or "triton") on ``device``."""
-    if name not in ("auto", "torch", "triton"):
-        raise ValueError(f"unknown attention_backend {name!r}; choose auto, torch or triton")
-    missing = triton_missing() if name != "torch" else None
-    if name == "triton":
-        if missing:
-            raise RuntimeError(
-                f"attention_backend='triton' needs the triton package, which cannot be "
-                f"imported here ({missing}). {TRITON_HINT}"
-            )
-        from minicb.kernels.triton_backend import TritonBackend
-
-        return TritonBackend()
-    if name == "torch":
-        return TorchBackend()
-    if missing:
-        _say_once(device.type, missing)
-        return TorchBackend(f"auto: triton cannot be imported here: {missing}")
-    if device.type == "cuda":
-        from minicb.kernels.triton_backend import TritonBackend
-
-        return TritonBackend("auto: Triton kernels on CUDA")
-    return TorchBackend("auto: on CPU Triton would run only under its slow interpreter")

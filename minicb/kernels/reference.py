@@ -26,24 +26,12 @@ def store_kv(
     v_cache: torch.Tensor | QuantizedCache,
     slot_mapping: torch.Tensor,  # (T,) int64; -1 marks tokens that are not stored
 ) -> None:
-    write_kv(key, value, k_cache, v_cache, slot_mapping, storing(slot_mapping))
-
-
-def storing(slot_mapping: torch.Tensor) -> torch.Tensor | None:
-    """Which tokens store: None when all do, else a mask (static padding rows recompute a
-    token and store nothing). A host sync: the torch backend asks once per step."""
+    """Write token i's key and value to cache slot ``slot_mapping[i]``; a static padding
+    row (slot -1) recomputes a token and stores nothing."""
     keep = slot_mapping >= 0
-    return None if bool(keep.all()) else keep
-
-
-def write_kv(key, value, k_cache, v_cache, slots: torch.Tensor, keep: torch.Tensor | None) -> None:
-    """Write token i's key and value to cache slot ``slots[i]``, the tokens ``keep`` marks
-    (all where it is None)."""
-    if keep is not None:
-        slots, key, value = slots[keep], key[keep], value[keep]
     # The cache viewed as one long row of slots, so a flat index addresses any token.
-    write_slots(k_cache, slots, key)
-    write_slots(v_cache, slots, value)
+    write_slots(k_cache, slot_mapping[keep], key[keep])
+    write_slots(v_cache, slot_mapping[keep], value[keep])
 
 
 def gather_kv(
