@@ -7,11 +7,12 @@ On a shared machine two runs of perflab/decode_cpu_time.py move by about 10 % fr
 the next, more than a change of a few percent. Here one engine on the embedded default
 model runs that script's decode probe (same prompts, same steps) with its model swapped,
 round by round in alternating order, between this tree's ``LlamaModel`` and the other
-tree's (``llama.py`` loaded from the path given), built from the same checkpoint by each
-one's own ``load_weights``, cast and packed alike. Prints one JSON line: per batch, each
-model's median step CPU milliseconds and the per-round ratios other / this (median, min,
-max; above 1: this tree is faster); the same for the decoder layers' linear products
-alone; and the operators one decode step at batch 1 calls (torch profiler).
+tree's (``llama.py`` loaded from the path given), both of the same config and filled from
+the same checkpoint by this tree's ``build_model.load_weights``, cast and packed alike.
+Prints one JSON line: per batch, each model's median step CPU milliseconds and the
+per-round ratios other / this (median, min, max; above 1: this tree is faster); the same
+for the decoder layers' linear products alone; and the operators one decode step at
+batch 1 calls (torch profiler).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import torch
 
 from minicb import SamplingParams
 from minicb.engine import LLMEngine
+from minicb.runner.build_model import load_weights, model_config
 from minicb.runner.loader import iter_safetensors
 from minicb.runner.packed import PackedLinear, pack_linears
 from perflab import roofline
@@ -47,9 +49,9 @@ def load_module(name: str, path: Path) -> ModuleType:
 def other_model(runner, llama: ModuleType) -> torch.nn.Module:
     """The other tree's model of the runner's checkpoint, in the runner's dtype and layout."""
     hf = runner.files.hf_config
-    cfg = llama.ModelConfig.from_hf(hf)
+    cfg = model_config(hf)
     model = llama.LlamaModel(cfg, rope=None)
-    model.load_weights(iter_safetensors(runner.files.path))
+    load_weights(model, iter_safetensors(runner.files.path))
     model = model.to(runner.dtype).eval()
     if isinstance(runner.model.lm_head, PackedLinear):
         pack_linears(model)

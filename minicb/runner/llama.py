@@ -4,7 +4,8 @@ Unlike transformers' forward, there is no batch dimension and no padding: all to
 scheduled this iteration, from every request, form one sequence of length T. The linear
 layers (most of the FLOPs) run over all T tokens at once; only attention is split per
 request, through the AttentionMetadata (Orca's "selective batching"). Module and
-parameter names follow Hugging Face's, so a checkpoint's state dict loads as it is.
+parameter names follow Hugging Face's, so a checkpoint's state dict loads as it is
+(build_model.py reads the config and loads the weights).
 
 Covers Llama 2/3, SmolLM/SmolLM2, Mistral, Qwen2 (bias on q/k/v) and Qwen3 (RMSNorm on
 q and k per head).
@@ -37,29 +38,6 @@ class ModelConfig:
     tie_word_embeddings: bool
     qkv_bias: bool
     qk_norm: bool
-
-    @classmethod
-    def from_hf(cls, hf: Any) -> ModelConfig:
-        arch = (getattr(hf, "architectures", None) or [""])[0]
-        head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
-        max_pos = hf.max_position_embeddings
-        if getattr(hf, "sliding_window", None) and getattr(hf, "use_sliding_window", True):
-            # No sliding-window attention here: cap the context where it would start to matter.
-            max_pos = min(max_pos, hf.sliding_window)
-        return cls(
-            vocab_size=hf.vocab_size,
-            hidden_size=hf.hidden_size,
-            intermediate_size=hf.intermediate_size,
-            num_layers=hf.num_hidden_layers,
-            num_heads=hf.num_attention_heads,
-            num_kv_heads=getattr(hf, "num_key_value_heads", None) or hf.num_attention_heads,
-            head_dim=head_dim,
-            rms_norm_eps=hf.rms_norm_eps,
-            max_position_embeddings=max_pos,
-            tie_word_embeddings=bool(getattr(hf, "tie_word_embeddings", False)),
-            qkv_bias=arch.startswith("Qwen2") or bool(getattr(hf, "attention_bias", False)),
-            qk_norm=arch.startswith("Qwen3"),
-        )
 
 
 class RMSNorm(nn.Module):
@@ -231,23 +209,3 @@ class LlamaModel(nn.Module):
         """(N, hidden) -> (N, vocab) in the model's dtype: the sampler takes greedy argmaxes
         on these as they are and converts only the rows it samples to fp32."""
         return self.lm_head(hidden)
-
-    def load_weights(self, named_tensors) -> None:
-        """Copy checkpoint tensors in by name; complain about anything missing."""
-        params = dict(self.named_parameters())
-        loaded = set()
-        for name, tensor in named_tensors:
-            if name not in params:
-                if name.endswith("rotary_emb.inv_freq") or (
-                    name == "lm_head.weight" and self.cfg.tie_word_embeddings
-                ):
-                    continue
-                raise ValueError(f"checkpoint tensor {name} has no place in the model")
-            with torch.no_grad():
-                params[name].copy_(tensor.to(params[name].dtype))
-            loaded.add(name)
-        missing = set(params) - loaded
-        if self.cfg.tie_word_embeddings:
-            missing.discard("lm_head.weight")
-        if missing:
-            raise ValueError(f"checkpoint lacks {len(missing)} tensors, e.g. {sorted(missing)[:3]}")

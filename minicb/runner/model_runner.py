@@ -31,12 +31,12 @@ from minicb.config import EngineConfig
 from minicb.kernels import get_backend
 from minicb.kernels.batch_invariant import BatchInvariantBackend
 from minicb.runner import RunnerOutput
-from minicb.runner.build_model import build_model, check_shareable
+from minicb.runner.build_model import build_model, check_shareable, model_config
 from minicb.runner.cuda_graphs import maybe_capture
 from minicb.runner.dtype import choose_dtype
 from minicb.runner.kv_pool import copy_blocks
 from minicb.runner.kv_setup import allocate_pools
-from minicb.runner.llama import LlamaModel, ModelConfig
+from minicb.runner.llama import LlamaModel
 from minicb.runner.loader import ModelFiles, open_model
 from minicb.runner.occupancy import Occupancy
 from minicb.runner.probes import MachineRates
@@ -93,7 +93,7 @@ class ModelRunner(ModelRunnerViews):
             if config.batch_invariant
             else get_backend(config.attention_backend, self.device)
         )
-        self.model_config = ModelConfig.from_hf(self.files.hf_config)
+        self.model_config = model_config(self.files.hf_config)
         world = config.tensor_parallel_size
         # Each step's utilisation of this machine's measured rates (rank 0 only: it samples).
         self.occupancy = None

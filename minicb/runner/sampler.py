@@ -2,9 +2,8 @@
 
 Greedy rows take the argmax of the logits as the model made them (bf16 stays bf16: no fp32
 copy of a (rows, vocab) tensor just to find its largest entry). Sampled rows are converted
-to fp32 and filtered together: temperature, top-k and top-p as tensor operations over all
-of them at once (``filter_rows``), then drawn. ``filter_logits`` is the plain one-row
-reference they are tested against.
+to fp32 and filtered together (temperature, top-k and top-p: ``filter_rows``, in
+sampling_filters.py), then drawn.
 
 Each sampled row draws one uniform number and takes the token where the row's cumulative
 distribution passes it (inverse CDF: one ``cumsum`` and one ``searchsorted`` for all rows;
@@ -23,51 +22,13 @@ from __future__ import annotations
 import torch
 
 from minicb.config import SamplingParams
+from minicb.runner.sampling_filters import filter_rows
 
 
 def _token_generator(seed: int, token_index: int, device: torch.device) -> torch.Generator:
     gen = torch.Generator(device=device)
     gen.manual_seed((seed * 1_000_003 + token_index) % (2**63))
     return gen
-
-
-def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """Temperature, top-k and top-p on one row of fp32 logits (vocab,): the reference."""
-    logits = logits / params.temperature
-    if params.top_k > 0 and params.top_k < logits.shape[-1]:
-        kth = torch.topk(logits, params.top_k).values[-1]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if params.top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, descending=True)
-        probs = sorted_logits.softmax(-1)
-        # Drop a token when the tokens ranked above it already cover top_p of the mass.
-        drop = probs.cumsum(-1) - probs >= params.top_p
-        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-        logits = torch.full_like(logits, float("-inf")).scatter(0, order, sorted_logits)
-    return logits
-
-
-def filter_rows(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
-    """``filter_logits`` on every row of fp32 logits (N, vocab) at once, row i by params[i]."""
-    vocab, device = logits.shape[-1], logits.device
-    temps = torch.tensor([p.temperature for p in params], device=device)
-    logits = logits / temps[:, None]
-    ks = [p.top_k if 0 < p.top_k < vocab else vocab for p in params]
-    if min(ks) < vocab:
-        # The k-th largest of each row, from one top-k at the largest k asked for.
-        top = torch.topk(logits, max(ks), dim=-1).values  # (N, max_k)
-        kth = top.gather(1, torch.tensor(ks, device=device)[:, None] - 1)  # (N, 1)
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    top_p = torch.tensor([p.top_p for p in params], device=device)[:, None]  # (N, 1)
-    if bool((top_p < 1.0).any()):
-        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-        probs = sorted_logits.softmax(-1)
-        # Drop a token when the tokens ranked above it already cover top_p of the mass;
-        # rows with top_p = 1 drop nothing.
-        drop = (probs.cumsum(-1) - probs >= top_p) & (top_p < 1.0)
-        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-        logits = torch.full_like(logits, float("-inf")).scatter(1, order, sorted_logits)
-    return logits
 
 
 def sample(

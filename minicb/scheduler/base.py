@@ -1,5 +1,5 @@
-"""What every scheduler shares: the queues, admission checks, token bookkeeping, aborts,
-and the ordering policies.
+"""What every scheduler shares: the queues, admission checks, token bookkeeping and the
+ordering policies (an abort, and a failed step undone, are in interruptions.py).
 
 A scheduler owns the requests and the BlockManager. Each iteration the engine calls
 ``schedule()`` for a StepPlan, runs it, then ``update()`` with the sampled tokens, marks
@@ -24,6 +24,7 @@ from minicb.config import EngineConfig
 from minicb.request import Request, RequestStatus
 from minicb.scheduler import speculative
 from minicb.scheduler.block_manager import BlockManager, blocks_needed
+from minicb.scheduler.interruptions import Interruptions
 from minicb.scheduler.plan import DECODE, PADDING, PREFILL, Decision, ScheduledRequest, StepPlan
 
 # A policy is the order of a queue at a step: given the step, the key that sorts requests.
@@ -62,7 +63,7 @@ class RequestRejected(ValueError):
     """A request that can never be served under the engine's limits."""
 
 
-class SchedulerBase:
+class SchedulerBase(Interruptions):
     mode = "base"
     shares_prefixes = False  # whether enable_prefix_caching applies to this batching mode
 
@@ -213,43 +214,6 @@ class SchedulerBase:
         self._record_kv(plan)
         return done
 
-    def undo(self, plan: StepPlan) -> list[int]:
-        """After ``plan`` failed to run: every request it touched (a row, a swap in or out)
-        waits again, its device and swap blocks freed and its tokens kept, to be computed
-        again when admitted (its KV may be half written, its copies never made). Nothing
-        else changed, so a retry reads only KV that was written. Returns their ids."""
-        touched = [r.request_id for r in plan.scheduled if r.phase != PADDING]
-        touched += [d.request_id for d in plan.swapped_in + plan.swapped_out]
-        undone: list[int] = []
-        for rid in dict.fromkeys(touched):
-            req = self.requests.get(rid)
-            if req is None or req.finished:
-                continue
-            for queue in (self.running, self.swapped, self.waiting):
-                if req in queue:
-                    queue.remove(req)
-            self.blocks.free(rid)
-            req.num_computed_tokens = 0
-            req.status = RequestStatus.WAITING
-            self.waiting.insert(len(undone), req)  # first, in the plan's order
-            undone.append(rid)
-        # Nor were the host tier's copies made: the blocks they were to fill hold nothing.
-        self.blocks.forget_copies(plan.offload_map, plan.reload_map)
-        return undone
-
-    def abort(self, request_id: int) -> Request | None:
-        """Remove a request wherever it is and free its blocks at once."""
-        req = self.requests.get(request_id)
-        if req is None or req.finished and req not in self.running:
-            return None
-        for queue in (self.waiting, self.running, self.swapped):
-            if req in queue:
-                queue.remove(req)
-        req.status = RequestStatus.FINISHED_ABORTED
-        self._release(req)
-        self._pending_finished.append(Decision(request_id, "aborted by the client"))
-        return req
-
     def _release(self, req: Request) -> None:
         self.blocks.free(req.request_id)
         self.requests.pop(req.request_id, None)
@@ -291,24 +255,6 @@ class SchedulerBase:
             req.token_slice(start, end),  # token_ids
             req.params,
             len(req.output_token_ids),  # num_output_tokens
-        )
-
-    def _padding_row(self, req: Request) -> ScheduledRequest:
-        """A finished static-batch member's row: recompute its last token, keep nothing."""
-        last = req.num_computed_tokens - 1
-        return ScheduledRequest(
-            request_id=req.request_id,
-            phase=PADDING,
-            num_tokens=1,
-            start_position=last,
-            context_len=last + 1,
-            block_table=list(self.blocks.block_table(req.request_id)),
-            num_blocks=len(self.blocks.block_table(req.request_id)),
-            store_kv=False,
-            samples=False,
-            token_ids=[req.all_token_ids[last]],
-            params=req.params,
-            num_output_tokens=len(req.output_token_ids),
         )
 
     def _start_running(self, req: Request, source: list[Request]) -> None:

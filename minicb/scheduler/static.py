@@ -26,7 +26,7 @@ from __future__ import annotations
 from minicb.request import Request
 from minicb.scheduler.base import SchedulerBase
 from minicb.scheduler.block_manager import blocks_needed
-from minicb.scheduler.plan import Decision, StepPlan
+from minicb.scheduler.plan import PADDING, Decision, ScheduledRequest, StepPlan
 
 
 class StaticScheduler(SchedulerBase):
@@ -55,6 +55,24 @@ class StaticScheduler(SchedulerBase):
             plan.scheduled.append(row)
         if self.drafter is not None:  # drafts fit in the reserved blocks: only budget limits
             self.drafter.add_drafts(plan, self.requests, budget=self._budget_left(plan))
+
+    def _padding_row(self, req: Request) -> ScheduledRequest:
+        """A finished static-batch member's row: recompute its last token, keep nothing."""
+        last = req.num_computed_tokens - 1
+        return ScheduledRequest(
+            request_id=req.request_id,
+            phase=PADDING,
+            num_tokens=1,
+            start_position=last,
+            context_len=last + 1,
+            block_table=list(self.blocks.block_table(req.request_id)),
+            num_blocks=len(self.blocks.block_table(req.request_id)),
+            store_kv=False,
+            samples=False,
+            token_ids=[req.all_token_ids[last]],
+            params=req.params,
+            num_output_tokens=len(req.output_token_ids),
+        )
 
     def _budget_left(self, plan: StepPlan) -> int:
         return max(0, self.config.max_num_batched_tokens - plan.num_tokens)

@@ -20,7 +20,7 @@ import torch
 from minicb import LLM, EngineConfig, SamplingParams
 from minicb.engine_options import add_engine_options, engine_kwargs
 from minicb.runner import tp_group
-from minicb.runner.llama import ModelConfig
+from minicb.runner.build_model import model_config
 from minicb.runner.loader import (
     TINY_ARCHITECTURES,
     iter_safetensors,
@@ -172,7 +172,7 @@ def test_a_second_engine_on_the_same_weights_shares_the_shards(model_dirs):
 
 
 def test_a_split_that_does_not_divide_is_refused_naming_the_limit(model_dirs):
-    cfg = ModelConfig.from_hf(tiny_hf_config("llama"))  # 4 heads, 2 KV heads, MLP 128
+    cfg = model_config(tiny_hf_config("llama"))  # 4 heads, 2 KV heads, MLP 128
     assert shard_config(cfg, 4).num_kv_heads == 1  # each KV head on two ranks
     with pytest.raises(ValueError, match="must divide the 4 attention heads"):
         shard_config(cfg, 3)
@@ -189,7 +189,7 @@ def test_a_split_that_does_not_divide_is_refused_naming_the_limit(model_dirs):
 @pytest.mark.parametrize("name", ["qwen2", "llama-1kv"])  # q/k/v biases; one KV head
 def test_each_rank_reads_only_its_slices_and_together_they_make_the_whole(name, model_dirs):
     path = Path(model_dirs[name])
-    cfg = ModelConfig.from_hf(open_model(path).hf_config)
+    cfg = model_config(open_model(path).hf_config)
     full = dict(iter_safetensors(path))
     ranks = [dict(iter_shard(path, cfg, rank, 2, set(full))) for rank in range(2)]
     for tensor_name, tensor in full.items():

@@ -11,8 +11,8 @@ runner and the real int8 store path; neither reads a wall-clock time.
 import pytest
 import torch
 
+from minicb.runner.build_model import model_config
 from minicb.runner.kv_pool import bytes_per_block
-from minicb.runner.llama import ModelConfig
 from minicb.runner.loader import load_hf_config, resolve_model_path
 from minicb.scenarios import load_scenario
 from minicb.scenarios.metrics import side_metric
@@ -28,7 +28,7 @@ def scenario():
 
 
 def test_both_pools_are_the_same_kv_memory_on_the_embedded_model(scenario):
-    cfg = ModelConfig.from_hf(load_hf_config(resolve_model_path(None)))  # no weights read
+    cfg = model_config(load_hf_config(resolve_model_path(None)))  # no weights read
     sizes = {}
     for side in scenario.sides:
         engine = side.engine
