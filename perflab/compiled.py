@@ -74,7 +74,8 @@ from torch import nn
 
 from minicb.config import EngineConfig
 from minicb.engine import LLMEngine
-from minicb.kernels.torch_attention import DecodeIndex, attend_contexts, gather_contexts, storing
+from minicb.kernels.kv_slots import storing
+from minicb.kernels.torch_attention import DecodeIndex, attend_contexts, gather_contexts
 from minicb.runner import RunnerOutput, llama
 from minicb.runner.dtype import cpu_capabilities
 from minicb.runner.model_runner import ModelRunner

@@ -24,7 +24,8 @@ from typing import Protocol
 
 import torch
 
-from minicb.kernels.torch_attention import StepIndex, step_attention, storing, write_kv
+from minicb.kernels.kv_slots import storing, write_kv
+from minicb.kernels.torch_attention import StepIndex, step_attention
 
 
 @dataclass

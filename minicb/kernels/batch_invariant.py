@@ -44,7 +44,7 @@ import torch
 from torch import nn
 
 from minicb.kernels.attention import AttentionMetadata, TorchBackend
-from minicb.quant.kv import read_slots
+from minicb.kernels.kv_slots import read_slots
 from minicb.quant.weights import Int8Linear
 from minicb.runner.packed import PackedLinear
 

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from minicb.quant.kv import QuantizedCache, read_blocks, write_slots
+from minicb.kernels.kv_slots import read_blocks, write_slots
+from minicb.quant.kv import QuantizedCache
 
 if TYPE_CHECKING:
     from minicb.kernels.attention import AttentionMetadata

@@ -9,7 +9,7 @@ the context tokens (not whole blocks) from the cache viewed as a flat row of slo
 SDPA call for all the one-token rows (decodes) plus one per prompt chunk. The reference
 stays the definition; tests/kernels/test_torch_attention.py checks they agree. Under an
 8-bit KV cache the gathers read values and scales and dequantise what they gathered
-(minicb.quant.kv.read_slots): only the step's context, never the whole cache.
+(minicb.kernels.kv_slots.read_slots): only the step's context, never the whole cache.
 """
 
 from __future__ import annotations
@@ -19,26 +19,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from minicb.quant.kv import QuantizedCache, read_slots, write_slots
+from minicb.kernels.kv_slots import read_slots
+from minicb.quant.kv import QuantizedCache
 
 if TYPE_CHECKING:
     from minicb.kernels.attention import AttentionMetadata
-
-
-def storing(slot_mapping: torch.Tensor) -> torch.Tensor | None:
-    """Which tokens store: None when all do, else a mask (static padding rows recompute a
-    token and store nothing). A host sync, so the torch backend asks once per step, not in
-    every layer as ``reference.store_kv`` does."""
-    keep = slot_mapping >= 0
-    return None if bool(keep.all()) else keep
-
-
-def write_kv(key, value, k_cache, v_cache, slots: torch.Tensor, keep: torch.Tensor | None) -> None:
-    """``reference.store_kv`` with the step's ``storing`` mask already found."""
-    if keep is not None:
-        slots, key, value = slots[keep], key[keep], value[keep]
-    write_slots(k_cache, slots, key)
-    write_slots(v_cache, slots, value)
 
 
 @dataclass(frozen=True)

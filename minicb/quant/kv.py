@@ -14,7 +14,10 @@ The formats (``EngineConfig.kv_cache_dtype``):
           keeps 3 mantissa bits at every magnitude, so small entries beside a large one
           keep their relative precision; int8 has an even grid, finer near the top
 Either way a value is read back as ``q * s`` in the compute dtype, inside the attention
-kernel ("dequantize on read"), so no full-precision copy of the cache is ever made.
+kernel ("dequantize on read"), so no full-precision copy of the cache is ever made. The
+torch backend's reads and writes by slot, in either format, are in
+minicb/kernels/kv_slots.py; the Triton kernels do the same in store_kv.py and the
+attention kernels.
 
 The scale granularity: ONE fp32 scale per token per KV head, over its ``head_dim`` values
 (``amax`` is the largest |value| of that token's head). Why not one per block, as a
@@ -113,37 +116,3 @@ def quantize(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.T
 def dequantize(data: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """(values (..., head_dim), scales (...)) -> ``q * s`` in ``dtype``."""
     return (data.float() * scale.unsqueeze(-1)).to(dtype)
-
-
-def write_slots(cache: torch.Tensor | QuantizedCache, slots: torch.Tensor, x: torch.Tensor):
-    """Write row i of ``x`` (T, num_kv_heads, head_dim) to flat cache slot ``slots[i]``
-    (block ``slot // block_size``, row ``slot % block_size``), quantising if the cache is."""
-    if isinstance(cache, torch.Tensor):
-        cache.view(-1, *cache.shape[2:]).index_copy_(0, slots, x.to(cache.dtype))
-        return
-    data, scale = quantize(x, cache.data.dtype)
-    # index_copy_ has no fp8 kernel on CPU: copy the bytes (same size, same bits).
-    flat = cache.data.view(torch.uint8).view(-1, *cache.shape[2:])
-    flat.index_copy_(0, slots, data.view(torch.uint8))
-    cache.scale.view(-1, cache.shape[2]).index_copy_(0, slots, scale)
-
-
-def read_slots(
-    cache: torch.Tensor | QuantizedCache, slots: torch.Tensor, dtype: torch.dtype | None
-) -> torch.Tensor:
-    """The rows at flat slots ``slots`` (N,) -> (N, num_kv_heads, head_dim): a plain cache's
-    as they are, an 8-bit cache's dequantised to ``dtype``."""
-    if isinstance(cache, torch.Tensor):
-        return cache.flatten(0, 1).index_select(0, slots)
-    assert dtype is not None, "an 8-bit cache is read back in a dtype: pass the query's"
-    data = cache.data.flatten(0, 1).index_select(0, slots)
-    return dequantize(data, cache.scale.flatten(0, 1).index_select(0, slots), dtype)
-
-
-def read_blocks(
-    cache: torch.Tensor | QuantizedCache, blocks: torch.Tensor, dtype: torch.dtype
-) -> torch.Tensor:
-    """Whole blocks ``blocks`` (any index shape) -> (..., block_size, heads, head_dim)."""
-    if isinstance(cache, torch.Tensor):
-        return cache[blocks]
-    return dequantize(cache.data[blocks], cache.scale[blocks], dtype)
