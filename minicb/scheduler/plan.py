@@ -6,18 +6,17 @@ shape per iteration. It holds copies of everything the runner needs (token ids, 
 tables) so that no one reaches into the scheduler's request objects behind its back.
 
 Fields marked ``RUNNER_ONLY`` (token ids, block tables, sampling settings) are inputs of
-the forward pass, not facts about the schedule: ``to_dict`` leaves them out, so an event
-says what was decided without repeating every prompt or every block table. What the step
-did to the KV pool is ``kv_ops``, the block manager's changes in order: an event costs
-what the step changed, never what the pool holds (docs/events.md). Everything else goes
-into the event, generated from these dataclass fields. Pure Python.
+the forward pass, not facts about the schedule: the event's JSON form leaves them out
+(minicb/telemetry/event_json.py), so an event says what was decided without repeating
+every prompt or every block table. What the step did to the KV pool is ``kv_ops``, the
+block manager's changes in order: an event costs what the step changed, never what the
+pool holds (docs/events.md). Everything else goes into the event, generated from these
+dataclass fields. Pure Python.
 """
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field, fields
-from operator import attrgetter
-from typing import Any
+from dataclasses import dataclass, field
 
 from minicb.config import SamplingParams
 
@@ -134,78 +133,3 @@ class StepPlan:
         lines += list(self.notes)
         lines += [f"request {d.request_id} {d.reason}" for d in self.finished]
         return lines
-
-    # ---- to and from JSON-ready dicts ------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        """Every event field (not the RUNNER_ONLY ones), sharing nothing with the plan."""
-        # Built from the fields by hand rather than with dataclasses.asdict, which
-        # deep-copies value by value and made a step's trace line several times dearer.
-        data = {f.name: getattr(self, f.name) for f in _EVENT_FIELDS[StepPlan]}
-        data["scheduled"] = [_row_dict(r) for r in self.scheduled]
-        for name in DECISION_LISTS:
-            data[name] = [dict(vars(d)) for d in data[name]]
-        data["notes"] = list(self.notes)
-        data["swap_out_map"] = [list(p) for p in self.swap_out_map]
-        data["swap_in_map"] = [list(p) for p in self.swap_in_map]
-        data["offload_map"] = [list(p) for p in self.offload_map]
-        data["reload_map"] = [list(p) for p in self.reload_map]
-        data["kv_ops"] = [[kind, rid, _copied(arg)] for kind, rid, arg in self.kv_ops]
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> StepPlan:
-        """Rebuild a plan from ``to_dict`` output. Raises ValueError naming what is wrong."""
-        check_keys(cls, data, "step")
-        values = dict(data)
-        rows = data.get("scheduled", [])
-        values["scheduled"] = [_build(ScheduledRequest, r, "scheduled row") for r in rows]
-        for name in DECISION_LISTS:
-            values[name] = [_build(Decision, d, name) for d in data.get(name, [])]
-        for name in ("swap_out_map", "swap_in_map", "offload_map", "reload_map"):
-            values[name] = [tuple(p) for p in data.get(name, [])]
-        values["kv_ops"] = [list(op) for op in data.get("kv_ops", [])]
-        return cls(**values)
-
-
-def _copied(arg: Any) -> Any:
-    """A KV change's argument, shared with nothing: a count, blocks, or block pairs."""
-    if not isinstance(arg, list):
-        return arg
-    return [list(x) if isinstance(x, list) else x for x in arg]
-
-
-def _event_fields(cls: type) -> tuple:
-    return tuple(f for f in fields(cls) if not f.metadata.get("runner_only"))
-
-
-_EVENT_FIELDS = {cls: _event_fields(cls) for cls in (StepPlan, ScheduledRequest, Decision)}
-_ROW_NAMES = tuple(f.name for f in _EVENT_FIELDS[ScheduledRequest])
-_row_values = attrgetter(*_ROW_NAMES)  # one C call for a row's values: rows are many
-
-
-def _row_dict(row: ScheduledRequest) -> dict[str, Any]:
-    return dict(zip(_ROW_NAMES, _row_values(row), strict=True))
-
-
-def check_keys(cls: type, values: dict[str, Any], what: str) -> None:
-    """Raise ValueError naming unknown or missing fields of ``cls`` in ``values``."""
-    event_fields = _EVENT_FIELDS.get(cls) or fields(cls)
-    names = {f.name for f in event_fields}
-    unknown = sorted(set(values) - names)
-    if unknown:
-        raise ValueError(f"{what} event has unknown field(s): {', '.join(unknown)}")
-    required = {
-        f.name for f in event_fields if f.default is MISSING and f.default_factory is MISSING
-    }
-    missing = sorted(required - set(values))
-    if missing:
-        raise ValueError(f"{what} event lacks field(s): {', '.join(missing)}")
-
-
-def _build(cls: type, data: Any, what: str) -> Any:
-    if not isinstance(data, dict):
-        raise ValueError(f"{what} entry must be a JSON object, got {data!r}")
-    check_keys(cls, data, what)
-    if cls is ScheduledRequest:  # a recorded row: its blocks are counted, not listed
-        return cls(block_table=[], **data)
-    return cls(**data)

@@ -38,7 +38,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from minicb.scheduler.plan import DECISION_LISTS, StepPlan
-from minicb.telemetry.events import StepEvent, to_dict
+from minicb.telemetry.event_json import plan_to_dict, to_dict
+from minicb.telemetry.events import StepEvent
 from minicb.telemetry.kv_state import KVState
 
 FRAME_HZ = 12  # frames a second to each browser: smooth enough, and few enough to stay light
@@ -163,7 +164,7 @@ class StepFolder:
             data["rows"] = details
         self.kv.apply(plan.kv_ops)
         if self.exact:  # a small pool: few rows, so the whole dict costs little
-            data["kv_ops"] = plan.to_dict()["kv_ops"]
+            data["kv_ops"] = plan_to_dict(plan)["kv_ops"]
         for d in plan.finished:
             self.requests.pop(d.request_id, None)
         self.recent.append(data)
@@ -237,7 +238,7 @@ def _short(value: Any) -> Any:
 
 def _plan_figures(plan: StepPlan) -> dict[str, Any]:
     """The plan's STEP_FIELDS, JSON-ready (the decisions as dicts), without building a dict
-    of every row as StepPlan.to_dict does: at 256 rows those were most of a fold's time in
+    of every row as plan_to_dict does: at 256 rows those were most of a fold's time in
     the server's loop (a profile with 20 viewers), and a digest sends the rows' sums."""
     out: dict[str, Any] = {}
     for name in STEP_FIELDS:

@@ -1,6 +1,6 @@
 """What a client that may not read texts receives: an allow-list over the events.
 
-    shown = redact_event(event)   # event: one event as a JSON dict (telemetry.events.to_dict)
+    shown = redact_event(event)   # event: one event as a JSON dict (telemetry.event_json.to_dict)
 
 A viewer of the timeline (and, in serve mode, anyone but the page that typed a prompt)
 must not learn what the API's users wrote or got back. Blanking the few keys known to hold

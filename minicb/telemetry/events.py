@@ -14,20 +14,19 @@ None), so that a trace file, a WebSocket and a notebook all see the same thing:
 - ``KVChanges``: changes made to the pool between two steps (a prefill engine freeing the
   KV it has sent, an abort on an engine that then idles), published when they are made.
 
-``EVENT_TYPES`` names every kind; ``to_dict``/``from_dict`` convert to and from JSON-ready
-dicts, whose ``type`` key names the event. ``SCHEMA_VERSION`` changes whenever a field is
-renamed, removed or changes meaning; docs/events.md documents every field. Pure Python: no
-torch.
+``EVENT_TYPES`` names every kind; ``to_dict``/``from_dict`` (event_json.py) convert to and
+from JSON-ready dicts, whose ``type`` key names the event. ``SCHEMA_VERSION`` changes
+whenever a field is renamed, removed or changes meaning; docs/events.md documents every
+field. Pure Python: no torch.
 """
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar
 
-from minicb.scheduler.plan import StepPlan, check_keys
+from minicb.scheduler.plan import StepPlan
 from minicb.telemetry.request_events import (
     KVTransfer,
     RequestAborted,
@@ -179,47 +178,3 @@ EVENT_TYPES: dict[str, type] = {
     )
 }
 EVENT_KINDS = frozenset(EVENT_TYPES)
-
-
-# ---- to and from plain dicts -----------------------------------------------------------
-def to_dict(event: Event) -> dict[str, Any]:
-    """A JSON-ready dict with the event's ``type`` first; it shares nothing with the event.
-
-    A step event is flat: the plan's fields, then the timings."""
-    if isinstance(event, StepEvent):
-        timings = {name: getattr(event, name) for name in STEP_TIMING_FIELDS}
-        timings.update((name, getattr(event, name)) for name in STEP_OPTIONAL_FIELDS)
-        return {"type": event.kind, **event.plan.to_dict(), **timings}
-    data = {"type": event.kind, **vars(event)}
-    for name in ("params", "info", "kv_ops"):
-        if name in data:
-            data[name] = copy.deepcopy(data[name])
-    if isinstance(event, KVSnapshotEvent):
-        for name in ("block_tables", "swap_tables"):
-            data[name] = {str(r): list(t) for r, t in data[name].items()}
-        data["cached_blocks"] = list(event.cached_blocks)
-        data["host_cached_blocks"] = list(event.host_cached_blocks)
-    return data
-
-
-def from_dict(data: dict[str, Any]) -> Event:
-    """Rebuild an event from ``to_dict`` output. Raises ValueError naming what is wrong."""
-    if not isinstance(data, dict):
-        raise ValueError(f"an event must be a JSON object, got {type(data).__name__}")
-    kind = data.get("type")
-    cls = EVENT_TYPES.get(kind)  # type: ignore[arg-type]
-    if cls is None:
-        raise ValueError(f"unknown event type {kind!r}; known: {', '.join(sorted(EVENT_TYPES))}")
-    values = {k: v for k, v in data.items() if k != "type"}
-    if cls is StepEvent:
-        missing = [name for name in STEP_TIMING_FIELDS if name not in values]
-        if missing:
-            raise ValueError(f"step event lacks field(s): {', '.join(missing)}")
-        timings = {name: values.pop(name) for name in STEP_TIMING_FIELDS}
-        timings.update((name, values.pop(name)) for name in STEP_OPTIONAL_FIELDS if name in values)
-        return StepEvent(plan=StepPlan.from_dict(values), **timings)
-    check_keys(cls, values, kind)
-    if cls is KVSnapshotEvent:
-        for name in ("block_tables", "swap_tables"):
-            values[name] = {int(r): list(t) for r, t in values[name].items()}
-    return cls(**values)

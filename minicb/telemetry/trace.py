@@ -1,7 +1,7 @@
 """Recording a trace: a run's events in a JSONL file, to replay, measure and draw later.
 
 Line 1 is a header (format, event schema version, engine config, model, hardware,
-library versions); every later line is one event as ``minicb.telemetry.events.to_dict``
+library versions); every later line is one event as ``minicb.telemetry.event_json.to_dict``
 gives it. Step events carry only what their step changed in the KV pool; the whole map is
 a ``kv_snapshot`` line written first and every ``SNAPSHOT_EVERY`` steps, so a reader can
 seek to any step from the snapshot before it (``trace_reader.kv_states``).
@@ -32,13 +32,13 @@ from typing import IO, Any
 
 import orjson
 
+from minicb.telemetry.event_json import to_dict
 from minicb.telemetry.events import (
     SCHEMA_VERSION,
     EngineReset,
     Event,
     KVSnapshotEvent,
     StepEvent,
-    to_dict,
 )
 
 log = logging.getLogger(__name__)

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from minicb.telemetry.event_json import from_dict
 from minicb.telemetry.events import (
     SCHEMA_VERSION,
     EngineReset,
@@ -27,7 +28,6 @@ from minicb.telemetry.events import (
     KVChanges,
     KVSnapshotEvent,
     StepEvent,
-    from_dict,
 )
 from minicb.telemetry.kv_state import KVState
 from minicb.telemetry.request_events import RequestFirstToken, StepTokens

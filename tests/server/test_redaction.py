@@ -22,7 +22,7 @@ from minicb.server.engine_loop import EngineLoop
 from minicb.server.guard import Guard
 from minicb.server.openai_api import install_openai_routes
 from minicb.server.redaction import redact_event, text_free
-from minicb.telemetry.events import to_dict
+from minicb.telemetry.event_json import to_dict
 from minicb.telemetry.trace_reader import Trace
 from tests.api.live import live_server
 from tests.server.conftest import CharTokenizer, message, receive, ws_connect

@@ -8,6 +8,7 @@ import pytest
 from minicb import LLMEngine, SamplingParams, VirtualClock
 from minicb.config import EngineConfig
 from minicb.sim.runner import SimulatedRunner
+from minicb.telemetry.event_json import plan_to_dict
 from tests.helpers import mixed_prompts
 
 PROMPTS = mixed_prompts(12, vocab=256, seed=5, min_len=3, max_len=40)
@@ -36,7 +37,7 @@ def run(engine, hints=None):
     end: the plans (as events carry them), every output length, and the length of each
     request that stopped early (the others stopped at max_tokens)."""
     hints, plans = hints or {}, []
-    engine.bus.subscribe(lambda es: plans.extend(e.plan.to_dict() for e in es), kinds=["step"])
+    engine.bus.subscribe(lambda es: plans.extend(plan_to_dict(e.plan) for e in es), kinds=["step"])
     for i, (prompt, m, ignore) in enumerate(zip(PROMPTS, MAX_TOKENS, IGNORE_EOS, strict=True)):
         stops = [] if ignore else STOPS
         params = SamplingParams(max_tokens=m, temperature=0.0, ignore_eos=ignore,

@@ -8,7 +8,7 @@ from minicb import LLMEngine, SamplingParams, VirtualClock
 from minicb.config import EngineConfig
 from minicb.sim.runner import SimulatedRunner
 from minicb.sim.step_time import Efficiency, GPUSpec, ModelShape, StepTimeModel
-from minicb.telemetry.events import from_dict, to_dict
+from minicb.telemetry.event_json import from_dict, to_dict
 
 # Round numbers: 1,000 B/s and 1,000 FLOP/s at half efficiency, 0.1 s overhead per step.
 GPU = GPUSpec("toy", memory_bytes=1e6, bandwidth=1000.0, flops=1000.0)

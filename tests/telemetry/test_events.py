@@ -13,6 +13,7 @@ import pytest
 from minicb.config import EngineConfig, SamplingParams
 from minicb.engine import LLMEngine
 from minicb.scheduler.plan import Decision, ScheduledRequest, StepPlan
+from minicb.telemetry.event_json import from_dict, to_dict
 from minicb.telemetry.events import (
     EVENT_TYPES,
     SCHEMA_VERSION,
@@ -23,8 +24,6 @@ from minicb.telemetry.events import (
     KVChanges,
     KVSnapshotEvent,
     StepEvent,
-    from_dict,
-    to_dict,
 )
 from minicb.telemetry.request_events import (
     KVTransfer,

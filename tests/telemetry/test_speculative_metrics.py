@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 
 from minicb import SamplingParams
-from minicb.telemetry.events import from_dict, to_dict
+from minicb.telemetry.event_json import from_dict, to_dict
 from minicb.telemetry.metrics import MetricsCollector, compute_metrics
 from minicb.telemetry.prometheus import PrometheusMetrics
 from tests.helpers import fake_engine

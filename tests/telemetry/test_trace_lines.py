@@ -9,7 +9,7 @@ import json
 import pytest
 
 from minicb import SamplingParams
-from minicb.telemetry.events import to_dict
+from minicb.telemetry.event_json import to_dict
 from minicb.telemetry.request_events import StepTokens
 from minicb.telemetry.trace import TraceWriter
 from tests.helpers import fake_engine
