@@ -7,8 +7,8 @@
 - ``arrived``, ``rejected`` and ``step_request_events``: the engine's requests, decisions
   and tokens turned into those events, in the documented order.
 
-The step event, the KV map's events, the registry of kinds and the conversion to and from
-JSON are in minicb/telemetry/events.py; docs/events.md documents every field. Pure Python.
+The step event, the KV map's events and the kinds are in events.py, the JSON form in
+event_json.py; docs/events.md documents every field. Pure Python.
 """
 
 from __future__ import annotations
