@@ -1,7 +1,6 @@
-// The page: connects to /ws, feeds each panel's model, and redraws what changed once per
-// animation frame. A server with a key asks for it ("auth_required"): the page sends the
-// one it keeps for this tab (from a shared link's ?key=, or asked once), and forgets it
-// when refused. Live, each panel shows its latest iteration; in replay the slider picks
+// The page: feeds each panel's model from the server's messages (the connection, and the
+// key a guarded server asks for, are socket.js's), and redraws what changed once per
+// animation frame. Live, each panel shows its latest iteration; in replay the slider picks
 // a moment and every panel shows itself as it was then, on one shared time scale.
 
 import { applyLabels, getLang, setLang, t } from "./i18n.js";
@@ -17,6 +16,7 @@ import { onNarration, renderLesson, scenarioLabel, showScenario, wireLesson } fr
 import { fleetTitle, noteRouted } from "./fleet.js";
 import { forgetTransfers, noteTransfer, transferTitle } from "./transfers.js";
 import { drawLanes, watchLanes } from "./lanes.js";
+import { connect, takeKeyFromAddress } from "./socket.js";
 
 const $ = (id) => document.getElementById(id);
 const ORDER = ["static", "continuous"]; // static on the left: the baseline first
@@ -159,61 +159,10 @@ function onReplay(msg) {
   app.dirty = true;
 }
 
-// ---- the key ---------------------------------------------------------------------------------
-// Kept in sessionStorage: for this tab only, gone when it closes. A ?key= in the address is
-// moved there and taken out of the address bar (so it is not shared by a screenshot).
-const KEY = "minicb.key";
-const CLOSE_UNAUTHORIZED = 4401;
-function takeKeyFromAddress() {
-  const url = new URL(location.href);
-  const key = url.searchParams.get("key");
-  if (key == null) return;
-  sessionStorage.setItem(KEY, key);
-  url.searchParams.delete("key");
-  history.replaceState(null, "", url);
-}
-function sendKey(ws) {
-  let key = sessionStorage.getItem(KEY);
-  if (key == null) {
-    key = window.prompt(t("askKey"));
-    if (key == null) { ws.close(); return; } // no key given: stay disconnected
-    sessionStorage.setItem(KEY, key);
-  }
-  ws.send(JSON.stringify({ type: "auth", key }));
-}
-function setStatus(key, cls) { $("status").dataset.i18n = key; $("status").className = `badge ${cls}`; applyLabels(); }
-
-function connect() {
-  const ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`);
-  app.ws = ws;
-  ws.onopen = () => setStatus("connected", "live");
-  ws.onclose = (ev) => {
-    if (ev.code === CLOSE_UNAUTHORIZED) { // a wrong key: forget it, ask again
-      sessionStorage.removeItem(KEY);
-      setStatus("badKey", "down");
-      setTimeout(connect, 200);
-      return;
-    }
-    setStatus("disconnected", "down");
-  };
-  // The engines' state (frames, compressed once for every viewer; views, the hello, a
-  // replay) comes as binary messages of zlib-compressed JSON; anything else as JSON text.
-  // Decompressing takes a while, so each message is handled after the one before it: a
-  // reply or a narration never overtakes the frames sent first.
-  let handled = Promise.resolve();
-  ws.onmessage = (ev) => {
-    const text = typeof ev.data === "string" ? ev.data : inflate(ev.data);
-    const size = typeof ev.data === "string" ? ev.data.length : ev.data.size;
-    handled = handled.then(() => text).then((t) => onMessage(ws, JSON.parse(t), size))
-      .catch((err) => console.error(err)); // one bad message must not stop the ones after it
-  };
-}
-function inflate(blob) {
-  return new Response(blob.stream().pipeThrough(new DecompressionStream("deflate"))).text();
-}
-function onMessage(ws, msg, size) {
-  if (msg.type === "auth_required") sendKey(ws);
-  else if (msg.type === "frame") { msg.size = size; onFrame(msg); }
+// ---- the server's messages --------------------------------------------------------------
+// Every message but the key's request (socket.js answers that), in the order it was sent.
+function onMessage(msg, size) {
+  if (msg.type === "frame") { msg.size = size; onFrame(msg); }
   else if (msg.type === "view") onView(msg);
   else if (msg.type === "hello") onHello(msg);
   else if (msg.type === "replay") onReplay(msg);
@@ -378,5 +327,5 @@ wireControls(app);
 wireLesson(app);
 showMessage("");
 takeKeyFromAddress();
-connect();
+connect((ws) => { app.ws = ws; }, onMessage);
 requestAnimationFrame(frame);
