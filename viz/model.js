@@ -9,44 +9,12 @@
 // instead. The request events add what steps lack: prompts, arrival times, text, first
 // tokens. A "reset" event (the engine was rebuilt with new settings) starts afresh.
 
+import { KvState } from "./kvstate.js";
+
 export const PHASE = { waiting: 0, prefill: 1, decode: 2, padding: 3, preempted: 4, swapped: 5 };
 export const PHASE_NAMES = ["waiting", "prefill", "decode", "padding", "preempted", "swapped"];
 const CHECKPOINT_EVERY = 64; // a replay rebuilds the map of any step from the copy before it
 const MAX_REQUESTS = 12000; // live: ended requests beyond this many are forgotten, oldest first
-
-// The KV map: every request's device and swap blocks and the evictable cached blocks,
-// changed by each step's kv_ops exactly as the block manager changed the pool.
-export class KvState {
-  constructor() { this.tables = new Map(); this.swaps = new Map(); this.cached = new Set(); }
-
-  static fromView(kv) {
-    const s = new KvState();
-    for (const [rid, t] of Object.entries(kv.block_tables || {})) s.tables.set(Number(rid), [...t]);
-    for (const [rid, t] of Object.entries(kv.swap_tables || {})) s.swaps.set(Number(rid), [...t]);
-    for (const b of kv.cached_blocks || []) s.cached.add(b);
-    return s;
-  }
-
-  clone() {
-    const s = new KvState();
-    for (const [rid, t] of this.tables) s.tables.set(rid, [...t]);
-    for (const [rid, t] of this.swaps) s.swaps.set(rid, [...t]);
-    s.cached = new Set(this.cached);
-    return s;
-  }
-
-  apply(ops) {
-    for (const [kind, rid, arg] of ops) {
-      if (kind === "append") { if (!this.tables.has(rid)) this.tables.set(rid, []); this.tables.get(rid).push(...arg); }
-      else if (kind === "trim") this.tables.get(rid)?.splice(arg);
-      else if (kind === "free") { this.tables.delete(rid); this.swaps.delete(rid); }
-      else if (kind === "swap_out") { this.tables.delete(rid); this.swaps.set(rid, [...arg]); }
-      else if (kind === "swap_in") { this.swaps.delete(rid); this.tables.set(rid, [...arg]); }
-      else if (kind === "cache") for (const b of arg) this.cached.add(b);
-      else if (kind === "uncache") for (const b of arg) this.cached.delete(b);
-    }
-  }
-}
 
 class Req {
   constructor(id, startStep) {
