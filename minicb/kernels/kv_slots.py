@@ -29,7 +29,7 @@ def storing(slot_mapping: torch.Tensor) -> torch.Tensor | None:
 
 
 def write_kv(key, value, k_cache, v_cache, slots: torch.Tensor, keep: torch.Tensor | None) -> None:
-    """``reference.store_kv`` with the step's ``storing`` mask already found."""
+    """Write token i's key and value to slot ``slots[i]``: those ``keep`` marks (None: all)."""
     if keep is not None:
         slots, key, value = slots[keep], key[keep], value[keep]
     write_slots(k_cache, slots, key)

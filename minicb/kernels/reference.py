@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from minicb.kernels.kv_slots import read_blocks, write_slots
+from minicb.kernels.kv_slots import read_blocks, storing, write_kv
 from minicb.quant.kv import QuantizedCache
 
 if TYPE_CHECKING:
@@ -28,11 +28,9 @@ def store_kv(
     slot_mapping: torch.Tensor,  # (T,) int64; -1 marks tokens that are not stored
 ) -> None:
     """Write token i's key and value to cache slot ``slot_mapping[i]``; a static padding
-    row (slot -1) recomputes a token and stores nothing."""
-    keep = slot_mapping >= 0
-    # The cache viewed as one long row of slots, so a flat index addresses any token.
-    write_slots(k_cache, slot_mapping[keep], key[keep])
-    write_slots(v_cache, slot_mapping[keep], value[keep])
+    row (slot -1) recomputes a token and stores nothing (kv_slots.py: the cache viewed as
+    one long row of slots, so a flat index addresses any token)."""
+    write_kv(key, value, k_cache, v_cache, slot_mapping, storing(slot_mapping))
 
 
 def gather_kv(

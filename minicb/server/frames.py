@@ -38,7 +38,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from minicb.scheduler.plan import DECISION_LISTS, StepPlan
-from minicb.telemetry.event_json import plan_to_dict, to_dict
+from minicb.telemetry.event_json import kv_ops_copy, to_dict
 from minicb.telemetry.events import StepEvent
 from minicb.telemetry.kv_state import KVState
 
@@ -163,8 +163,8 @@ class StepFolder:
         if detail:
             data["rows"] = details
         self.kv.apply(plan.kv_ops)
-        if self.exact:  # a small pool: few rows, so the whole dict costs little
-            data["kv_ops"] = plan_to_dict(plan)["kv_ops"]
+        if self.exact:  # a small pool: its changes, block by block
+            data["kv_ops"] = kv_ops_copy(plan.kv_ops)
         for d in plan.finished:
             self.requests.pop(d.request_id, None)
         self.recent.append(data)

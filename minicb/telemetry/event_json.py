@@ -85,7 +85,7 @@ def plan_to_dict(plan: StepPlan) -> dict[str, Any]:
     data["swap_in_map"] = [list(p) for p in plan.swap_in_map]
     data["offload_map"] = [list(p) for p in plan.offload_map]
     data["reload_map"] = [list(p) for p in plan.reload_map]
-    data["kv_ops"] = [[kind, rid, _copied(arg)] for kind, rid, arg in plan.kv_ops]
+    data["kv_ops"] = kv_ops_copy(plan.kv_ops)
     return data
 
 
@@ -101,6 +101,11 @@ def plan_from_dict(data: dict[str, Any]) -> StepPlan:
         values[name] = [tuple(p) for p in data.get(name, [])]
     values["kv_ops"] = [list(op) for op in data.get("kv_ops", [])]
     return StepPlan(**values)
+
+
+def kv_ops_copy(ops: list[list]) -> list[list]:
+    """A step's KV changes, JSON-ready and shared with nothing (a frame carries them too)."""
+    return [[kind, rid, _copied(arg)] for kind, rid, arg in ops]
 
 
 def _copied(arg: Any) -> Any:
