@@ -161,9 +161,13 @@ export class PanelModel {
   }
 
   // A joining page's start (the server's view of the engine): the recent steps for the
-  // charts and counters, and the requests held now with the phase of their last row.
+  // charts and counters, and the requests held now and the latest that ended, each with
+  // the phase of its last row and its history ([step, phase] at each change), drawn from
+  // the first recent step on: a page opened between two bursts shows the last one.
   applyView(view) {
     for (const e of view.recent || []) this.onStep(e, true);
+    const known = view.recent?.length ? view.recent[0].step : this.lastStep + 1;
+    let ended = 0;
     for (const q of view.requests || []) {
       const r = this.req(q.request_id);
       r.startStep = Math.min(r.startStep, q.start_step ?? r.startStep);
@@ -171,11 +175,20 @@ export class PanelModel {
       r.maxTokens = q.max_tokens; r.arrivalOwn = q.arrival_busy_s ?? null;
       if (q.first_token_time != null) {
         r.firstTokenTime = q.first_token_time; r.firstTokenOwn = q.first_token_busy_s ?? null;
-        r.firstTokenStep = this.lastStep;
+        r.firstTokenStep = q.first_token_step ?? this.lastStep;
       }
       if (q.row != null) this.rowCode.set(q.request_id, q.row);
+      const history = q.history || [], last = q.end_step ?? this.lastStep;
+      history.forEach(([k, code], i) => { // each phase until the next change
+        const until = i + 1 < history.length ? history[i + 1][0] - 1 : last;
+        for (let s = Math.max(k, known); s <= until; s++) r.setCell(s, code);
+      });
+      const now = history.at(-1)?.[1]; // what it waits as, if it was preempted or swapped
+      if (now === PHASE.preempted || now === PHASE.swapped) r.state = now;
+      if (q.end_step != null) { r.finishReason = q.finish_reason; this.end(q.request_id, q.end_step); ended++; }
     }
-    this.firstKnown = this.lastStep + 1;
+    this.forgotten = Math.max(0, (view.ended_total ?? ended) - ended); // counted, not drawn
+    this.firstKnown = known;
     this.checkpoints = [[this.lastStep, this.kv.clone()]]; // the view's map is the latest
     this.version++;
   }

@@ -175,7 +175,8 @@ ALLOWED: dict[str | None, dict[str, Rule]] = {
         "cached_blocks",
         "host_cached_blocks",
     ),
-    # no type: a live request as a page that joins is told of it (LLMEngine.live_requests)
+    # no type: a request as a page that joins is told of it (LLMEngine.live_requests, and
+    # server/frames.py's view: its row, its phases' history, its end)
     None: _keeping(
         "request_id",
         "arrival",
@@ -185,6 +186,11 @@ ALLOWED: dict[str | None, dict[str, Rule]] = {
         "first_token_time",
         "arrival_busy_s",
         "first_token_busy_s",
+        "first_token_step",
+        "history",  # [step, phase code] at each change of its row: no text
+        "end_step",
+        "finish_reason",
+        "row",
         prompt=PROMPT,
     ),
 }

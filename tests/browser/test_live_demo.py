@@ -56,6 +56,59 @@ def test_rows_appear_and_leave_on_both_panels_and_counters_move(tab, demo_url):
     assert not page.errors
 
 
+# Each panel's ended requests as this page draws them: id -> [end step, {step: phase}] from
+# the first step the page knows; and its "finished" count.
+ENDED_ROWS = f"""{PANELS}.map(p => {{
+  const m = p.model, rows = {{}};
+  for (const r of m.order) {{
+    if (r.endStep == null) continue;
+    const cells = {{}};
+    for (let k = Math.max(m.firstKnown, r.startStep); k <= r.endStep; k++) cells[k] = r.cellAt(k);
+    rows[r.id] = [r.endStep, cells];
+  }}
+  return {{ rows, done: m.order.filter(r => r.endStep != null).length + m.forgotten }};
+}})"""
+
+
+def test_a_page_opened_late_draws_the_rows_that_already_ended(tab, demo_url):
+    """A joining page's view carries the latest ended requests and the phases their rows
+    went through (docs/events.md, hello): a tab opened late draws the ended rows an early
+    tab drew, cell for cell, and counts as many finished."""
+    early = tab
+    early.goto(demo_url)
+    ended = "p => p.model.order.filter(r => r.endStep != null).length >= 3"
+    wait_for(early, f"{PANELS}.length === 2 && {PANELS}.every({ended})")
+    early.click("#pause")
+    wait_for(early, "window.minicb.paused === true")
+    try:
+        late = early.context.new_page()
+        late.goto(demo_url)
+        wait_for(late, f"{PANELS}.length === 2")
+        # the engines stop at the step they were in: both pages at its end, the same one
+        steps = f"{PANELS}.map(p => p.model.lastStep).join()"
+        for _ in range(100):
+            if js(early, steps) == js(late, steps):
+                break
+            late.wait_for_timeout(200)
+        before, after = js(early, ENDED_ROWS), js(late, ENDED_ROWS)
+        assert js(early, steps) == js(late, steps)
+    finally:  # never leave the shared demo paused for the tests after this one
+        early.click("#resume")
+        wait_for(early, "window.minicb.paused === false")
+    for side, (a, b) in enumerate(zip(before, after, strict=True)):
+        assert b["done"] == a["done"] > 0, (side, a["done"], b["done"])
+        compared = 0
+        for rid, (end, cells) in b["rows"].items():
+            if rid not in a["rows"]:
+                continue  # ended before the early tab's own first step
+            assert a["rows"][rid][0] == end, (side, rid, a["rows"][rid], [end, cells])
+            both = cells.keys() & a["rows"][rid][1].keys()
+            assert {k: cells[k] for k in both} == {k: a["rows"][rid][1][k] for k in both}, rid
+            compared += sum(cells[k] != 0 for k in both)  # cells that ran, not only waited
+        assert compared > 0, (side, b["rows"])
+    assert not early.errors
+
+
 # Each panel's steps on its own clock (PanelModel.ownNow: the step events' busy_s), and the
 # counters' TTFT p50 recomputed here from the requests' times, on that clock and on the wall.
 # Null until both panels hold steps and three finished requests: read in the same evaluation
