@@ -136,5 +136,6 @@ class EngineViews:
             "has_tokenizer": self.tokenizer is not None,
             "max_model_len": self.max_model_len,
             "step": self.step_count,  # iterations run before this description
+            "ended": self.scheduler.num_ended,  # requests that ended before it
             "busy_s": self.busy_s,  # its own clock: seconds of its steps so far
         }

@@ -134,6 +134,7 @@ def test_describe_and_live_requests():
         "has_tokenizer": False,
         "max_model_len": 256,
         "step": 0,
+        "ended": 0,
         "busy_s": 0.0,
     }
     engine.step()
@@ -162,7 +163,7 @@ def test_abort_all_frees_every_block():
     assert (kv.num_used, kv.num_swapped, kv.block_tables, kv.swap_tables) == (0, 0, {}, {})
     assert engine.queue_sizes() == {"waiting": 0, "running": 0, "swapped": 0}
     assert not engine.has_unfinished() and engine.live_requests() == []
-    assert engine.abort_all() == []
+    assert engine.abort_all() == [] and engine.describe()["ended"] == 3
 
 
 def test_rebuilt_keeps_the_bus_and_starts_ids_again():

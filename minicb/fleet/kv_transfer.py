@@ -101,6 +101,7 @@ class PrefillScheduler(ContinuousScheduler):
         if req.status is RequestStatus.FINISHED_LENGTH:  # its first token: the KV stays
             self.held.add(req.request_id)
             self.requests.pop(req.request_id, None)
+            self.num_ended += 1  # it left this engine: a page counts it finished here
             return
         super()._release(req)
 

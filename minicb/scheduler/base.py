@@ -90,6 +90,7 @@ class SchedulerBase(Interruptions):
         self.running: list[Request] = []
         self.swapped: list[Request] = []
         self.step_count = 0
+        self.num_ended = 0  # requests that left, finished or aborted: a count, kept for a view
         # Decisions made between iterations (aborts), reported in the next plan.
         self._pending_finished: list[Decision] = []
 
@@ -217,6 +218,7 @@ class SchedulerBase(Interruptions):
     def _release(self, req: Request) -> None:
         self.blocks.free(req.request_id)
         self.requests.pop(req.request_id, None)
+        self.num_ended += 1
 
     # ---- helpers -------------------------------------------------------------------------
     def _record_kv(self, plan: StepPlan) -> None:

@@ -99,7 +99,8 @@ class StepFolder:
         }
         self.waits: dict[int, int] = {}  # request id -> PREEMPTED or SWAPPED, while it waits so
         self.ended: dict[int, dict[str, Any]] = {}  # the latest VIEW_ENDED, oldest first
-        self.ended_total = 0  # every request that ended since the start: the page's count
+        # every request that ended, those before this folder began too: the page's count
+        self.ended_total = int(info.get("ended") or 0)
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_STEPS)
         # The latest KV transfers into this engine (disaggregated): a page that joins after
         # a request's KV arrived still lists it between the panels.

@@ -129,6 +129,7 @@ def test_a_folder_started_mid_run_gives_its_requests_their_first_step():
     step a later page happens to join in."""
     engine = fake_engine(num_kv_blocks=64, block_size=4, max_num_seqs=2)
     engine.add_request([1, 2, 3], SamplingParams(max_tokens=5))
+    engine.add_request([7, 8], SamplingParams(max_tokens=2))  # ends before the folder starts
     for _ in range(3):
         engine.step()
 
@@ -137,7 +138,10 @@ def test_a_folder_started_mid_run_gives_its_requests_their_first_step():
         engine.run_until_done()
 
     folder, steps = folded(engine, feed)
-    late = {r["request_id"]: r for r in folder.view()["requests"]}
-    assert late[1]["start_step"] == 4 and late[1]["history"][0] == [4, 1]  # prefill at 4
+    view = folder.view()
+    late = {r["request_id"]: r for r in view["requests"]}
+    assert late[2]["start_step"] == 4 and late[2]["history"][0] == [4, 1]  # prefill at 4
     assert late[0]["start_step"] == 1  # held when the folder started: the engine's own
-    assert expand(late[1]["history"], late[1]["end_step"]) == truth(steps)[1]
+    assert expand(late[2]["history"], late[2]["end_step"]) == truth(steps)[2]
+    # request 1 ended before anyone watched: counted as finished, with no row to draw
+    assert sorted(late) == [0, 2] and view["ended_total"] == 3
