@@ -6,7 +6,7 @@ as well as those still held, each with its ``history``: the step at which what i
 showed changed, and the page's phase code from there (1 prefill, 2 decode, 3 padding; not
 in the batch: 0 queued, 4 preempted to recompute, 5 swapped out). Here the folder is fed
 every event of an engine over FakeRunner, and each request's history is compared with
-what the engine's own step events say it did, step by step. Pure Python.
+what the engine's own step events say it did, step by step. No model, no browser.
 """
 
 from __future__ import annotations
