@@ -97,7 +97,6 @@ class StepFolder:
         self.requests: dict[int, dict[str, Any]] = {
             r["request_id"]: {**r, "history": []} for r in info.get("requests", ())
         }
-        self.waits: dict[int, int] = {}  # request id -> PREEMPTED or SWAPPED, while it waits so
         self.ended: dict[int, dict[str, Any]] = {}  # the latest VIEW_ENDED, oldest first
         # every request that ended, those before this folder began too: the page's count
         self.ended_total = int(info.get("ended") or 0)
@@ -185,21 +184,17 @@ class StepFolder:
     def _note_history(self, plan: StepPlan, rows: dict[int, int], changes: list[list[int]]) -> None:
         """What each request this step touched shows now (its row's phase, or what it waits
         as), noted where that changed: the page's cells of that request, a few numbers for
-        its whole life, written at the cost of what the step changed."""
-        touched = {rid for rid, _ in changes}
-        for d in plan.preempted:
-            self.waits[d.request_id] = SWAPPED if d.mode == "swap" else PREEMPTED
-        for d in plan.swapped_out:
-            self.waits[d.request_id] = SWAPPED
-        for d in (*plan.admitted, *plan.swapped_in):
-            self.waits.pop(d.request_id, None)
-        for decisions in (plan.preempted, plan.swapped_out, plan.admitted, plan.swapped_in):
-            touched.update(d.request_id for d in decisions)
-        for rid in touched:
+        its whole life, written at the cost of what the step changed. What it waits as is
+        decided in the step that takes it out of the batch and holds until it runs again, so
+        only this step's decisions are needed."""
+        waits = {d.request_id: QUEUED for d in (*plan.admitted, *plan.swapped_in)}
+        waits |= {d.request_id: SWAPPED for d in plan.swapped_out}
+        waits |= {d.request_id: SWAPPED if d.mode == "swap" else PREEMPTED for d in plan.preempted}
+        for rid in {rid for rid, _ in changes} | waits.keys():
             record = self.requests.get(rid)
             if record is None:
                 continue
-            code = rows.get(rid) or self.waits.get(rid, QUEUED)
+            code = rows.get(rid) or waits.get(rid, QUEUED)
             history = record["history"]
             if (history[-1][1] if history else QUEUED) != code:
                 history.append([plan.step, code])
@@ -207,7 +202,6 @@ class StepFolder:
     def _end(self, rid: int, step: int, reason: str | None = None) -> None:
         """A request left the engine at ``step``: it moves to the latest ended."""
         record = self.requests.pop(rid, None)
-        self.waits.pop(rid, None)
         if record is None:
             return
         self.ended_total += 1
