@@ -98,15 +98,19 @@ async def _admit(websocket: WebSocket, guard: Guard) -> str | None:
     return role
 
 
-def _refusal(client: Client, limit: RateLimit, text: str) -> dict[str, Any] | None:
-    """The error for a control refused at the door (before it is even parsed), or None."""
+def _refusal(client: Client, limit: RateLimit, text: str | None) -> dict[str, Any] | None:
+    """The error for a control refused at the door (before it is even parsed), or None.
+    ``text`` is None for a binary message: controls are JSON text, so it is refused (after
+    the rate limit, which it counts against as any control does)."""
     why = None
-    if len(text) > MAX_MESSAGE_CHARS:
+    if text is not None and len(text) > MAX_MESSAGE_CHARS:
         why = f"message of {len(text)} chars is over the limit of {MAX_MESSAGE_CHARS}"
     elif client.role == VIEWER:
         why = "this connection is a viewer (read-only); controls need the controller's key"
     elif not limit.allow():
         why = f"too many controls: at most {CONTROL_RATE:g} a second (bursts of {CONTROL_BURST})"
+    elif text is None:
+        why = "a binary message is no control: controls are JSON text messages"
     return {"type": "error", "control": None, "message": why} if why else None
 
 
@@ -136,7 +140,10 @@ async def serve_client(websocket: WebSocket, hub: Hub) -> None:
     limit = RateLimit()
     try:
         while True:
-            text = await websocket.receive_text()
+            received = await websocket.receive()
+            if received["type"] == "websocket.disconnect":
+                break
+            text = received.get("text")  # None: a binary message (its bytes are not read)
             reply = _refusal(client, limit, text) or await handle_control(hub, text)
             await outbox.put(reply)
     except (WebSocketDisconnect, RuntimeError):  # closed by the browser, or mid-send

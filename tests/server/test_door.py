@@ -6,7 +6,8 @@
   runs nothing);
 - /openapi.json needs the controller's key;
 - wrong keys are slowed per address, and a guesser out of guesses is not even checked;
-- a binary frame where the key should be gets the usual refusal, with no traceback;
+- a binary frame where the key should be gets the usual refusal, with no traceback, and
+  one after the key an error reply (controls are JSON text), with none either;
 - the key given as ``?key=`` never reaches uvicorn's log.
 """
 
@@ -24,7 +25,7 @@ import pytest
 
 from minicb.server.guard import Guard, GuessLimit
 from minicb.server.launch import keep_keys_out_of_logs
-from tests.server.conftest import guarded_demo, receive, ws_connect
+from tests.server.conftest import guarded_demo, receive, replies, ws_connect
 
 KEY, VIEWER_KEY = "sk-teacher", "room-42"
 BODY = {"model": "fake", "prompt": "hi", "max_tokens": 2}
@@ -153,6 +154,21 @@ def test_a_binary_frame_before_the_key_is_refused_without_a_traceback():
                 ws.send(b"\x00\x01binary")
                 refusal = receive(ws)
                 assert refusal["type"] == "error" and "needs a key" in refusal["message"]
+    assert any("WebSocket /ws" in line for line in log.lines)  # the log was listened to
+    assert not any("Traceback" in line or "Exception" in line for line in log.lines)
+
+
+def test_a_binary_frame_after_the_key_gets_an_error_reply_without_a_traceback():
+    with guarded_demo(Guard(api_key=KEY), mode="serve") as live, uvicorn_log() as log:
+        with ws_connect(live.ws + "?key=" + KEY) as ws:
+            assert receive(ws)["type"] == "hello"
+            for _ in range(3):
+                ws.send(b"\x00\x01binary")
+                (refusal,) = replies(ws, 1)
+                assert refusal["type"] == "error" and "binary" in refusal["message"]
+            ws.send(json.dumps({"type": "step"}))  # the connection still takes controls
+            (reply,) = replies(ws, 1)
+            assert reply["control"] == "step"
     assert any("WebSocket /ws" in line for line in log.lines)  # the log was listened to
     assert not any("Traceback" in line or "Exception" in line for line in log.lines)
 
