@@ -115,7 +115,8 @@ class TraceWriter:
     read-only once published (the bus's contract, as for a Subscription), so a line
     written later says what it would have said at once. An error in the writer's thread
     (a full disk) is raised by the next call, so the bus logs it and unsubscribes this
-    listener, as it did when the engine thread wrote."""
+    listener, as it did when the engine thread wrote; one when the file is closed (its
+    buffer flushed) is logged in one line, not raised: the run it recorded is over."""
 
     def __init__(
         self,
@@ -194,7 +195,12 @@ class _Lines:
         self._stop.set()
         self.thread.join()
         self._write_pending()
-        self.file.close()
+        try:
+            self.file.close()  # flushes what is buffered: a full disk fails here too
+        except OSError as err:
+            if self.error is None:  # told once: a failed write already said it
+                self.error = err
+                log.error("%s: %s; the trace ends before its last lines", self.thread.name, err)
 
 
 @contextmanager

@@ -1,14 +1,19 @@
 """The trace writer's lines (orjson, for speed) hold exactly ``to_dict`` of each event,
 whatever the event: UTF-8, integer keys as strings as ``json.dumps`` makes them,
-and always strict JSON (a NaN is written as null)."""
+and always strict JSON (a NaN is written as null); a file that fails (a full disk) is told
+in one line, never a traceback at exit."""
 
 from __future__ import annotations
 
+import errno
+import io
 import json
+import logging
 
 import pytest
 
 from minicb import SamplingParams
+from minicb.telemetry import trace
 from minicb.telemetry.event_json import to_dict
 from minicb.telemetry.request_events import StepTokens
 from minicb.telemetry.trace import TraceWriter
@@ -103,3 +108,43 @@ def test_a_failing_file_is_told_to_the_bus_which_unsubscribes_the_writer(tmp_pat
     assert not engine.bus.listening  # the next call raised: the bus let the writer go
     assert "the trace stops here" in caplog.text and "hears no more events" in caplog.text
     writer.close()
+
+
+class FullDisk(io.RawIOBase):
+    """A file on a full disk: every write fails with ENOSPC (as /dev/full's do)."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("steps", [1, 400], ids=["fails-at-close", "fails-in-the-thread"])
+def test_a_full_disk_is_one_error_line_at_close_not_a_traceback(
+    tmp_path, monkeypatch, caplog, steps
+):
+    """A few lines stay in the file's buffer until close() flushes them (the error comes
+    there); many fill it and a write of the writer's thread fails first: one line either
+    way, and close() returns."""
+    monkeypatch.setattr(trace, "open", lambda *_: io.BufferedWriter(FullDisk()), raising=False)
+    writer = TraceWriter(tmp_path / "t.jsonl", {"type": "header"})
+    for step in range(steps):
+        writer(
+            [
+                StepTokens(
+                    time=0.0,
+                    step=step,
+                    request_ids=[0],
+                    token_ids=[7],
+                    indexes=[0],
+                    texts=["x" * 40],
+                )
+            ]
+        )
+    with caplog.at_level(logging.ERROR, logger=trace.__name__):
+        writer.close()
+    (record,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert "t.jsonl" in record.getMessage() and "No space left on device" in record.getMessage()
+    assert record.exc_info is None and "\n" not in record.getMessage()
+    writer.close()  # a second close is quiet
