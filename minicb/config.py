@@ -178,13 +178,23 @@ class EngineConfig:
         return asdict(self)
 
 
+# A temperature below this is greedy (as in vLLM's sampler). Dividing fp32 logits by a
+# smaller one makes them overflow to inf (and 1e-46 rounds to 0 in float32: every logit
+# becomes inf or NaN), so a draw at such a temperature would pick garbage instead of
+# the argmax it tends to; at 1e-5 the argmax already holds all the mass.
+GREEDY_BELOW_TEMPERATURE = 1e-5
+MAX_SALT = 256  # characters of a cache_salt
+
+
 @dataclass
 class SamplingParams:
     """Per-request decoding settings.
 
-    temperature 0 means greedy. ``seed`` makes sampling reproducible for this request
-    whatever else shares its batch: each token draws from a generator seeded by
-    (seed, token index), never from a shared stream.
+    temperature 0 (or anything under ``GREEDY_BELOW_TEMPERATURE``) means greedy. ``seed``
+    makes sampling reproducible for this request whatever else shares its batch: each
+    token draws from a generator seeded by (seed, token index), never from a shared stream.
+    ``cache_salt`` scopes the prefix cache: a request finds cached blocks only from
+    requests with the same salt (None: the shared, unsalted cache; prefix_cache.py).
     """
 
     max_tokens: int = 16
@@ -195,6 +205,7 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     stop: list[str] = field(default_factory=list)
     ignore_eos: bool = False
+    cache_salt: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -215,7 +226,12 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if any(not isinstance(s, str) or s == "" for s in self.stop):
             raise ValueError("stop strings must be non-empty strings")
+        salt = self.cache_salt
+        if salt is not None and not (isinstance(salt, str) and 0 < len(salt) <= MAX_SALT):
+            raise ValueError(
+                f"cache_salt must be None or a string of 1 to {MAX_SALT} characters"
+            )
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        return self.temperature < GREEDY_BELOW_TEMPERATURE

@@ -15,6 +15,12 @@ draw that falls within a rounding error of a token boundary, as it can flip a gr
 at a near tie); rows without a seed draw theirs together from the engine's generator.
 (Before the sampler was vectorised, each row called ``multinomial``: the same
 distributions, other tokens for the same seed.)
+
+A row whose logits hold NaN (or whose largest logit is infinite) has no token to give: its
+argmax would be wherever the NaN is, and its draw would fall on the last vocabulary id.
+``sample`` refuses it with ``NonFiniteLogits`` naming the row, never a silent token. The
+check reads the row maxima that the argmax computes anyway (NaN wins a max), so it costs
+nothing per vocabulary entry.
 """
 
 from __future__ import annotations
@@ -23,6 +29,10 @@ import torch
 
 from minicb.config import SamplingParams
 from minicb.runner.sampling_filters import filter_rows
+
+
+class NonFiniteLogits(ValueError):
+    """A sampling row's logits hold NaN or an infinite maximum: no token can be chosen."""
 
 
 def _token_generator(seed: int, token_index: int, device: torch.device) -> torch.Generator:
@@ -38,7 +48,9 @@ def sample(
     generator: torch.Generator,
 ) -> list[int]:
     # max() returns the first index of the largest value, as argmax does, and is faster.
-    tokens = logits.max(dim=-1).indices.tolist()
+    largest, indices = logits.max(dim=-1)
+    _check_finite(largest)
+    tokens = indices.tolist()
     drawn = [i for i, p in enumerate(params) if not p.greedy]
     if not drawn:
         return tokens
@@ -54,6 +66,18 @@ def sample(
             gen = _token_generator(seed, num_output_tokens[i], logits.device)
             uniform[j] = torch.rand(1, generator=gen, device=logits.device)
     return _inverse_cdf(probs, uniform, tokens, drawn)
+
+
+def _check_finite(largest: torch.Tensor) -> None:
+    """NonFiniteLogits for the first row whose maximum (N,) is NaN or infinite: a NaN
+    anywhere in a row makes its max NaN, so the maxima tell about every entry."""
+    bad = (~largest.isfinite()).nonzero()
+    if len(bad):
+        row = int(bad[0, 0])
+        raise NonFiniteLogits(
+            f"sampling row {row} of {len(largest)}: the model's logits hold NaN or inf "
+            f"(largest {float(largest[row])}); no token is drawn from them"
+        )
 
 
 def _inverse_cdf(

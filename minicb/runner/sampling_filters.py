@@ -4,7 +4,12 @@
 row by its own settings; ``filter_logits`` is the plain one-row reference it is tested
 against (tests/runner/test_sampler.py). A filtered-out token's logit is ``-inf``, so the
 softmax the sampler takes next gives it no probability. Greedy rows never come here: the
-sampler takes their argmax as it is.
+sampler takes their argmax as it is (and so does a temperature under 1e-5, which
+SamplingParams counts as greedy: dividing by less overflows float32).
+
+top-p never drops the most likely token, however small top_p is: a top_p that rounds to
+0 in float32 (1e-46) would otherwise drop every token, and a row of ``-inf`` has no
+distribution to draw from (its softmax is NaN).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         probs = sorted_logits.softmax(-1)
         # Drop a token when the tokens ranked above it already cover top_p of the mass.
         drop = probs.cumsum(-1) - probs >= params.top_p
+        drop[0] = False  # the most likely token stays, whatever top_p is
         sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
         logits = torch.full_like(logits, float("-inf")).scatter(0, order, sorted_logits)
     return logits
@@ -48,6 +54,7 @@ def filter_rows(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Ten
         # Drop a token when the tokens ranked above it already cover top_p of the mass;
         # rows with top_p = 1 drop nothing.
         drop = (probs.cumsum(-1) - probs >= top_p) & (top_p < 1.0)
+        drop[:, 0] = False  # each row's most likely token stays, whatever top_p is
         sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
         logits = torch.full_like(logits, float("-inf")).scatter(1, order, sorted_logits)
     return logits

@@ -124,3 +124,35 @@ def test_eos_stops_unless_ignored(default_llm):
     assert out.finish_reason == "stop" and out.token_ids[-1] in default_llm.engine.eos_token_ids
     out = default_llm.chat(chat, SamplingParams(max_tokens=64, temperature=0.0, ignore_eos=True))
     assert out.finish_reason == "length" and len(out.token_ids) == 64
+
+
+@pytest.mark.parametrize("temperature", [1e-46, 1e-40, 1e-6])
+def test_a_temperature_under_1e_5_is_greedy_not_the_last_vocabulary_id(temperature):
+    # 1e-46 is 0 in float32: dividing by it made every logit inf or NaN, and the draw
+    # then fell to the last id (the review's [999, 999, 999]).
+    logits = torch.randn(3, 1000, generator=torch.Generator().manual_seed(4))
+    params = [SamplingParams(temperature=temperature, seed=s) for s in range(3)]
+    assert all(p.greedy for p in params)
+    tokens = sample(logits, params, [0, 1, 2], torch.Generator().manual_seed(0))
+    assert tokens == logits.argmax(-1).tolist()
+    assert not SamplingParams(temperature=1e-5).greedy  # the threshold itself samples
+
+
+def test_a_top_p_below_float32_keeps_the_most_likely_token():
+    logits = torch.randn(2, 1000, generator=torch.Generator().manual_seed(6))
+    params = [SamplingParams(temperature=1.0, top_p=1e-46, seed=1)] * 2
+    kept = filter_rows(logits, params).isfinite()
+    assert kept.sum(-1).tolist() == [1, 1]
+    assert kept.float().argmax(-1).tolist() == logits.argmax(-1).tolist()
+    assert filter_logits(logits[0], params[0]).isfinite().sum() == 1  # the reference too
+    tokens = sample(logits, params, [0, 0], torch.Generator())
+    assert tokens == logits.argmax(-1).tolist()
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_a_row_of_nan_logits_is_refused_by_name_never_sampled(temperature):
+    logits = torch.randn(3, 100)
+    logits[1, 5] = float("nan")
+    params = [SamplingParams(temperature=temperature)] * 3
+    with pytest.raises(ValueError, match=r"row 1 .*NaN"):
+        sample(logits, params, [0, 0, 0], torch.Generator())
