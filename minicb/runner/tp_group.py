@@ -32,7 +32,8 @@ user can read (no TCP store listening on every interface), their sockets on loop
 each command carries an HMAC under a key that only the workers got (through spawn's own
 pipe), checked before anything is unpickled; what workers send back is bytes, never
 pickles. Under torchrun, the rendezvous (``MASTER_ADDR``) decides who joins: keep it on a
-private network, and give every rank the same ``MINICB_TP_SECRET`` to sign the commands.
+private network, and give every rank the same ``MINICB_TP_SECRET`` to sign the commands
+(without one, the group refuses to start: an empty key would stop no one).
 """
 
 from __future__ import annotations
@@ -133,8 +134,14 @@ class TPGroup:
                 f"tensor_parallel_size {self.world} but torchrun started {world} processes; "
                 "give --nproc-per-node equal to tensor_parallel_size"
             )
-        # every rank the same key (unset: the rendezvous is the only door, see above)
+        # Every rank the same key, or no group: an empty key signs commands anyone could sign.
         self.secret = os.environ.get("MINICB_TP_SECRET", "").encode()
+        if not self.secret:
+            raise ValueError(
+                "under torchrun every rank needs the same MINICB_TP_SECRET to sign rank 0's "
+                "commands, and it is unset or empty; set it before torchrun, e.g. export "
+                "MINICB_TP_SECRET=$(python -c 'import secrets; print(secrets.token_hex(32))')"
+            )
         if self.backend == "nccl":  # one GPU per rank on this host
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(self.backend, timeout=timedelta(seconds=timeout_s))

@@ -1,13 +1,15 @@
 """How the ranks come to be, each in a fresh interpreter: spawned by minicb itself (and
 gone when rank 0 ends), or started by torchrun (every rank runs the script; ranks 1..N-1
-turn into workers where the engine is built). Both give the tokens of one process.
+turn into workers where the engine is built). Both give the tokens of one process. Under
+torchrun the commands are signed with ``MINICB_TP_SECRET``; without it, no group starts.
 
-Marked slow: each starts two or three fresh interpreters that import torch."""
+Marked slow (but the refusal): each starts two or three fresh interpreters that import torch."""
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -40,9 +42,9 @@ def script(tmp_path_factory) -> Path:
     return path
 
 
-def _run(argv: list[str]) -> dict:
+def _run(argv: list[str], **env_vars: str) -> dict:
     root = Path(__file__).resolve().parents[2]
-    env = os.environ | {"PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    env = os.environ | {"PYTHONPATH": str(root), "OMP_NUM_THREADS": "1", **env_vars}
     done = subprocess.run(
         argv, env=env, cwd=root, capture_output=True, text=True, timeout=HANG_GUARD_S
     )
@@ -81,7 +83,26 @@ def test_under_torchrun_every_rank_runs_the_script(script, tiny_llama_dir):
     )
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     out = _run(
-        [*torchrun, "--nproc-per-node", "2", str(script), tiny_llama_dir, json.dumps(PROMPTS)]
+        [*torchrun, "--nproc-per-node", "2", str(script), tiny_llama_dir, json.dumps(PROMPTS)],
+        MINICB_TP_SECRET=secrets.token_hex(32),
     )
     assert out["tokens"] == reference
     assert out["workers"] == []  # torchrun, not minicb, owns the processes
+
+
+@pytest.mark.parametrize("secret", [None, ""], ids=["unset", "empty"])
+def test_under_torchrun_a_group_without_a_secret_refuses_to_start(monkeypatch, secret):
+    """An unset (or empty) secret would sign every command with an empty key, which stops
+    no one in the rendezvous: refused before any rank joins, saying how to set one."""
+    from minicb.runner.tp_group import TPGroup
+
+    torchrun = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
+    for name, value in torchrun.items():
+        monkeypatch.setenv(name, value)
+    if secret is None:
+        monkeypatch.delenv("MINICB_TP_SECRET", raising=False)
+    else:
+        monkeypatch.setenv("MINICB_TP_SECRET", secret)
+    with pytest.raises(ValueError, match="MINICB_TP_SECRET") as refused:
+        TPGroup(2, "gloo", timeout_s=1.0)
+    assert "export MINICB_TP_SECRET=" in str(refused.value)  # says how
