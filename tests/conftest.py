@@ -28,8 +28,53 @@ os.environ.setdefault("OMP_NUM_THREADS", str(_threads_per_worker()))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from hypothesis import settings  # noqa: E402
 
 torch.set_num_threads(_threads_per_worker())
+
+# The state machines' two depths, one machine each: the fast tier (`make test`) runs the
+# quick profile, tens of examples; `make test-all` and CI pass --hypothesis-profile=thorough,
+# thousands. Tests that set their own max_examples keep them in both.
+settings.register_profile("quick", max_examples=40, stateful_step_count=30, deadline=None)
+settings.register_profile("thorough", max_examples=3000, stateful_step_count=40, deadline=None)
+settings.load_profile("quick")
+
+# The tiers a test can be marked into; a test with none of these is in the fast tier.
+NOT_FAST = ("slow", "browser", "perflab")
+_SETUP_S = pytest.StashKey[float]()
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--fast-test-limit",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="fail any fast-tier test whose set-up and call take longer (make test: 5)",
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """The fast tier's duration guard: a passing fast test that took over --fast-test-limit
+    seconds (its set-up and its call; the first user of a session fixture pays for building
+    it) fails, naming itself and its time, so the tier stays fast as features come."""
+    outcome = yield
+    report = outcome.get_result()
+    limit = item.config.getoption("fast_test_limit")
+    if limit is None or any(item.get_closest_marker(m) for m in NOT_FAST):
+        return
+    if report.when == "setup":
+        item.stash[_SETUP_S] = call.duration
+    elif report.when == "call" and report.passed:
+        took = item.stash.get(_SETUP_S, 0.0) + call.duration
+        if took > limit:
+            report.outcome = "failed"
+            report.longrepr = (
+                f"{item.nodeid} took {took:.1f} s (set-up and call), over the fast tier's "
+                f"{limit:g} s: make it faster, or mark it slow (pytest.mark.slow)"
+            )
+
 
 
 def pytest_sessionstart(session):
@@ -43,7 +88,14 @@ def pytest_sessionstart(session):
     default_model_dir()
 
 
+# What this session collected before -m deselected anything: (node id, marker names) each,
+# for tests/test_tiers.py, which checks that the Makefile's tiers together run every test.
+COLLECTED = pytest.StashKey[list]()
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    config.stash[COLLECTED] = [(i.nodeid, {m.name for m in i.iter_markers()}) for i in items]
     if torch.cuda.is_available():
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device")

@@ -17,7 +17,6 @@ copied into.
 from __future__ import annotations
 
 import pytest
-from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -157,13 +156,9 @@ class EngineMachine(RuleBasedStateMachine):
         self.engine.scheduler.blocks.check()
 
 
-class TestEngineMachine(EngineMachine.TestCase):
-    settings = settings(max_examples=30, stateful_step_count=30, deadline=None)
-
-
-@pytest.mark.slow
-class TestEngineMachineThousands(EngineMachine.TestCase):
-    settings = settings(max_examples=3000, stateful_step_count=40, deadline=None)
+# Its depth is the hypothesis profile's (tests/conftest.py): tens of examples in the fast
+# tier, thousands under --hypothesis-profile=thorough (make test-all, CI).
+TestEngineMachine = EngineMachine.TestCase
 
 
 def test_a_failed_swap_in_then_a_retry_reads_only_kv_that_was_written():

@@ -264,13 +264,10 @@ class TieredMachine(RuleBasedStateMachine):
 # No example database: a clean clone (CI) starts it empty and throws it away, and with a
 # target() hypothesis keeps the Pareto front of every run in it, which was half of this
 # machine's time. A failure still prints its shrunk steps and how to reproduce them.
+# Its depth is the hypothesis profile's (tests/conftest.py): tens of examples in the fast
+# tier, thousands under --hypothesis-profile=thorough (make test-all, CI).
 class TestTieredMachine(TieredMachine.TestCase):
-    settings = settings(max_examples=40, stateful_step_count=30, deadline=None, database=None)
-
-
-@pytest.mark.slow
-class TestTieredMachineThousands(TieredMachine.TestCase):
-    settings = settings(max_examples=2000, stateful_step_count=40, deadline=None, database=None)
+    settings = settings(database=None)
 
 
 def test_metrics_count_hits_by_tier():

@@ -18,8 +18,6 @@ block is free: overlap never leaks one. A few examples fast, more under ``slow``
 
 from __future__ import annotations
 
-import pytest
-from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -169,10 +167,6 @@ class OverlapMachine(RuleBasedStateMachine):
         self.engine.scheduler.blocks.check()
 
 
-class TestOverlapMachine(OverlapMachine.TestCase):
-    settings = settings(max_examples=25, stateful_step_count=30, deadline=None)
-
-
-@pytest.mark.slow
-class TestOverlapMachineThousands(OverlapMachine.TestCase):
-    settings = settings(max_examples=2000, stateful_step_count=40, deadline=None)
+# Its depth is the hypothesis profile's (tests/conftest.py): tens of examples in the fast
+# tier, thousands under --hypothesis-profile=thorough (make test-all, CI).
+TestOverlapMachine = OverlapMachine.TestCase
