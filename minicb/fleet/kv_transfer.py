@@ -187,7 +187,9 @@ class DecodeScheduler(ContinuousScheduler):
                 del self.receiving[rid]
                 req = self.requests[rid]
                 req.num_computed_tokens = req.num_tokens - 1
-                self.blocks.commit(rid, req.num_computed_tokens, req.token_slice)
+                self.blocks.commit(
+                    rid, req.num_computed_tokens, req.token_slice, req.params.cache_salt
+                )
                 self.running.append(req)
                 req.status = RequestStatus.RUNNING
 

@@ -169,7 +169,9 @@ class SchedulerBase(Interruptions):
             req = self.requests[row.request_id]
             if not row.samples:
                 req.num_computed_tokens += row.num_tokens
-                self.blocks.commit(req.request_id, req.num_computed_tokens, req.token_slice)
+                self.blocks.commit(
+                    req.request_id, req.num_computed_tokens, req.token_slice, req.params.cache_salt
+                )
                 continue
             tokens = self._accepted(row, sampled[row.request_id])
             kept = 0
@@ -181,7 +183,9 @@ class SchedulerBase(Interruptions):
             req.metrics.num_generated_tokens = len(req.output_token_ids)
             # KV was written for all the row's tokens; of its drafts, the kept ones are valid.
             req.num_computed_tokens += row.num_tokens - row.num_draft_tokens + kept - 1
-            self.blocks.commit(req.request_id, req.num_computed_tokens, req.token_slice)
+            self.blocks.commit(
+                req.request_id, req.num_computed_tokens, req.token_slice, req.params.cache_salt
+            )
             if row.num_draft_tokens:
                 row.num_accepted_tokens = kept - 1
                 req.metrics.num_draft_tokens += row.num_draft_tokens

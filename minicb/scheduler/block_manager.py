@@ -138,9 +138,12 @@ class BlockManager(SwapMoves, HostTierMoves):
         held = len(self.block_tables.get(request_id, ()))
         return max(0, (held + self.device.num_free) * self.block_size - num_tokens)
 
-    def lookup(self, token_slice: TokenSlice, num_tokens: int) -> list[tuple[int | None, int]]:
+    def lookup(
+        self, token_slice: TokenSlice, num_tokens: int, salt: str | None = None
+    ) -> list[tuple[int | None, int]]:
         """(block, key) of the cached full blocks that the first ``num_tokens`` tokens
-        begin with, block None for one the host tier holds; [] with caching off. At most
+        begin with among those of requests salted ``salt`` (the request's cache_salt),
+        block None for one the host tier holds; [] with caching off. At most
         ``(num_tokens - 1) // block_size``
         blocks: the last token is always computed (its logits give the next token), and
         so no step ever writes into a shared block."""
@@ -149,7 +152,7 @@ class BlockManager(SwapMoves, HostTierMoves):
         bs = self.block_size
         full = (num_tokens - 1) // bs
         blocks_of_tokens = (tuple(token_slice(i * bs, (i + 1) * bs)) for i in range(full))
-        return self.cache.match(blocks_of_tokens, self.host)
+        return self.cache.match(blocks_of_tokens, self.host, salt)
 
     # ---- allocate / free -----------------------------------------------------------
     def allocate_slots(
@@ -193,9 +196,11 @@ class BlockManager(SwapMoves, HostTierMoves):
             self.changes.append(["append", request_id, [b for b, _ in cached] + blocks])
         return blocks
 
-    def commit(self, request_id: int, num_computed: int, token_slice: TokenSlice) -> None:
+    def commit(
+        self, request_id: int, num_computed: int, token_slice: TokenSlice, salt: str | None = None
+    ) -> None:
         """Key the request's full blocks whose KV is now written (its first
-        ``num_computed`` tokens), so later prompts can find them."""
+        ``num_computed`` tokens), so later prompts with the same ``salt`` can find them."""
         if not self.enable_caching:
             return
         bs = self.block_size
@@ -203,7 +208,7 @@ class BlockManager(SwapMoves, HostTierMoves):
         table = self.block_tables[request_id]
         for i in range(len(chain), num_computed // bs):
             tokens = tuple(token_slice(i * bs, (i + 1) * bs))
-            parent = chain[-1] if chain else self.cache.root
+            parent = chain[-1] if chain else self.cache.root_of(salt)
             on_host = self.host.find(parent, tokens) if self.host is not None else None
             key = on_host.key if on_host is not None else None  # one key in both tiers
             chain.append(self.cache.register(table[i], parent, tokens, key))

@@ -177,7 +177,7 @@ class ContinuousScheduler(SchedulerBase):
         for req in self.ordered(self.waiting):
             if not self._room_to_admit(plan, budget):
                 break
-            hits = self.blocks.lookup(req.token_slice, req.num_tokens)
+            hits = self.blocks.lookup(req.token_slice, req.num_tokens, req.params.cache_salt)
             cached = len(hits) * self.config.block_size
             uncomputed = req.num_tokens - cached
             n = min(uncomputed, budget) if chunked else uncomputed

@@ -84,7 +84,9 @@ def settle(
             scheduler.update(one_row, sampled, on_token)
             continue
         if row.request_id in scheduler.blocks.block_tables:  # not preempted since
-            scheduler.blocks.commit(req.request_id, req.num_computed_tokens, req.token_slice)
+            scheduler.blocks.commit(
+                req.request_id, req.num_computed_tokens, req.token_slice, req.params.cache_salt
+            )
         if not row.samples:
             continue
         token = sampled[row.request_id]

@@ -13,6 +13,16 @@ and only once their KV has been written (the block manager registers them after 
 that computed them). Nothing else needs to enter the key: one cache serves one model in
 one dtype, and a new engine (``rebuilt``) starts with an empty pool.
 
+A shared cache tells whoever sends a prompt whether someone sent its first blocks before
+(the cached-token count in the reply, a shorter time to first token), so one caller can
+probe another's prompt block by block. A request's ``cache_salt`` (SamplingParams, the
+name vLLM uses) scopes it: the first block of a salted prompt hangs from a root of its
+own, ``root_of(salt)``, so chains of different salts never meet, and every later block
+follows its parent. That root is a keyed hash (BLAKE2b with this cache's random key) of
+the salt, above 2**64 where no handed-out key ever is: two salts share a root only by a
+128-bit collision nobody outside can aim for, and no table of salts grows. No salt: the
+shared root, exactly as before.
+
 Why not a radix tree (SGLang's RadixAttention)? A tree shares prefixes at token
 granularity and evicts whole subtrees, but needs a tree walk, node splits and its own
 eviction order. Hashed blocks share at block granularity, which is what the paged KV
@@ -26,6 +36,7 @@ first copied to host memory under the same key. Pure Python.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import secrets
 from collections import OrderedDict
@@ -49,19 +60,32 @@ class CachedBlock:
 class PrefixCache:
     def __init__(self) -> None:
         self._keys = itertools.count(secrets.randbits(62))  # never the same key twice
-        self.root = next(self._keys)  # the parent of every first block
+        self.root = next(self._keys)  # the parent of every unsalted first block
+        self._salt_key = secrets.token_bytes(32)  # keys the salted roots' hash
         self.by_prefix: dict[tuple[int, tuple[int, ...]], int] = {}  # (parent, tokens) -> block
         self.info: dict[int, CachedBlock] = {}  # block id -> what it holds
         # Keyed blocks nobody holds, least recently freed first: free, but still cached.
         self.evictable: OrderedDict[int, None] = OrderedDict()
 
+    def root_of(self, salt: str | None) -> int:
+        """The parent of a first block: ``root`` without a salt, else the salt's own root
+        (2**64 plus a 128-bit keyed hash: never a key ``register`` hands out)."""
+        if salt is None:
+            return self.root
+        digest = hashlib.blake2b(salt.encode(), key=self._salt_key, digest_size=16).digest()
+        return (1 << 64) + int.from_bytes(digest)
+
     def match(
-        self, blocks_of_tokens: Iterable[tuple[int, ...]], host: HostTier | None = None
+        self,
+        blocks_of_tokens: Iterable[tuple[int, ...]],
+        host: HostTier | None = None,
+        salt: str | None = None,
     ) -> list[tuple[int | None, int]]:
         """(block, key) of the cached blocks that begin this run of full blocks' tokens
-        (read lazily: the walk stops at the first miss). A block missing here is looked
-        for in the ``host`` tier, if any: a hit there is (None, key), to be reloaded."""
-        hits, parent = [], self.root
+        (read lazily: the walk stops at the first miss), for a request salted ``salt``.
+        A block missing here is looked for in the ``host`` tier, if any: a hit there is
+        (None, key), to be reloaded."""
+        hits, parent = [], self.root_of(salt)
         for tokens in blocks_of_tokens:
             block = self.by_prefix.get((parent, tokens))
             if block is not None:
