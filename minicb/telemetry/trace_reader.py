@@ -15,6 +15,7 @@ traces; minicb.telemetry.perfetto exports them for ui.perfetto.dev. Pure Python.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -51,7 +52,10 @@ def read_trace(path: str | os.PathLike) -> Trace:
         first = next(lines, (1, ""))[1]
         if not first.strip():
             raise TraceError(f"{path} is empty: not a minicb trace")
-        header = _parse(first, path, 1)
+        try:
+            header = _parse(first)
+        except ValueError as err:
+            raise TraceError(f"{path}, line 1: {err}") from err
         if header.get("format") != TRACE_FORMAT:
             raise TraceError(
                 f"{path} is not a minicb trace: its first line has no minicb-trace header"
@@ -69,7 +73,7 @@ def read_trace(path: str | os.PathLike) -> Trace:
             if not line.strip():
                 continue
             try:
-                data = _parse(line, path, number)
+                data = _parse(line)
                 if version in CONVERTED and data.get("type") == "token":
                     _fold_token(events, data)
                     continue
@@ -191,11 +195,65 @@ def kv_states(events: Iterable[Event]) -> Iterator[tuple[StepEvent, KVState]]:
             yield e, state
 
 
-def _parse(line: str, path: Any, number: int) -> dict[str, Any]:
+def _parse(line: str) -> dict[str, Any]:
+    """One line's object. Python's json reads NaN, Infinity and -Infinity, and a number too
+    large for a float (1e400) as an infinity; none is JSON (a page's ``JSON.parse``
+    refuses the replay that carries one) nor a time or a count: refused, naming the field."""
     try:
-        data = json.loads(line)
+        data = json.loads(line, parse_constant=_not_finite, parse_float=_finite)
+    except _NotFinite as err:
+        raise ValueError(f"{_where_not_finite(line)} holds {err}, which is no JSON number") from err
     except json.JSONDecodeError as err:
-        raise TraceError(f"{path}, line {number}: not valid JSON ({err.msg})") from err
+        raise ValueError(f"not valid JSON ({err.msg})") from err
     if not isinstance(data, dict):
-        raise TraceError(f"{path}, line {number}: expected a JSON object")
+        raise ValueError("expected a JSON object")
     return data
+
+
+class _NotFinite(ValueError):
+    """A NaN or an infinity in a line (its text is the message)."""
+
+
+def _not_finite(text: str) -> float:
+    raise _NotFinite(text)
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotFinite(text)
+    return value
+
+
+def _where_not_finite(line: str) -> str:
+    """The field of ``line`` that holds the first NaN or infinity, as "field 'a.b[2]'":
+    read again with each one kept as a marker, then found (only for a line refused)."""
+    marker = object()
+    data = json.loads(line, parse_constant=lambda _: marker,
+                      parse_float=lambda t: _finite_or(t, marker))  # fmt: skip
+    try:
+        return f"field {_path_to(data, marker)!r}"
+    except RecursionError:  # json's parser nests as deep as this walk may
+        return "a field nested too deep to name"
+
+
+def _finite_or(text: str, marker: object) -> Any:
+    value = float(text)
+    return value if math.isfinite(value) else marker
+
+
+def _path_to(value: Any, marker: object, path: str = "") -> str | None:
+    """Where ``marker`` first is in ``value`` (JSON: dicts, lists, scalars), as a path."""
+    if value is marker:
+        return path
+    if isinstance(value, dict):
+        steps = ((f"{path}.{k}" if path else k, item) for k, item in value.items())
+    elif isinstance(value, list):
+        steps = ((f"{path}[{i}]", item) for i, item in enumerate(value))
+    else:
+        return None
+    for where, item in steps:
+        found = _path_to(item, marker, where)
+        if found is not None:
+            return found
+    return None

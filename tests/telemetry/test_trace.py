@@ -174,9 +174,7 @@ def test_a_version_3_trace_reads_as_the_same_run(recorded, tmp_path):
                 old.append({"type": "first_token", **at})
             old.append({"type": "token", **at, "token_id": token, "index": index, "text": text})
     v3 = tmp_path / "v3.jsonl"
-    v3.write_text(
-        "\n".join(json.dumps(x) for x in [{**header, "schema_version": 3}, *old]) + "\n"
-    )
+    v3.write_text("\n".join(json.dumps(x) for x in [{**header, "schema_version": 3}, *old]) + "\n")
     converted, now = read_trace(v3), read_trace(path)
     assert converted.header["converted_from"] == 3
     assert converted.header["schema_version"] == SCHEMA_VERSION
@@ -216,6 +214,45 @@ def test_broken_files_are_refused_with_the_line(tmp_path, content, message):
     with pytest.raises(TraceError, match=message):
         read_trace(path)
     assert main(["replay", str(path)]) == 2  # a clear error, not a traceback
+
+
+HEADER = json.dumps({"type": "header", "format": "minicb-trace", "schema_version": SCHEMA_VERSION})
+TOKENS = '{"type": "tokens", "time": %s, "step": 1, "request_ids": [0], "token_ids": [7], '
+TOKENS += '"indexes": [0], "texts": [""], "extra": {"deep": [1.5, %s]}}'
+
+
+@pytest.mark.parametrize(
+    ("time", "deep", "field", "value"),
+    [
+        ("NaN", "2", "time", "NaN"),
+        ("1.0", "-Infinity", "extra.deep[1]", "-Infinity"),
+        ("1e400", "2", "time", "1e400"),
+        ("2.0", "Infinity", "extra.deep[1]", "Infinity"),
+    ],
+)
+def test_a_number_json_cannot_carry_is_refused_naming_line_and_field(
+    tmp_path, capsys, time, deep, field, value
+):
+    """NaN and the infinities are no JSON (a page's JSON.parse refuses the replay that
+    carries them) and no time or count: refused as the file is read, in one line."""
+    path = tmp_path / "nan.jsonl"
+    path.write_text(HEADER + "\n\n" + TOKENS % (time, deep) + "\n")
+    with pytest.raises(TraceError) as refused:
+        read_trace(path)
+    said = str(refused.value)
+    assert said.startswith(f"{path}, line 3: ") and said.count("line 3") == 1
+    assert f"field {field!r}" in said and value in said
+    assert main(["replay", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"field {field!r}" in err and "Traceback" not in err
+
+
+def test_a_malformed_line_is_named_once(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(HEADER + "\n{not json\n")
+    with pytest.raises(TraceError) as refused:
+        read_trace(path)
+    assert str(refused.value).count("line 2") == 1 and "not valid JSON" in str(refused.value)
 
 
 def test_replay_of_a_missing_file_is_a_clear_error(tmp_path, capsys):
