@@ -48,7 +48,8 @@ def figures(record: SideRecord) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     _, rest = parser.parse_known_args()
-    args = build_parser().parse_args(["demo", "--workload", "off", "--burst", "24", *rest])
+    demo = ["demo", "--no-wait-for-page", "--workload", "off", "--burst", "24"]  # no page here
+    args = build_parser().parse_args([*demo, *rest])
     loop, _ = build_demo(args)
     records = {name: SideRecord({}) for name in loop.engines}
     for name, engine in loop.engines.items():

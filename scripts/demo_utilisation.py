@@ -46,7 +46,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=300, help="engine-loop rounds to run")
     ours, demo = p.parse_known_args()
-    args = build_parser().parse_args(["demo", *demo])
+    args = build_parser().parse_args(["demo", "--no-wait-for-page", *demo])  # no page here
     loop, _app = build_demo(args)
     events: dict[str, list[StepEvent]] = {name: [] for name in loop.engines}
     for name, engine in loop.engines.items():

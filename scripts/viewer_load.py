@@ -121,7 +121,7 @@ def start(args: argparse.Namespace) -> tuple[subprocess.Popen, psutil.Process, s
     """The demo in its own process, answering on /metrics; the caller stops it."""
     base = f"http://127.0.0.1:{args.port}"
     command = [sys.executable, "-m", "minicb.cli", "demo", "--simulate", args.simulate,
-               "--host", "127.0.0.1", "--port", str(args.port)]  # fmt: skip
+               "--no-wait-for-page", "--host", "127.0.0.1", "--port", str(args.port)]  # fmt: skip
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(600):  # the server's start, bounded
         try:

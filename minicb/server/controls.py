@@ -5,7 +5,8 @@ Every control is a JSON object with a ``type``; the reply is one JSON object:
 ``{"type": "error", "control": ..., "message": ...}``. A malformed or unknown control gets
 an error and changes nothing: every field is checked before anything is touched, and a
 setting the machine could not hold (a KV pool beyond its free memory, thousands of slots)
-is refused, naming the limit, before any engine is rebuilt.
+is refused, naming the limit, before any engine is rebuilt; so is a KV pool or a token
+budget too small for the demo's workload, and a workload too large for the engines.
 
     {"type": "pause"} / {"type": "resume"}
     {"type": "step"}                      exactly one round; replies with its decisions
@@ -42,7 +43,7 @@ from minicb.config import (
 )
 from minicb.server.lesson import PANELS
 from minicb.server.redaction import text_free
-from minicb.server.workload import LENGTHS, PRESETS, WorkloadSpec, encode_prompt
+from minicb.server.workload import LENGTHS, PRESETS, WorkloadFeeder, WorkloadSpec, encode_prompt
 from minicb.sim.catalogue import read_catalogue
 
 if TYPE_CHECKING:
@@ -129,7 +130,16 @@ async def _workload(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
         count=_number(msg, "count", 1, 1000, feeder.spec.count),
         max_outstanding=feeder.spec.max_outstanding,  # the demo's scale, kept
     )
-    await loop.acall(lambda: feeder.configure(spec))
+
+    def configure() -> None:
+        for engine in loop.engines.values():
+            feeder.check_fits(engine, spec=spec)
+        feeder.configure(spec)
+
+    try:
+        await loop.acall(configure)
+    except ValueError as err:  # check_fits: naming the engine and the limit
+        raise ControlError(f"{err}; the workload was not changed") from err
     return {"workload": feeder.describe()}
 
 
@@ -163,24 +173,35 @@ async def _settings(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
             "the lesson's settings; choose another lesson to change them"
         )
     try:
-        return {"engines": await loop.acall(lambda: rebuild_engines(loop, changes))}
+        return {"engines": await loop.acall(lambda: rebuild_engines(loop, changes, hub.feeder))}
     except (ValueError, TypeError) as err:  # EngineConfig's own checks
         raise ControlError(str(err)) from err
 
 
-def rebuild_engines(loop: EngineLoop, changes: dict[str, Any]) -> list[dict[str, Any]]:
+def rebuild_engines(
+    loop: EngineLoop, changes: dict[str, Any], feeder: WorkloadFeeder | None = None
+) -> list[dict[str, Any]]:
     """Rebuild every engine with ``changes`` on its weights, clock and bus (engine thread).
 
-    Every new config is built, and its KV pools weighed against the free memory, before
-    any engine is touched, so a setting refused changes nothing. Then each old engine
+    Every new config is built, its KV pools weighed against the free memory and, with the
+    demo's ``feeder``, its workload's largest request against the new limits, before any
+    engine is touched, so a setting refused changes nothing. Then each old engine
     aborts its requests (their token streams end with "abort", the browsers see them
     leave) and the new one announces itself with a "reset" event on the same bus, in order
-    with the events around it.
+    with the events around it; the workload starts again on the new engines.
     """
     configs = {name: engine.config.with_(**changes) for name, engine in loop.engines.items()}
     check_memory(loop.engines, {name: c.num_kv_blocks for name, c in configs.items()})
+    if feeder is not None:
+        for name, config in configs.items():
+            try:
+                feeder.check_fits(loop.engines[name], config)
+            except ValueError as err:
+                raise ControlError(f"{err}; nothing was rebuilt") from err
     for name, config in configs.items():
         loop.replace_engine(name, loop.engines[name].rebuilt(config))
+    if feeder is not None:
+        feeder.configure(feeder.spec)
     return loop.engine_infos()
 
 

@@ -91,8 +91,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     w.add_argument(
         "--paused",
         action="store_true",
-        help="start paused (step it from the page); a lesson without it starts when the "
-        "first page opens",
+        help="start paused, and stay paused until resumed (step it from the page)",
+    )
+    w.add_argument(
+        "--wait-for-page",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="start when the first page opens, so that it is watched from its first "
+        "iteration (a lesson: the first page with the controls); --no-wait-for-page starts "
+        "at once, for a server with no page (API clients, a --trace recording) (default on)",
     )
     p.set_defaults(func=run_demo)
 
@@ -164,9 +171,20 @@ def build_demo(args: argparse.Namespace) -> tuple[EngineLoop, FastAPI]:
     feeder = WorkloadFeeder(spec, short=tuple(args.short), long=tuple(args.long), **timing)
     if not opening:
         feeder.burst(args.burst)
+    for engine in engines.values():  # a pool too small for it: said now, not 24 times a round
+        feeder.check_fits(engine)
     loop = EngineLoop(engines, feeder=feeder)
     loop.paused, loop.delay_s, loop.pacer = args.paused, args.delay, pacer
-    return loop, build_app(loop, "demo", "continuous", engines["continuous"].model_name, guard)
+    app = build_app(loop, "demo", "continuous", engines["continuous"].model_name, guard)
+    return loop, waiting(app, args)
+
+
+def waiting(app: FastAPI, args: argparse.Namespace) -> FastAPI:
+    """The app, its hub told to hold the loop until the first page, unless ``--paused``
+    (paused until resumed) or ``--no-wait-for-page`` (running at once)."""
+    if args.wait_for_page and not args.paused:
+        app.state.hub.wait_for_page()
+    return app
 
 
 def build_lesson(args: argparse.Namespace, guard: Guard) -> tuple[EngineLoop, FastAPI]:
@@ -184,10 +202,9 @@ def build_lesson(args: argparse.Namespace, guard: Guard) -> tuple[EngineLoop, Fa
     engines = lesson_engines(scenario, args.model)
     loop = EngineLoop(engines)
     lesson = Lesson(loop, scenario, args.model)
-    loop.paused = True  # until the first page opens, or with --paused until it resumes
-    lesson.waits_for_audience = not args.paused
+    loop.paused = args.paused
     model = engines[PANELS[1]].model_name
-    return loop, build_app(loop, "demo", PANELS[1], model, guard, lesson=lesson)
+    return loop, waiting(build_app(loop, "demo", PANELS[1], model, guard, lesson=lesson), args)
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -200,6 +217,8 @@ def run_demo(args: argparse.Namespace) -> int:
     loop, app = build_demo(args)
     runner = list(loop.engines.values())[-1].describe()["runner"]  # continuous, or right
     print(f"minicb demo: {describe_choices(runner)}", flush=True)
+    if app.state.hub.awaited:
+        print("minicb demo: waiting for the first page to start (--no-wait-for-page: at once)")
     engines = dict(loop.engines)
     close_traces = record_traces(engines, trace_paths(args.trace), "demo") if args.trace else None
     try:

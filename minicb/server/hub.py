@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from minicb.server.broadcast import Broadcast
 from minicb.server.frames import StepFolder
-from minicb.server.guard import CONTROLLER, Guard
+from minicb.server.guard import CONTROLLER, VIEWER, Guard
 from minicb.server.redaction import redact_event, with_own_tokens
 from minicb.sim.demo import simulation_choices
 from minicb.telemetry.events import StepEvent
@@ -90,6 +90,9 @@ class Hub:
         self.lesson = lesson
         if lesson is not None:
             lesson.notify = self.broadcast
+        # The roles whose first page starts the paused loop (``wait_for_page``); empty once
+        # started, or when nobody is awaited.
+        self.awaited: tuple[str, ...] = ()
         self.clients: set[Client] = set()
         self.broadcast_frames = Broadcast(self)
         # round number -> {engine name: the plan's decisions in words}
@@ -103,14 +106,22 @@ class Hub:
         in the asyncio loop, between two frames, so it gets every frame after its view."""
         await self.broadcast_frames.start()
         assert self.loop is not None
-        lesson = self.lesson
-        if lesson is not None and lesson.waits_for_audience and role == CONTROLLER:
-            lesson.waits_for_audience = False  # the lesson starts now, watched from its start
+        if role in self.awaited:
+            self.awaited = ()  # the demo starts now, watched from its first iteration
             await self.loop.acall(lambda: setattr(self.loop, "paused", False))
         hello = await self.loop.acall(lambda: self.hello(role))
         client = self.connect(role)
         hello["engines"] = self.broadcast_frames.views(client)
         return client, hello
+
+    def wait_for_page(self) -> None:
+        """Hold the loop paused until the first page joins: the class sees the demo from
+        its first iteration, not from wherever it got to while the page was being opened.
+        A free demo starts for any page (its audience); a lesson for the first controlling
+        page (its teacher, who takes it from one narration point to the next)."""
+        assert self.loop is not None
+        self.loop.paused = True  # before the loop's thread starts: not one round runs
+        self.awaited = (CONTROLLER,) if self.lesson is not None else (CONTROLLER, VIEWER)
 
     def connect(self, role: str = CONTROLLER) -> Client:
         sees = self.guard.show_text or (

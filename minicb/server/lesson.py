@@ -66,10 +66,6 @@ class Lesson:
     def __init__(self, loop: EngineLoop, scenario: Scenario, model: str | None = None) -> None:
         self.loop, self.model = loop, model
         self.notify: Callable[[dict[str, Any]], None] = lambda message: None
-        # True: the loop stays paused until the first controlling page joins (hub.join), so
-        # the class sees the lesson from its first iteration, not from wherever it got to
-        # while the teacher opened the page.
-        self.waits_for_audience = False
         # the model by device, once loaded: kept while other lessons play, for the next one
         self.real: dict[str, Runner] = {
             e.runner.describe()["device"]: e.runner

@@ -11,6 +11,12 @@ by the one arrival loop's ``Arrivals`` on the feeder's clock), ``off``. Output l
 ``short``, ``long`` or ``mixed`` (mostly short, some long: the mix where static batching
 pads the most). Requests ignore EOS so that their lengths are exactly the ones drawn.
 
+A workload the engines cannot serve is refused once, before it runs: ``check_fits`` asks a
+scheduler built for the settings (holding nothing) about the largest request the workload
+can draw, so a pool too small for it is named when the settings are chosen, not found
+by a thousand refused arrivals. Should one be refused anyway, the feeder says so once and
+stops sending the repeating burst until it is given a workload again.
+
 A burst with ``repeat`` is sent again each time every engine has finished all it holds:
 the demo's opening. A burst of a few times the slots keeps a queue in front of both
 engines, so within a minute the page shows what the project is named for: continuous
@@ -30,6 +36,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from minicb.config import EngineConfig, SamplingParams
+from minicb.request import Request
+from minicb.scheduler import make_scheduler
 from minicb.workload import Arrivals, RequestSpec, gaps
 
 log = logging.getLogger(__name__)
@@ -111,6 +120,7 @@ class WorkloadFeeder:
     def configure(self, spec: WorkloadSpec) -> None:
         """Start ``spec`` now (call it in the engine thread). A burst arrives next round."""
         self.spec = spec
+        self.refused: str | None = None  # why an engine refused one of its requests, if one did
         self._burst_left = spec.count if spec.preset == "burst" else 0
         self._time = 0.0  # feeder clock: advances with rounds, by at most MAX_TICK_S each
         self._last = self.clock()
@@ -121,7 +131,32 @@ class WorkloadFeeder:
         self._burst_left += count
 
     def describe(self) -> dict[str, Any]:
-        return {**asdict(self.spec), "sent": self.sent, "skipped": self.skipped}
+        counts = {"sent": self.sent, "skipped": self.skipped, "refused": self.refused}
+        return {**asdict(self.spec), **counts}
+
+    def check_fits(
+        self, engine: Any, config: EngineConfig | None = None, spec: WorkloadSpec | None = None
+    ) -> None:
+        """Raise ValueError, naming the limit, if ``engine`` rebuilt with ``config`` (default:
+        its own) would refuse the largest request that ``spec`` (default: this feeder's) can
+        draw: the longest of PROMPTS with the longest output. The scheduler's own check
+        answers, on a scheduler built for the config that holds nothing (no tensor, no
+        event), so nothing of the engine is touched."""
+        config = config or engine.config
+        lengths = (spec or self.spec).lengths
+        longest = self.short[1] if lengths == "short" else self.long[1]
+        prompt = max((engine.tokenize(encode_prompt(engine, p)) for p in PROMPTS), key=len)
+        runner = engine.runner  # a pool left unset is sized as the engine's was
+        blocks = config.num_kv_blocks or runner.num_kv_blocks
+        scheduler = make_scheduler(config, blocks, engine.max_model_len, runner.num_swap_blocks)
+        params = SamplingParams(max_tokens=longest, temperature=0.0, ignore_eos=True)
+        try:
+            scheduler.check_request(Request(-1, prompt, params, arrival_time=0.0))
+        except ValueError as err:
+            raise ValueError(
+                f"the workload's largest request ({len(prompt)} prompt tokens, {longest} new "
+                f"tokens) could never run on the {config.batching} engine: {err}"
+            ) from err
 
     def _poisson(self) -> Iterator[RequestSpec]:
         """Endless: each request's gap, then its prompt and length."""
@@ -150,7 +185,8 @@ class WorkloadFeeder:
 
     def __call__(self, engines: dict[str, Any]) -> None:
         """Before each round: add this round's arrivals to every engine."""
-        if self.spec.preset == "burst" and self.spec.repeat and not self._burst_left:
+        again = self.spec.preset == "burst" and self.spec.repeat and self.refused is None
+        if again and not self._burst_left:
             if all(not any(e.queue_sizes().values()) for e in engines.values()):
                 self._burst_left = self.spec.count  # everyone is done: the opening again
         for r in self.due():
@@ -161,6 +197,14 @@ class WorkloadFeeder:
             for name, engine in engines.items():
                 try:
                     engine.add_request(encode_prompt(engine, r.prompt), r.params())
-                except ValueError as err:  # e.g. a KV pool too small for it: the engine says so
-                    log.warning("workload request refused by %s: %s", name, err)
+                except ValueError as err:  # the engine's own refusal, naming the limit
+                    self._refuse(name, err)
             self.sent += 1
+
+    def _refuse(self, name: str, err: ValueError) -> None:
+        """Say once why an engine refused a request, and send the repeating burst no more
+        (its requests would be refused again at once, round after round)."""
+        if self.refused is None:
+            self.refused = f"{name}: {err}"
+            log.warning("workload request refused by %s (%s); the burst is not sent again "
+                        "until the workload or the settings change", name, err)  # fmt: skip
