@@ -72,7 +72,8 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=0,
         help="host blocks that keep cached prefixes the device pool evicts, copied back on a "
-        "hit (a second tier of the prefix cache; 0: off)",
+        "hit (a second tier of the prefix cache; 0: off); refused if more than the host's "
+        "available memory holds",
     )
     g.add_argument("--preemption-mode", default="recompute", choices=PREEMPTION_MODES)
     g.add_argument(

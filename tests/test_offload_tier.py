@@ -4,9 +4,13 @@ The oracle: the same greedy tokens with and without the tier (fp32), on a multi-
 whose prefixes do not fit the device pool, so that turns find their history in host memory
 and get it back by a copy; and a turn whose history came back computes only its new tokens.
 The scheduler's side (keys, pins, undo, no leaks) is tests/scheduler/test_host_tier.py.
+A tier larger than the host's available memory is refused when the runner is built, with
+the limit in bytes and blocks.
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -68,3 +72,43 @@ def test_the_default_model_gives_the_same_tokens_with_the_host_tier(default_llm)
     tiered, tiered_computed, host = chat(runner, 24, 2, convs, 2, **options)
     assert tiered == plain
     assert host > 0 and tiered_computed == plain_computed - host
+
+
+@pytest.fixture(scope="module")
+def small_runner(tiny_llama_dir):
+    from minicb.runner.model_runner import ModelRunner
+
+    return ModelRunner(tiny_llama_dir, EngineConfig(num_kv_blocks=8, block_size=4, dtype="float32"))
+
+
+def test_a_host_tier_larger_than_the_available_memory_is_refused(small_runner):
+    """Twice this host's whole memory: the mapping would be made at once and fail only as
+    prefixes filled it; refused when the runner is built instead."""
+    per_block = small_runner.describe()["bytes_per_block"]
+    too_many = 2 * os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // per_block
+    config = small_runner.config.with_(kv_offload_blocks=too_many)
+    with pytest.raises(ValueError, match=r"kv_offload_blocks=\d+ needs [\d,]+ bytes") as refused:
+        small_runner.with_config(config)
+    assert "blocks fit (--kv-offload-blocks)" in str(refused.value)
+
+
+def test_the_host_tiers_limit_is_what_is_available_less_the_other_host_pools(
+    small_runner, monkeypatch
+):
+    """On CPU the device pool (8 blocks) and its swap twin (8) share the host's memory:
+    with room for 10 more blocks and a half, 10 fit and 11 are refused, naming 10."""
+    from minicb.runner import kv_setup
+
+    per_block = small_runner.describe()["bytes_per_block"]
+    available = (16 + 10) * per_block + per_block // 2
+    monkeypatch.setattr(kv_setup, "host_available_bytes", lambda: available)
+    fits = small_runner.with_config(small_runner.config.with_(kv_offload_blocks=10))
+    assert fits.offload_pool.num_blocks == 10
+    with pytest.raises(ValueError) as refused:
+        small_runner.with_config(small_runner.config.with_(kv_offload_blocks=11))
+    said = str(refused.value)
+    assert (
+        f"needs {11 * per_block:,} bytes" in said
+        and f"limit of {10 * per_block + per_block // 2:,}" in said
+    )
+    assert f"{available:,} bytes available" in said and "at most 10 blocks fit" in said

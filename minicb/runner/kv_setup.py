@@ -5,7 +5,11 @@ How many device blocks: ``num_kv_blocks`` when the config says; otherwise enough
 slot to hold a whole context, capped by a share (``kv_memory_fraction``) of the free memory
 and, on CPU, where memory is shared with everything else, by ``CPU_KV_POOL_BYTES``. The
 swap space is as large as the device pool unless told, but never more than
-``SWAP_SPACE_BYTES`` of host memory. Host pools are page-locked on a GPU, for fast copies.
+``SWAP_SPACE_BYTES`` of host memory. The host tier is exactly ``kv_offload_blocks``, and
+refused (naming the limit in bytes and blocks) if it does not fit the host's available
+memory beside the other host pools: it is allocated at once but fills only as prefixes are
+evicted, so a tier too large would fail long after the start, in the middle of a run.
+Host pools are page-locked on a GPU, for fast copies.
 A block's bytes depend on the KV cache's format: an 8-bit block is about half a bf16 one
 (minicb/quant/kv.py), so a byte budget holds about twice as many. What a pool is, and the
 one way a block moves between pools: kv_pool.py.
@@ -54,6 +58,9 @@ def allocate_pools(
     num_swap_blocks = config.num_swap_blocks
     if num_swap_blocks is None:
         num_swap_blocks = min(num_kv_blocks, SWAP_SPACE_BYTES // per_block)
+    # Host memory the other pools take: the swap space, and on CPU the device pool too.
+    beside = (num_swap_blocks + (num_kv_blocks if device.type == "cpu" else 0)) * per_block
+    check_host_tier(config.kv_offload_blocks, per_block, beside)
     pool = (cfg.num_layers, (config.block_size, cfg.num_kv_heads, cfg.head_dim))
     kv_dtype = (config.kv_cache_dtype, dtype)
     pinned = device.type == "cuda"
@@ -78,3 +85,37 @@ def _auto_num_blocks(
         # On CPU, memory is shared with everything else: a modest pool is plenty here.
         affordable = min(affordable, CPU_KV_POOL_BYTES // per_block)
     return max(1, min(wanted, affordable))
+
+
+def check_host_tier(num_blocks: int, per_block: int, beside: int) -> None:
+    """Refuse a host tier of ``num_blocks`` blocks (``per_block`` bytes each) that does not
+    fit the host's available memory once the other host pools (``beside`` bytes) are in."""
+    if num_blocks == 0:
+        return
+    available = host_available_bytes()
+    room = max(0, available - beside)
+    if num_blocks * per_block > room:
+        raise ValueError(
+            f"kv_offload_blocks={num_blocks} needs {num_blocks * per_block:,} bytes of host "
+            f"memory ({per_block:,} a block), over the limit of {room:,} bytes: the "
+            f"{available:,} bytes available on this host less {beside:,} for the other KV "
+            f"pools; at most {room // per_block:,} blocks fit (--kv-offload-blocks)"
+        )
+
+
+def host_available_bytes() -> int:
+    """Host memory a new allocation can have without swapping: MemAvailable (free memory and
+    the caches the kernel can drop) from /proc/meminfo on Linux, psutil's reading of it
+    elsewhere if installed, else the free pages alone (a lower bound)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024  # the file counts kB
+    except OSError:
+        pass
+    try:
+        import psutil
+    except ImportError:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return psutil.virtual_memory().available
