@@ -3,14 +3,21 @@ key check (roles: controller or viewer; 401 otherwise, and wrong keys slowed dow
 client) and, for WebSockets, one Origin check, shared by the OpenAI routes, ``/ws``,
 ``/metrics``, ``/viz/info`` and a replay's traces.
 
+Tenant keys (``--tenant-key``) open /v1 and nothing else (not /ws, /metrics, the page),
+and each is its own tenant of the prefix cache: every request it makes is salted with its
+identity (``tenant``: an HMAC of the key under a random per-server secret, never the key
+itself), so one tenant cannot learn from cached-token counts or timings what another sent.
+
 ``LOOPBACK`` names the hosts a server with no key may listen on (launch.server_guard).
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
 import json
+import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -64,6 +71,7 @@ class Guard:
     shows a key: ``api_key`` makes it a controller (the API, pause, step, settings,
     prompts), ``viewer_key`` a read-only viewer of the timeline; anything else is refused.
     ``show_text`` lets viewers (and, in serve mode, everyone) see prompts and outputs.
+    ``tenant_keys`` open /v1 only, each a tenant of its own in the prefix cache (``tenant``).
     """
 
     api_key: str | None = None
@@ -73,6 +81,30 @@ class Guard:
     show_text: bool = False
     allowed_hosts: tuple[str, ...] = ()  # names beyond loopback and IP addresses
     guesses: GuessLimit = field(default_factory=GuessLimit, compare=False)
+    tenant_keys: tuple[str, ...] = ()
+    # Keys the tenants' identities: random per server, so nobody can compute one.
+    _tenant_secret: bytes = field(
+        default_factory=lambda: secrets.token_bytes(32), compare=False, repr=False
+    )
+
+    def __post_init__(self) -> None:
+        if self.tenant_keys and self.api_key is None:
+            raise ValueError("--tenant-key needs --api-key (with no key the server has no door)")
+        if {self.api_key, self.viewer_key} & set(self.tenant_keys) or "" in self.tenant_keys:
+            raise ValueError("each --tenant-key must be non-empty and differ from the other keys")
+
+    def tenant(self, key: str | None, who: str | None = None) -> str | None:
+        """The tenant a tenant key names, "key:" and 32 hex digits of its HMAC (never the
+        key in clear: it goes into each request's cache salt, and traces record that);
+        None for any other key, and for a client out of guesses."""
+        if key is None or (who is not None and self.guesses.blocked(who)):
+            return None
+        given = key.encode("utf-8", "replace")
+        for secret in self.tenant_keys:
+            if hmac.compare_digest(given, secret.encode("utf-8")):
+                digest = hmac.new(self._tenant_secret, given, hashlib.sha256).hexdigest()
+                return "key:" + digest[:32]
+        return None
 
     def role(self, key: str | None, who: str | None = None) -> str | None:
         """CONTROLLER, VIEWER, or None for a key that opens nothing. ``who``: the client's
@@ -134,6 +166,19 @@ class Guard:
                     code="invalid_api_key",
                     headers={"WWW-Authenticate": "Bearer"},
                 )
+
+        return check
+
+    def api_check(self) -> Callable[[Request], Awaitable[None]]:
+        """The /v1 dependency: a tenant key (its tenant put in ``request.state.tenant``)
+        or the controller's key; 401 otherwise."""
+        controller = self.http_check(CONTROLLER)
+
+        async def check(request: Request) -> None:
+            who = request.client.host if request.client else None
+            request.state.tenant = self.tenant(self.key_of(request), who)
+            if request.state.tenant is None:
+                await controller(request)
 
         return check
 

@@ -50,6 +50,14 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--api-key", help="the controller's key: /v1 (Bearer), /ws, /metrics")
     g.add_argument("--viewer-key", help="a read-only key for the page (needs --api-key)")
     g.add_argument(
+        "--tenant-key",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="a key for /v1 only whose requests share cached prefixes with no other key's "
+        "(a cache salt from the key; repeat for each tenant; needs --api-key)",
+    )
+    g.add_argument(
         "--allowed-origin",
         action="append",
         default=[],
@@ -94,6 +102,7 @@ def server_guard(args: argparse.Namespace) -> Guard:
         allowed_hosts=tuple(args.allowed_host),
         metrics_public=args.metrics_public,
         show_text=args.show_text,
+        tenant_keys=tuple(args.tenant_key),
     )
 
 

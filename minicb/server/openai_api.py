@@ -120,7 +120,7 @@ class OpenAIRoutes:
         if max_tokens > context:
             why = f"is {max_tokens} but the model's context holds {context} tokens"
             raise invalid("max_tokens", why)
-        return req, sampling_params(req, max_tokens)
+        return req, sampling_params(req, max_tokens, getattr(request.state, "tenant", None))
 
     def _room(self, num_prompt_tokens: int) -> int:
         """OpenAI's chat default for max_tokens: as much as the context and the KV pool
@@ -294,7 +294,8 @@ def install_openai_routes(
     guard = guard or Guard()
     check_hosts(app, guard)  # a foreign Host (DNS rebinding) is refused before any route
     controller = [Depends(guard.http_check(CONTROLLER))]
-    v1 = APIRouter(prefix="/v1", dependencies=controller)
+    # /v1 takes the controller's key or a tenant's (whose requests it salts, guard.py)
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(guard.api_check())])
     v1.add_api_route("/completions", routes.completions, methods=["POST"])
     v1.add_api_route("/chat/completions", routes.chat_completions, methods=["POST"])
     v1.add_api_route("/models", routes.models, methods=["GET"])

@@ -7,7 +7,9 @@
   rather than quietly ignored, unless given the value that leaves them unused;
 - the sampling settings: ``SamplingParams`` from temperature, top_p, top_k, seed, stop
   (up to 4 strings, as OpenAI, of up to 256 characters each) and ignore_eos; chat's
-  ``max_completion_tokens`` wins over ``max_tokens``.
+  ``max_completion_tokens`` wins over ``max_tokens``; the cache salt from the request's
+  ``cache_salt`` behind the tenant its key names, if any (Guard.tenant), so a tenant's
+  requests never share cached blocks with another tenant's whatever salt they send.
 """
 
 from __future__ import annotations
@@ -125,7 +127,14 @@ def _stop_strings(stop: Any) -> list[str]:
     return stops
 
 
-def sampling_params(req: Common, max_tokens: int) -> SamplingParams:
+def cache_salt(req: Common, tenant: str | None) -> str | None:
+    """The engine's salt: the request's, scoped to its key's ``tenant`` when it has one."""
+    if tenant is None:
+        return req.cache_salt
+    return tenant if req.cache_salt is None else f"{tenant}/{req.cache_salt}"
+
+
+def sampling_params(req: Common, max_tokens: int, tenant: str | None = None) -> SamplingParams:
     """The engine's settings; the schema already holds each within SamplingParams' limits."""
     return SamplingParams(
         max_tokens=max_tokens,
@@ -135,6 +144,7 @@ def sampling_params(req: Common, max_tokens: int) -> SamplingParams:
         seed=req.seed,
         stop=_stop_strings(req.stop),
         ignore_eos=req.ignore_eos,
+        cache_salt=cache_salt(req, tenant),
     )
 
 

@@ -7,7 +7,8 @@ endpoint's schema, every refusal a 400 (413 for size) naming what is wrong.
 - the schemas: strict, so "12" is not 12, and an unknown argument (``max_token``) is
   refused by name. Fields of several shapes (prompt, messages, stop) are typed Any and
   checked by hand (openai_params): one clear message instead of one per union branch.
-  Extensions, as in vLLM: ``top_k``, ``ignore_eos``, ``priority``, ``return_token_ids``.
+  Extensions, as in vLLM: ``top_k``, ``ignore_eos``, ``priority``, ``return_token_ids``,
+  ``cache_salt`` (the prefix cache scoped to the callers who send the same salt).
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from minicb.server.api_error import APIError, invalid
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# A request's cache_salt: under SamplingParams' 256, leaving room for the tenant a key
+# adds in front of it (Guard.tenant, "key:" and 32 hex digits, then "/").
+MAX_CACHE_SALT_CHARS = 200
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -53,6 +57,8 @@ class Common(_Strict):
     ignore_eos: bool = False  # load generators use it to fix output lengths
     priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)  # for the priority policy
     return_token_ids: bool = False  # the generated ids in each choice (no-tokenizer models)
+    # Prefix-cache hits only among requests with this salt (vLLM's name; docs/serving.md).
+    cache_salt: str | None = Field(default=None, min_length=1, max_length=MAX_CACHE_SALT_CHARS)
 
 
 class CompletionRequest(Common):
