@@ -44,8 +44,33 @@ def test_the_deck_opens_offline_in_both_languages(tab):
         assert js(page, "window.deck.index") == count - 1  # it stops at the last slide
         page.keyboard.press("n")  # the speaker notes, with their timing
         notes = "document.querySelector('section.slide:not([hidden]) aside.notes').innerText"
-        assert js(page, notes).startswith("1:28")
+        assert js(page, notes).startswith("1:29")
     page.click("#lang")  # the button switches language in place
     wait_for(page, "window.deck.lang === 'en'")
     assert not outside, outside
     assert not page.errors, page.errors
+
+
+def test_every_slide_fits_a_projector_and_its_diagrams_are_drawn(chromium):
+    """At 1280x720 (a projector), each slide's drawn diagrams have a size and their text is
+    not smaller than 11 px on screen; a screenshot of every slide in both languages."""
+    context = chromium.new_context(viewport={"width": 1280, "height": 720})
+    page = context.new_page()
+    try:
+        for lang in ("en", "zh"):
+            page.goto(f"{DECK}?lang={lang}#1")
+            wait_for(page, "window.deck && window.deck.slides.length > 0")
+            for i in range(js(page, "window.deck.slides.length")):
+                page.evaluate(f"window.deck.show({i})")
+                sizes = js(page, SVG_TEXT_PX)
+                assert all(px >= 11 for px in sizes), (lang, i + 1, min(sizes, default=None))
+                next_frame(page)
+                shot(page, f"lecture-{lang}-{i + 1:02d}")
+    finally:
+        context.close()
+
+
+# each shown diagram's text, as the font size it has on screen (viewBox scaling included)
+SVG_TEXT_PX = """() => [...document.querySelectorAll('section.slide:not([hidden]) svg text')]
+  .filter(t => t.getBoundingClientRect().height > 0)
+  .map(t => t.getBoundingClientRect().height * 0.8)"""
