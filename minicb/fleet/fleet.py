@@ -14,9 +14,17 @@ for the request, so a page that draws the replicas side by side draws the router
 beside them. From there on the request is that replica's: its stream, its abort (which
 frees KV in that replica's pool), its metrics.
 
-A replica that dies is taken out of the router's rotation (``Router.remove``) and its
-requests end with an error that says so; the others go on. When none is left, a request
-is refused with EngineStopped (the server's 503).
+No replica can hold the others hostage (replica.py): each has its own I/O threads, a
+round trip publishes the other replicas' events while it waits, and a replica silent for
+``silent_after_s`` (3 s: it beats every 0.5 s) is out of rotation at once (``loads`` says
+it is not alive) and declared dead at its next turn. A replica that dies is taken out of
+the router's rotation (``Router.remove``) and its requests end with an error that names
+it; they are not moved to another replica, because their clients have already been sent
+part of the answer, which a sampled request would not repeat. The others go on. Then,
+unless ``restart_replicas=False``, it is restarted: a fresh process under the same name,
+back in rotation once its model is loaded (a replica whose restart fails stays dead). When
+none serves, a request is refused with EngineStopped and /health answers 503 (both say
+why: ``unavailable``).
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from minicb.config import EngineConfig, SamplingParams
-from minicb.fleet.replica import Replica, ReplicaDied
+from minicb.fleet.replica import SILENT_AFTER_S, Replica, ReplicaDied
 from minicb.fleet.router import ReplicaLoad, Router
 from minicb.request import RequestOutput
 from minicb.server.engine_loop import EngineLoop, EngineStopped
@@ -67,9 +75,13 @@ class Fleet:
         router: str = "round-robin",
         *,
         threads: int | None = None,
+        restart_replicas: bool = True,
+        silent_after_s: float = SILENT_AFTER_S,
         **options: Any,
     ) -> None:
         """``threads``: torch threads per replica (default: this process's, shared out);
+        ``restart_replicas``: start a fresh process for a replica that died;
+        ``silent_after_s``: how long a replica may send nothing before it is stalled;
         ``options``: EngineConfig's, the same for every replica."""
         import torch
 
@@ -82,7 +94,10 @@ class Fleet:
         threads = threads or max(1, torch.get_num_threads() // replicas)
         path = str(resolve_model_path(model))
         config = _sharing_gpus(self.config, replicas)
-        started = [Replica(i, path, config, threads=threads) for i in self.router.replicas]
+        started = [
+            Replica(i, path, config, threads=threads, silent_after_s=silent_after_s)
+            for i in self.router.replicas
+        ]
         try:
             for replica in started:  # they load in parallel; wait for each in turn
                 replica.ready()
@@ -92,8 +107,11 @@ class Fleet:
             raise
         self.replicas = {r.name: r for r in started}
         self._by_index = {r.index: r for r in started}
+        self.restart_replicas = restart_replicas
+        self._closing = False
         for replica in started:
-            replica.on_death = self._taken_out
+            replica.on_death, replica.on_ready = self._taken_out, self._back
+            replica.while_calling = functools.partial(self._meanwhile, replica)
         self.bus = FleetBus(started)
         self.clock = started[0].clock
         self._decisions = itertools.count()  # the router's own numbering of its decisions
@@ -146,8 +164,8 @@ class Fleet:
         while True:
             try:
                 route = self.router.route(next(self._decisions), ids, self.loads())
-            except RuntimeError as err:  # every replica has died
-                raise EngineStopped(f"no replica is left to serve requests: {err}") from err
+            except RuntimeError as err:  # none is serving
+                raise EngineStopped(self.unavailable() or f"no live replica: {err}") from err
             replica = self._by_index[route.replica]
             try:
                 request_id = replica.add_request(
@@ -169,19 +187,41 @@ class Fleet:
         self.router = router
 
     def loads(self) -> list[ReplicaLoad]:
-        """Each replica's load as of its latest message (swapped-out requests wait too)."""
-        return [ReplicaLoad.of(r.index, r.load, r.dead is None) for r in self.replicas.values()]
+        """Each replica's load as of its latest message (swapped-out requests wait too);
+        one that is not serving (dead, restarting, silent) is not alive to the router."""
+        return [ReplicaLoad.of(r.index, r.load, r.serving) for r in self.replicas.values()]
+
+    def health(self) -> dict[str, str]:
+        """Each replica's state in words ("ok", or why it is out of rotation); any thread."""
+        return {name: replica.health() for name, replica in self.replicas.items()}
+
+    def unavailable(self) -> str | None:
+        """Why no request could be served now (/health's 503), or None; any thread."""
+        if any(replica.serving for replica in self.replicas.values()):
+            return None
+        return "no live replica: " + "; ".join(self.health().values())
 
     def _taken_out(self, replica: Replica) -> None:
         self.router.remove(replica.index)
+        if self.restart_replicas and not self._closing:
+            replica.restart()
+
+    def _back(self, replica: Replica) -> None:
+        self.router.rejoin(replica.index)
+
+    def _meanwhile(self, calling: Replica) -> None:
+        """While ``calling`` keeps a round trip waiting, the others' events go on."""
+        for replica in self.replicas.values():
+            if replica is not calling:
+                replica.publish_waiting()
 
     def _first(self) -> Replica:
         return next(iter(self.replicas.values()))
 
     def _live(self) -> list[Replica]:
-        live = [r for r in self.replicas.values() if r.dead is None]
+        live = [r for r in self.replicas.values() if r.serving]
         if not live:
-            raise EngineStopped("every replica of the fleet has died")
+            raise EngineStopped(self.unavailable() or "no live replica")
         return live
 
     # ---- the Python API -------------------------------------------------------------------
@@ -216,6 +256,7 @@ class Fleet:
 
     def close(self) -> None:
         """Stop the loop's thread and every replica's process."""
+        self._closing = True
         if self._loop is not None:
             self._loop.stop()
         for replica in self.replicas.values():

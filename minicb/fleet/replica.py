@@ -10,28 +10,47 @@ engine), the tokenizer (prompts are tokenized here, in the server's tokenizer th
 LLMEngine's own ``tokenize``), and the replica's load as of its latest message (what the
 router reads).
 
-``step()`` is the engine loop's turn for this replica: it waits briefly for the replica's
-next message and publishes what it carried; the replica steps on its own, in parallel
-with the others. Requests, aborts and views are round trips, run in the engine thread.
+The pipe has its own reader and writer threads (replica_link.py): the engine thread never
+waits in ``send`` or ``recv``. ``step()`` is the engine loop's turn for this replica: it
+publishes what has come (waiting up to STEP_WAIT_S); the replica steps on its own, in
+parallel with the others. Requests, aborts and views are round trips in the engine
+thread: the command goes out, and the thread waits for the reply, publishing the
+replica's events that come before it, and, every CALL_POLL_S, the other replicas' events
+(``while_calling``), so their streams flow while this one answers. A round trip waits
+for the replica's current step (its engine runs commands between steps), never longer
+than the replica stays heard from.
 
-A replica that dies (its process exits, or it sends nothing for ``stall_timeout_s`` while
-it holds requests) raises ``ReplicaDied`` from ``step()``: the engine loop then ends each
-of its requests with that error, as it does after a failed step, and ``on_death`` tells
-the fleet, which takes it out of the router's rotation. Nothing waits on it after that.
+When is a replica gone? Once ready it says "alive" every HEARTBEAT_S (0.5 s), from a
+thread of its own, whatever its engine is doing. So:
+
+- silent for ``silent_after_s`` (SILENT_AFTER_S, 3 s: six heartbeats missed): stopped
+  (SIGSTOP, a debugger), frozen or gone. From that moment it is not ``serving`` (the
+  router passes it by, /health and /metrics name it), and the next turn or round trip
+  declares it dead;
+- beating, but no step finished for ``stall_timeout_s`` while it holds requests, or no
+  reply in that time: hung inside a step (a GPU that never returns);
+- its process exited (the pipe ended).
+
+A dead replica's process is killed; ``step()`` raises ``ReplicaDied`` once (the engine loop
+then ends each of its requests with that error, naming it, as after a failed step) and
+``on_death`` tells the fleet, which takes it out of the router's rotation and may
+``restart()`` it: a fresh process under the same handle (same name, same bus, so every
+listener stays), which serves again once its model is loaded (``on_ready``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
 from minicb.config import EngineConfig, SamplingParams
 from minicb.engine import LLMEngine
+from minicb.fleet.replica_link import CLOSED, ReplicaLink
 from minicb.telemetry import events
 from minicb.telemetry.bus import EventBus
 from minicb.telemetry.kv_state import KVState
@@ -39,7 +58,9 @@ from minicb.telemetry.kv_state import KVState
 log = logging.getLogger(__name__)
 
 STEP_WAIT_S = 0.01  # the engine loop's longest wait for one replica's message per round
-STALL_TIMEOUT_S = 120.0  # silence, while it holds requests, after which a replica is dead
+CALL_POLL_S = 0.05  # how often a round trip looks up from its wait (others' events, silence)
+SILENT_AFTER_S = 3.0  # no message at all (heartbeats every 0.5 s) for this long: stalled
+STALL_TIMEOUT_S = 120.0  # beating, but no step nor reply for this long while needed: hung
 START_TIMEOUT_S = 600.0  # loading the model in a fresh process (a first run converts it)
 FINISHING_KINDS = ("finished", "aborted")
 
@@ -70,51 +91,98 @@ class Replica:
         *,
         threads: int = 1,
         stall_timeout_s: float = STALL_TIMEOUT_S,
+        silent_after_s: float = SILENT_AFTER_S,
         role: Any = None,
         name: str | None = None,
     ) -> None:
         """Start the process (loading happens there); ``ready()`` waits for it. ``role``:
         what builds and extends its engine there (replica_worker's doc), ``name`` its name
         (default ``replica{index}``)."""
-        import torch
-
-        from minicb.fleet import replica_worker
         from minicb.runner.loader import load_tokenizer
 
         self.index, self.name, self.config = index, name or f"replica{index}", config
-        self.stall_timeout_s = stall_timeout_s
+        self.stall_timeout_s, self.silent_after_s = stall_timeout_s, silent_after_s
+        self._spawn = (model, config, threads, role)
         self.bus = EventBus()
         self.clock = time.time
         self.tokenizer = load_tokenizer(Path(model))
         self.on_death: Callable[[Replica], None] | None = None
+        self.on_ready: Callable[[Replica], None] | None = None  # back after a restart
         # Told when a round trip has ended (a fleet acts then on the events that came in
         # during it: a round trip of its own inside this one would take this one's reply).
         self.after_call: Callable[[], None] | None = None
+        # Called every CALL_POLL_S while a round trip waits (the fleet's other replicas'
+        # events are published then, so their streams never wait on this one).
+        self.while_calling: Callable[[], None] | None = None
         self.calling = False  # a round trip is under way
-        self.dead: str | None = None  # why, once it has died
+        self.dead: str | None = None  # why it is out of service, while it is
+        self.died_of: str | None = None  # its latest death, in words
+        self.starting = False  # a restarted process is loading its model
+        self.restarts = 0
         self.in_flight: set[int] = set()  # its requests not finished or aborted yet
         self.load = {"waiting": 0, "running": 0, "swapped": 0}
-        self._failure: str | None = None  # a failed step reported during a round trip
-        self._heard = time.monotonic()  # when its latest message came
+        self._failure: str | None = None  # a failed step not raised from step() yet
+        self._held: deque[tuple] = deque()  # what came after that failure, in order
+        self._death: str | None = None  # a death not raised from step() yet
         self._info: dict[str, Any] = {}
-        # The pool's map as the events published here say it is (see kv_snapshot_event).
-        self._kv, self._steps = KVState(), 0
+        self._closed = False
+        self._start()
+
+    def _start(self) -> None:
+        import torch
+
+        from minicb.fleet import replica_worker
+
+        model, config, threads, role = self._spawn
         ctx = torch.multiprocessing.get_context("spawn")
-        self._conn, child = ctx.Pipe()
-        args = (child, index, model, config, threads, role)
+        conn, child = ctx.Pipe()
+        args = (child, self.index, model, config, threads, role)
         self.process = ctx.Process(
             target=replica_worker.main, args=args, daemon=True, name=self.name
         )
         self.process.start()
         child.close()  # the child's end lives in the child: its exit closes the pipe
+        self.link = ReplicaLink(conn, self.name)
+        self._started = self._stepped = time.monotonic()  # _stepped: its latest step or reply
+        # The pool's map as the events published here say it is (see kv_snapshot_event).
+        self._kv, self._steps = KVState(), 0
 
     def ready(self, timeout_s: float = START_TIMEOUT_S) -> Replica:
         """Wait until the replica's engine is built; raises its error if it could not be."""
-        ready = self._receive_reply(timeout_s)
-        self._info = ready["describe"]
-        self.runner = ReplicaModel(ready["vocab_size"])
-        self.eos_token_ids = ready["eos_token_ids"]
+        deadline = time.monotonic() + timeout_s
+        while (msg := self.link.next(min(1.0, max(deadline - time.monotonic(), 0)))) is None:
+            if time.monotonic() > deadline:
+                self._die(f"{self.name} did not start within {timeout_s:.0f} s")
+        self._take_ready(msg)
         return self
+
+    def restart(self) -> None:
+        """A fresh process under this handle, after a death (same name, same bus); the
+        engine loop's turns (``step``) take its ready message, then it serves again."""
+        self._kill()
+        self.link.close()
+        self.restarts += 1
+        self.starting = True
+        self.dead = f"restarting (restart {self.restarts}) after: {self.died_of}"
+        log.warning("%s: starting a fresh process (restart %d)", self.name, self.restarts)
+        self._start()
+
+    @property
+    def serving(self) -> bool:
+        """Whether requests may be sent here: ready, not dead, heard from lately."""
+        return self.dead is None and self.link.silent_s() <= self.silent_after_s
+
+    def health(self) -> str:
+        """Its state in words, for /health: "ok", or why it is out of rotation."""
+        if self.dead is not None:
+            return self.dead
+        silent = self.link.silent_s()
+        if silent > self.silent_after_s:
+            return (
+                f"{self.name} (pid {self.process.pid}) sent nothing, not even its heartbeat, "
+                f"for {silent:.1f} s (the bound is {self.silent_after_s:g} s): out of rotation"
+            )
+        return "ok"
 
     # ---- what the engine loop and the routes call (the engine thread) ---------------------
     @property
@@ -158,7 +226,14 @@ class Replica:
         return self._call(("abort_all",))
 
     def has_unfinished(self) -> bool:
-        return bool(self.in_flight)
+        """Its requests, or something a turn must do: say a death, watch a restart, or
+        declare a silence (an idle replica has turns too, so a stopped one is found)."""
+        return (
+            bool(self.in_flight)
+            or self._death is not None
+            or self.starting
+            or (self.dead is None and self.link.silent_s() > self.silent_after_s)
+        )
 
     def command(self, *msg: Any) -> Any:
         """One of its role's own commands (replica_worker's doc), as a round trip: the
@@ -196,98 +271,134 @@ class Replica:
 
     def step(self) -> None:
         """Publish what the replica has sent since the last turn (waiting up to
-        STEP_WAIT_S for something); raises ReplicaDied or a failed step's error."""
-        self._raise_failure()
-        if self.dead is not None:
-            raise ReplicaDied(self.dead)
-        wait([self._conn, self.process.sentinel], STEP_WAIT_S)
-        while self._poll():
-            self._take(self._recv())
-            self._raise_failure()
-        if not self.process.is_alive():
-            self._die(self._exit_words())
-        if self.in_flight and time.monotonic() - self._heard > self.stall_timeout_s:
-            self._die(f"sent nothing for {self.stall_timeout_s:.0f} s while holding requests")
+        STEP_WAIT_S for something); raises ReplicaDied (once per death) or a failed
+        step's error. While a restarted process loads, a turn only looks for its ready."""
+        try:
+            self._turn()
+        except ReplicaDied:
+            self._death = None  # said now: the engine loop ends its requests with it
+            raise
+
+    def publish_waiting(self) -> None:
+        """Publish what has come, without waiting: its turn while the engine thread waits
+        on another replica's round trip (a death found here is raised at its next step)."""
+        if self.dead is None and not self.calling and self._failure is None:
+            try:
+                self._publish(0.0)
+            except ReplicaDied:
+                pass
 
     def ask_to_stop(self) -> None:
         """Tell the process to leave (``close`` then waits for it): a fleet tells every
         replica first, so they shut down together."""
-        if self.dead is None and self.process.is_alive() and not self._conn.closed:
-            try:
-                self._conn.send(("stop",))
-            except OSError:
-                pass
+        if not self.link.closed:
+            self.link.send(("stop",))
 
     def close(self, timeout_s: float = 10.0) -> None:
-        """Ask the process to leave, and make sure it has."""
-        if self._conn.closed:
+        """Ask the process to leave, and make sure it has (at once if it is silent: a
+        stopped process would not hear)."""
+        if self._closed:
             return
+        self._closed = True
         self.ask_to_stop()
-        self.process.join(timeout_s)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join(timeout_s)
+        silent = self.link.silent_s() > self.silent_after_s
+        self.process.join(0 if silent else timeout_s)
+        self._kill()
         self.dead = self.dead or f"{self.name} was shut down"
-        self._conn.close()
+        self.starting = False
+        self.link.close()
 
     # ---- the pipe ------------------------------------------------------------------------
     def _view(self, name: str) -> Any:
         return self._call(("view", name))
 
+    def _turn(self) -> None:
+        if self._death is not None:
+            raise ReplicaDied(self._death)
+        if self.starting:
+            return self._watch_start()
+        self._raise_failure()
+        if self.dead is not None:
+            raise ReplicaDied(self.dead)
+        self._publish(STEP_WAIT_S)
+        self._raise_failure()
+        self._check()
+
+    def _publish(self, wait_s: float) -> None:
+        """Publish what came after a failed step first, then the link's messages (the first
+        waited for up to ``wait_s``), stopping at a failed step: its error is raised before
+        the events that follow it (its requests' aborts) are heard."""
+        while self._held and self._failure is None:
+            self._take(self._held.popleft())
+        while self._failure is None and not self._held:
+            msg = self.link.next(wait_s)
+            if msg is None:
+                return
+            wait_s = 0.0
+            if msg[0] in ("reply", "refused"):  # never: every round trip takes its own reply
+                log.warning("%s: a reply nobody waited for: %r", self.name, msg[0])
+                continue
+            self._take(msg)
+
     def _call(self, msg: tuple) -> Any:
         """One round trip: send, then publish the events that come before the reply."""
         if self.dead is not None:
             raise ReplicaDied(self.dead)
+        self._check()  # never send to a replica known to be silent
         self.calling = True
         try:
-            try:
-                self._conn.send(msg)
-            except OSError:
-                self._die(self._exit_words())
-            return self._receive_reply(self.stall_timeout_s)
+            self.link.send(msg)
+            return self._await_reply(time.monotonic())
         finally:
             self.calling = False
             if self.after_call is not None:
                 self.after_call()
 
-    def _receive_reply(self, timeout_s: float) -> Any:
-        deadline = time.monotonic() + timeout_s
+    def _await_reply(self, sent: float) -> Any:
         while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self._die(f"did not answer within {timeout_s:.0f} s")
-            wait([self._conn, self.process.sentinel], left)
-            if not self._poll():
-                if not self.process.is_alive():
-                    self._die(self._exit_words())
+            msg = self.link.next(CALL_POLL_S)
+            if msg is None:
+                if self.while_calling is not None:
+                    self.while_calling()
+                self._check(sent)
                 continue
-            kind, value, load = self._recv()
+            kind, value, load = msg
             self.load = load or self.load
             if kind == "reply":
+                self._stepped = time.monotonic()
                 return value
             if kind == "refused":
                 raise ValueError(value)
-            self._take((kind, value, load))
+            if self._failure is not None and msg is not CLOSED:  # held until it is raised
+                self._held.append(msg)
+            else:
+                self._take(msg)
 
-    def _poll(self) -> bool:
-        try:
-            return self._conn.poll()
-        except OSError:
-            return False
-
-    def _recv(self) -> tuple:
-        try:
-            msg = self._conn.recv()
-        except (EOFError, OSError):
-            self.process.join(1.0)  # it is on its way out: let its exit code show
-            self._die(self._exit_words())
-        self._heard = time.monotonic()
-        return msg
+    def _check(self, call_sent: float | None = None) -> None:
+        """Declare it dead if its process has gone quiet, hung or ended."""
+        silent = self.link.silent_s()
+        if silent > self.silent_after_s:
+            self._die(
+                f"{self.name} (pid {self.process.pid}) sent nothing, not even its heartbeat, "
+                f"for {silent:.1f} s (the bound is {self.silent_after_s:g} s)"
+            )
+        now = time.monotonic()
+        if call_sent is not None and now - call_sent > self.stall_timeout_s:
+            self._die(f"{self.name} did not answer within {self.stall_timeout_s:.0f} s")
+        if self.in_flight and now - self._stepped > self.stall_timeout_s:
+            self._die(
+                f"{self.name} finished no step for {self.stall_timeout_s:.0f} s while "
+                "holding requests"
+            )
 
     def _take(self, msg: tuple) -> None:
-        """A message that is not a reply: a step's events, or a failed step."""
+        """A message that is not a reply: a step's events, a failed step, the pipe's end."""
         kind, value, load = msg
-        self.load = load
+        if msg is CLOSED:
+            self.process.join(1.0)  # it is on its way out: let its exit code show
+            self._die(self._exit_words())
+        self.load = load or self.load
+        self._stepped = time.monotonic()
         if kind == "failed":
             self._failure = value
             return
@@ -300,6 +411,42 @@ class Replica:
                 self._kv.apply(event.plan.kv_ops)
                 self._steps = event.plan.step
         self.bus.emit_many(value)
+
+    def _take_ready(self, msg: tuple) -> None:
+        kind, value, _ = msg
+        if kind == "refused":
+            raise ValueError(value)
+        if kind != "reply":  # CLOSED: it exited while loading
+            self.process.join(1.0)
+            raise ReplicaDied(self._exit_words())
+        self._info = value["describe"]
+        self.runner = ReplicaModel(value["vocab_size"])
+        self.eos_token_ids = value["eos_token_ids"]
+
+    def _watch_start(self) -> None:
+        """A restarted process: its ready message, or its failure to start (then it stays
+        dead: a start that failed once would fail again)."""
+        msg = self.link.next(STEP_WAIT_S)
+        try:
+            if msg is None:
+                if time.monotonic() - self._started > START_TIMEOUT_S:
+                    raise ReplicaDied(f"{self.name} did not start within {START_TIMEOUT_S:.0f} s")
+                return
+            self._take_ready(msg)
+        except (ValueError, ReplicaDied) as err:
+            self.starting = False
+            self.dead = f"{self.name} could not be restarted: {err}"
+            log.error("%s", self.dead)
+            self._kill()
+            return
+        self.starting, self.dead = False, None
+        self.in_flight, self.load = set(), {"waiting": 0, "running": 0, "swapped": 0}
+        log.warning("%s is serving again (restart %d)", self.name, self.restarts)
+        if self.bus.wants("reset"):  # its request ids start again at 0
+            info = {**self._info, "replica": self.index}
+            self.bus.emit(events.EngineReset(time=self.clock(), info=info))
+        if self.on_ready is not None:
+            self.on_ready(self)
 
     def _raise_failure(self) -> None:
         if self._failure is not None:
@@ -316,14 +463,20 @@ class Replica:
             how = f"was killed by signal {-code}"
         return f"{self.name} (pid {self.process.pid}) {how}"
 
+    def _kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()  # SIGKILL: a stopped process goes too
+            self.process.join(5.0)
+
     def _die(self, why: str) -> None:
         """Mark it dead (its requests end with ``why`` at the loop's next turn), stop the
         process if it is still there, tell the fleet, and raise."""
-        if self.dead is None:
-            self.dead = f"{why}; its requests end here, the other replicas go on"
-            log.error("%s", self.dead)
-            if self.process.is_alive():
-                self.process.kill()
-            if self.on_death is not None:
-                self.on_death(self)
-        raise ReplicaDied(self.dead)
+        if self.dead is not None:
+            raise ReplicaDied(self.dead)
+        words = f"{why}; its requests end here, the other replicas go on"
+        self.dead = self.died_of = self._death = words
+        log.error("%s", words)
+        self._kill()
+        if self.on_death is not None:
+            self.on_death(self)  # which may restart it: ``dead`` then says so
+        raise ReplicaDied(words)

@@ -33,17 +33,24 @@ process). ``load`` is
 ``queue_sizes()`` just after: what the router reads. A reply always comes before the
 events its command published, so the fleet can announce where it routed a request (its
 ``routed`` event) before the replica's own ``arrived``.
+
+Once ready, a thread of its own also sends ``("alive", None, None)`` every HEARTBEAT_S,
+whatever the engine is doing: a long step keeps beating, a stopped or frozen process
+falls silent, and the fleet tells the two apart by that silence (replica.py,
+SILENT_AFTER_S).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from multiprocessing.connection import Connection
 from typing import Any
 
 log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 0.5  # how long an idle replica waits for a command before looking again
+HEARTBEAT_S = 0.5  # how often a ready replica says it is alive, busy or not
 VIEWS = frozenset({"describe", "kv_snapshot", "kv_snapshot_event", "live_requests", "queue_sizes"})
 
 
@@ -71,14 +78,41 @@ def main(
         "vocab_size": engine.runner.vocab_size,
         "eos_token_ids": list(engine.eos_token_ids),
     }
-    conn.send(("reply", ready, engine.queue_sizes()))
+    pipe = _Locked(conn)  # from here on two threads send: the loop and the heartbeat
+    pipe.send(("reply", ready, engine.queue_sizes()))
+    stop = threading.Event()
+    threading.Thread(target=_beat, args=(pipe, stop), name="minicb-heartbeat", daemon=True).start()
     try:
-        serve(conn, engine, outbox, role)
+        serve(pipe, engine, outbox, role)
     except (EOFError, OSError):  # the parent is gone: nothing is left to serve
         log.warning("replica: the fleet closed its pipe; stopping")
+    finally:
+        stop.set()
 
 
-def serve(conn: Connection, engine: Any, outbox: list[Any], role: Any = None) -> None:
+class _Locked:
+    """The pipe with its sends under a lock (a message is never interleaved with a
+    heartbeat); ``poll`` and ``recv`` stay the loop's alone."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn, self._lock = conn, threading.Lock()
+        self.poll, self.recv = conn.poll, conn.recv
+
+    def send(self, msg: tuple) -> None:
+        with self._lock:
+            self._conn.send(msg)
+
+
+def _beat(conn: _Locked, stop: threading.Event) -> None:
+    """Say "alive" every HEARTBEAT_S until stopped or the parent is gone."""
+    while not stop.wait(HEARTBEAT_S):
+        try:
+            conn.send(("alive", None, None))
+        except (OSError, ValueError):
+            return
+
+
+def serve(conn: Any, engine: Any, outbox: list[Any], role: Any = None) -> None:
     """Commands between steps; a step whenever the engine has work."""
     while True:
         if role is not None:
@@ -106,7 +140,7 @@ def serve(conn: Connection, engine: Any, outbox: list[Any], role: Any = None) ->
             _flush(conn, engine, outbox)
 
 
-def _answer(conn: Connection, engine: Any, msg: tuple, outbox: list[Any], role: Any = None) -> None:
+def _answer(conn: Any, engine: Any, msg: tuple, outbox: list[Any], role: Any = None) -> None:
     kind = msg[0]
     try:
         if kind == "add":
@@ -136,7 +170,7 @@ def _answer(conn: Connection, engine: Any, msg: tuple, outbox: list[Any], role: 
     conn.send(("reply", value, engine.queue_sizes()))
 
 
-def _flush(conn: Connection, engine: Any, outbox: list[Any]) -> None:
+def _flush(conn: Any, engine: Any, outbox: list[Any]) -> None:
     """Send what the bus carried since the last flush, in one message."""
     if outbox:
         events = list(outbox)

@@ -178,6 +178,12 @@ class Router:
         self.records.pop(replica, None)
         self.removed.add(replica)
 
+    def rejoin(self, replica: int) -> None:
+        """A removed replica serves again (restarted): routed to again, its record empty
+        (a fresh process has an empty cache)."""
+        self.removed.discard(replica)
+        self.records[replica] = PrefixRecord(self.max_blocks_per_replica)
+
     def route(
         self, request_id: int, prompt_token_ids: Sequence[int], loads: Sequence[ReplicaLoad]
     ) -> Route:

@@ -15,7 +15,7 @@ name on every request because the demo may rebuild it with new settings.
 The name may be a fleet's (minicb.fleet: replicas behind a router): the fleet tokenizes,
 the loop routes each request to a replica, and the request's stream names that replica,
 so an abort (a client that hangs up) frees KV there; /metrics labels each replica's
-figures with ``replica``, and /health answers 503 only when every replica has failed.
+figures with ``replica``, and /health names each replica's state (503 once none serves).
 """
 
 from __future__ import annotations
@@ -203,16 +203,28 @@ class OpenAIRoutes:
         return JSONResponse(self.model_card())
 
     async def health(self) -> JSONResponse:
-        """200 while a step can succeed: 503 once the engine thread has ended, or while the
-        engine's latest step failed (say, a tensor-parallel group broken for good); the
-        error itself is on /metrics, behind the key."""
+        """200 while a request can be served; 503 with the reason whenever one could not
+        be: the engine thread has ended; a fleet has no replica serving, or
+        (disaggregated) no live prefill or no live decode engine (``fleet.unavailable()``);
+        the latest step failed (say, a tensor-parallel group broken for good; for a
+        fleet, every replica's). A fleet's body names each replica's state, so a stalled
+        or restarting one is named while the others serve ("degraded"). The error itself
+        is on /metrics, behind the key."""
+        fleet = self.loop.fleets.get(self.engine_name)
+        states = fleet.health() if fleet is not None else None
+        named = {} if states is None else {"replicas": states}
         if not self.loop.alive:
             return JSONResponse({"status": "engine thread stopped"}, status_code=503)
+        why = fleet.unavailable() if fleet is not None else None
+        if why is not None:
+            return JSONResponse({"status": why, **named}, status_code=503)
         if self.loop.failing(self.engine_name):
-            failed = self.loop.failed_steps.get(self.engine_name, 0)
-            body = {"status": "the latest step failed", "failed_steps": failed}
+            names = [self.engine_name] if fleet is None else list(fleet.replicas)
+            failed = sum(self.loop.failed_steps.get(name, 0) for name in names)
+            body = {"status": "the latest step failed", "failed_steps": failed, **named}
             return JSONResponse(body, status_code=503)
-        return JSONResponse({"status": "ok", "model": self.model_name})
+        status = "ok" if all(s == "ok" for s in (states or {}).values()) else "degraded"
+        return JSONResponse({"status": status, "model": self.model_name, **named})
 
     async def metrics(self, request: Request) -> Response:
         # One engine's metrics, or each replica's of a fleet (FleetMetrics.members).
