@@ -1,6 +1,6 @@
 """The benchmark suite behind ``minicb bench``, and what every one of its runs leaves behind.
 
-Eight modules, one concept each (what a student runs: minicb continuous against static
+Nine modules, one concept each (what a student runs: minicb continuous against static
 against transformers, and the report):
 
 - ``workloads``: what the suite runs: the recipes (seeded request sets, built on
@@ -11,6 +11,8 @@ against transformers, and the report):
 - ``measurements``: the run's measurements, one ``Suite`` method per section of
   bench.json, ``schedule()``'s cost on its own among them (static against continuous is
   predicted by the real schedulers on the simulated runner: minicb/sim/);
+- ``sanity``: every run's figures, and the ratios between systems, checked before anyone
+  reads them: a figure no correct run gives is an error naming the system and the figure;
 - ``report``: the goals judged and the markdown tables;
 - ``charts``: the self-contained HTML page, its charts and then those tables;
 - ``suite``: the ``minicb bench`` subcommand, the whole run in order;
@@ -40,6 +42,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from minicb.bench.sanity import check_run
 from minicb.scheduler.plan import DECODE
 from minicb.sim.step_time import plan_rows, step_totals
 from minicb.telemetry.events import Event, StepEvent
@@ -75,6 +78,9 @@ class RunRecord:
     summary: dict[str, Any] = field(default_factory=dict)  # MetricsCollector.summary(...)
     wall_s: float = 0.0  # from the start of the run to the last request's end
     steps: list[dict[str, float]] = field(default_factory=list)  # step_row of each iteration
+    # The first and the last of its events, in seconds from the start of the run: within
+    # [0, wall_s] in any correct run (minicb.bench.sanity checks it).
+    span: tuple[float, float] = (0.0, 0.0)
     error: str | None = None  # set when the system could not run; figures are then empty
 
     @property
@@ -113,14 +119,16 @@ def step_row(e: StepEvent, t0: float) -> dict[str, float]:
 
 def measure_events(
     events: Iterable[Event], t0: float, ttft_slo: float | None, tpot_slo: float | None
-) -> tuple[dict[str, Any], list[dict[str, float]]]:
-    """The metrics summary and the step rows of a run's events (rebuilt ones included)."""
+) -> tuple[dict[str, Any], list[dict[str, float]], tuple[float, float]]:
+    """The metrics summary, the step rows and the span (first and last event time, from
+    ``t0``) of a run's events (rebuilt ones included)."""
     metrics, steps = MetricsCollector(), []
     for event in events:
         metrics((event,))
         if isinstance(event, StepEvent):
             steps.append(step_row(event, t0))
-    return metrics.summary(ttft_slo, tpot_slo), steps
+    first, last = (t0, t0) if metrics.t_min is None else (metrics.t_min, metrics.t_max)
+    return metrics.summary(ttft_slo, tpot_slo), steps, (first - t0, last - t0)
 
 
 # ---- figures -------------------------------------------------------------------------------
@@ -211,9 +219,13 @@ SLOs = tuple[float | None, float | None]  # (TTFT, TPOT) goodput targets
 def run_record(
     system: str, w: Workload, events: list[Event], t0: float, end: float, slo: SLOs
 ) -> RunRecord:
-    """The run's record: its events measured from ``t0``, its wall time up to ``end``."""
-    summary, steps = measure_events(events, t0, *slo)
-    return RunRecord(system, w.name, summary, end - t0, steps)
+    """The run's record: its events measured from ``t0``, its wall time up to ``end``;
+    checked before anyone reads a figure of it (a figure no correct run gives raises
+    ``ImplausibleFigure``, naming the system and the figure: minicb.bench.sanity)."""
+    summary, steps, span = measure_events(events, t0, *slo)
+    record = RunRecord(system, w.name, summary, end - t0, steps, span)
+    check_run(record, w)
+    return record
 
 
 def drive(

@@ -30,6 +30,7 @@ from minicb.bench import (
     performance_lab,
     ratio_table,
 )
+from minicb.bench.sanity import check_ratios
 from minicb.bench.systems import Systems, compare_prefix_caching, kv_blocks_for, sibling
 from minicb.bench.workloads import MINICB, BenchPlan, sweep_workload
 from minicb.config import EngineConfig, SamplingParams
@@ -175,6 +176,7 @@ class Suite:
                 trace = self._trace_path(w.name, name) if r == 0 and name in MINICB else None
                 runs[name].append(self.systems.run(name, w, trace))
                 self.bar.update()
+        check_ratios(w, runs, self.plan.max_num_seqs)  # before any ratio is made or judged
         return {
             "definition": w.describe(),
             "figures": {n: aggregate(recs) for n, recs in runs.items()},

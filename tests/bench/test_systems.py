@@ -32,8 +32,8 @@ def hf_tiny(tiny_llama_dir):
 def test_padded_batch_events_give_the_figures_worked_by_hand():
     reqs = [RequestSpec([5, 6, 7], 1), RequestSpec([5, 6, 7, 8, 9], 3)]
     w = Workload("w", "two", reqs)
-    events = _batch_events([0, 1], w, t0=10.0, start=10.0, times=[10.5, 11.0, 11.5], end=11.6)
-    summary, steps = measure_events(events, 10.0, ttft_slo=None, tpot_slo=None)
+    events = _batch_events([0, 1], w, t0=10.0, began=10.0, times=[10.5, 11.0, 11.5], end=11.6)
+    summary, steps, span = measure_events(events, 10.0, ttft_slo=None, tpot_slo=None)
     lat = summary["latency"]
     assert lat["ttft_s"]["p50"] == pytest.approx(0.5)
     assert lat["e2e_s"]["max"] == pytest.approx(1.6)
@@ -44,6 +44,7 @@ def test_padded_batch_events_give_the_figures_worked_by_hand():
     assert summary["batch"]["slot_occupancy"] == pytest.approx(4 / 6)
     assert [s["decode_rows"] for s in steps] == [0, 2, 2]
     assert steps[0]["prefill_tokens"] == 10 and steps[1]["dt"] == pytest.approx(0.5)
+    assert span == (0.0, pytest.approx(1.6))  # from when the batch began to its return
 
 
 def test_minicb_driver_adds_requests_at_their_arrival_times():
