@@ -56,6 +56,18 @@ class EngineShaped:
     def kv_snapshot(self) -> Any:
         return self.prefill[0].kv_snapshot()
 
+    def health(self) -> dict[str, str]:
+        """Each engine's state in words (Replica.health), for /health; any thread."""
+        return {name: engine.health() for name, engine in self.engines.items()}
+
+    def unavailable(self) -> str | None:
+        """Why no request could be served now (/health's 503): a side with no engine
+        serving; None while both have one."""
+        for side, engines in (("prefill", self.prefill), ("decode", self.decode)):
+            if not any(engine.serving for engine in engines):
+                return f"no live {side} engine: " + "; ".join(e.health() for e in engines)
+        return None
+
     def engine_loop(self) -> Any:
         """The server's loop over every engine, requests sent to ``FLEET`` routed here (a
         request's stream moves from its prefill engine to its decode engine)."""
