@@ -36,6 +36,7 @@ def torch_tokens(tiny_llama_dir):
     return [o.token_ids for o in llm.generate(PROMPTS, PARAMS)]
 
 
+@pytest.mark.slow  # an engine on the Triton interpreter, per case
 @pytest.mark.parametrize("name", CASES)
 def test_triton_backend_matches_torch_backend(name, tiny_llama_dir, torch_tokens):
     options = CASES[name]

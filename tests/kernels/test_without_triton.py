@@ -20,6 +20,8 @@ import pytest
 
 from minicb import LLM, SamplingParams
 
+# The module fixture runs an engine in a fresh interpreter without triton.
+pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 KERNEL_FILES = {"minicb.kernels.decode_attention", "minicb.kernels.prefill_attention",
                 "minicb.kernels.store_kv"}  # fmt: skip

@@ -94,9 +94,8 @@ def torch_int8_tokens(tiny_llama_dir) -> list[list[int]]:
     return [o.token_ids for o in llm.generate(PROMPTS, PARAMS)]
 
 
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=pytest.mark.slow) if "mixed" in n else n for n in CASES]
-)
+@pytest.mark.slow  # an engine on the Triton interpreter, per case
+@pytest.mark.parametrize("name", CASES)
 def test_engine_on_triton_gives_the_torch_tokens_under_int8(
     name, tiny_llama_dir, torch_int8_tokens
 ):

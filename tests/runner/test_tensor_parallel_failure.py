@@ -24,6 +24,9 @@ from minicb.runner.tp_group import TensorParallelError
 from tests.api.live import api_server
 from tests.helpers import greedy_tokens
 
+# Each test spawns ranks and waits out a failure or a timeout: tens of seconds each.
+pytestmark = pytest.mark.slow
+
 HANG_GUARD_S = 120  # far beyond the few seconds a failure takes; only a hang reaches it
 PARAMS = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
 

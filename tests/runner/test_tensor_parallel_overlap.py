@@ -16,6 +16,9 @@ from minicb.runner.loader import make_tiny_model_dir
 from tests.helpers import greedy_tokens
 from tests.runner.test_tensor_parallel import MAX_TOKENS, PROMPTS, SPEC_MAX_TOKENS, SPEC_PROMPTS
 
+# Two spawned ranks per case.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module", autouse=True)
 def _one_group_per_module():

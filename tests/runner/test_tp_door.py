@@ -44,6 +44,7 @@ def listening_addresses(pids: list[int]) -> list[str]:
 LOOPBACK = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1 and ::1
 
 
+@pytest.mark.slow  # spawns a two-rank group
 def test_the_spawned_group_listens_on_loopback_only():
     group = tp_group.get_group(2, torch.device("cpu"))
     try:

@@ -72,6 +72,7 @@ def test_on_a_real_model_the_int8_cache_runs_the_larger_batch(scenario, tiny_lla
         assert engine.kv_snapshot().num_used == 0  # every block back in the pool
 
 
+@pytest.mark.slow  # a simulated H100 lesson run to its end
 def test_at_gpu_scale_the_pools_and_batches_are_the_ones_the_narration_quotes():
     """Lesson 09b: the simulated H100's pools come from its memory and the format (no
     block count in the file), and the narration's figures are this run's."""

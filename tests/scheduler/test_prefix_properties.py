@@ -9,6 +9,7 @@ or reused block never carries another prompt's KV. And the step events' KV chang
 replayed, give the engine's own map after every step (what the page and a replay draw).
 """
 
+import pytest
 from hypothesis import given, settings, target
 from hypothesis import strategies as st
 
@@ -42,6 +43,7 @@ config_st = st.fixed_dictionaries(
 PREFIXES = [[3 + (i * 7 + j * 5) % 200 for j in range(30)] for i in range(3)]
 
 
+@pytest.mark.slow  # 150 random workloads over shared prefixes
 @settings(max_examples=150, deadline=None)
 @given(
     config=config_st,

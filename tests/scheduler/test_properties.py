@@ -14,6 +14,7 @@ cannot fall short by chance.
 
 from collections import Counter
 
+import pytest
 from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
 
@@ -136,6 +137,7 @@ def run_workload(config: dict, num_blocks: int, max_model_len: int, requests: li
     return reached
 
 
+@pytest.mark.slow  # hundreds of random workloads: tens of seconds
 def test_random_workloads_keep_every_promise():
     """NUM_WORKLOADS random workloads keep every promise; most of them preempt and swap."""
     totals: Counter = Counter()
