@@ -42,7 +42,8 @@ def reference() -> list[list[int]]:
 
 @pytest.fixture(scope="module")
 def fleet():
-    with Fleet(replicas=2, threads=1, **OPTIONS) as fleet:
+    # not restarted: the kill test checks that the survivor takes every request
+    with Fleet(replicas=2, threads=1, restart_replicas=False, **OPTIONS) as fleet:
         yield fleet
 
 
