@@ -1,25 +1,29 @@
-"""``minicb lab student`` and ``minicb lab check NOTEBOOK...``."""
+"""``minicb lab student`` and ``minicb lab check SUBMISSION... [--teacher PATH] [--csv FILE]``."""
 
 from __future__ import annotations
 
 import argparse
+import csv
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("lab", help="graded labs: student notebooks and their checker")
+    p = subparsers.add_parser("lab", help="graded labs: student notebooks and their grader")
     sub = p.add_subparsers(dest="lab_command", required=True)
     s = sub.add_parser("student", help="write the student versions of the notebooks")
     s.add_argument("--notebooks", type=Path, default=ROOT / "notebooks")
     s.add_argument("--out", type=Path, help="folder (default: NOTEBOOKS/student)")
     s.set_defaults(func=run_student)
     c = sub.add_parser(
-        "check", help="run notebooks with the teacher's checks: which answers are right"
+        "check", help="grade submitted notebooks against the teacher's checks: one table"
     )
-    c.add_argument("notebooks", nargs="+", type=Path)
-    c.add_argument("--teacher", type=Path, help="the teacher's notebook (default: notebooks/NAME)")
+    c.add_argument("notebooks", nargs="+", type=Path, help="submissions, any file names")
+    c.add_argument("--teacher", type=Path,
+                   help="the teacher's notebook, or a folder of them (default: notebooks/NAME "
+                        "for a submission named like the teacher's)")  # fmt: skip
+    c.add_argument("--csv", type=Path, help="also write the table here, for a gradebook")
     c.set_defaults(func=run_check)
 
 
@@ -32,11 +36,43 @@ def run_student(args: argparse.Namespace) -> int:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from minicb.lab.checker import check_notebook, report
+    from minicb.lab.checker import grade, teachers_notebook
 
-    ok = True
-    for path in args.notebooks:
-        results = check_notebook(path, args.teacher)
-        print(report(path, results), flush=True)
-        ok &= all(r.correct for r in results)
-    return 0 if ok else 1
+    for path in args.notebooks:  # every name checked before the first kernel starts
+        if not path.is_file():
+            raise ValueError(f"no submission {path}")
+        teachers_notebook(path, args.teacher)
+    graded = grade(args.notebooks, args.teacher)
+    print(table(graded), flush=True)
+    if args.csv:
+        write_csv(graded, args.csv)
+        print(f"wrote {args.csv}")
+    return 0 if all(r.correct for g in graded for r in g.results) else 1
+
+
+def table(graded: list) -> str:
+    """One line per submission (right / of, then each exercise), then what each wrong
+    answer violated."""
+    width = max(len(str(g.path)) for g in graded)
+    numbers = sorted({r.number for g in graded for r in g.results})
+    lines = [f"{'submission':{width}}  right  " + "  ".join(f"ex{n:<3}" for n in numbers)]
+    for g in graded:
+        marks = {r.number: "ok" if r.correct else "--" for r in g.results}
+        right = sum(r.correct for r in g.results)
+        lines.append(f"{str(g.path):{width}}  {right:>2}/{len(g.results):<2}  "
+                     + "  ".join(f"{marks.get(n, ''):5}" for n in numbers))  # fmt: skip
+    for g in graded:
+        lines += [f"{g.path}: exercise {r.number}: {r.detail}" for r in g.results if not r.correct]
+    return "\n".join(lines)
+
+
+def write_csv(graded: list, path: Path) -> None:
+    """submission, right, of, then per exercise "right" or what it violated."""
+    numbers = sorted({r.number for g in graded for r in g.results})
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        out = csv.writer(f)
+        out.writerow(["submission", "right", "of", *(f"exercise {n}" for n in numbers)])
+        for g in graded:
+            by = {r.number: "right" if r.correct else f"wrong: {r.detail}" for r in g.results}
+            out.writerow([str(g.path), sum(r.correct for r in g.results), len(g.results),
+                          *(by.get(n, "") for n in numbers)])  # fmt: skip

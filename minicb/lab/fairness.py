@@ -91,8 +91,8 @@ class StarvationResult:
 def starvation_run(policy: str, *, aging_steps: int | None = None, reserve_blocks: int = 0,
                    steps: int = 400, long_prompt: int = 320, queue: int = 2, long_at: int = 50,
                    seed: int = 0) -> StarvationResult:  # fmt: skip
-    """8 slots, a pool of 40 blocks of 16 tokens, a steady stream of short chats (a new one
-    every iteration while fewer than 12 wait) and, at iteration 5, one long prompt of
+    """8 slots, a pool of 40 blocks of 16 tokens, a steady stream of short chats (new ones
+    whenever fewer than ``queue`` wait) and, at iteration ``long_at``, one long prompt of
     ``long_prompt`` tokens (chunked prefill on: a prompt needs blocks, not the budget)."""
     import random
 
