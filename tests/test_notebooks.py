@@ -1,13 +1,13 @@
 """The notebooks in notebooks/: thirteen of them, stored clean.
 
-Each notebook runs top to bottom once, in tests/lab/test_lab.py: the lab checker's run of
-the teacher's notebook fails on an error in any cell, so a renamed function, a changed field
-or a scheduler that decides differently makes its notebook fail there instead of in front
-of a class (one run per notebook, where this file used to run each a second time).
+Each notebook runs top to bottom through the lab grader, in tests/lab/test_teacher_NN.py
+(one file per notebook, slow): the grader's runs of the teacher's notebook fail on an error
+in any cell, so a renamed function, a changed field or a scheduler that decides differently
+makes its notebook fail there instead of in front of a class.
 
 The kernel is this interpreter (the one with minicb installed), whatever kernelspecs the
-machine has: the checker writes a kernelspec naming ``sys.executable`` (tested in
-tests/lab/test_lab.py), so a fresh venv in CI needs no ``ipykernel install`` step.
+machine has: the grader writes a kernelspec naming ``sys.executable`` (tested in
+tests/lab/test_grader_runs.py), so a fresh venv in CI needs no ``ipykernel install`` step.
 
 The notebooks are stored without outputs; a fast test checks that too.
 """
