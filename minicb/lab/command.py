@@ -61,6 +61,7 @@ def table(graded: list) -> str:
         right = sum(r.correct for r in g.results)
         lines.append(f"{str(g.path):{width}}  {right:>2}/{len(g.results):<2}  "
                      + "  ".join(f"{marks.get(n, ''):5}" for n in numbers))  # fmt: skip
+    lines = [line.rstrip() for line in lines]
     for g in graded:
         lines += [f"{g.path}: exercise {r.number}: {r.detail}" for r in g.results if not r.correct]
     return "\n".join(lines)
