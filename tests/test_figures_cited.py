@@ -17,9 +17,13 @@ holds them to it:
   `code` (commands, formulas) and years are not figures.
 
 Every figure of a unit must appear, as the same number, in one of the files the unit
-cites, and a unit with a figure must cite something. A figure derived by arithmetic (a
-ratio of two quoted figures) is not quoted: give the two figures, or cite the file that
-states the derived one.
+cites, and a unit with a figure must cite something. The teaching plan (docs/teaching.md,
+docs/zh/teaching.md) is a teacher's script, full of settings to type (port 8000, a pool of
+128 blocks, zoom to 150 %), so it is held a little differently: a paragraph that cites a file
+is held to it like the drill's, and one that cites nothing may carry settings but no
+measurement (a number with a decimal point, or a time or a ratio: ms, s, x, 倍 ...).
+A figure derived by arithmetic (a ratio of two quoted figures) is not quoted: give the two
+figures, or cite the file that states the derived one.
 """
 
 from __future__ import annotations
@@ -174,6 +178,39 @@ def test_every_figure_on_the_deck_is_in_the_file_its_slide_cites():
     assert not problems, "\n".join(problems)
 
 
+# --- the teaching plan: cited paragraphs held to their files, no loose measurement -----
+
+TEACHING = [DOCS / "teaching.md", DOCS / "zh" / "teaching.md"]
+TIME_OR_RATIO = {"ms", "µs", "s", "x", "×", "tok/s", "req/s", "倍", "秒", "毫秒"}
+
+
+def measurements(text: str) -> list[str]:
+    """The figures of a text that were measured: a decimal point, or a time or a ratio."""
+    found = []
+    for m in NUMBER.finditer(CODE.sub(" ", text)):
+        number, unit = m.group(1), m.group(2).strip()
+        if "." in number or unit in TIME_OR_RATIO:
+            found.append(number.replace(",", ""))
+    return found
+
+
+def plan_problems(unit: str, base: Path) -> list[str]:
+    files = cited(unit, base, LINK_MD)
+    if files:
+        return unsupported(unit, files)
+    loose = measurements(unit)
+    return [f"{loose} cites no file"] if loose else []
+
+
+@pytest.mark.parametrize("doc", TEACHING, ids=lambda p: str(p.relative_to(DOCS)))
+def test_every_measurement_in_the_teaching_plan_is_in_the_file_it_cites(doc):
+    problems = []
+    for unit in markdown_units(doc.read_text(encoding="utf-8")):
+        for bad in plan_problems(unit, doc.parent):
+            problems.append(f"{bad!r} in: {unit[:90]!r}")
+    assert not problems, "\n".join(problems)
+
+
 # --- the check itself can fail ------------------------------------------------------------
 
 
@@ -199,3 +236,16 @@ def test_a_figure_not_in_its_source_is_found(tmp_path):
 def test_a_notebook_named_is_its_committed_rendering():
     (path,) = cited("as notebook 1 shows", DOCS, LINK_MD)
     assert path == notebook_rendering(1) and path.parent.name == "notebooks"
+
+
+def test_the_teaching_plan_allows_settings_but_not_a_loose_or_stale_measurement(tmp_path):
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "performance.md").write_text("| 1 | 39.3 | 48 |\n| 8 | 44.1 | 44 |\n")
+    setting = "Zoom the browser to 125 to 150 %, KV pool 128 blocks, port 8000."
+    loose = "One decode step took 39.3 ms with 1 row."
+    stale = "It took 68 ms with 1 row, 28 % of the ceiling ([perf](performance.md))."
+    fresh = "It took 39.3 ms with 1 row, 48 % of the ceiling ([perf](performance.md))."
+    assert plan_problems(setting, tmp_path) == []
+    assert plan_problems(loose, tmp_path) == ["['39.3'] cites no file"]
+    assert plan_problems(stale, tmp_path) == ["68", "28"]
+    assert plan_problems(fresh, tmp_path) == []
