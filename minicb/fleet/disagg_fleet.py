@@ -116,7 +116,8 @@ class DisaggregatedFleet(EngineShaped, Handoffs):
         journey = Journey(number, ids, params, engine, rid)
         self.journeys[number] = journey
         self._by_engine[(engine.name, rid)] = journey
-        self._handle()
+        # Not acted on here: the server opens its stream first (``add_request``); the
+        # events wait for the next step, round trip or server round (module doc).
         return number
 
     def add_request(
@@ -128,8 +129,10 @@ class DisaggregatedFleet(EngineShaped, Handoffs):
         prompt_token_ids: list[int] | None = None,
     ) -> tuple[str, int]:
         """The server's door (as ``Fleet.add_request``): the prefill engine's name and the
-        request's id there, where its stream starts (it moves to the decode engine)."""
+        request's id there, where its stream starts (it moves to the decode engine). Its
+        journey is forgotten once it has finished (disagg_handoff.py)."""
         journey = self.journeys[self.submit(prompt, params, arrival_time, prompt_token_ids)]
+        journey.streamed = True
         return journey.prefill.name, journey.prefill_id
 
     def abort_request(self, number: int) -> bool:
@@ -169,7 +172,8 @@ class DisaggregatedFleet(EngineShaped, Handoffs):
         params: SamplingParams | Sequence[SamplingParams] | None = None,
         timeout_s: float = 600.0,
     ) -> list[Completion]:
-        """Complete every prompt; outputs in the order of the prompts."""
+        """Complete every prompt; outputs in the order of the prompts (their journeys are
+        forgotten then; ``submit``'s own are kept until ``forget``)."""
         if params is None or isinstance(params, SamplingParams):
             params = [params or SamplingParams()] * len(prompts)
         numbers = [self.submit(p, sp) for p, sp in zip(prompts, params, strict=True)]
@@ -178,7 +182,10 @@ class DisaggregatedFleet(EngineShaped, Handoffs):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"requests unfinished after {timeout_s:.0f} s: {self._state()}")
             self.step()
-        return [self.output(n) for n in numbers]
+        outputs = [self.output(n) for n in numbers]
+        for number in numbers:
+            self.forget(number)
+        return outputs
 
     def output(self, number: int) -> Completion:
         j = self.journeys[number]

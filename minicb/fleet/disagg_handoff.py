@@ -11,9 +11,21 @@ abort on either side frees both (``_release``); an engine that dies or fails a s
 its requests with an error naming it (``_end``), and a hand-off's stream on the server
 moves from the prefill engine to the decode engine with its first token.
 
-The events are acted on in the caller's thread, never during a round trip to an engine
-(``_heard`` queues them, ``_handle`` drains the queue), nor while a request is being added
-(``_holding``): its first token may come back before it is on record.
+The events are acted on in the caller's thread after the batch that carried them has
+reached every listener (``_heard`` queues them; ``_handle`` drains the queue: after each
+round trip, each of the server's rounds, each ``step``), never during a round trip to an
+engine (a round trip inside one would take its reply), nor while a request is being added
+(``_holding``: its first token may come back before it is on record). One thing cannot
+wait: the prefill side's end of a request that goes on to a decode engine. ``_heard``,
+the first listener on every engine's bus, holds its stream open at once
+(``EngineLoop.hold_stream``), so the server's stream feed, a later listener on the same
+bus, gives the stream its first token but never that end; the hand-off then moves the
+stream to the decode engine, where the rest of its tokens and its true end come.
+
+A journey the server opened (``streamed``) is forgotten once it has finished: its stream
+has had its end by then (the decode engine's, an error's or an abort's), and nothing that
+can still come needs it. ``generate`` forgets its own after reading their outputs; the
+fleet holds only what is in flight.
 """
 
 from __future__ import annotations
@@ -53,7 +65,7 @@ class Journey:
     waiting: str | None = None  # why it once waited for room on the decode side
     transfer: dict[str, Any] | None = None  # the "done" event's blocks, bytes, seconds
     send_s: float | None = None  # the prefill engine's sends of its KV, seconds
-    first: tuple[Any, float] | None = None  # its first token's delta and time (a stream's)
+    streamed: bool = False  # the server opened it: forgotten once finished (module doc)
 
     @property
     def finished(self) -> bool:
@@ -87,12 +99,25 @@ class Handoffs:
             engine.after_call = self._handle
 
     def _heard(self, engine: Replica, batch: list) -> None:
-        """An engine's events, as they are published (in the thread that steps it): acted
-        on at once, or, if they came during a round trip, when it has ended (``after_call``:
-        a round trip to the same engine inside it would take its reply)."""
+        """An engine's events, as they are published (in the thread that steps it), queued
+        for ``_handle``; a prefill side's end that is a hand-off holds its stream at once."""
+        for event in batch:
+            if event.kind == "finished" and self._loop is not None:
+                journey = self._by_engine.get((engine.name, event.request_id))
+                if journey is not None and self._goes_on(journey, engine, event.finish_reason):
+                    self._loop.hold_stream(engine.name, event.request_id)
         self._events.extend((engine, event) for event in batch)
-        if not any(e.calling for e in self.prefill + self.decode):
-            self._handle()
+
+    def _goes_on(self, journey: Journey, engine: Replica, finish_reason: str | None) -> bool:
+        """Whether this end on ``engine`` is the prefill side's hand-off: its first token,
+        stopped by length (the prefill engine is told ``max_tokens=1``), with more to come."""
+        return (
+            engine is journey.prefill
+            and journey.decode is None
+            and journey.state != "aborted"
+            and finish_reason == "length"
+            and journey.params.max_tokens > 1
+        )
 
     def _handle(self) -> None:
         if self._handling or self._holding:
@@ -110,19 +135,19 @@ class Handoffs:
                 journey = self._by_engine.get((engine.name, delta.request_id))
                 if journey is not None and journey.state != "aborted":
                     journey.token_ids.append(delta.token_id)
-                    if engine is journey.prefill and journey.first is None:
-                        journey.first = (delta, event.time)
-        elif event.kind == "aborted":  # by the server (a client hung up): free both
-            journey = self._by_engine.get((engine.name, event.request_id))
-            if journey is not None and not journey.finished:
+            return
+        journey = self._by_engine.get((engine.name, event.request_id))
+        if journey is None:  # not ours, or forgotten
+            return
+        if event.kind == "aborted":  # by the server (a client hung up): free both
+            if not journey.finished:
                 journey.state = "aborted"
                 self._release(journey)
         elif event.kind == "finished":
-            journey = self._by_engine.get((engine.name, event.request_id))
-            if journey is not None:
-                self._finished(journey, engine, event.finish_reason)
+            self._finished(journey, engine, event.finish_reason)
         else:
             self._transfer(engine, event)
+        self._settled(journey)
 
     def _finished(self, journey: Journey, engine: Replica, finish_reason: str | None) -> None:
         if engine is journey.decode:
@@ -131,16 +156,11 @@ class Handoffs:
             return
         # Its first token: a prefill engine holds the KV of a request stopped by length.
         journey.held = finish_reason == "length"
-        if (
-            journey.state == "aborted"
-            or finish_reason != "length"
-            or journey.params.max_tokens == 1
-        ):
-            if journey.state != "aborted":
-                journey.state, journey.finish_reason = "done", finish_reason
-            self._release(journey)
-            return
-        self._hand_off(journey)
+        if self._goes_on(journey, engine, finish_reason):
+            return self._hand_off(journey)
+        if journey.state != "aborted":
+            journey.state, journey.finish_reason = "done", finish_reason
+        self._release(journey)
 
     def _hand_off(self, journey: Journey) -> None:
         live = [e for e in self.decode if e.dead is None]
@@ -159,11 +179,8 @@ class Handoffs:
         journey.decode, journey.decode_id, journey.state = engine, rid, "handed_off"
         self._by_engine[(engine.name, rid)] = journey
         engine.in_flight.add(rid)  # the server's loop steps an engine that holds requests
-        if self._loop is not None:  # its stream goes on there, with its first token
-            stream = self._loop.move_stream(journey.prefill.name, journey.prefill_id,
-                                            engine.name, rid)  # fmt: skip
-            if stream is not None and journey.first is not None:
-                stream.token(*journey.first)
+        if self._loop is not None:  # its held stream goes on there (no event of rid yet)
+            self._loop.move_stream(journey.prefill.name, journey.prefill_id, engine.name, rid)
 
     def _transfer(self, engine: Replica, event: Any) -> None:
         journey = self._by_engine.get((engine.name, event.request_id))
@@ -221,6 +238,20 @@ class Handoffs:
                 rid = journey.decode_id if journey.decode else journey.prefill_id
                 self._loop.end_stream(where.name, rid, why)
         self._release(journey)
+        self._settled(journey)
+
+    def _settled(self, journey: Journey) -> None:
+        """Forget a finished journey the server opened: its stream has ended."""
+        if journey.streamed and journey.finished:
+            self.forget(journey.id)
+
+    def forget(self, number: int) -> None:
+        """Drop a journey's record (a finished one's: its outputs were read or streamed)."""
+        journey = self.journeys.pop(number, None)
+        if journey is not None:
+            self._by_engine.pop((journey.prefill.name, journey.prefill_id), None)
+            if journey.decode is not None:
+                self._by_engine.pop((journey.decode.name, journey.decode_id), None)
 
     def _died(self, engine: Replica) -> None:
         """Its requests end with its words; those whose KV it was to receive are freed on
@@ -238,7 +269,7 @@ class Handoffs:
                 self._end(journey, engine.dead or f"{engine.name} died")
 
     def _failed(self, engine: Replica, why: str) -> None:
-        for journey in self.journeys.values():
+        for journey in list(self.journeys.values()):
             here = journey.decode is engine or (journey.prefill is engine and not journey.decode)
             if here and not journey.finished:
                 self._end(journey, why)

@@ -24,6 +24,7 @@ class EngineShaped:
     decode: list[Replica]
     engines: dict[str, Replica]
     _loop: Any
+    _handle: Any  # Handoffs': act on the events queued so far
 
     @property
     def replicas(self) -> dict[str, Replica]:
@@ -70,9 +71,13 @@ class EngineShaped:
 
     def engine_loop(self) -> Any:
         """The server's loop over every engine, requests sent to ``FLEET`` routed here (a
-        request's stream moves from its prefill engine to its decode engine)."""
+        request's stream moves from its prefill engine to its decode engine). Before each
+        of its rounds it acts on the engines' events of the last one (``_handle``): hand-offs,
+        sends and frees happen there, once every listener has had the events."""
         from minicb.server.engine_loop import EngineLoop
 
         if self._loop is None:
-            self._loop = EngineLoop(dict(self.engines), fleets={FLEET: self})
+            self._loop = EngineLoop(
+                dict(self.engines), feeder=lambda _engines: self._handle(), fleets={FLEET: self}
+            )
         return self._loop

@@ -191,6 +191,16 @@ class EngineLoop:
         """Abort a request; its stream, if open, ends with finish reason "abort"."""
         return await self.acall(lambda: self.engines[engine].abort_request(request_id))
 
+    def hold_stream(self, engine: str, request_id: int) -> None:
+        """Keep a request's open stream open through its end on ``engine``, which is not its
+        end: it goes on in another engine (disaggregated serving: a prefill engine's end
+        after the first token), where ``move_stream`` takes it. Called by the first
+        listener on that engine's bus as the end is published, before the stream feed sees
+        it; in the engine thread."""
+        stream = self._open[engine].get(request_id)
+        if stream is not None:
+            stream.moving = True
+
     def move_stream(
         self, engine: str, request_id: int, to: str, to_id: int
     ) -> RequestStream | None:
@@ -198,7 +208,7 @@ class EngineLoop:
         engine to a decode engine) takes its open stream along; in the engine thread."""
         stream = self._open[engine].pop(request_id, None)
         if stream is not None:
-            stream.engine, stream.request_id = to, to_id
+            stream.engine, stream.request_id, stream.moving = to, to_id, False
             self._open[to][to_id] = stream
         return stream
 

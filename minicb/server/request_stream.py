@@ -42,6 +42,9 @@ class RequestStream:
     arrival_time: float = 0.0
     # the engine that holds the request (a fleet's: the replica it was routed to)
     engine: str = ""
+    # Its engine's end is not its end: the request goes on in another engine, which the
+    # stream moves to (EngineLoop.hold_stream, move_stream: disaggregated serving).
+    moving: bool = False
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     token_ids: list[int] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
@@ -97,8 +100,9 @@ class RequestStream:
 def feed_streams(streams: dict[int, RequestStream], events: Sequence[Event]) -> None:
     """The one channel of an engine's open ``streams`` (request id -> stream), a listener
     on its bus: a step's admissions and tokens feed their requests' streams; a finished
-    event ends its request's stream with its output (and closes it), an aborted one (a
-    client hung up, a rebuild, a failed step) with finish reason "abort"."""
+    event ends its request's stream with its output (and closes it), unless the stream is
+    ``moving`` (the request goes on in another engine); an aborted one (a client hung up,
+    a rebuild, a failed step) with finish reason "abort"."""
     for event in events:
         if not streams:
             return
@@ -115,7 +119,8 @@ def feed_streams(streams: dict[int, RequestStream], events: Sequence[Event]) -> 
         elif event.request_id not in streams:
             continue
         elif isinstance(event, RequestFinished):
-            streams.pop(event.request_id).finished(event)
+            if not streams[event.request_id].moving:  # a moving one ends where it goes
+                streams.pop(event.request_id).finished(event)
         else:
             rid = event.request_id
             streams.pop(rid).push(RequestOutput.ended(rid, "abort"))
