@@ -16,9 +16,9 @@ publishes what has come (waiting up to STEP_WAIT_S); the replica steps on its ow
 parallel with the others. Requests, aborts and views are round trips in the engine
 thread: the command goes out, and the thread waits for the reply, publishing the
 replica's events that come before it, and, every CALL_POLL_S, the other replicas' events
-(``while_calling``), so their streams flow while this one answers. A round trip waits
-for the replica's current step (its engine runs commands between steps), never longer
-than the replica stays heard from.
+(``while_calling``), so their streams flow while this one answers. A round trip still
+waits for the replica's current step (its engine runs commands between steps): while the
+replica is heard from, up to ``stall_timeout_s``; once it falls silent, no longer.
 
 When is a replica gone? Once ready it says "alive" every HEARTBEAT_S (0.5 s), from a
 thread of its own, whatever its engine is doing. So:
