@@ -5,7 +5,8 @@
 
 A request goes: the Guard (guard) -> body and schema (openai_request) -> parameter checks
 and sampling settings (openai_params) -> the prompt tokenized (the chat template applied)
-in the tokenizer's own thread -> the waiting-queue gate (waiting_gate) ->
+in the tokenizer's own thread, after a bound on its length and on that thread's queue
+(tokenizer_queue) -> the waiting-queue gate (waiting_gate) ->
 ``EngineLoop.submit`` -> its token stream, returned whole or as server-sent events
 (openai_reply). Every refusal is an APIError (api_error). Handlers only await; model work
 runs in the engine thread and tokenizing in the tokenizer's, so a slow step never stalls
@@ -21,8 +22,6 @@ figures with ``replica``, and /health names each replica's state (503 once none 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +52,7 @@ from minicb.server.openai_request import (
 )
 from minicb.server.redaction import text_free
 from minicb.server.request_stream import RequestStream
+from minicb.server.tokenizer_queue import MAX_TOKENIZING, TokenizerQueue
 from minicb.server.waiting_gate import WaitingGate
 from minicb.telemetry.prometheus import PrometheusMetrics
 
@@ -70,10 +70,8 @@ class OpenAIRoutes:
     gate: WaitingGate
     prometheus: PrometheusMetrics | FleetMetrics
     max_body_bytes: int
-    # The tokenizer's thread, beside the engine's: one, so prompts queue there in turn.
-    tokenizing: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="minicb-tokenizer")
-    )
+    # The tokenizer's thread, beside the engine's, and the bounds at its door.
+    tokenizer: TokenizerQueue = field(default_factory=TokenizerQueue)
 
     @property
     def engine(self) -> Any:
@@ -89,25 +87,20 @@ class OpenAIRoutes:
     async def completions(self, request: Request) -> Response:
         req, params = await self._read(request, CompletionRequest)
         prompt, engine = completion_prompt(req.prompt), self.engine
-        ids = await self._tokenized(lambda: engine.tokenize(prompt), "prompt")
+        if isinstance(prompt, str):
+            self.tokenizer.check_length(engine, len(prompt), "prompt")
+        ids = await self.tokenizer.run(lambda: engine.tokenize(prompt), "prompt")
         return await self._generate(request, req, prompt, params, ids)
 
     async def chat_completions(self, request: Request) -> Response:
         req, params = await self._read(request, ChatCompletionRequest)
         messages, engine = chat_messages(req.messages), self.engine
-        ids = await self._tokenized(lambda: engine.apply_chat_template(messages), "messages")
+        chars = sum(len(m["content"]) for m in messages)
+        self.tokenizer.check_length(engine, chars, "messages")
+        ids = await self.tokenizer.run(lambda: engine.apply_chat_template(messages), "messages")
         if requested_max_tokens(req) is None:
             params.max_tokens = await self.loop.acall(lambda: self._room(len(ids)))
         return await self._generate(request, req, ids, params, ids)
-
-    async def _tokenized(self, tokenize: Callable[[], list[int]], param: str) -> list[int]:
-        """``tokenize()`` in the tokenizer's own thread (the tokenizer releases the GIL): a
-        prompt of a megabyte costs its sender the wait, never a running stream a step. A
-        refusal (no tokenizer, no chat template, an id outside the vocabulary) is a 400."""
-        try:
-            return await asyncio.get_running_loop().run_in_executor(self.tokenizing, tokenize)
-        except ValueError as err:
-            raise APIError(str(err), param=param) from err
 
     async def _read(self, request: Request, schema: type[M]) -> tuple[M, SamplingParams]:
         """The request checked as far as it can be without the tokenizer, and its settings
@@ -280,6 +273,7 @@ def install_openai_routes(
     *,
     max_waiting: int = 256,
     max_body_bytes: int = 1 << 20,
+    max_tokenizing: int = MAX_TOKENIZING,
     guard: Guard | None = None,
 ) -> OpenAIRoutes:
     """Add the OpenAI routes, /health and /metrics for one engine of ``engine_loop``.
@@ -298,7 +292,10 @@ def install_openai_routes(
     # the queue bound: a fleet's waiting requests, all replicas together (Fleet.bus)
     engines = engine_loop.fleets if fleet is not None else engine_loop.engines
     gate = WaitingGate(engines, engine_name, max_waiting)
-    routes = OpenAIRoutes(engine_loop, engine_name, model_name, gate, prometheus, max_body_bytes)
+    routes = OpenAIRoutes(
+        engine_loop, engine_name, model_name, gate, prometheus, max_body_bytes,
+        TokenizerQueue(max_tokenizing),
+    )  # fmt: skip
     app.state.openai = routes
     for error in (APIError, Exception):
         app.add_exception_handler(error, error_handler)
