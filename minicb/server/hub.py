@@ -8,7 +8,8 @@ everyone else's are redacted (``shown``). It never touches an engine itself: it 
 engines' views in the engine thread, and its frames go out through broadcast.py.
 
 Modes: "demo" (engines, a workload feeder, every control), "serve" (one engine behind
-the API), "replay" (no engine: the browser scrubs through recorded traces).
+the API), "replay" (no engine: the browser scrubs through recorded traces, which
+replay_view.py describes, folds and sends).
 """
 
 from __future__ import annotations
@@ -21,12 +22,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from minicb.server.broadcast import Broadcast
-from minicb.server.frames import StepFolder
 from minicb.server.guard import CONTROLLER, VIEWER, Guard
 from minicb.server.redaction import redact_event, with_own_tokens
+from minicb.server.replay_view import ReplayViews, replay_info
 from minicb.sim.demo import simulation_choices
 from minicb.telemetry.events import StepEvent
-from minicb.telemetry.kv_state import KVState
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -83,6 +83,8 @@ class Hub:
             raise ValueError(f"{mode} mode needs an engine loop")
         self.loop, self.mode, self.model_name = engine_loop, mode, model_name
         self.replay, self.guard = replay or {}, guard or Guard()
+        # replay mode: the traces' messages, built once per text class (replay_view.py)
+        self.replay_views = ReplayViews(self.replay, self.shown)
         # engine name -> ids of the requests typed on a page (an ordered set, bounded)
         self.typed: dict[str, OrderedDict[int, None]] = {}
         # the demo's workload (a lesson's feeder is the scenario's, not for the page to set)
@@ -160,7 +162,7 @@ class Hub:
         views)."""
         loop, controls = self.loop, role == CONTROLLER
         model = self.model_name or next((t.header.get("model") for t in self.replay.values()), "")
-        engines = loop.engine_infos() if loop else [_replay_info(*i) for i in self.replay.items()]
+        engines = loop.engine_infos() if loop else [replay_info(*i) for i in self.replay.items()]
         return {
             "type": "hello",
             "mode": self.mode,
@@ -222,31 +224,3 @@ class Hub:
         if typed and event.get("type") == "tokens":  # a step's tokens: its own ones, shown
             return with_own_tokens(shown, event, typed)
         return shown
-
-
-def _replay_info(name: str, trace: Trace) -> dict[str, Any]:
-    """A recorded engine described as a live one is (see LLMEngine.describe)."""
-    config = trace.header.get("config") or {}
-    kv_total = next((e.plan.kv_total for e in trace.events if isinstance(e, StepEvent)), 0)
-    return {
-        "name": name,
-        "batching": config.get("batching", name),
-        "config": config,
-        "model": trace.header.get("model"),
-        "kv_total": kv_total,
-        "block_size": config.get("block_size", 16),
-        "has_tokenizer": True,
-        "max_model_len": config.get("max_model_len"),
-        # the recorded runner (a simulated GPU says so) and whether it was one
-        "runner": trace.header.get("hardware") or {},
-        "simulated": bool((trace.header.get("hardware") or {}).get("simulated")),
-        "step": 0,
-    }
-
-
-def replay_events(name: str, trace: Trace) -> list[dict[str, Any]]:
-    """A recorded engine's events folded as a live page gets them (frames.StepFolder), with
-    every step's KV changes: a replay draws exactly the map the live page drew."""
-    folder = StepFolder(_replay_info(name, trace), KVState())
-    folder.exact = True  # the whole trace is sent once: the slider needs every block
-    return folder.fold(trace.events, tokens=True)

@@ -11,9 +11,9 @@ size and rate, so a flood is answered with errors at the door, not in the engine
 
 Messages out: (``auth_required``), ``hello`` (with the ``role`` and each engine's view),
 then ``frame``s ({engine, events, dropped, kv_grid at scale}), a ``view`` again for a tab
-that fell behind, replies to controls (``ack`` or ``error``), and in replay mode one
-``replay`` with each whole trace, folded as a live page gets it. Controls run in the
-engine thread (controls.py); frames are written by broadcast.py.
+that fell behind, replies to controls (``ack`` or ``error``), and in replay mode the
+``replay`` pieces of the traces, folded as a live page gets them (replay_view.py). Controls
+run in the engine thread (controls.py); frames are written by broadcast.py.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from starlette.websockets import WebSocketDisconnect
 from minicb.server.broadcast import OUTBOX_FRAMES, compress
 from minicb.server.controls import handle_control
 from minicb.server.guard import CONTROLLER, VIEWER, Guard
-from minicb.server.hub import Client, Hub, replay_events
+from minicb.server.hub import Client, Hub
 
 AUTH_TIMEOUT_S = 30.0  # for the first message's key: a person may be typing it
 MAX_MESSAGE_CHARS = 16_384  # the largest control (a prompt of 4,000 chars fits with room)
@@ -126,15 +126,9 @@ async def serve_client(websocket: WebSocket, hub: Hub) -> None:
     # The engines' state (hello, replay) goes compressed, as frames do: at a GPU's scale a
     # hello is most of a megabyte of JSON, and a class opens the page at once.
     await websocket.send_bytes(compress(json.dumps(hello)))
-    if hub.mode == "replay":
-        traces = {
-            n: {
-                "header": t.header,
-                "events": [hub.shown(client, n, e) for e in replay_events(n, t)],
-            }
-            for n, t in hub.replay.items()
-        }
-        await websocket.send_bytes(compress(json.dumps({"type": "replay", "traces": traces})))
+    if hub.mode == "replay":  # the traces: built in a thread, once per text class, in pieces
+        for piece in await hub.replay_views.pieces(client):
+            await websocket.send_bytes(piece)
     client.send = functools.partial(_offer, asyncio.get_running_loop(), outbox)
     tasks = [asyncio.create_task(hub.broadcast_frames.write(websocket, client))]
     limit = RateLimit()

@@ -22,7 +22,7 @@ from minicb.runner.fake import FakeRunner
 from minicb.server import demo_command, launch
 from minicb.server.app import create_app
 from minicb.server.engine_loop import EngineLoop
-from minicb.server.hub import _replay_info
+from minicb.server.replay_view import replay_info
 from minicb.server.workload import WorkloadFeeder, WorkloadSpec
 from minicb.sim.demo import SIMULATED_WORKLOAD, simulated_engines
 from minicb.sim.pacing import MAX_TICK_S, Pacer
@@ -263,7 +263,7 @@ def test_traces_and_the_replay_report_say_simulated(tmp_path, capsys):
     path = _simulated_trace(tmp_path)
     trace = read_trace(path)
     assert trace.header["simulated"] and trace.header["hardware"]["profile"]
-    info = _replay_info("continuous", trace)
+    info = replay_info("continuous", trace)
     assert info["simulated"] and info["runner"]["gpu"] == "H100-SXM"
     assert cli.main(["replay", str(path)]) == 0
     assert "SIMULATED (H100-SXM:llama-3.1-8b)" in capsys.readouterr().out
