@@ -9,7 +9,7 @@
 import { t } from "./i18n.js";
 import { scenarioLabel } from "./narration.js";
 
-const MAX_POINTS = 1500; // older points are thinned so a long run stays quick to redraw
+const MAX_POINTS = 1500; // a line's points in the window: beyond this they are thinned
 const LINE = { static: "#6b7280", continuous: "#2563eb" };
 const BY_SIDE = ["#6b7280", "#2563eb"]; // a scenario's two sides, left then right
 const pct = (v) => (v == null ? null : 100 * v);
@@ -37,7 +37,7 @@ export class OccupancyChart {
   update(panels, scale, cursors) {
     if (!window.Plotly) return;
     const traces = [];
-    let key = `${scale.mode}|${t(this.title)}`;
+    let key = `${scale.mode}|${scale.x0}|${scale.x1}|${t(this.title)}`; // the window's lines
     let any = false;
     let capped = false;
     const top = this.cap == null ? Infinity : 100 * this.cap;
@@ -47,12 +47,16 @@ export class OccupancyChart {
     for (const [n, p] of panels.entries()) {
       const steps = p.model.steps;
       const end = p.model.stepPos(cursors.get(p.name));
-      const every = Math.max(1, Math.ceil((end + 1) / MAX_POINTS));
+      const xOf = (s) => (scale.mode === "iter" ? s.step : s.wallEnd - scale.t0);
+      // Only the window's steps (from the last one before its left edge, where the line
+      // enters), thinned to MAX_POINTS: after an hour the line is as fine as after a minute.
+      const from = lastAtOrBefore(steps, end, scale.x0, xOf);
+      const every = Math.max(1, Math.ceil((end - from + 1) / MAX_POINTS));
       const x = [];
       const ys = this.measures.map(() => []);
-      for (let i = 0; i <= end; i += every) {
+      for (let i = from; i <= end; i = i < end ? Math.min(i + every, end) : end + 1) { // the last too
         const s = steps[i];
-        x.push(scale.mode === "iter" ? s.step : s.wallEnd - scale.t0);
+        x.push(xOf(s));
         this.measures.forEach((m, j) => ys[j].push(pct(m.value(s))));
       }
       key += `|${p.name}:${end}:${p.model.version}`;
@@ -90,4 +94,15 @@ export class OccupancyChart {
     };
     window.Plotly.react(this.el, traces, layout, { displayModeBar: false, responsive: true, staticPlot: false });
   }
+}
+
+// The position of the last step up to `end` whose x is at or before x0 (0 if none is): x
+// grows with the position, so a binary search finds it.
+function lastAtOrBefore(steps, end, x0, xOf) {
+  let lo = 0, hi = end, best = 0;
+  while (lo <= hi) {
+    const mid = (lo + hi) >> 1;
+    if (xOf(steps[mid]) <= x0) { best = mid; lo = mid + 1; } else hi = mid - 1;
+  }
+  return best;
 }

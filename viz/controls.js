@@ -20,6 +20,12 @@ export function showMessage(text, isError = false) {
   el.classList.toggle("error", isError);
 }
 
+// The card of the last single step's decisions belongs to the engines that took it: a
+// rebuild (new settings, another simulated GPU or lesson) empties it.
+export function clearDecisions() {
+  $("decisions").replaceChildren("–");
+}
+
 function renderDecisions(reply, app) {
   const box = $("decisions");
   box.replaceChildren();

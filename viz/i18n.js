@@ -7,7 +7,7 @@
 const STRINGS = {
   en: {
     title: "minicb: continuous batching, live",
-    subtitle: "Each row is a request; each column an iteration of its engine.",
+    subtitle: "Each row is a request; each cell an iteration of its engine, as wide as it took (on the iterations axis: one column each).",
     connecting: "connecting…", connected: "live", disconnected: "disconnected: reload to reconnect",
     askKey: "This minicb server needs a key (ask whoever runs it):", badKey: "wrong key",
     hidden: "(hidden: this view shows no texts)",
@@ -68,7 +68,7 @@ const STRINGS = {
   },
   zh: {
     title: "minicb：连续批处理实时演示",
-    subtitle: "每一行是一个请求；每一列是该引擎的一次迭代。",
+    subtitle: "每一行是一个请求；每一格是该引擎的一次迭代，宽度是它所用的时间（横轴选迭代次数时：每次迭代一列）。",
     connecting: "连接中…", connected: "实时", disconnected: "已断开：请刷新页面重连",
     askKey: "此 minicb 服务器需要密钥（请向运行者索取）：", badKey: "密钥错误",
     hidden: "（已隐藏：此视图不显示文本）",

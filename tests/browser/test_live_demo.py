@@ -2,9 +2,12 @@
 counters move, single step advances exactly one iteration and lists its decisions, the KV
 map changes, a typed prompt becomes a row whose tokens stream in, the language switches."""
 
+import time
+from urllib.parse import urlparse
+
 import pytest
 
-from tests.browser.conftest import js, next_frame, server, shot, wait_for
+from tests.browser.conftest import SHOTS, js, next_frame, server, shot, wait_for
 
 PANELS = "window.minicb.panels"
 PANELS_TEXT = "document.querySelector('#panels').innerText"
@@ -15,8 +18,15 @@ DONE = "(p => Number(p.el.querySelector('dd[data-c=done]').textContent))"
 def demo_url(tiny_llama_dir):
     args = ["demo", "--model", tiny_llama_dir, "--max-num-seqs", "4", "--num-kv-blocks", "48"]
     args += ["--burst", "8", "--rate", "1.5", "--short", "3", "8", "--long", "12", "24"]
+    SHOTS.mkdir(parents=True, exist_ok=True)  # the server's terminal goes to a log beside it
     with server(*args, "--delay", "0.05") as url:
         yield url
+
+
+def terminal(url: str) -> list[str]:
+    """What the demo at ``url`` has printed so far (conftest.server's log of it)."""
+    path = SHOTS.parent / f"server-{urlparse(url).port}.log"
+    return path.read_text().splitlines()
 
 
 def panel_state(page):
@@ -267,4 +277,53 @@ def test_the_settings_form_switches_speculative_decoding_on_and_off(tab, demo_ur
         page.select_option("#st-speculative", "off")
         page.click("#settings-form button[type=submit]")
         wait_for(page, f"{configs}.every(s => s === 'off')", 60)
+    assert not page.errors
+
+
+def test_a_pool_of_two_blocks_is_refused_on_the_page_and_the_terminal_stays_quiet(tab, demo_url):
+    """Issue 52: two blocks were accepted, both panels stayed silently empty and the terminal
+    printed thousands of "refused" lines; now the page answers, naming the limit, the
+    engines are not rebuilt and the terminal prints nothing more."""
+    page = tab
+    page.goto(demo_url)
+    wait_for(page, f"{PANELS}.length === 2 && {PANELS}.every(p => p.model.lastStep > 0)")
+    printed = len(terminal(demo_url))
+    pools = f"{PANELS}.map(p => p.model.info.config.num_kv_blocks)"
+    assert js(page, pools) == [48, 48]
+    page.fill("#st-num_kv_blocks", "2")
+    page.click("#settings-form button[type=submit]")
+    wait_for(page, "document.querySelector('#message').classList.contains('error')", 30)
+    message = page.inner_text("#message")
+    assert "the whole pool holds 32 (2 blocks of 16)" in message, message
+    assert "nothing was rebuilt" in message
+    steps = js(page, f"{PANELS}.map(p => p.model.lastStep)")
+    time.sleep(3)  # the old flood: thousands of lines in ten seconds
+    wait_for(page, f"{PANELS}.every((p, i) => p.model.lastStep > {steps}[i])")  # still running
+    assert js(page, pools) == [48, 48]  # the same engines, never rebuilt
+    shot(page, "two-blocks-refused")
+    later = terminal(demo_url)
+    assert len(later) - printed <= 3, later[printed:][:10]
+    assert not page.errors
+
+
+def test_a_rebuild_empties_the_last_single_steps_decisions(tab, demo_url):
+    """The "Scheduler decisions" card belongs to the engines that took the step: after a
+    rebuild it no longer shows a step of the old ones."""
+    page = tab
+    page.goto(demo_url)
+    wait_for(page, f"{PANELS}.length === 2 && {PANELS}.every(p => p.model.lastStep > 0)")
+    page.click("#pause")
+    wait_for(page, "window.minicb.paused === true")
+    try:
+        _type_prompt(page, 1)  # work for the step on both engines
+        page.click("#step")
+        wait_for(page, "document.querySelector('#decisions h4') !== null")
+        resets = f"{PANELS}.map(p => p.model.info.config.max_num_seqs)"
+        page.click("#settings-form button[type=submit]")  # the same settings: rebuilt
+        wait_for(page, f"{PANELS}.every(p => p.model.lastStep === 0) && {resets}.join() == '4,4'")
+        wait_for(page, "document.querySelector('#decisions h4') === null", 10)
+        assert page.inner_text("#decisions").strip() == "–"
+    finally:  # never leave the shared demo paused for the tests after this one
+        page.click("#resume")
+        wait_for(page, "window.minicb.paused === false")
     assert not page.errors
