@@ -88,6 +88,7 @@ class EngineLoop:
         self.rounds = 0
         self._single_steps = 0
         self._stop = threading.Event()
+        self._stopped_why = "the engine thread was stopped"
         self._thread = threading.Thread(target=self._run, name="minicb-engines", daemon=True)
         self.error: BaseException | None = None
 
@@ -96,7 +97,9 @@ class EngineLoop:
         self._thread.start()
         return self
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 10.0, why: str = "the engine thread was stopped") -> None:
+        """End the thread after its round; open streams and queued commands end with ``why``."""
+        self._stopped_why = why
         self._stop.set()
         self._thread.join(timeout)
 
@@ -236,15 +239,15 @@ class EngineLoop:
 
     # ---- the thread ----------------------------------------------------------------------
     def _run(self) -> None:
-        why = "the engine thread was stopped"
+        died = None
         try:
             self._rounds()
         except BaseException as err:
             self.error = err
-            why = f"the engine thread died: {type(err).__name__}: {err}"
+            died = f"the engine thread died: {type(err).__name__}: {err}"
             log.exception("the engine thread died; every request is ended", exc_info=err)
         finally:
-            self._end(why)
+            self._end(died or self._stopped_why)  # stop()'s words, read once it has ended
 
     def _end(self, why: str) -> None:
         """Fail every queued command and end every open stream: nobody waits for a

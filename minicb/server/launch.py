@@ -21,9 +21,11 @@ when a command runs.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import signal
 import sys
+import threading
 import webbrowser
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +41,10 @@ if TYPE_CHECKING:
 DEFAULT_HOST = "127.0.0.1"  # local only by default: the demo has controls anyone could use
 DEFAULT_PORT = 8000
 WS_MAX_BYTES = 2 << 20  # the largest WebSocket frame uvicorn reads
+# On Ctrl-C or SIGTERM, requests in flight have this long to finish; then the engine thread
+# stops and each ends with an error saying so (a stream: an error chunk, then [DONE]).
+SHUTDOWN_GRACE_S = 5.0
+CUT_AFTER_S = 2.0  # then a connection still open (a client that stopped reading) is cut
 
 
 # ---- the command line ------------------------------------------------------------------
@@ -119,7 +125,10 @@ def run_server(
     app: Any, args: argparse.Namespace, what: str, loop: EngineLoop | None = None
 ) -> None:
     """Serve ``app`` (and run ``loop``'s thread) until Ctrl-C or SIGTERM, after printing
-    where to look; uvicorn logs at ``--log-level`` where the command has one."""
+    where to look; uvicorn logs at ``--log-level`` where the command has one. On the
+    signal, new connections are refused, requests in flight get SHUTDOWN_GRACE_S to finish,
+    then the engine thread stops (each request still in flight ends with an error) and
+    whatever connection is still open CUT_AFTER_S later is cut."""
     import uvicorn
 
     host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
@@ -131,8 +140,11 @@ def run_server(
         webbrowser.open(url)
     # uvicorn shuts down gracefully on SIGTERM, then raises it again under the handler it
     # found; with the default one the process would die there, before the caller's finally
-    # blocks stop the engine thread and close the trace files. So make it a SystemExit.
-    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+    # blocks stop the engine thread and close the trace files. So the handler only notes
+    # it (raising there, inside uvicorn's event loop, would throw into the requests it has
+    # just cut), and the server exits with SystemExit once uvicorn has returned.
+    terminated: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, _frame: terminated.append(signum))
     log_level = getattr(args, "log_level", "warning")
     keep_keys_out_of_logs()
     if loop is not None:
@@ -141,13 +153,35 @@ def run_server(
         # A control is at most 16 KiB (viewer_socket.MAX_MESSAGE_CHARS, answered with an error); a
         # frame far beyond that closes its connection without being buffered whole. No
         # permessage-deflate: the broadcast compresses each frame once for every browser.
-        uvicorn.run(
+        config = uvicorn.Config(
             app, host=args.host, port=args.port, log_level=log_level, ws_max_size=WS_MAX_BYTES,
             ws_per_message_deflate=False,
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_S + CUT_AFTER_S,
         )  # fmt: skip
+        _serve(config, loop)
     finally:
         if loop is not None:
             loop.stop()
+    if terminated:
+        sys.exit(128 + terminated[0])
+
+
+def _serve(config: Any, loop: EngineLoop | None) -> None:
+    """uvicorn's server with ``config``, whose shutdown also stops ``loop`` SHUTDOWN_GRACE_S
+    after it begins: the requests still in flight then end with an error, so their handlers
+    finish before uvicorn's own deadline would cut them (with a traceback each)."""
+    import uvicorn
+
+    class EndingServer(uvicorn.Server):
+        async def shutdown(self, sockets: Any = None) -> None:
+            if loop is not None:
+                stop = functools.partial(loop.stop, why="the server is shutting down")
+                timer = threading.Timer(SHUTDOWN_GRACE_S, stop)
+                timer.daemon = True
+                timer.start()
+            await super().shutdown(sockets)
+
+    EndingServer(config).run()
 
 
 def hide_query(record: logging.LogRecord) -> bool:
