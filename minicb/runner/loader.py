@@ -175,10 +175,16 @@ class ModelFiles:
     name: str
 
 
+def model_name(model: str | os.PathLike | None) -> str:
+    """The model's name as its user gave it (a folder or hub id as typed), or the embedded
+    default's: what the engine, and the server in every mode, call it."""
+    return DEFAULT_MODEL_NAME if model in (None, "", "default") else str(model)
+
+
 def open_model(model: str | os.PathLike | None) -> ModelFiles:
     path = resolve_model_path(model)
     hf_config = load_hf_config(path)
-    name = DEFAULT_MODEL_NAME if model in (None, "", "default") else str(model)
+    name = model_name(model)
     return ModelFiles(path, hf_config, load_tokenizer(path), stop_token_ids(path, hf_config), name)
 
 

@@ -84,9 +84,18 @@ def build_serve(args: argparse.Namespace) -> tuple[FastAPI, EngineLoop, LLMEngin
     if getattr(args, "replicas", 1) != 1:
         return build_fleet(args, guard, api)
     engine = LLMEngine(args.model, EngineConfig.from_kwargs(**engine_kwargs(args)))
-    name = args.served_model_name or engine.model_name
+    name = served_name(args)
     loop = EngineLoop({SERVE_ENGINE: engine})
     return build_app(loop, "serve", SERVE_ENGINE, name, guard, **api), loop, engine, name
+
+
+def served_name(args: argparse.Namespace) -> str:
+    """The ``model`` clients pass, the same in every mode (one engine, replicas,
+    disaggregated): ``--served-model-name``, else the model's name as given
+    (``--model`` as typed, or the embedded default's), never the folder it resolves to."""
+    from minicb.runner.loader import model_name
+
+    return args.served_model_name or model_name(args.model)
 
 
 def build_fleet(args: argparse.Namespace, guard: Guard, api: dict[str, Any]) -> tuple:
@@ -97,7 +106,7 @@ def build_fleet(args: argparse.Namespace, guard: Guard, api: dict[str, Any]) -> 
     if args.replicas < 1:
         raise ValueError(f"--replicas must be at least 1, got {args.replicas}")
     fleet = Fleet(args.model, args.replicas, args.router, **engine_kwargs(args))
-    name = args.served_model_name or fleet.model_name
+    name = served_name(args)
     loop = fleet.engine_loop()
     return build_app(loop, "serve", FLEET, name, guard, **api), loop, fleet, name
 
@@ -128,7 +137,7 @@ def build_disaggregated(args: argparse.Namespace, guard: Guard, api: dict[str, A
             "prefill and decode engine is one continuous-batching engine on one rank"
         )
     fleet = DisaggregatedFleet(args.model, prefill, decode, **options)
-    name = args.served_model_name or fleet.model_name
+    name = served_name(args)
     loop = fleet.engine_loop()
     return build_app(loop, "serve", FLEET, name, guard, **api), loop, fleet, name
 
