@@ -52,8 +52,11 @@ def test_the_deck_opens_offline_in_both_languages(tab):
 
 
 def test_every_slide_fits_a_projector_and_its_diagrams_are_drawn(chromium):
-    """At 1280x720 (a projector), each slide's drawn diagrams have a size and their text is
-    not smaller than 11 px on screen; a screenshot of every slide in both languages."""
+    """At 1280x720 (a projector), each slide's content ends above the navigation bar, its
+    drawn diagrams have a size and their text is not smaller than 11 px on screen, and its
+    screenshots are crops shown at three quarters of their pixels or more (a whole page
+    shrunk to a third, as before, cannot be read from the back of a room); a screenshot of
+    every slide in both languages."""
     context = chromium.new_context(viewport={"width": 1280, "height": 720})
     page = context.new_page()
     try:
@@ -64,6 +67,10 @@ def test_every_slide_fits_a_projector_and_its_diagrams_are_drawn(chromium):
                 page.evaluate(f"window.deck.show({i})")
                 sizes = js(page, SVG_TEXT_PX)
                 assert all(px >= 11 for px in sizes), (lang, i + 1, min(sizes, default=None))
+                scales = js(page, IMAGE_SCALE)
+                assert all(scale >= 0.75 for _, scale in scales), (lang, i + 1, scales)
+                bottom, nav = js(page, CONTENT_BOTTOM)
+                assert bottom <= nav, (lang, i + 1, f"content ends at {bottom} px, nav at {nav}")
                 next_frame(page)
                 shot(page, f"lecture-{lang}-{i + 1:02d}")
     finally:
@@ -74,3 +81,16 @@ def test_every_slide_fits_a_projector_and_its_diagrams_are_drawn(chromium):
 SVG_TEXT_PX = """() => [...document.querySelectorAll('section.slide:not([hidden]) svg text')]
   .filter(t => t.getBoundingClientRect().height > 0)
   .map(t => t.getBoundingClientRect().height * 0.8)"""
+
+# each shown image's displayed width over its own width in pixels
+IMAGE_SCALE = """() => [...document.querySelectorAll('section.slide:not([hidden]) img')]
+  .filter(i => i.offsetParent !== null)
+  .map(i => [i.getAttribute('src'), i.getBoundingClientRect().width / i.naturalWidth])"""
+# the lowest edge of the shown slide's content (speaker notes aside), and the nav bar's top
+CONTENT_BOTTOM = """() => {
+  const shown = [...document.querySelectorAll('section.slide:not([hidden]) *')]
+    .filter(e => e.offsetParent !== null && !e.closest('aside'));
+  const bottom = Math.max(0, ...shown.map(e => e.getBoundingClientRect().bottom));
+  const nav = document.querySelector('nav').getBoundingClientRect().top;
+  return [Math.round(bottom), Math.round(nav)];
+}"""
