@@ -108,12 +108,25 @@ def test_the_words_are_defined_before_the_slides_that_use_them():
 
 
 def test_the_mechanisms_are_drawn():
-    """Static against continuous, the block table and a chunked iteration are diagrams
-    drawn in the page, not screenshots; a slide says what each later idea buys."""
+    """Static against continuous, the block table, a chunked iteration, the packed batch's
+    attention mask, a draft verified in one step and the KV crossing to a decode GPU are
+    diagrams drawn in the page, not screenshots, labelled in both languages; a slide says
+    what each later idea buys."""
     deck = slides()
-    drawn = " ".join(s["text"]["en"] for s in deck if s["svgs"])
-    for label in ("padding", "block tables", "budget 128"):
-        assert label in drawn, label
+    drawn = {lang: " ".join(s["text"][lang] for s in deck if s["svgs"]) for lang in ("en", "zh")}
+    labels = {
+        "padding": "填充",
+        "block tables": "块表",
+        "budget 128": "预算 128",
+        "one packed batch": "一个打包的批",
+        "a key read from the KV cache": "从 KV 缓存读出的键",
+        "one forward pass, 5 positions": "一次前向，5 个位置",
+        "2 guesses +": "2 个草稿 +",
+        "decode GPU": "解码 GPU",
+        "the KV blocks cross a link": "KV 块经过一条链路过去",
+    }
+    for en, zh in labels.items():
+        assert en in drawn["en"] and zh in drawn["zh"], (en, zh)
     beyond = [s for s in deck if "Beyond the batch" in s["text"]["en"]]
     assert len(beyond) == 1
     for idea in (
