@@ -293,7 +293,7 @@ async def _generate(
             streams.append(await loop.submit(FLEET, prompt, p))
     except ValueError:
         for stream in streams:  # nothing half-done is left behind in the replicas
-            await loop.abort(stream.engine, stream.request_id)
+            await loop.abort(stream)
         raise
     outputs = []
     for stream in streams:

@@ -190,9 +190,24 @@ class EngineLoop:
 
         return await self.acall(add)
 
-    async def abort(self, engine: str, request_id: int) -> bool:
-        """Abort a request; its stream, if open, ends with finish reason "abort"."""
-        return await self.acall(lambda: self.engines[engine].abort_request(request_id))
+    async def abort(self, stream: RequestStream) -> bool:
+        """Abort a stream's request; the stream, if open, ends with finish reason "abort"."""
+        return await self.acall(functools.partial(self._abort, stream))
+
+    def abort_soon(self, stream: RequestStream) -> Future:
+        """``abort`` from a plain function (a closing generator cannot await): queued."""
+        return self.call(functools.partial(self._abort, stream))
+
+    def _abort(self, stream: RequestStream) -> bool:
+        """In the engine thread, where the request is now: its stream's engine and id are
+        read here, not when the client hung up (a disaggregated request may have moved on
+        since). A stream held between two engines (``moving``) has no engine that holds its
+        request: the abort waits on the stream and ``move_stream`` applies it where the
+        request lands."""
+        if stream.moving:
+            stream.aborted = True
+            return True
+        return self.engines[stream.engine].abort_request(stream.request_id)
 
     def hold_stream(self, engine: str, request_id: int) -> None:
         """Keep a request's open stream open through its end on ``engine``, which is not its
@@ -208,11 +223,14 @@ class EngineLoop:
         self, engine: str, request_id: int, to: str, to_id: int
     ) -> RequestStream | None:
         """A request that goes on in another engine (disaggregated serving: from a prefill
-        engine to a decode engine) takes its open stream along; in the engine thread."""
+        engine to a decode engine) takes its open stream along; in the engine thread. A
+        client that hung up while it moved has its abort applied there now (``_abort``)."""
         stream = self._open[engine].pop(request_id, None)
         if stream is not None:
             stream.engine, stream.request_id, stream.moving = to, to_id, False
             self._open[to][to_id] = stream
+            if stream.aborted:
+                self.engines[to].abort_request(to_id)
         return stream
 
     def end_stream(self, engine: str, request_id: int, why: str) -> None:

@@ -146,7 +146,7 @@ class OpenAIRoutes:
                 raise APIError(why, param=param) from err
         headers = {"X-Request-Id": reply.id, "X-Minicb-Request-Id": str(stream.request_id)}
         if req.stream:
-            body = sse_stream(stream, reply, lambda: self.abort_soon(stream))
+            body = sse_stream(stream, reply, lambda: self.loop.abort_soon(stream))
             headers.update(SSE_HEADERS)
             return StreamingResponse(body, media_type="text/event-stream", headers=headers)
         out = await self._final(request, stream)
@@ -161,7 +161,7 @@ class OpenAIRoutes:
         async def watch() -> None:
             while (await request.receive())["type"] != "http.disconnect":
                 pass
-            await self.loop.abort(stream.engine, stream.request_id)
+            await self.loop.abort(stream)
 
         watcher = asyncio.ensure_future(watch())
         try:
@@ -171,12 +171,6 @@ class OpenAIRoutes:
             raise AssertionError("a request stream ended without its output")
         finally:
             watcher.cancel()
-
-    def abort_soon(self, stream: RequestStream) -> None:
-        """Abort from a plain function (a closing generator cannot await): queue it, for
-        the engine that holds the request."""
-        engines, name = self.loop.engines, stream.engine
-        self.loop.call(lambda: engines[name].abort_request(stream.request_id))
 
     # ---- about the server ----------------------------------------------------------------
     def model_card(self) -> dict[str, Any]:

@@ -45,6 +45,8 @@ class RequestStream:
     # Its engine's end is not its end: the request goes on in another engine, which the
     # stream moves to (EngineLoop.hold_stream, move_stream: disaggregated serving).
     moving: bool = False
+    # Its client hung up while it was moving: the abort is applied where it lands.
+    aborted: bool = False
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     token_ids: list[int] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)

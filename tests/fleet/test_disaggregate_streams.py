@@ -106,10 +106,15 @@ class Scripted:
 
 
 class ScriptedPrefill(Scripted):
+    def __init__(self, name: str, sent: set[int]) -> None:
+        super().__init__(name, sent)
+        self.held: set[int] = set()  # requests whose KV it holds after their first token
+
     def add_request(self, prompt, params, priority=0, arrival_time=None, prompt_token_ids=None):  # noqa: ANN001, ANN201
         return self._round_trip(lambda: self._new((list(prompt_token_ids),)))
 
     def command(self, *msg):  # noqa: ANN002, ANN201
+        self.held.discard(msg[1])  # "send_kv" or "release": its KV leaves this pool
         if msg[0] == "send_kv":
             tag = msg[3]
             return self._round_trip(lambda: self.sent.add(tag) or {"seconds": 0.0})
@@ -119,6 +124,7 @@ class ScriptedPrefill(Scripted):
         for rid, (prompt,) in list(self.todo.items()):
             tokens = StepTokens(time=0.0, step=0, request_ids=[rid],
                                 token_ids=[token(prompt, 0)], indexes=[0], texts=[""])  # fmt: skip
+            self.held.add(rid)
             self.bus.emit_many(self._end(rid, tokens, 1))
 
 
@@ -198,4 +204,40 @@ def test_generate_forgets_the_journeys_it_read(monkeypatch, tmp_path):
         [token(p, k) for k in range(m.max_tokens)] for p, m in zip(prompts, params, strict=True)
     ]
     assert [o.token_ids for o in outs] == want
+    assert fleet.journeys == {} and fleet._by_engine == {}
+
+
+def test_a_client_that_hangs_up_between_the_two_engines_ends_its_request_on_the_decode_side(
+    monkeypatch, tmp_path
+):
+    """The prefill side has ended its part (the stream is held, moving) and the hand-off
+    has not run yet when the abort comes: no engine holds the request. The abort waits on
+    the stream and is applied on the decode engine once the request lands there; before,
+    it went to the prefill engine, which no longer held it, and the decode engine finished
+    the request for nobody."""
+    fleet = scripted_fleet(monkeypatch, tmp_path, prefill=1, decode=1)
+    prefill, decode = fleet.prefill[0], fleet.decode[0]
+    loop = fleet.engine_loop().start()
+    loop.pause()  # one round at a time: the abort lands between the two engines
+
+    async def run() -> tuple[list, bool, bool]:
+        params = SamplingParams(max_tokens=5, temperature=0.0, ignore_eos=True)
+        stream = await loop.submit(FLEET, [1, 2, 3], params, token_ids=[1, 2, 3])
+        await asyncio.to_thread(loop.step_once)  # the prefill engine's first token and end
+        moving = stream.moving and stream.engine == prefill.name
+        aborted = await loop.abort(stream)  # before the next round's hand-off
+        await asyncio.to_thread(loop.step_once)  # the hand-off, then the decode engine
+        await asyncio.to_thread(loop.step_once)
+        items = [item async for item in stream]
+        return items, moving, aborted
+
+    try:
+        items, moving, aborted = asyncio.run(asyncio.wait_for(run(), 10))
+    finally:
+        fleet.close()
+    assert moving
+    assert items[-1].finish_reason == "abort" and aborted
+    assert [i.token_id for i in items[:-1]] == [token([1, 2, 3], 0)]  # the first token only
+    assert decode.todo == {} and decode.in_flight == set()  # nothing decoded for nobody
+    assert prefill.held == set()  # its held KV freed
     assert fleet.journeys == {} and fleet._by_engine == {}

@@ -78,7 +78,7 @@ def test_an_abort_frees_kv_on_the_replica_that_holds_the_request(fleet):
             break
         holder = fleet.replicas[stream.engine]
         held = await loop.acall(holder.kv_snapshot)
-        aborted = await loop.abort(stream.engine, stream.request_id)
+        aborted = await loop.abort(stream)
         async for item in stream:
             last = item
         after = {n: await loop.acall(r.kv_snapshot) for n, r in fleet.replicas.items()}

@@ -76,7 +76,7 @@ def test_abort_frees_blocks_ends_its_stream_and_closes_nothing_else(loop):
             await asyncio.to_thread(loop.step_once)
         assert used_blocks(loop) > 0
         other = await loop.submit("continuous", [6] * 3, PARAMS)
-        assert await loop.abort("continuous", victim.request_id)
+        assert await loop.abort(victim)
         loop.resume()
         return await collect(victim), await collect(other)
 
