@@ -89,7 +89,12 @@ class OpenAIRoutes:
         prompt, engine = completion_prompt(req.prompt), self.engine
         if isinstance(prompt, str):
             self.tokenizer.check_length(engine, len(prompt), "prompt")
-        ids = await self.tokenizer.run(lambda: engine.tokenize(prompt), "prompt")
+            ids = await self.tokenizer.run(lambda: engine.tokenize(prompt), "prompt")
+        else:  # token ids need no tokenizer, only a look at the vocabulary: not its queue
+            try:
+                ids = engine.tokenize(prompt)
+            except ValueError as err:
+                raise APIError(str(err), param="prompt") from err
         return await self._generate(request, req, prompt, params, ids)
 
     async def chat_completions(self, request: Request) -> Response:
