@@ -71,12 +71,17 @@ class DisaggregatedFleet(EngineShaped, Handoffs):
         threads: int = 1,
         transfer_timeout_s: float = 60.0,
         send_delay_s: float = 0.0,
+        served_model_name: str | None = None,
         **options: Any,
     ) -> None:
         """``options``: EngineConfig's for every engine, ``decode_options`` overriding
         them on the decode side (its pool size, say); ``transfer_timeout_s``: the longest
         wait for a peer in one send or receive; ``send_delay_s``: a test's hook, a pause
-        after each layer sent (so a kill can land mid-transfer)."""
+        after each layer sent (so a kill can land mid-transfer); ``served_model_name``: what
+        the fleet calls its model (default: ``model`` as given; loader.model_name)."""
+        from minicb.runner.loader import model_name
+
+        self.model_name = model_name(model, served_model_name)
         self.config = EngineConfig.from_kwargs(**options)
         self.decode_config = self.config.with_(**(decode_options or {}))
         check_sizes(prefill, decode, self.config, self.decode_config)

@@ -2,9 +2,10 @@
 ask of an engine (as ``Fleet`` answers them for replicas), answered from the prefill and
 decode engines.
 
-The model, its tokenizer and its chat template are every engine's (the first prefill
-engine's here, in this process); the longest request is the shorter of the two sides';
-queue sizes add up every engine's. ``engine_loop`` is the server's one loop over every
+The model's name is the one it was given (``model_name``, as ``Fleet``'s); its tokenizer
+and its chat template are every engine's (the first prefill engine's here, in this
+process); the longest request is the shorter of the two sides'; queue sizes add up every
+engine's. ``engine_loop`` is the server's one loop over every
 engine, with requests sent to ``FLEET`` routed through the fleet (a request's stream moves
 from its prefill engine to its decode engine).
 """
@@ -23,16 +24,13 @@ class EngineShaped:
     prefill: list[Replica]
     decode: list[Replica]
     engines: dict[str, Replica]
+    model_name: str  # the served name (loader.model_name), set by DisaggregatedFleet
     _loop: Any
     _handle: Any  # Handoffs': act on the events queued so far
 
     @property
     def replicas(self) -> dict[str, Replica]:
         return self.engines
-
-    @property
-    def model_name(self) -> str:
-        return self.prefill[0].model_name
 
     @property
     def max_model_len(self) -> int:

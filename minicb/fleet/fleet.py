@@ -77,19 +77,23 @@ class Fleet:
         threads: int | None = None,
         restart_replicas: bool = True,
         silent_after_s: float = SILENT_AFTER_S,
+        served_model_name: str | None = None,
         **options: Any,
     ) -> None:
         """``threads``: torch threads per replica (default: this process's, shared out);
         ``restart_replicas``: start a fresh process for a replica that died;
         ``silent_after_s``: how long a replica may send nothing before it is stalled;
+        ``served_model_name``: what the fleet calls its model (default: ``model`` as given,
+        or the default model's name; loader.model_name), never the folder it resolves to;
         ``options``: EngineConfig's, the same for every replica."""
         import torch
 
-        from minicb.runner.loader import resolve_model_path
+        from minicb.runner.loader import model_name, resolve_model_path
 
         if not isinstance(replicas, int) or replicas < 1:
             raise ValueError(f"replicas must be a positive integer, got {replicas!r}")
         self.config = EngineConfig.from_kwargs(**options)
+        self.model_name = model_name(model, served_model_name)
         self.router = Router(router, replicas, block_size=self.config.block_size)
         threads = threads or max(1, torch.get_num_threads() // replicas)
         path = str(resolve_model_path(model))
@@ -121,10 +125,6 @@ class Fleet:
     @property
     def policy(self) -> str:
         return self.router.policy
-
-    @property
-    def model_name(self) -> str:
-        return self._first().model_name
 
     @property
     def max_model_len(self) -> int:

@@ -175,9 +175,13 @@ class ModelFiles:
     name: str
 
 
-def model_name(model: str | os.PathLike | None) -> str:
-    """The model's name as its user gave it (a folder or hub id as typed), or the embedded
-    default's: what the engine, and the server in every mode, call it."""
+def model_name(model: str | os.PathLike | None, served: str | None = None) -> str:
+    """What the engine, the fleets and the server in every mode call the model: ``served``
+    (``--served-model-name``) if given, else the model's name as its user gave it (a folder
+    or hub id as typed), else the embedded default's; never the folder it resolves to
+    (which would tell a client the server's home directory)."""
+    if served:
+        return served
     return DEFAULT_MODEL_NAME if model in (None, "", "default") else str(model)
 
 

@@ -91,11 +91,10 @@ def build_serve(args: argparse.Namespace) -> tuple[FastAPI, EngineLoop, LLMEngin
 
 def served_name(args: argparse.Namespace) -> str:
     """The ``model`` clients pass, the same in every mode (one engine, replicas,
-    disaggregated): ``--served-model-name``, else the model's name as given
-    (``--model`` as typed, or the embedded default's), never the folder it resolves to."""
+    disaggregated) and as the Python API's fleets call it: loader.model_name's rule."""
     from minicb.runner.loader import model_name
 
-    return args.served_model_name or model_name(args.model)
+    return model_name(args.model, args.served_model_name)
 
 
 def build_fleet(args: argparse.Namespace, guard: Guard, api: dict[str, Any]) -> tuple:
@@ -105,8 +104,11 @@ def build_fleet(args: argparse.Namespace, guard: Guard, api: dict[str, Any]) -> 
 
     if args.replicas < 1:
         raise ValueError(f"--replicas must be at least 1, got {args.replicas}")
-    fleet = Fleet(args.model, args.replicas, args.router, **engine_kwargs(args))
-    name = served_name(args)
+    fleet = Fleet(
+        args.model, args.replicas, args.router,
+        served_model_name=args.served_model_name, **engine_kwargs(args),
+    )  # fmt: skip
+    name = fleet.model_name
     loop = fleet.engine_loop()
     return build_app(loop, "serve", FLEET, name, guard, **api), loop, fleet, name
 
@@ -136,8 +138,10 @@ def build_disaggregated(args: argparse.Namespace, guard: Guard, api: dict[str, A
             f"--disaggregate {args.disaggregate} does not work with {', '.join(refused)}: each "
             "prefill and decode engine is one continuous-batching engine on one rank"
         )
-    fleet = DisaggregatedFleet(args.model, prefill, decode, **options)
-    name = served_name(args)
+    fleet = DisaggregatedFleet(
+        args.model, prefill, decode, served_model_name=args.served_model_name, **options
+    )
+    name = fleet.model_name
     loop = fleet.engine_loop()
     return build_app(loop, "serve", FLEET, name, guard, **api), loop, fleet, name
 

@@ -12,6 +12,7 @@ fleets start processes, so that test is slow.
 from __future__ import annotations
 
 import os
+import time
 
 import openai
 import pytest
@@ -81,3 +82,35 @@ def test_the_served_name_is_the_default_models_name_or_the_one_asked_for():
     assert served_name(parse("default", "--replicas", "2")) == "SmolLM2-135M-Instruct"
     named = parse("default", "--disaggregate", "1:1", "--served-model-name", "smol")
     assert served_name(named) == "smol"
+
+
+class NamedReplica:
+    """A replica's stand-in that starts no process: what ``Fleet.__init__`` touches. Its
+    own ``model_name`` is the folder it was given, as a real replica's is."""
+
+    def __init__(self, index: int, path: str, config, **_options) -> None:  # noqa: ANN001
+        self.index, self.name, self.model_name = index, f"replica{index}", path
+        self.clock = time.time
+
+    def ready(self) -> None:
+        pass
+
+
+def test_the_python_apis_fleets_call_the_model_as_the_server_does(
+    tiny_llama_dir, monkeypatch, tmp_path
+):
+    """Fleet and DisaggregatedFleet name their model by the server's rule (before, a
+    Fleet answered with the folder it resolved the model to)."""
+    from minicb.fleet import fleet as fleet_module
+    from tests.fleet.test_disaggregate_streams import scripted_fleet
+
+    monkeypatch.setattr(fleet_module, "Replica", NamedReplica)
+    relative = os.path.relpath(tiny_llama_dir)
+    assert fleet_module.Fleet(relative, 2).model_name == relative
+    # the default model: its name, not the cache folder it resolves to
+    assert fleet_module.Fleet(None, 1).model_name == "SmolLM2-135M-Instruct"
+    named = fleet_module.Fleet(relative, 1, served_model_name="smol")
+    assert named.model_name == "smol"
+    assert served_name(parse(relative)) == relative
+    assert served_name(parse(relative, "--served-model-name", "smol")) == "smol"
+    assert scripted_fleet(monkeypatch, tmp_path, 1, 1).model_name == "SmolLM2-135M-Instruct"
