@@ -44,6 +44,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-body-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB)"
     )
+    p.add_argument(
+        "--max-tokenizing",
+        type=int,
+        help="requests waiting for the tokenizer before a 429 (default: "
+        "tokenizer_queue.MAX_TOKENIZING, 32)",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     f = p.add_argument_group("replicas (each an engine in its own process, behind a router)")
     f.add_argument(
@@ -54,6 +60,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default="round-robin",
         choices=POLICIES,
         help="which replica gets a request (default round-robin; docs: minicb/fleet/router.py)",
+    )
+    f.add_argument(
+        "--no-restart-replicas",
+        dest="restart_replicas",
+        action="store_false",
+        help="leave a dead replica dead (default: a fresh process takes its place)",
     )
     f.add_argument(
         "--disaggregate",
@@ -79,6 +91,10 @@ def build_serve(args: argparse.Namespace) -> tuple[FastAPI, EngineLoop, LLMEngin
     if args.max_body_bytes < 1024:
         raise ValueError(f"--max-body-bytes must be at least 1024, got {args.max_body_bytes}")
     api = dict(max_waiting=args.max_waiting, max_body_bytes=args.max_body_bytes)
+    if args.max_tokenizing is not None:  # else install_openai_routes' default
+        if args.max_tokenizing < 1:
+            raise ValueError(f"--max-tokenizing must be at least 1, got {args.max_tokenizing}")
+        api["max_tokenizing"] = args.max_tokenizing
     if getattr(args, "disaggregate", None):
         return build_disaggregated(args, guard, api)
     if getattr(args, "replicas", 1) != 1:
@@ -106,7 +122,8 @@ def build_fleet(args: argparse.Namespace, guard: Guard, api: dict[str, Any]) -> 
         raise ValueError(f"--replicas must be at least 1, got {args.replicas}")
     fleet = Fleet(
         args.model, args.replicas, args.router,
-        served_model_name=args.served_model_name, **engine_kwargs(args),
+        served_model_name=args.served_model_name, restart_replicas=args.restart_replicas,
+        **engine_kwargs(args),
     )  # fmt: skip
     name = fleet.model_name
     loop = fleet.engine_loop()

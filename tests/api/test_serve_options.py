@@ -1,0 +1,44 @@
+"""``minicb serve``'s options for the tokenizer's door and the replicas' restarts reach what
+they set: ``--max-tokenizing N`` the OpenAI routes' tokenizer queue, ``--no-restart-replicas``
+the fleet (restart is on by default)."""
+
+from __future__ import annotations
+
+import pytest
+
+from minicb.cli import build_parser
+from minicb.fleet import fleet as fleet_module
+from minicb.server.serve_command import build_serve
+from minicb.server.tokenizer_queue import MAX_TOKENIZING
+
+
+def serve_args(model: str, *extra: str):
+    argv = ["serve", "--model", model, "--num-kv-blocks", "64", "--no-measure-utilisation"]
+    return build_parser().parse_args([*argv, *extra])
+
+
+def test_max_tokenizing_reaches_the_routes_tokenizer_queue(tiny_llama_dir):
+    app, *_ = build_serve(serve_args(tiny_llama_dir, "--max-tokenizing", "3"))
+    assert app.state.openai.tokenizer.max_waiting == 3
+    app, *_ = build_serve(serve_args(tiny_llama_dir))
+    assert app.state.openai.tokenizer.max_waiting == MAX_TOKENIZING
+    with pytest.raises(ValueError, match="--max-tokenizing must be at least 1, got 0"):
+        build_serve(serve_args(tiny_llama_dir, "--max-tokenizing", "0"))
+
+
+class Built(Exception):
+    """Raised by the stand-in Fleet once it has the options (no process is started)."""
+
+
+def test_no_restart_replicas_reaches_the_fleet(tiny_llama_dir, monkeypatch):
+    given: list[dict] = []
+
+    def fleet(*args, **options):  # noqa: ANN002, ANN003, ANN202
+        given.append(options)
+        raise Built
+
+    monkeypatch.setattr(fleet_module, "Fleet", fleet)
+    for extra in ([], ["--no-restart-replicas"]):
+        with pytest.raises(Built):
+            build_serve(serve_args(tiny_llama_dir, "--replicas", "2", *extra))
+    assert [o["restart_replicas"] for o in given] == [True, False]
