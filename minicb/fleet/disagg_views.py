@@ -36,6 +36,12 @@ class EngineShaped:
     def max_model_len(self) -> int:
         return min(self.prefill[0].max_model_len, self.decode[0].max_model_len)
 
+    @property
+    def tokenizer(self) -> Any:
+        """Every engine's tokenizer, loaded in this process: the API's length rule reads
+        its vocabulary (tokenizer_queue.py), as it does an engine's."""
+        return self.prefill[0].tokenizer
+
     def clock(self) -> float:
         return self.prefill[0].clock()
 

@@ -130,6 +130,12 @@ class Fleet:
     def max_model_len(self) -> int:
         return self._first().max_model_len
 
+    @property
+    def tokenizer(self) -> Any:
+        """Every replica's tokenizer, loaded in this process: the API's length rule reads
+        its vocabulary (tokenizer_queue.py), as it does an engine's."""
+        return self._first().tokenizer
+
     def tokenize(self, prompt: str | list[int]) -> list[int]:
         return self._first().tokenize(prompt)  # in this process: every replica's tokenizer
 

@@ -14,8 +14,9 @@ refused once tokenized). So:
   characters cannot fit the context: 400, naming that limit. (SmolLM2-135M: L = 81 and a
   context of 8,192 tokens, so 663,552 characters.) The rule needs a tokenizer that deletes
   no characters before splitting (byte-level BPE and SentencePiece delete none); one with
-  no vocabulary to read (a test's fake, a fleet, which tokenizes in its first replica)
-  gets no bound by length. Token-id prompts need no tokenizing: the engine counts them.
+  no vocabulary to read (a test's fake) gets no bound by length. A fleet (replicas, or
+  prefill and decode engines) shows its engines' tokenizer, loaded in this process, and
+  its context: the same rule. Token-id prompts need no tokenizing: the engine counts them.
 - **At most ``max_waiting`` requests wait for the tokenizer or are in it.** One more gets
   429 ``tokenizer_busy`` naming the limit, with ``Retry-After``, as the waiting gate
   answers a full engine queue (TGI bounds its validation queue the same way).
