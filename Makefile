@@ -69,14 +69,14 @@ test-all: setup browser
 	$(PYTEST) -m "" --hypothesis-profile=thorough $(PYTEST_ARGS)
 
 test-slow: setup
-	$(PYTEST) -m slow --hypothesis-profile=thorough $(PYTEST_ARGS)
+	$(PYTEST) -m "slow" --hypothesis-profile=thorough $(PYTEST_ARGS)
 
 test-browser: setup browser
-	$(PYTEST) -m browser $(PYTEST_ARGS)
+	$(PYTEST) -m "browser" $(PYTEST_ARGS)
 
 # The performance lab's long builds (perflab/; the compiled default model, minutes).
 test-perflab: setup
-	$(PYTEST) -m perflab $(PYTEST_ARGS)
+	$(PYTEST) -m "perflab" $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check minicb tests scripts perflab
