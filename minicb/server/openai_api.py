@@ -52,7 +52,7 @@ from minicb.server.openai_request import (
 )
 from minicb.server.redaction import text_free
 from minicb.server.request_stream import RequestStream
-from minicb.server.tokenizer_queue import MAX_TOKENIZING, TokenizerQueue
+from minicb.server.tokenizer_queue import MAX_TOKENIZING_CHARS, TokenizerQueue
 from minicb.server.waiting_gate import WaitingGate
 from minicb.telemetry.prometheus import PrometheusMetrics
 
@@ -89,7 +89,7 @@ class OpenAIRoutes:
         prompt, engine = completion_prompt(req.prompt), self.engine
         if isinstance(prompt, str):
             self.tokenizer.check_length(engine, len(prompt), "prompt")
-            ids = await self.tokenizer.run(lambda: engine.tokenize(prompt), "prompt")
+            ids = await self.tokenizer.run(lambda: engine.tokenize(prompt), len(prompt), "prompt")
         else:  # token ids need no tokenizer, only a look at the vocabulary: not its queue
             try:
                 ids = engine.tokenize(prompt)
@@ -102,7 +102,8 @@ class OpenAIRoutes:
         messages, engine = chat_messages(req.messages), self.engine
         chars = sum(len(m["content"]) for m in messages)
         self.tokenizer.check_length(engine, chars, "messages")
-        ids = await self.tokenizer.run(lambda: engine.apply_chat_template(messages), "messages")
+        template = lambda: engine.apply_chat_template(messages)  # noqa: E731
+        ids = await self.tokenizer.run(template, chars, "messages")
         if requested_max_tokens(req) is None:
             params.max_tokens = await self.loop.acall(lambda: self._room(len(ids)))
         return await self._generate(request, req, ids, params, ids)
@@ -272,7 +273,7 @@ def install_openai_routes(
     *,
     max_waiting: int = 256,
     max_body_bytes: int = 1 << 20,
-    max_tokenizing: int = MAX_TOKENIZING,
+    max_tokenizing_chars: int = MAX_TOKENIZING_CHARS,
     guard: Guard | None = None,
 ) -> OpenAIRoutes:
     """Add the OpenAI routes, /health and /metrics for one engine of ``engine_loop``.
@@ -293,7 +294,7 @@ def install_openai_routes(
     gate = WaitingGate(engines, engine_name, max_waiting)
     routes = OpenAIRoutes(
         engine_loop, engine_name, model_name, gate, prometheus, max_body_bytes,
-        TokenizerQueue(max_tokenizing),
+        TokenizerQueue(max_tokenizing_chars),
     )  # fmt: skip
     app.state.openai = routes
     for error in (APIError, Exception):

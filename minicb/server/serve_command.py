@@ -45,10 +45,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--max-body-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB)"
     )
     p.add_argument(
-        "--max-tokenizing",
+        "--max-tokenizing-chars",
         type=int,
-        help="requests waiting for the tokenizer before a 429 (default: "
-        "tokenizer_queue.MAX_TOKENIZING, 32)",
+        help="characters of text waiting for the tokenizer before a 429 (default 2 Mi: "
+        "tokenizer_queue.MAX_TOKENIZING_CHARS)",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     f = p.add_argument_group("replicas (each an engine in its own process, behind a router)")
@@ -91,10 +91,12 @@ def build_serve(args: argparse.Namespace) -> tuple[FastAPI, EngineLoop, LLMEngin
     if args.max_body_bytes < 1024:
         raise ValueError(f"--max-body-bytes must be at least 1024, got {args.max_body_bytes}")
     api = dict(max_waiting=args.max_waiting, max_body_bytes=args.max_body_bytes)
-    if args.max_tokenizing is not None:  # else install_openai_routes' default
-        if args.max_tokenizing < 1:
-            raise ValueError(f"--max-tokenizing must be at least 1, got {args.max_tokenizing}")
-        api["max_tokenizing"] = args.max_tokenizing
+    if args.max_tokenizing_chars is not None:  # else install_openai_routes' default
+        if args.max_tokenizing_chars < 1:
+            raise ValueError(
+                f"--max-tokenizing-chars must be at least 1, got {args.max_tokenizing_chars}"
+            )
+        api["max_tokenizing_chars"] = args.max_tokenizing_chars
     if getattr(args, "disaggregate", None):
         return build_disaggregated(args, guard, api)
     if getattr(args, "replicas", 1) != 1:

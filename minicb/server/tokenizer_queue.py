@@ -17,9 +17,13 @@ refused once tokenized). So:
   no vocabulary to read (a test's fake) gets no bound by length. A fleet (replicas, or
   prefill and decode engines) shows its engines' tokenizer, loaded in this process, and
   its context: the same rule. Token-id prompts need no tokenizing: the engine counts them.
-- **At most ``max_waiting`` requests wait for the tokenizer or are in it.** One more gets
-  429 ``tokenizer_busy`` naming the limit, with ``Retry-After``, as the waiting gate
-  answers a full engine queue (TGI bounds its validation queue the same way).
+- **At most ``max_chars`` characters of text wait for the tokenizer or are in it.** What
+  holds a short request back is the text queued before it, not how many requests sent it:
+  a class of fifty sending a short chat each at once queues a few thousand characters and
+  passes; a few near-limit prompts fill the door, and the next text gets 429
+  ``tokenizer_busy`` naming the limit, with ``Retry-After``, as the waiting gate answers a
+  full engine queue (TGI bounds its validation queue the same way). A text arriving at an
+  empty door is always taken: the length rule above already bounds it.
 """
 
 from __future__ import annotations
@@ -32,7 +36,9 @@ from typing import Any
 
 from minicb.server.api_error import APIError
 
-MAX_TOKENIZING = 32  # requests waiting for the tokenizer or in it
+# Characters of text waiting for the tokenizer or in it: three prompts at SmolLM2's length
+# limit (663,552 characters), a few seconds of one tokenizer thread.
+MAX_TOKENIZING_CHARS = 2 << 20
 RETRY_AFTER_S = 1
 
 
@@ -47,13 +53,13 @@ def longest_token(tokenizer: Any) -> int | None:
 
 @dataclass(eq=False)
 class TokenizerQueue:
-    """The tokenizer's thread, the requests waiting for it, and its bounds."""
+    """The tokenizer's thread, the text waiting for it, and its bounds."""
 
-    max_waiting: int = MAX_TOKENIZING
+    max_chars: int = MAX_TOKENIZING_CHARS
     executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="minicb-tokenizer")
     )
-    waiting: int = 0  # requests waiting for the tokenizer or in it (the event loop's count)
+    waiting_chars: int = 0  # text waiting for the tokenizer or in it (the event loop's count)
     # The tokenizer last read and its longest token (read once: 0.1 s for 49,152 entries).
     _read: tuple[Any, int | None] = (None, None)
 
@@ -76,23 +82,24 @@ class TokenizerQueue:
             code="context_length_exceeded",
         )
 
-    async def run(self, tokenize: Callable[[], list[int]], param: str) -> list[int]:
-        """``tokenize()`` in the tokenizer's thread, or 429 when ``max_waiting`` requests
-        already wait there. A refusal from the tokenizer (no tokenizer, no chat template,
-        an id outside the vocabulary) is a 400."""
-        if self.waiting >= self.max_waiting:
+    async def run(self, tokenize: Callable[[], list[int]], num_chars: int, param: str) -> list[int]:
+        """``tokenize()`` (a text of ``num_chars`` characters) in the tokenizer's thread, or
+        429 when it would take the text waiting there past ``max_chars``. A refusal from the
+        tokenizer (no tokenizer, no chat template, an id outside the vocabulary) is a 400."""
+        if self.waiting_chars and self.waiting_chars + num_chars > self.max_chars:
             raise APIError(
-                f"the tokenizer is busy ({self.max_waiting} requests waiting for it, the "
-                f"limit); retry in {RETRY_AFTER_S} s",
+                f"the tokenizer is busy ({self.waiting_chars} characters of text wait for it, "
+                f"and {num_chars} more would pass the limit of {self.max_chars}); retry in "
+                f"{RETRY_AFTER_S} s",
                 status=429,
                 type="rate_limit_error",
                 code="tokenizer_busy",
                 headers={"Retry-After": str(RETRY_AFTER_S)},
             )
-        self.waiting += 1
+        self.waiting_chars += num_chars
         try:
             return await asyncio.get_running_loop().run_in_executor(self.executor, tokenize)
         except ValueError as err:
             raise APIError(str(err), param=param) from err
         finally:
-            self.waiting -= 1
+            self.waiting_chars -= num_chars

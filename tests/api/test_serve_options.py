@@ -1,5 +1,5 @@
 """``minicb serve``'s options for the tokenizer's door and the replicas' restarts reach what
-they set: ``--max-tokenizing N`` the OpenAI routes' tokenizer queue, ``--no-restart-replicas``
+they set: ``--max-tokenizing-chars N`` the OpenAI routes' tokenizer door, ``--no-restart-replicas``
 the fleet (restart is on by default)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from minicb.cli import build_parser
 from minicb.fleet import fleet as fleet_module
 from minicb.server.serve_command import build_serve
-from minicb.server.tokenizer_queue import MAX_TOKENIZING
+from minicb.server.tokenizer_queue import MAX_TOKENIZING_CHARS
 
 
 def serve_args(model: str, *extra: str):
@@ -17,13 +17,13 @@ def serve_args(model: str, *extra: str):
     return build_parser().parse_args([*argv, *extra])
 
 
-def test_max_tokenizing_reaches_the_routes_tokenizer_queue(tiny_llama_dir):
-    app, *_ = build_serve(serve_args(tiny_llama_dir, "--max-tokenizing", "3"))
-    assert app.state.openai.tokenizer.max_waiting == 3
+def test_max_tokenizing_chars_reaches_the_routes_tokenizer_door(tiny_llama_dir):
+    app, *_ = build_serve(serve_args(tiny_llama_dir, "--max-tokenizing-chars", "3000"))
+    assert app.state.openai.tokenizer.max_chars == 3000
     app, *_ = build_serve(serve_args(tiny_llama_dir))
-    assert app.state.openai.tokenizer.max_waiting == MAX_TOKENIZING
-    with pytest.raises(ValueError, match="--max-tokenizing must be at least 1, got 0"):
-        build_serve(serve_args(tiny_llama_dir, "--max-tokenizing", "0"))
+    assert app.state.openai.tokenizer.max_chars == MAX_TOKENIZING_CHARS
+    with pytest.raises(ValueError, match="--max-tokenizing-chars must be at least 1, got 0"):
+        build_serve(serve_args(tiny_llama_dir, "--max-tokenizing-chars", "0"))
 
 
 class Built(Exception):

@@ -65,23 +65,46 @@ def test_a_prompt_longer_than_the_context_could_hold_is_refused_before_tokenizin
         assert _post(live.url, "a" * 40).status_code == 200
 
 
-def test_a_full_tokenizer_queue_answers_429_naming_its_limit():
+def test_a_full_tokenizer_door_answers_429_naming_its_limit():
+    """Two texts of 40 characters fill a door of 100: a third text is refused, naming the
+    characters waiting and the limit; once the thread frees, the door opens again."""
     tokenizer = GatedTokenizer()
     tokenizer.gate.clear()  # the thread is busy until the gate opens
-    with _server(tokenizer, max_tokenizing=2) as live:
+    with _server(tokenizer, max_tokenizing_chars=100) as live:
         replies: list[httpx.Response] = []
         held = [threading.Thread(target=lambda: replies.append(_post(live.url, "a" * 40)))
                 for _ in range(2)]  # fmt: skip
         for thread in held:
             thread.start()
-        wait_for(lambda: live.app.state.openai.tokenizer.waiting == 2)
+        wait_for(lambda: live.app.state.openai.tokenizer.waiting_chars == 80)
         busy = _post(live.url, "a" * 40)
         assert busy.status_code == 429 and busy.headers["Retry-After"] == "1"
         error = busy.json()["error"]
-        assert error["code"] == "tokenizer_busy" and "2 requests waiting" in error["message"]
+        assert error["code"] == "tokenizer_busy", error
+        assert "80 characters of text wait" in error["message"] and "limit of 100" in (
+            error["message"]
+        )
         tokenizer.gate.set()
         for thread in held:
             thread.join(30)
         assert [r.status_code for r in replies] == [200, 200]
-        assert live.app.state.openai.tokenizer.waiting == 0
+        assert live.app.state.openai.tokenizer.waiting_chars == 0
         assert _post(live.url, "a" * 40).status_code == 200  # the door opens again
+
+
+def test_many_short_texts_at_once_pass_the_door():
+    """Fifty short prompts sent together (a class asking at once) queue a few thousand
+    characters: none is refused, though all wait for one held thread."""
+    tokenizer = GatedTokenizer()
+    tokenizer.gate.clear()
+    with _server(tokenizer) as live:
+        replies: list[httpx.Response] = []
+        held = [threading.Thread(target=lambda: replies.append(_post(live.url, "a" * 40)))
+                for _ in range(50)]  # fmt: skip
+        for thread in held:
+            thread.start()
+        wait_for(lambda: live.app.state.openai.tokenizer.waiting_chars == 50 * 40)
+        tokenizer.gate.set()
+        for thread in held:
+            thread.join(30)
+        assert sorted(r.status_code for r in replies) == [200] * 50
