@@ -1,4 +1,5 @@
-"""``minicb lab student`` and ``minicb lab check SUBMISSION... [--teacher PATH] [--csv FILE]``."""
+"""``minicb lab student``, ``minicb lab check SUBMISSION... [--teacher PATH] [--csv FILE]``
+and ``minicb lab grade-code FILE_OR_FOLDER... --teacher PATH [--seed N] [--csv FILE]``."""
 
 from __future__ import annotations
 
@@ -25,6 +26,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "for a submission named like the teacher's)")  # fmt: skip
     c.add_argument("--csv", type=Path, help="also write the table here, for a gradebook")
     c.set_defaults(func=run_check)
+    g = sub.add_parser(
+        "grade-code", help="grade admission policies (the coding lab) by hidden tests: one table"
+    )
+    g.add_argument("submissions", nargs="+", type=Path,
+                   help="a student's .py file, or a folder of them (any file names)")  # fmt: skip
+    g.add_argument("--teacher", type=Path, required=True,
+                   help="the teacher's coding-lab folder (hidden.json, the reference)")  # fmt: skip
+    g.add_argument("--seed", type=int, help="draw the workloads from this seed instead")
+    g.add_argument("--csv", type=Path, help="also write the table here, for a gradebook")
+    g.set_defaults(func=run_grade_code)
 
 
 def run_student(args: argparse.Namespace) -> int:
@@ -77,3 +88,40 @@ def write_csv(graded: list, path: Path) -> None:
             by = {r.number: "right" if r.correct else f"wrong: {r.detail}" for r in g.results}
             out.writerow([str(g.path), sum(r.correct for r in g.results), len(g.results),
                           *(by.get(n, "") for n in numbers)])  # fmt: skip
+
+
+def run_grade_code(args: argparse.Namespace) -> int:
+    """One line per submission (passed, then ok / -- per property, blank where it was not
+    judged because the runs failed), then what each failed property saw."""
+    from minicb.lab.coding.grader import PROPERTIES, grade_code
+
+    graded = grade_code(args.submissions, args.teacher, args.seed)
+    width = max(len(str(g.path)) for g in graded)
+    lines = [f"{'submission':{width}}  passed  " + "  ".join(PROPERTIES)]
+    for g in graded:
+        marks = [_verdict(g, p, "ok", "--", "").ljust(len(p)) for p in PROPERTIES]
+        passed = "yes" if g.passed else "no"
+        lines.append(f"{str(g.path):{width}}  {passed:6}  " + "  ".join(marks))
+    lines = [line.rstrip() for line in lines]
+    lines += [f"{g.path}: {p}: {why}" for g in graded for p, why in g.verdicts.items() if why]
+    print("\n".join(lines), flush=True)
+    if args.csv:
+        with open(args.csv, "w", newline="", encoding="utf-8") as f:
+            out = csv.writer(f)
+            out.writerow(["submission", "passed", *PROPERTIES])
+            for g in graded:
+                verdicts = [_verdict(g, p, "ok", "wrong: ", "not run") for p in PROPERTIES]
+                out.writerow([str(g.path), "yes" if g.passed else "no", *verdicts])
+        print(f"wrote {args.csv}")
+    return 0 if all(g.passed for g in graded) else 1
+
+
+def _verdict(graded, prop: str, ok: str, wrong: str, unjudged: str) -> str:
+    """``ok``; ``wrong`` followed by what broke the property when ``wrong`` ends in a space;
+    or ``unjudged`` for a property never judged (the runs failed first)."""
+    if prop not in graded.verdicts:
+        return unjudged
+    why = graded.verdicts[prop]
+    if why is None:
+        return ok
+    return wrong + why if wrong.endswith(" ") else wrong

@@ -8,7 +8,8 @@ Order of business each iteration, under a token budget and a slot limit:
    lowest-ranked request that has not yet been given its blocks this iteration;
 2. swapped-out requests come back when their blocks fit (never in an iteration that
    preempted: that would thrash);
-3. waiting requests are admitted in policy order while slots, budget and blocks last;
+3. waiting requests are admitted in policy order (``admission_order``, a subclass's seam)
+   while slots, budget and blocks last;
    with prefix caching, the blocks a prompt begins with are looked up first, and only the
    tokens after them are scheduled and charged to the budget. With a ``kv_reservation``
    other than ``paged``, admission takes the request's whole reservation at once
@@ -169,12 +170,20 @@ class ContinuousScheduler(SchedulerBase):
             return False
         return True
 
+    def admission_order(self, budget: int) -> list[Request]:
+        """The waiting requests to try this iteration, in order, with ``budget`` tokens
+        left: admission takes them one by one and stops at the first that does not fit
+        (a slot, the budget, its blocks). The one seam for another admission policy: a
+        subclass returns its own choice (the coding lab's, minicb/lab/coding/). Here: the
+        whole queue in policy order (FCFS: by arrival), so a long prompt holds the line."""
+        return self.ordered(self.waiting)
+
     def _admit(self, plan: StepPlan, budget: int, chunked: bool) -> int:
         # Asked before the queue is sorted too: a full batch admits nobody, and the queue
         # can be thousands long (sorting it was most of schedule() at 10,000 waiting).
         if not self.waiting or not self._room_to_admit(plan, budget):
             return budget
-        for req in self.ordered(self.waiting):
+        for req in self.admission_order(budget):
             if not self._room_to_admit(plan, budget):
                 break
             hits = self.blocks.lookup(req.token_slice, req.num_tokens, req.params.cache_salt)
