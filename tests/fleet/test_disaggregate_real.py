@@ -26,6 +26,9 @@ from minicb.config import SamplingParams
 from minicb.fleet import DisaggregatedFleet
 from tests.helpers import MIXED, MIXED_MAX, SHARED, SHARED_MAX
 
+# Real prefill and decode engines in their own processes: 2-10 s a test on an idle machine.
+pytestmark = pytest.mark.slow
+
 OPTIONS = dict(
     dtype="float32",
     device="cpu",

@@ -50,6 +50,7 @@ def body(model: str, prompt: list[int], **extra) -> dict:
             "ignore_eos": True, "return_token_ids": True, **extra}  # fmt: skip
 
 
+@pytest.mark.slow  # a disaggregated server of real engines (its module fixture)
 def test_tokens_through_the_api_equal_one_engines(served, expected):
     url, loop, fleet, model = served
     transfers: list = []
@@ -62,6 +63,7 @@ def test_tokens_through_the_api_equal_one_engines(served, expected):
     assert set(loop.engines) == {"prefill0", "decode0"}  # the page draws both
 
 
+@pytest.mark.slow  # a disaggregated server of real engines (its module fixture)
 def test_a_streamed_reply_carries_every_token_from_both_engines(served, expected):
     url, loop, fleet, model = served
     text = []

@@ -23,6 +23,9 @@ from minicb.server.serve_command import build_serve
 from tests.api.live import live_server, metric
 from tests.helpers import wait_for
 
+# Its module fixture starts replicas in their own processes: seconds before the first test.
+pytestmark = pytest.mark.slow
+
 PROMPTS = [[5, 6, 7, 8], [9, 10], [11] * 40, [5, 6, 7, 8, 1, 2]]
 MAX_TOKENS = 6
 OPTIONS = dict(dtype="float32", num_kv_blocks=64)

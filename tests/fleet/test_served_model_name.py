@@ -51,6 +51,7 @@ def client_code(base_url: str, model: str) -> dict:
     }
 
 
+@pytest.mark.slow  # starts a server in each of the three modes: 14 s on an idle machine
 def test_the_same_client_code_works_against_every_mode(tiny_llama_dir):
     relative = os.path.relpath(tiny_llama_dir)  # as typed: not the folder it resolves to
     assert not os.path.isabs(relative)

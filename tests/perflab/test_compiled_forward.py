@@ -67,6 +67,7 @@ def counting_runs(monkeypatch) -> list[int]:
     return batches
 
 
+@pytest.mark.slow  # Inductor builds graphs: over 5 s on an idle 2-core machine
 def test_compiled_tokens_equal_eager_and_two_graphs_serve_every_step(
     tiny_llama_dir, dynamo_eager, monkeypatch
 ):
@@ -214,6 +215,7 @@ def test_the_graph_checks_only_its_inputs_guards(tiny_llama_dir, dynamo_eager, m
     assert len(on_the_model) > 100  # every attribute of every module, every weight
 
 
+@pytest.mark.slow  # Inductor builds graphs: over 5 s on an idle 2-core machine
 def test_two_models_in_one_process_each_run_their_own_graphs(tmp_path, dynamo_eager):
     # The same architecture and shapes, other weights: with no guard on the model, only the
     # code object each CompiledDecode compiles keeps one model's graphs from the other's.
