@@ -13,8 +13,14 @@ read ``engine.scheduler`` for what the engine's views do not show.
 from __future__ import annotations
 
 import random
+import signal
+import socket
+import subprocess
+import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 
 from minicb import LLM
 from minicb.config import EngineConfig, SamplingParams
@@ -109,6 +115,48 @@ def wait_for(predicate: Callable[[], object], timeout: float = 20.0) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "the awaited condition never came true"
         time.sleep(0.01)
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on now (for a server in another process)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def serve_process(
+    args: list[str], log: Path, timeout: float
+) -> Iterator[tuple[subprocess.Popen, str]]:
+    """``minicb serve ARGS`` in a process of its own on a free port, once its /health
+    answers 200: yields the process and its address; its output goes to ``log``. On the
+    way out it gets SIGTERM (then a kill, past a minute) unless the test already ended it."""
+    import httpx
+
+    port = free_port()
+    argv = [sys.executable, "-m", "minicb.cli", "serve", *args, "--port", str(port)]
+    with log.open("w") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        assert proc.poll() is None, log.read_text()
+        try:
+            return httpx.get(url + "/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_for(up, timeout=timeout)
+        yield proc, url
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 class ShadowKV:

@@ -8,7 +8,6 @@ start it. Screenshots go to artifacts/screenshots/. Skipped, saying why, when
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import free_port
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -72,12 +73,6 @@ def shot(page, name: str) -> Path:
     path = SHOTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager

@@ -10,16 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
-import socket
-import subprocess
-import sys
 
 import httpx
 import pytest
 
 from minicb import SamplingParams
-from tests.helpers import wait_for
+from tests.helpers import serve_process
 
 pytestmark = pytest.mark.slow
 
@@ -36,12 +32,6 @@ PROMPTS = [
     "The largest planet in the solar system is",
 ]
 MAX_TOKENS = [16, 12, 16, 9, 16, 14, 16, 11, 16, 7]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def one(client: httpx.AsyncClient, url: str, i: int) -> list[int]:
@@ -69,31 +59,9 @@ async def all_at_once(url: str) -> list[list[int]]:
 def test_concurrent_requests_through_the_cli_get_one_engines_tokens(default_llm, tmp_path):
     params = [SamplingParams(max_tokens=m, temperature=0.0, ignore_eos=True) for m in MAX_TOKENS]
     want = [out.token_ids for out in default_llm.generate(PROMPTS, params)]
-    port = free_port()
-    argv = [sys.executable, "-m", "minicb.cli", "serve", "--disaggregate", "1:1",
-            "--dtype", "float32", "--no-measure-utilisation", "--log-level", "warning",
-            "--port", str(port)]  # fmt: skip
-    log = tmp_path / "serve.log"
-    url = f"http://127.0.0.1:{port}"
-    with log.open("w") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-    try:
-
-        def up() -> bool:
-            assert proc.poll() is None, log.read_text()
-            try:
-                return httpx.get(url + "/health", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_for(up, timeout=300)
+    args = ["--disaggregate", "1:1", "--dtype", "float32", "--no-measure-utilisation",
+            "--log-level", "warning"]  # fmt: skip
+    with serve_process(args, tmp_path / "serve.log", timeout=300) as (_, url):
         got = asyncio.run(all_at_once(url))
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
     assert [len(ids) for ids in got] == MAX_TOKENS
     assert got == want

@@ -16,9 +16,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 
@@ -26,19 +23,13 @@ import httpx
 import pytest
 
 from minicb.server.launch import SHUTDOWN_GRACE_S
-from tests.helpers import wait_for
+from tests.helpers import serve_process
 
 pytestmark = pytest.mark.slow
 
 REQUESTS = 48
 MAX_TOKENS = 480  # the tiny model's context is 512
 TEARDOWN_S = 10.0  # the engine thread's and the trace's close, after the grace
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def stream(url: str, outcome: list[str], first: threading.Event) -> None:
@@ -61,24 +52,11 @@ def stream(url: str, outcome: list[str], first: threading.Event) -> None:
 
 
 def test_sigterm_stops_the_server_with_requests_in_flight(tiny_llama_dir, tmp_path):
-    port = free_port()
-    argv = [sys.executable, "-m", "minicb.cli", "serve", "--model", tiny_llama_dir,
-            "--served-model-name", "tiny", "--dtype", "float32", "--max-num-seqs", "1",
-            "--no-measure-utilisation", "--log-level", "warning", "--port", str(port)]  # fmt: skip
+    args = ["--model", tiny_llama_dir, "--served-model-name", "tiny", "--dtype", "float32",
+            "--max-num-seqs", "1", "--no-measure-utilisation",
+            "--log-level", "warning"]  # fmt: skip
     log = tmp_path / "serve.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=out)
-    url = f"http://127.0.0.1:{port}"
-    try:
-
-        def up() -> bool:
-            assert proc.poll() is None, log.read_text()
-            try:
-                return httpx.get(url + "/health", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_for(up, timeout=120)
+    with serve_process(args, log, timeout=120) as (proc, url):
         outcomes: list[str] = []
         first = threading.Event()
         clients = [threading.Thread(target=stream, args=(url, outcomes, first), daemon=True)
@@ -93,10 +71,6 @@ def test_sigterm_stops_the_server_with_requests_in_flight(tiny_llama_dir, tmp_pa
         for client in clients:
             client.join(10)
         assert not any(c.is_alive() for c in clients), "a client still waits"
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert len(outcomes) == REQUESTS
     ended = [o for o in outcomes if o != "finished"]
     assert ended, f"every request finished within {took:.1f} s: nothing was in flight"
