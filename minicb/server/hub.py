@@ -87,8 +87,9 @@ class Hub:
         self.replay_views = ReplayViews(self.replay, self.shown)
         # engine name -> ids of the requests typed on a page (an ordered set, bounded)
         self.typed: dict[str, OrderedDict[int, None]] = {}
-        # the demo's workload (a lesson's feeder is the scenario's, not for the page to set)
-        self.feeder = engine_loop.feeder if engine_loop and not lesson else None
+        # the demo's workload (a lesson's feeder is the scenario's, not for the page to set;
+        # a served fleet's is its own hand-off work before each round, no workload at all)
+        self.feeder = engine_loop.feeder if engine_loop and mode == "demo" and not lesson else None
         self.lesson = lesson
         if lesson is not None:
             lesson.notify = self.broadcast

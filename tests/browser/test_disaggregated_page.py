@@ -26,6 +26,9 @@ def test_a_transfer_is_drawn_between_the_prefill_and_decode_engines(tab, tiny_ll
         wait_for(page, f"{PANELS}.length === 2")
         titles = "[...document.querySelectorAll('.panel-title')].map(e => e.textContent)"
         wait_for(page, f"{titles}.sort().join('|') === 'decode engine 0|prefill engine 0'")
+        # a served fleet has no workload for the page to set (its loop's feeder is the
+        # fleet's own hand-off work, which the page once took for the demo's workload)
+        assert js(page, "document.getElementById('workload-form').hidden")
         model = httpx.get(url + "v1/models").json()["data"][0]["id"]
         prompts = [[5 + i] * (20 + 12 * i) for i in range(3)]  # 1, 2 and 4 blocks of KV
         for k, prompt in enumerate(prompts, start=1):
