@@ -40,6 +40,20 @@ class APIError(Exception):
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
 
 
+RETRY_AFTER_S = 1  # what a busy answer asks a client to wait
+
+
+def busy(why: str, code: str) -> APIError:
+    """A 429: the server is busy (``why``), with ``Retry-After`` and the same in words."""
+    return APIError(
+        f"{why}; retry in {RETRY_AFTER_S} s",
+        status=429,
+        type="rate_limit_error",
+        code=code,
+        headers={"Retry-After": str(RETRY_AFTER_S)},
+    )
+
+
 def invalid(param: str, why: str, code: str = "invalid_value") -> APIError:
     """A 400 about ``param``, its message starting with the field's name."""
     return APIError(f"{param} {why}", param=param, code=code)

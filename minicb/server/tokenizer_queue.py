@@ -34,12 +34,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from minicb.server.api_error import APIError
+from minicb.server.api_error import APIError, busy
 
 # Characters of text waiting for the tokenizer or in it: three prompts at SmolLM2's length
 # limit (663,552 characters), a few seconds of one tokenizer thread.
 MAX_TOKENIZING_CHARS = 2 << 20
-RETRY_AFTER_S = 1
 
 
 def longest_token(tokenizer: Any) -> int | None:
@@ -87,14 +86,10 @@ class TokenizerQueue:
         429 when it would take the text waiting there past ``max_chars``. A refusal from the
         tokenizer (no tokenizer, no chat template, an id outside the vocabulary) is a 400."""
         if self.waiting_chars and self.waiting_chars + num_chars > self.max_chars:
-            raise APIError(
+            raise busy(
                 f"the tokenizer is busy ({self.waiting_chars} characters of text wait for it, "
-                f"and {num_chars} more would pass the limit of {self.max_chars}); retry in "
-                f"{RETRY_AFTER_S} s",
-                status=429,
-                type="rate_limit_error",
-                code="tokenizer_busy",
-                headers={"Retry-After": str(RETRY_AFTER_S)},
+                f"and {num_chars} more would pass the limit of {self.max_chars})",
+                "tokenizer_busy",
             )
         self.waiting_chars += num_chars
         try:

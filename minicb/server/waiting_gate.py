@@ -7,10 +7,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from minicb.server.api_error import APIError
+from minicb.server.api_error import busy
 from minicb.telemetry.events import Event
-
-RETRY_AFTER_S = 1
 
 
 class WaitingGate:
@@ -42,13 +40,8 @@ class WaitingGate:
         queue is full. Yields the function that strikes the place off: hand it to
         ``EngineLoop.submit(on_queued=...)``."""
         if self.waiting + len(self.in_transit) >= self.max_waiting:
-            raise APIError(
-                f"the server's queue is full ({self.max_waiting} requests waiting); "
-                f"retry in {RETRY_AFTER_S} s",
-                status=429,
-                type="rate_limit_error",
-                code="queue_full",
-                headers={"Retry-After": str(RETRY_AFTER_S)},
+            raise busy(
+                f"the server's queue is full ({self.max_waiting} requests waiting)", "queue_full"
             )
         ticket = object()
         self.in_transit.add(ticket)
