@@ -1,6 +1,6 @@
 """minicb: continuous batching for LLM inference, small enough to read and fully instrumented.
 
-The public names load lazily, so that ``import minicb.scheduler`` (pure Python) does not
+The public names load lazily, so that ``import minicb.core.scheduler`` (pure Python) does not
 pull in torch: the scheduler, block manager, requests, events and metrics stay readable
 and testable on any machine.
 """
@@ -10,14 +10,14 @@ from typing import Any
 
 _PUBLIC = {
     "LLM": "minicb.llm",
-    "EngineConfig": "minicb.config",
-    "FakeRunner": "minicb.runner.fake",
-    "LLMEngine": "minicb.engine",
-    "RequestOutput": "minicb.request",
-    "SamplingParams": "minicb.config",
-    "StepResult": "minicb.engine",
-    "TokenDelta": "minicb.request",
-    "VirtualClock": "minicb.runner",
+    "EngineConfig": "minicb.core.config",
+    "FakeRunner": "minicb.core.runner.fake",
+    "LLMEngine": "minicb.core.engine",
+    "RequestOutput": "minicb.core.request",
+    "SamplingParams": "minicb.core.config",
+    "StepResult": "minicb.core.engine",
+    "TokenDelta": "minicb.core.request",
+    "VirtualClock": "minicb.core.runner",
 }
 
 __all__ = sorted(_PUBLIC)

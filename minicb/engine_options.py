@@ -3,7 +3,7 @@ engine adds (``generate``, ``demo``, ``serve``, ``bench``), how they become an
 ``EngineConfig``'s keyword arguments, and the line each command prints of what the engine
 chose and why.
 
-``EngineConfig`` (minicb/config.py) checks the values; this file only spells them as flags.
+``EngineConfig`` (minicb/core/config.py) checks the values; this file only spells them as flags.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from minicb.config import (
+from minicb.core.config import (
     ATTENTION_BACKENDS,
     BATCHING_MODES,
     DTYPES,

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from minicb.config import EngineConfig, SamplingParams
-from minicb.engine import LLMEngine
-from minicb.request import RequestOutput
+from minicb.core.config import EngineConfig, SamplingParams
+from minicb.core.engine import LLMEngine
+from minicb.core.request import RequestOutput
 
 Prompt = str | list[int]
 

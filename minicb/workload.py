@@ -34,10 +34,10 @@ from dataclasses import dataclass, field, replace
 from itertools import accumulate, islice
 from typing import TYPE_CHECKING
 
-from minicb.config import SamplingParams
+from minicb.core.config import SamplingParams
 
 if TYPE_CHECKING:
-    from minicb.engine import LLMEngine
+    from minicb.core.engine import LLMEngine
 
 
 @dataclass(frozen=True)

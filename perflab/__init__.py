@@ -13,7 +13,7 @@ compared, which a student may run from a source checkout and never needs to read
 - the CPU timing scripts, each ``python -m perflab.<name>`` from the repository root.
 
 The probes of this machine's copy bandwidth and matmul FLOP/s and the per-step utilisation
-measured against them stay in the package (minicb/runner/probes.py, occupancy.py): the
+measured against them stay in the package (minicb/utilisation/probes.py, occupancy.py): the
 demo's utilisation chart reads them, and a ``minicb`` installed from a wheel draws it.
 
 Why ``perflab`` and not ``lab``: ``minicb/lab/`` is the students' graded labs (``minicb

@@ -1,6 +1,6 @@
 """What dtype "auto" picks on this machine, and a decode step in float32 against bfloat16.
 
-Prints the choice and its reason (minicb/runner/dtype.py); the speed of one of the
+Prints the choice and its reason (minicb/core/runner/dtype.py); the speed of one of the
 model's linear layers (32 rows through a 576 x 1536 weight, the shape issue 14 measured)
 in each dtype; then times pure decode steps of the embedded default model at each batch
 size in both dtypes, in the same run: two engines (one per dtype) built up front, rounds
@@ -20,9 +20,9 @@ import time
 import torch
 
 from minicb import EngineConfig, LLMEngine
-from minicb.runner.dtype import DTYPES as TORCH_DTYPES
-from minicb.runner.dtype import choose_dtype
-from minicb.runner.model_runner import resolve_device
+from minicb.core.runner.dtype import DTYPES as TORCH_DTYPES
+from minicb.core.runner.dtype import choose_dtype
+from minicb.core.runner.model_runner import resolve_device
 from perflab.roofline import time_decode
 
 DTYPES = ("float32", "bfloat16")

@@ -33,8 +33,8 @@ from typing import Any
 import torch
 
 from minicb import EngineConfig, LLMEngine, SamplingParams
-from minicb.telemetry.bus import EventBus
-from minicb.telemetry.events import Event
+from minicb.core.bus import EventBus
+from minicb.core.events import Event
 from minicb.telemetry.metrics import MetricsCollector
 from minicb.telemetry.prometheus import PrometheusMetrics
 from minicb.telemetry.trace import TraceWriter, trace_header

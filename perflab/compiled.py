@@ -72,16 +72,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from minicb.config import EngineConfig
-from minicb.engine import LLMEngine
-from minicb.kernels.kv_slots import storing
-from minicb.kernels.torch_attention import DecodeIndex, attend_contexts, gather_contexts
-from minicb.runner import RunnerOutput, llama
-from minicb.runner.dtype import cpu_capabilities
-from minicb.runner.model_runner import ModelRunner
-from minicb.runner.packed import PACKED_FOR_ROWS, PackedLinear
-from minicb.runner.step_inputs import StepInputs
-from minicb.scheduler.plan import StepPlan
+from minicb.core.attention.kv_slots import storing
+from minicb.core.attention.torch_attention import DecodeIndex, attend_contexts, gather_contexts
+from minicb.core.config import EngineConfig
+from minicb.core.engine import LLMEngine
+from minicb.core.runner import RunnerOutput, llama
+from minicb.core.runner.dtype import cpu_capabilities
+from minicb.core.runner.model_runner import ModelRunner
+from minicb.core.runner.step_inputs import StepInputs
+from minicb.core.scheduler.plan import StepPlan
+from minicb.packing.packed import PACKED_FOR_ROWS, PackedLinear
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ import time
 
 import torch
 
-from minicb.engine import LLMEngine
+from minicb.core.engine import LLMEngine
 from perflab.compiled import CompiledDecode, CompiledRunner
 from perflab.decode_cpu_time import decode_round, probe_engine
 

@@ -25,10 +25,10 @@ import time
 import torch
 
 from minicb import EngineConfig, SamplingParams
-from minicb.engine import LLMEngine
-from minicb.runner import probes
-from minicb.scheduler.plan import DECODE
-from minicb.sim.catalogue import model_shape
+from minicb.core.engine import LLMEngine
+from minicb.core.scheduler.plan import DECODE
+from minicb.cost_model.catalogue import model_shape
+from minicb.utilisation import probes
 from perflab import roofline
 from perflab.compiled import compiled_engine
 

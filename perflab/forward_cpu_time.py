@@ -1,6 +1,6 @@
 """Decode-step CPU time of this tree's model code against another tree's, in one process.
 
-    python -m perflab.forward_cpu_time OTHER_TREE/minicb/runner/llama.py
+    python -m perflab.forward_cpu_time OTHER_TREE/minicb/core/runner/llama.py
         [--dtype bfloat16] [--batches 1 32] [--rounds 8]
 
 On a shared machine two runs of perflab/decode_cpu_time.py move by about 10 % from one to
@@ -31,10 +31,10 @@ from types import ModuleType
 import torch
 
 from minicb import SamplingParams
-from minicb.engine import LLMEngine
-from minicb.runner.build_model import load_weights, model_config
-from minicb.runner.loader import iter_safetensors
-from minicb.runner.packed import PackedLinear, pack_linears
+from minicb.core.engine import LLMEngine
+from minicb.core.runner.build_model import load_weights, model_config
+from minicb.core.runner.loader import iter_safetensors
+from minicb.packing.packed import PackedLinear, pack_linears
 from perflab import roofline
 
 
@@ -114,7 +114,7 @@ def ops_per_step(engine: LLMEngine, model: torch.nn.Module) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("other", type=Path, help="the other tree's minicb/runner/llama.py")
+    p.add_argument("other", type=Path, help="the other tree's minicb/core/runner/llama.py")
     p.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
     p.add_argument("--batches", type=int, nargs="+", default=[1, 32])
     p.add_argument("--rounds", type=int, default=8)

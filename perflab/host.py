@@ -29,14 +29,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from minicb.config import EngineConfig, SamplingParams
-from minicb.detokenizer import REPLACEMENT_CHAR, IncrementalDetokenizer
-from minicb.engine import LLMEngine
-from minicb.runner.fake import FakeRunner
-from minicb.scheduler.block_manager import blocks_needed
+from minicb.core.config import EngineConfig, SamplingParams
+from minicb.core.detokenizer import REPLACEMENT_CHAR, IncrementalDetokenizer
+from minicb.core.engine import LLMEngine
+from minicb.core.events import EVENT_KINDS
+from minicb.core.runner.fake import FakeRunner
+from minicb.core.scheduler.block_manager import blocks_needed
 from minicb.server.broadcast import FOLD_QUEUE, compress
 from minicb.server.frames import DETAIL_ROWS, FRAME_HZ, StepFolder
-from minicb.telemetry.events import EVENT_KINDS
 from minicb.telemetry.kv_state import KVState
 from minicb.telemetry.metrics import MetricsCollector
 from minicb.telemetry.prometheus import PrometheusMetrics
@@ -251,7 +251,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     from minicb.bench.measurements import time_schedule
-    from minicb.runner.loader import default_model_dir, load_tokenizer
+    from minicb.core.runner.loader import default_model_dir, load_tokenizer
 
     if not args.only_instrumentation:
         d = time_detokenize(load_tokenizer(default_model_dir()), args.tokens)

@@ -27,7 +27,7 @@ import math
 import torch
 
 from minicb import LLM, SamplingParams
-from minicb.kernels import AttentionMetadata
+from minicb.core.attention import AttentionMetadata
 
 DTYPES = ("auto", "int8", "fp8")
 # label -> engine options; "auto" (everything in fp32) is the one the others are measured against

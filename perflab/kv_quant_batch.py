@@ -22,7 +22,7 @@ import time
 import torch
 
 from minicb import EngineConfig, LLMEngine, SamplingParams
-from minicb.runner.model_runner import ModelRunner
+from minicb.core.runner.model_runner import ModelRunner
 
 KV_DTYPES = ("auto", "int8")
 

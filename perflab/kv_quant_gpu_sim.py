@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import argparse
 
-from minicb.config import EngineConfig
-from minicb.sim.catalogue import load_profile
+from minicb.core.config import EngineConfig
+from minicb.cost_model.catalogue import load_profile
 from minicb.sim.run import run_simulated
 from minicb.workload import from_lengths
 

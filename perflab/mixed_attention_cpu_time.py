@@ -16,8 +16,8 @@ import time
 
 import torch
 
-from minicb.kernels import reference
-from minicb.kernels.attention import TorchBackend
+from minicb.core.attention import reference
+from minicb.core.attention.backend import TorchBackend
 from tests.kernels import make_paged_case
 
 LAYERS, SCALE = 30, 64**-0.5

@@ -32,8 +32,8 @@ from pathlib import Path
 import torch
 
 from minicb import EngineConfig, LLMEngine, SamplingParams
-from minicb.runner.loader import make_tiny_model_dir
-from minicb.telemetry.events import Event, StepEvent
+from minicb.core.events import Event, StepEvent
+from minicb.core.runner.loader import make_tiny_model_dir
 
 
 def engines(model: str | None, dtype: str, requests: int, **spec) -> dict[str, LLMEngine]:

@@ -11,7 +11,7 @@ within each row count, so a change in the machine's load falls on all of them al
     .venv/bin/python -m perflab.packed_layout_cpu_time [--layouts 1 16 32 64 128]
         [--rows 1 8 15 32 48 256]
 
-Prints one JSON line: per row count, milliseconds per layout (minicb.runner.packed uses
+Prints one JSON line: per row count, milliseconds per layout (minicb.packing.packed uses
 ``PACKED_FOR_ROWS``).
 """
 
@@ -25,7 +25,7 @@ import time
 import torch
 
 from minicb import EngineConfig
-from minicb.engine import LLMEngine
+from minicb.core.engine import LLMEngine
 from perflab.roofline import linear_layers
 
 

@@ -24,7 +24,7 @@ import time
 import torch
 
 from minicb import EngineConfig
-from minicb.engine import LLMEngine
+from minicb.core.engine import LLMEngine
 from perflab.compiled import CompiledDecode
 from perflab.roofline import eager_products, linear_layers, product_inputs
 

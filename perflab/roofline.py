@@ -10,11 +10,11 @@ request's KV cache, and do two FLOPs per weight per row plus the attention arith
     t_min(B) = max(bytes(B) / copy bandwidth, flops(B) / matmul FLOP/s)
 
 The ceiling is B / t_min(B) tokens per second. The bytes and FLOPs are the step-time model's
-(``ModelShape.step_work``, minicb/sim/step_time.py: counted from the model's config, the
+(``ModelShape.step_work``, minicb/cost_model/step_time.py: counted from the model's config, the
 norms left out) for B one-token rows. Copy bandwidth (read + write bytes of one large
 ``copy_``, as STREAM counts it) and matmul FLOP/s (a square matmul in the engine's dtype,
 sized so that one product takes about ``probes.PROBE_S``) are measured with torch on the
-engine's device (minicb.runner.probes), with the benchmark's threads, in the same run.
+engine's device (minicb.utilisation.probes), with the benchmark's threads, in the same run.
 Beside them, the model's own linear layers run back to back on B rows (``time_linears``),
 through the step's own kernels: how close the products alone come to the ceiling, so a
 report can tell the part of a gap that is the engine's from the part no step on those
@@ -34,18 +34,18 @@ from typing import TYPE_CHECKING, Any
 
 from minicb.bench import decode_steps
 from minicb.bench.systems import generate_times, sibling
-from minicb.config import SamplingParams
-from minicb.engine import LLMEngine
-from minicb.runner import probes
-from minicb.scheduler.block_manager import blocks_needed
-from minicb.sim.step_time import ModelShape
+from minicb.core.config import SamplingParams
+from minicb.core.engine import LLMEngine
+from minicb.core.scheduler.block_manager import blocks_needed
+from minicb.cost_model.step_time import ModelShape
+from minicb.utilisation import probes
 
 if TYPE_CHECKING:
     from minicb.bench.measurements import Suite
 
 
-# The probes (copy bandwidth, matmul FLOP/s) live in minicb.runner.probes, shared with the model
-# runner's per-step utilisation; the bytes and FLOPs are the step-time model's.
+# The probes (copy bandwidth, matmul FLOP/s) live in minicb/utilisation/probes.py, shared with
+# the model runner's per-step utilisation; the bytes and FLOPs are the step-time model's.
 def model_sizes(shape: ModelShape, elem: int) -> dict[str, int]:
     """Bytes of weights a decode step streams (the layers and the lm_head: an untied
     embedding table is only gathered), matmul parameters per token, KV bytes per token,
@@ -97,7 +97,7 @@ def linear_layers(model: Any) -> list[Any]:
     """The model's linear layers (plain or packed), in forward order."""
     from torch import nn
 
-    from minicb.runner.packed import PackedLinear
+    from minicb.packing.packed import PackedLinear
 
     return [m for m in model.modules() if isinstance(m, nn.Linear | PackedLinear)]
 

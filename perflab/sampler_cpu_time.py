@@ -1,6 +1,6 @@
 """CPU time of one ``sample()`` call: this tree's sampler against another tree's.
 
-    python -m perflab.sampler_cpu_time OTHER_TREE/minicb/runner/sampler.py
+    python -m perflab.sampler_cpu_time OTHER_TREE/minicb/core/runner/sampler.py
 
 Random fp32 logits of 49152 columns (SmolLM2's vocabulary), 8 and 32 rows, temperature
 sampling, top-k + top-p, and greedy; thread CPU time, mean of 20 calls after one warm-up.
@@ -16,7 +16,7 @@ import time
 import torch
 
 from minicb import SamplingParams
-from minicb.runner import sampler as this
+from minicb.core.runner import sampler as this
 
 CASES = [
     (8, SamplingParams(temperature=0.6)),

@@ -26,10 +26,10 @@ import statistics
 
 import torch
 
+from minicb.cost_model.catalogue import model_shape
 from minicb.quant import weights
 from minicb.quant.weights import Int8Linear
-from minicb.runner import probes
-from minicb.sim.catalogue import model_shape
+from minicb.utilisation import probes
 from perflab import roofline
 from perflab.decode_cpu_time import copy_bandwidth, decode_round, matmul_flops, probe_engine
 

@@ -3,7 +3,7 @@
 Builds the demo exactly as ``minicb demo`` does (its engines, its workload feeder, the same
 defaults; any demo option may be passed), runs its engine loop with no browser for
 ``--rounds`` rounds, and summarises the step events' ``bandwidth_util`` and ``flop_util``
-(measured against this machine's probes, minicb/runner/occupancy.py) per engine: over the
+(measured against this machine's probes, minicb/utilisation/occupancy.py) per engine: over the
 decode steps (no prompt chunk; static batching's padding rows count, they are computed),
 and over every step. Medians, so a step slowed by other work on a shared
 machine does not move them much; compare the two engines of the same run.
@@ -23,9 +23,9 @@ import time
 from typing import Any
 
 from minicb.cli import build_parser
-from minicb.scheduler.plan import PREFILL
+from minicb.core.events import StepEvent
+from minicb.core.scheduler.plan import PREFILL
 from minicb.server.demo_command import build_demo
-from minicb.telemetry.events import StepEvent
 
 
 def summary(events: list[StepEvent]) -> dict[str, Any]:

@@ -44,8 +44,8 @@ def decode_bandwidth(
     device, batch, ctx, heads, kv_heads, head_dim, num_splits=None, *, dry: bool
 ) -> dict:
     """Time the decode kernel on a scattered paged cache; check it against the reference."""
-    from minicb.kernels import reference
-    from minicb.kernels.attention import AttentionMetadata
+    from minicb.core.attention import reference
+    from minicb.core.attention.backend import AttentionMetadata
     from minicb.kernels.decode_attention import default_num_splits, paged_decode_attention
 
     dtype, block_size = torch.bfloat16, 16

@@ -182,7 +182,7 @@ def kernel_tests(report: Report, timeout_s: float, shards: int) -> dict:
 
 def kernel_sweep() -> dict:
     """Without pytest: the main matrix of the kernel tests, run here with their builders."""
-    from minicb.kernels import reference
+    from minicb.core.attention import reference
     from minicb.kernels.triton_backend import TritonBackend
     from tests.kernels import GQA_SHAPES, TOLERANCES, make_paged_case
 

@@ -31,8 +31,8 @@ import time
 from typing import Any
 
 from minicb import SamplingParams
-from minicb.config import EngineConfig
-from minicb.engine import LLMEngine
+from minicb.core.config import EngineConfig
+from minicb.core.engine import LLMEngine
 
 
 def build_engine(args: argparse.Namespace, offload: int, shared: Any) -> tuple[LLMEngine, Any]:
@@ -46,7 +46,7 @@ def build_engine(args: argparse.Namespace, offload: int, shared: Any) -> tuple[L
         dtype=args.dtype,
     )
     if args.simulate:
-        from minicb.runner import VirtualClock
+        from minicb.core.runner import VirtualClock
         from minicb.sim.runner import SimulatedRunner
 
         clock = VirtualClock(0.0)

@@ -83,7 +83,7 @@ def pytest_sessionstart(session):
     so that the workers do not each convert it (they could: the loader is safe for that)."""
     if hasattr(session.config, "workerinput") or "not slow" in session.config.option.markexpr:
         return
-    from minicb.runner.loader import default_model_dir
+    from minicb.core.runner.loader import default_model_dir
 
     default_model_dir()
 
@@ -107,7 +107,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def tiny_llama_dir(tmp_path_factory):
     """A tiny random Llama (GQA 4:2) saved as a Hugging Face folder, shared by the session."""
-    from minicb.runner.loader import make_tiny_model_dir
+    from minicb.core.runner.loader import make_tiny_model_dir
 
     return str(make_tiny_model_dir("llama", tmp_path_factory.mktemp("tiny_llama"), seed=0))
 

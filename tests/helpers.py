@@ -23,10 +23,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from minicb import LLM
-from minicb.config import EngineConfig, SamplingParams
-from minicb.engine import LLMEngine
-from minicb.runner import VirtualClock
-from minicb.runner.fake import FakeRunner
+from minicb.core.config import EngineConfig, SamplingParams
+from minicb.core.engine import LLMEngine
+from minicb.core.runner import VirtualClock
+from minicb.core.runner.fake import FakeRunner
 
 
 def mixed_prompts(

@@ -24,11 +24,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # The engine (its step, its overlapped step, the views and controls LLMEngine inherits) and
 # the scheduler.
 ALLOWED = (
-    "minicb/scheduler/",
-    "minicb/engine.py",
-    "minicb/engine_views.py",
-    "minicb/engine_controls.py",
-    "minicb/overlap.py",
+    "minicb/core/scheduler/",
+    "minicb/core/engine.py",
+    "minicb/core/engine_views.py",
+    "minicb/core/engine_controls.py",
+    "minicb/overlap/pipeline.py",
 )
 # Notebook cells may await at top level.
 PARSE_FLAGS = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
@@ -49,7 +49,7 @@ def reach_ins(source: str, runner_package: bool = False) -> Iterator[tuple[int, 
     """(line, expression) of every ``<x>.scheduler`` read, every ``scheduler._x``, and
     every ``<x>.runner.kv_cache`` / ``.model`` / ``.files`` / ``._x`` read (the last unless
     ``runner_package``: the runner's own modules), in order. Module paths
-    (``minicb.scheduler.plan``) are not reads; imports hold none."""
+    (``minicb.core.scheduler.plan``) are not reads; imports hold none."""
     nodes = sorted(
         (
             n
@@ -96,16 +96,16 @@ def test_nothing_outside_the_scheduler_and_engine_reads_their_internals():
     found = [
         f"{where}:{line}: {text}"
         for where, source in [*python_sources(), *notebook_cells()]
-        for line, text in reach_ins(source, runner_package=where.startswith("minicb/runner/"))
+        for line, text in reach_ins(source, runner_package=where.startswith("minicb/core/runner/"))
     ]
     assert not found, "reads of engine internals; use the engine's views:\n" + "\n".join(found)
 
 
 def test_the_check_sees_reach_ins_and_leaves_module_paths_alone():
     source = (
-        "from minicb.scheduler.plan import StepPlan\n"
-        "import minicb.scheduler.block_manager\n"
-        "x = minicb.scheduler.plan.StepPlan\n"
+        "from minicb.core.scheduler.plan import StepPlan\n"
+        "import minicb.core.scheduler.block_manager\n"
+        "x = minicb.core.scheduler.plan.StepPlan\n"
         "n = len(engine.scheduler.waiting)\n"
         "s = self.engine.scheduler\n"
         "b = llm.engine.runner.kv_cache.shape\n"
@@ -117,14 +117,14 @@ def test_the_check_sees_reach_ins_and_leaves_module_paths_alone():
 
 def test_the_check_sees_reads_of_a_runners_and_a_schedulers_private_state():
     source = (
-        "from minicb.runner import model_runner\n"
-        "import minicb.runner.model_runner\n"
+        "from minicb.core.runner import model_runner\n"
+        "import minicb.core.runner.model_runner\n"
         "w = engine.runner.model\n"
         "p = self.systems.continuous.runner.files.path\n"
         "g = runner._replays(meta)\n"
         "q = scheduler._waiting\n"
         "ok = runner.describe(), runner.dtype, self.model, engine.runner.model_path\n"
-        "ok2 = minicb.runner.model_runner.ModelRunner, model.files\n"
+        "ok2 = minicb.core.runner.model_runner.ModelRunner, model.files\n"
     )
     assert [line for line, _ in reach_ins(source)] == [3, 4, 5, 6]
     # The runner package reads its own: only the scheduler's private state is flagged there.
@@ -134,7 +134,7 @@ def test_the_check_sees_reads_of_a_runners_and_a_schedulers_private_state():
 # Private state (``_x``) of the runner and scheduler packages is theirs alone: another
 # package reads it by no name at all (``engine.scheduler.blocks._take``, ``r._hidden`` with
 # ``r = engine.runner``), and imports no private name from them.
-OWNERS = ("minicb/runner/", "minicb/scheduler/")
+OWNERS = ("minicb/core/runner/", "minicb/core/scheduler/")
 
 
 def _private(name: str) -> bool:
@@ -174,7 +174,7 @@ def private_reads(source: str, private: set[str]) -> Iterator[tuple[int, str]]:
             if not own:
                 found.append((node.lineno, ast.unparse(node)))
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
-            ("minicb.runner", "minicb.scheduler")
+            ("minicb.core.runner", "minicb.core.scheduler")
         ):
             found += [
                 (node.lineno, f"{node.module}.{a.name}") for a in node.names if _private(a.name)
@@ -208,25 +208,24 @@ def test_the_private_state_check_sees_reads_by_any_name():
         "blocks = engine.scheduler.blocks\n"
         "blocks._take(2)\n"
         "r = engine.runner; h = r._hidden(batch)\n"
-        "from minicb.runner.tp_group import _private_helper\n"
+        "from minicb.core.runner.model_runner import _private_helper\n"
         "ok = self._take(1), super()._admit(plan, 4, True), d._unrelated, x.__class__\n"
-        "from minicb.runner.tp_group import get_group\n"
+        "from minicb.core.runner.model_runner import get_group\n"
     )
     found = list(private_reads(source, {"_take", "_hidden", "_admit"}))
     assert [line for line, _ in found] == [2, 3, 4], found
 
 
 # The simulator and the parts of the engine a student reads first run without torch.
-TORCH_FREE = ["minicb.request", "minicb.scheduler", "minicb.scheduler.plan",
-              "minicb.telemetry.events", "minicb.telemetry.request_events",
+TORCH_FREE = ["minicb.core.request", "minicb.core.scheduler", "minicb.core.scheduler.plan",
+              "minicb.core.events", "minicb.core.request_events",
               "minicb.telemetry.metrics"]  # fmt: skip
 
 
 def test_the_simulator_scheduler_request_plan_events_and_metrics_never_import_torch():
     sim = sorted(f"minicb.sim.{p.stem}" for p in (ROOT / "minicb" / "sim").glob("*.py"))
-    scheduler = sorted(
-        f"minicb.scheduler.{p.stem}" for p in (ROOT / "minicb" / "scheduler").glob("*.py")
-    )
+    folder = ROOT / "minicb" / "core" / "scheduler"
+    scheduler = sorted(f"minicb.core.scheduler.{p.stem}" for p in folder.glob("*.py"))
     modules = [*TORCH_FREE, *scheduler, *sim]
     code = (
         "import importlib, sys\n"

@@ -10,8 +10,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from minicb import LLMEngine, SamplingParams
-from minicb.detokenizer import IncrementalDetokenizer
-from minicb.runner.fake import FakeRunner
+from minicb.core.detokenizer import IncrementalDetokenizer
+from minicb.core.runner.fake import FakeRunner
 
 FFFD = "\ufffd"
 
@@ -125,7 +125,7 @@ def test_engine_deltas_add_up_to_the_decoded_output():
 
 @pytest.mark.slow
 def test_matches_a_full_decode_with_the_default_tokenizer():
-    from minicb.runner.loader import default_model_dir, load_tokenizer
+    from minicb.core.runner.loader import default_model_dir, load_tokenizer
 
     tok = load_tokenizer(default_model_dir())
     for ids, stops in random_cases(tok, len(tok), TEXTS, seed=1, count=300):

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from minicb import LLM, EngineConfig, SamplingParams
-from minicb.runner.loader import (
+from minicb.core.runner.loader import (
     ModelLoadError,
     make_tiny_model_dir,
     open_model,

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from minicb.config import SamplingParams
-from minicb.scheduler import RequestRejected
+from minicb.core.config import SamplingParams
+from minicb.core.scheduler import RequestRejected
 from tests.helpers import add, fake_engine
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,7 +115,7 @@ def _all_reasons() -> frozenset[str]:
         {"enable_chunked_prefill": False, "max_num_batched_tokens": 64},
         {"speculative": "ngram"},
         {"speculative": "ngram", "num_speculative_tokens": 8, "max_num_batched_tokens": 40},
-        {"overlap_scheduling": True},  # a stopped request's row discarded (minicb/overlap.py)
+        {"overlap_scheduling": True},  # a stopped request's row discarded (minicb/overlap/)
     ):
         seen |= _reasons_of_a_run(**options)
     return frozenset(seen)

@@ -15,8 +15,8 @@ import os
 import pytest
 
 from minicb import SamplingParams
-from minicb.config import EngineConfig
-from minicb.engine import LLMEngine
+from minicb.core.config import EngineConfig
+from minicb.core.engine import LLMEngine
 
 
 def _conversations(n: int, length: int, vocab: int) -> list[list[int]]:
@@ -47,7 +47,7 @@ def chat(runner, offload: int, turns: int, convs: list[list[int]], max_tokens: i
 
 
 def test_the_host_tier_keeps_greedy_tokens_and_saves_prefill(tiny_llama_dir):
-    from minicb.runner.model_runner import ModelRunner
+    from minicb.core.runner.model_runner import ModelRunner
 
     config = EngineConfig(num_kv_blocks=8, block_size=4, dtype="float32")
     runner = ModelRunner(tiny_llama_dir, config)
@@ -76,7 +76,7 @@ def test_the_default_model_gives_the_same_tokens_with_the_host_tier(default_llm)
 
 @pytest.fixture(scope="module")
 def small_runner(tiny_llama_dir):
-    from minicb.runner.model_runner import ModelRunner
+    from minicb.core.runner.model_runner import ModelRunner
 
     return ModelRunner(tiny_llama_dir, EngineConfig(num_kv_blocks=8, block_size=4, dtype="float32"))
 
@@ -97,7 +97,7 @@ def test_the_host_tiers_limit_is_what_is_available_less_the_other_host_pools(
 ):
     """On CPU the device pool (8 blocks) and its swap twin (8) share the host's memory:
     with room for 10 more blocks and a half, 10 fit and 11 are refused, naming 10."""
-    from minicb.runner import kv_setup
+    from minicb.core.runner import kv_setup
 
     per_block = small_runner.describe()["bytes_per_block"]
     available = (16 + 10) * per_block + per_block // 2

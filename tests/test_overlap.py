@@ -1,4 +1,4 @@
-"""Overlap scheduling (minicb/overlap.py) gives the same tokens as the plain step loop.
+"""Overlap scheduling (minicb/overlap/pipeline.py) gives the same tokens as the plain step loop.
 
 Breadth on FakeRunner (every batching mode, chunked prefill on and off, prefix caching,
 both preemption modes, aborts, a failed step), with tokens that vary by request and
@@ -15,7 +15,7 @@ import time
 import pytest
 
 from minicb import LLM, EngineConfig, SamplingParams
-from minicb.scheduler.overlap import PLACEHOLDER
+from minicb.overlap.bookkeeping import PLACEHOLDER
 from tests.helpers import MIXED, MIXED_MAX, SHARED, SHARED_MAX, fake_engine, greedy_tokens
 from tests.test_same_tokens_everywhere import record_plans
 
@@ -208,8 +208,8 @@ def _sleeping(execute, seconds: float):
 
 def test_the_perfetto_export_draws_the_host_and_device_lanes():
     """Both lanes, slices nested or in sequence on every track, overlapped steps or not."""
-    from minicb.engine import LLMEngine
-    from minicb.runner.fake import FakeRunner
+    from minicb.core.engine import LLMEngine
+    from minicb.core.runner.fake import FakeRunner
     from minicb.telemetry.perfetto import BATCH, DEVICE_TRACK, HOST_TRACK, to_chrome_trace
 
     for overlap in (False, True):

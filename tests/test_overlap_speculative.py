@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from minicb import LLM, SamplingParams
-from minicb.scheduler.overlap import PLACEHOLDER
+from minicb.overlap.bookkeeping import PLACEHOLDER
 from tests.helpers import MIXED, MIXED_MAX, SHARED, SHARED_MAX, fake_engine, greedy_tokens
 from tests.test_overlap import FAKE_CONFIGS, assert_preempted_as
 from tests.test_same_tokens_everywhere import record_plans

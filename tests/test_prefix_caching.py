@@ -12,9 +12,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from minicb import LLM, SamplingParams
-from minicb.config import EngineConfig
+from minicb.core.config import EngineConfig
+from minicb.core.scheduler.block_manager import BlockManager
 from minicb.engine_options import add_engine_options, engine_kwargs
-from minicb.scheduler.block_manager import BlockManager
 from minicb.telemetry.event_json import plan_from_dict, plan_to_dict
 from minicb.telemetry.metrics import MetricsCollector
 from minicb.telemetry.prometheus import PrometheusMetrics

@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 
 from minicb import EngineConfig, LLMEngine, SamplingParams
-from minicb.runner.loader import make_tiny_model_dir
+from minicb.core.runner.loader import make_tiny_model_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "minicb"
-READ_NOT_RUN = {"minicb/runner/__init__.py"}  # the Runner protocol: the seam, no code runs
+READ_NOT_RUN = {"minicb/core/runner/__init__.py"}  # the Runner protocol: the seam, no code runs
 ROW = re.compile(r"^\| *(\d+) *\| `(minicb/[\w/]+\.py)` \| ([\d,]+) \|")
 TOTAL = re.compile(r"^\| *\| \*\*the path\*\* \| \*\*([\d,]+)\*\* \|")
 

@@ -7,7 +7,7 @@ accepted, so it could not pass by never speculating."""
 import pytest
 
 from minicb import LLM, SamplingParams
-from minicb.runner.loader import TINY_ARCHITECTURES, make_tiny_model_dir
+from minicb.core.runner.loader import TINY_ARCHITECTURES, make_tiny_model_dir
 from tests.helpers import greedy_tokens, mixed_prompts
 
 # Random prompts, and prompts that repeat themselves (a tiny random model's greedy output

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minicb import EngineConfig, FakeRunner, LLMEngine, SamplingParams
-from minicb.detokenizer import StopMatcher
+from minicb.core.detokenizer import StopMatcher
 from minicb.server.openai_params import MAX_STOP_CHARS
 
 

@@ -1,7 +1,7 @@
 // The utilisation card's words, from the engine's description: a simulated GPU's card keeps
 // its heading (the profile's published peaks); a real engine's says it is measured against
 // this machine's probes and names them (info.runner.machine_rates: copy bandwidth, matmul
-// FLOP/s, minicb/runner/probes.py). The note under the chart shows only where a step went
+// FLOP/s, minicb/utilisation/probes.py). The note under the chart shows only where a step went
 // above 100 % (a model whose weights fit in the CPU's caches: above the DRAM roofline).
 
 import { t } from "./i18n.js";

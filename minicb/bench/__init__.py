@@ -43,15 +43,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from minicb.bench.sanity import check_run
-from minicb.scheduler.plan import DECODE
-from minicb.sim.step_time import plan_rows, step_totals
-from minicb.telemetry.events import Event, StepEvent
+from minicb.core.events import Event, StepEvent
+from minicb.core.scheduler.plan import DECODE
+from minicb.cost_model.step_time import plan_rows, step_totals
 from minicb.telemetry.metrics import MetricsCollector
 from minicb.telemetry.trace import record_trace
 from minicb.workload import RequestSpec, Workload, feed
 
 if TYPE_CHECKING:
-    from minicb.engine import LLMEngine
+    from minicb.core.engine import LLMEngine
 
 NO_LAB = (
     "not measured: the decode roofline is the performance lab's (perflab/, beside the package "

@@ -33,15 +33,15 @@ from minicb.bench import (
 from minicb.bench.sanity import check_ratios
 from minicb.bench.systems import Systems, compare_prefix_caching, kv_blocks_for, sibling
 from minicb.bench.workloads import MINICB, BenchPlan, sweep_workload
-from minicb.config import EngineConfig, SamplingParams
-from minicb.engine import LLMEngine
-from minicb.runner import probes
-from minicb.runner.fake import FakeRunner
-from minicb.scheduler.block_manager import blocks_needed
+from minicb.core.config import EngineConfig, SamplingParams
+from minicb.core.engine import LLMEngine
+from minicb.core.runner.fake import FakeRunner
+from minicb.core.scheduler.block_manager import blocks_needed
+from minicb.cost_model.catalogue import model_shape
+from minicb.cost_model.step_time import ModelShape
 from minicb.sim import calibration
-from minicb.sim.catalogue import model_shape
-from minicb.sim.step_time import ModelShape
 from minicb.telemetry.metrics import distribution
+from minicb.utilisation import probes
 from minicb.workload import Workload, arrival_times, describe_arrivals
 
 

@@ -31,7 +31,7 @@ from typing import Any
 from minicb.bench import RunRecord, paired_ratio, run_minicb, spread
 from minicb.bench.systems import sibling
 from minicb.bench.workloads import FULL, QUICK, make_workloads
-from minicb.engine import LLMEngine
+from minicb.core.engine import LLMEngine
 from minicb.workload import RequestSpec, Workload
 
 SNIPPETS = [
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     import torch
 
-    from minicb.config import EngineConfig
+    from minicb.core.config import EngineConfig
 
     torch.set_num_threads(args.threads)
     config = EngineConfig(

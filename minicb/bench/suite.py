@@ -39,11 +39,11 @@ from minicb.bench.workloads import (
     cache_workloads,
     make_workloads,
 )
-from minicb.config import DTYPES
+from minicb.core.config import DTYPES
+from minicb.core.runner.loader import load_hf_config, resolve_model_path
+from minicb.cost_model.catalogue import model_shape
 from minicb.engine_options import describe_choices
-from minicb.runner.loader import load_hf_config, resolve_model_path
 from minicb.sim import calibration
-from minicb.sim.catalogue import model_shape
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

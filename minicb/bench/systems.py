@@ -39,18 +39,18 @@ from typing import Any
 from minicb.bench import RunRecord, SLOs, performance_lab, run_minicb, run_record
 from minicb.bench.sanity import ImplausibleFigure
 from minicb.bench.workloads import MINICB, MINICB_CONFIGS, BenchPlan
-from minicb.config import EngineConfig
-from minicb.engine import LLMEngine
-from minicb.runner.loader import resolve_model_path
-from minicb.scheduler.block_manager import blocks_needed
-from minicb.scheduler.plan import ScheduledRequest, StepPlan
-from minicb.telemetry.events import Event, StepEvent
-from minicb.telemetry.request_events import (
+from minicb.core.config import EngineConfig
+from minicb.core.engine import LLMEngine
+from minicb.core.events import Event, StepEvent
+from minicb.core.request_events import (
     RequestAdmitted,
     RequestArrived,
     RequestFinished,
     StepTokens,
 )
+from minicb.core.runner.loader import resolve_model_path
+from minicb.core.scheduler.block_manager import blocks_needed
+from minicb.core.scheduler.plan import ScheduledRequest, StepPlan
 from minicb.workload import RequestSpec, Workload
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
-from minicb.config import EngineConfig
+from minicb.core.config import EngineConfig
 from minicb.fleet.kv_link import DecodeRole, Group, PrefillRole, private_store
 from minicb.fleet.replica import Replica
 from minicb.fleet.router import ReplicaLoad
@@ -50,8 +50,8 @@ def start_engines(
     store directory (``stop_engines`` removes it)."""
     import torch
 
-    from minicb.runner.loader import resolve_model_path
-    from minicb.runner.tp_group import loopback_sockets
+    from minicb.core.runner.loader import resolve_model_path
+    from minicb.parallel.tp_group import loopback_sockets
 
     world = prefill + decode
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0

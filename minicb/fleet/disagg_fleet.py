@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from minicb.config import EngineConfig, SamplingParams
+from minicb.core.config import EngineConfig, SamplingParams
 from minicb.fleet.disagg_engines import check_sizes, loads, start_engines, stop_engines
 from minicb.fleet.disagg_handoff import Handoffs, Journey
 from minicb.fleet.disagg_views import EngineShaped
@@ -79,7 +79,7 @@ class DisaggregatedFleet(EngineShaped, Handoffs):
         wait for a peer in one send or receive; ``send_delay_s``: a test's hook, a pause
         after each layer sent (so a kill can land mid-transfer); ``served_model_name``: what
         the fleet calls its model (default: ``model`` as given; loader.model_name)."""
-        from minicb.runner.loader import model_name
+        from minicb.core.runner.loader import model_name
 
         self.model_name = model_name(model, served_model_name)
         self.config = EngineConfig.from_kwargs(**options)

@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from minicb.config import SamplingParams
+from minicb.core.config import SamplingParams
 from minicb.fleet.disagg_engines import loads
 from minicb.fleet.replica import Replica, ReplicaDied
 from minicb.fleet.router import Router

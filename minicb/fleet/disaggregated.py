@@ -33,16 +33,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from minicb.config import EngineConfig, SamplingParams
-from minicb.engine import LLMEngine
+from minicb.core.config import EngineConfig, SamplingParams
+from minicb.core.engine import LLMEngine
+from minicb.core.latency import distribution
+from minicb.core.runner import VirtualClock
+from minicb.cost_model.catalogue import load_profile
+from minicb.cost_model.step_time import StepTimeModel
 from minicb.fleet.kv_transfer import DecodeScheduler, PrefillScheduler, Transfer, link
 from minicb.fleet.router import ReplicaLoad, Router
 from minicb.fleet.simulated import ArrivalSource, merge_metrics
-from minicb.runner import VirtualClock
-from minicb.sim.catalogue import load_profile
 from minicb.sim.runner import SimulatedRunner
-from minicb.sim.step_time import StepTimeModel
-from minicb.telemetry.latency import distribution
 from minicb.telemetry.metrics import MetricsCollector
 from minicb.telemetry.records import RequestRecord
 from minicb.workload import RequestSpec

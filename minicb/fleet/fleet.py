@@ -36,12 +36,12 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from minicb.config import EngineConfig, SamplingParams
+from minicb.core.bus import Listener
+from minicb.core.config import EngineConfig, SamplingParams
+from minicb.core.request import RequestOutput
 from minicb.fleet.replica import SILENT_AFTER_S, Replica, ReplicaDied
 from minicb.fleet.router import ReplicaLoad, Router
-from minicb.request import RequestOutput
 from minicb.server.engine_loop import EngineLoop, EngineStopped
-from minicb.telemetry.bus import Listener
 
 FLEET = "fleet"  # the name requests are sent to; the loop routes them to a replica
 
@@ -88,7 +88,7 @@ class Fleet:
         ``options``: EngineConfig's, the same for every replica."""
         import torch
 
-        from minicb.runner.loader import model_name, resolve_model_path
+        from minicb.core.runner.loader import model_name, resolve_model_path
 
         if not isinstance(replicas, int) or replicas < 1:
             raise ValueError(f"replicas must be a positive integer, got {replicas!r}")

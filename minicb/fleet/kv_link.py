@@ -41,10 +41,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from minicb.core.request_events import KVTransfer
+from minicb.core.runner.kv_pool import KVPool, copy_blocks
+from minicb.core.scheduler.block_manager import blocks_needed
 from minicb.fleet.kv_transfer import DecodeScheduler, PrefillScheduler
-from minicb.runner.kv_pool import KVPool, copy_blocks
-from minicb.scheduler.block_manager import blocks_needed
-from minicb.telemetry.request_events import KVTransfer
 
 POLL_S = 0.002  # how long a decode engine waiting for bytes waits for a command per turn
 
@@ -93,7 +93,7 @@ class PrefillRole:
     commands: frozenset[str] = frozenset({"send_kv", "release"})
 
     def build(self, model: str, config: Any) -> Any:
-        from minicb.engine import LLMEngine
+        from minicb.core.engine import LLMEngine
 
         self.group.join(self.rank)
 
@@ -207,7 +207,7 @@ class DecodeRole:
     told_waiting: set[int] = field(default_factory=set)
 
     def build(self, model: str, config: Any) -> Any:
-        from minicb.engine import LLMEngine
+        from minicb.core.engine import LLMEngine
 
         self.group.join(self.rank)
         self.name = self.group.names[self.rank]

@@ -32,12 +32,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from minicb.config import EngineConfig
-from minicb.request import Request, RequestStatus
-from minicb.scheduler.block_manager import blocks_needed
-from minicb.scheduler.continuous import ContinuousScheduler
-from minicb.scheduler.plan import Decision, StepPlan
-from minicb.sim.catalogue import efficiency, read_catalogue
+from minicb.core.config import EngineConfig
+from minicb.core.request import Request, RequestStatus
+from minicb.core.scheduler.block_manager import blocks_needed
+from minicb.core.scheduler.continuous import ContinuousScheduler
+from minicb.core.scheduler.plan import Decision, StepPlan
+from minicb.cost_model.catalogue import efficiency, read_catalogue
 
 
 @dataclass(frozen=True)

@@ -48,11 +48,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from minicb.config import EngineConfig, SamplingParams
-from minicb.engine import LLMEngine
+from minicb.core import events
+from minicb.core.bus import EventBus
+from minicb.core.config import EngineConfig, SamplingParams
+from minicb.core.engine import LLMEngine
 from minicb.fleet.replica_link import CLOSED, ReplicaLink
-from minicb.telemetry import events
-from minicb.telemetry.bus import EventBus
 from minicb.telemetry.kv_state import KVState
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ class Replica:
         """Start the process (loading happens there); ``ready()`` waits for it. ``role``:
         what builds and extends its engine there (replica_worker's doc), ``name`` its name
         (default ``replica{index}``)."""
-        from minicb.runner.loader import load_tokenizer
+        from minicb.core.runner.loader import load_tokenizer
 
         self.index, self.name, self.config = index, name or f"replica{index}", config
         self.stall_timeout_s, self.silent_after_s = stall_timeout_s, silent_after_s

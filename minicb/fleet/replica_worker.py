@@ -61,7 +61,7 @@ def main(
     description) or why not, then serve until ``stop`` or until the parent is gone."""
     import torch
 
-    from minicb.engine import LLMEngine
+    from minicb.core.engine import LLMEngine
 
     torch.set_num_threads(threads)
     if torch.cuda.is_available() and torch.cuda.device_count() > 1:

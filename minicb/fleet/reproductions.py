@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from minicb.config import EngineConfig
+from minicb.core.config import EngineConfig
+from minicb.cost_model.catalogue import load_profile
 from minicb.fleet.autoscale import Autoscaler
 from minicb.fleet.router import POLICIES
 from minicb.fleet.simulated import SimulatedFleet
-from minicb.sim.catalogue import load_profile
 from minicb.workload import (
     Arrivals,
     ChatSessions,

@@ -22,7 +22,7 @@ reads is what it is told at each call: the prompt's token ids and each replica's
 
 The record is approximate, and that is fine. It is a set of block-sized chunks per
 replica, each keyed by the hash of the chain of token ids up to it (the engine's own
-prefix cache keys full blocks the same way, minicb/scheduler/prefix_cache.py), bounded in
+prefix cache keys full blocks the same way, minicb/core/scheduler/prefix_cache.py), bounded in
 size with the least recently used chunks forgotten first. It says what the router *sent*,
 not what the replica *holds*: the replica may have evicted those blocks under memory
 pressure (the router then over-estimates and loses only a hit), may not have computed them
@@ -41,7 +41,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from minicb.telemetry.request_events import RequestRouted
+from minicb.core.request_events import RequestRouted
 
 POLICIES = ("round-robin", "least-loaded", "prefix-aware")
 WAITING_WEIGHT = 4  # vLLM's coordinator: score = waiting * 4 + running

@@ -33,16 +33,16 @@ from collections import deque
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
-from minicb.config import EngineConfig
-from minicb.engine import LLMEngine
+from minicb.core.bus import EventBus
+from minicb.core.config import EngineConfig
+from minicb.core.engine import LLMEngine
+from minicb.core.latency import tpot, ttft
+from minicb.core.runner import VirtualClock
+from minicb.cost_model.catalogue import load_profile, read_catalogue
+from minicb.cost_model.step_time import StepTimeModel
 from minicb.fleet.autoscale import Autoscaler, FleetState, ScaleDecision
 from minicb.fleet.router import ReplicaLoad, Route, Router
-from minicb.runner import VirtualClock
-from minicb.sim.catalogue import load_profile, read_catalogue
 from minicb.sim.runner import SimulatedRunner
-from minicb.sim.step_time import StepTimeModel
-from minicb.telemetry.bus import EventBus
-from minicb.telemetry.latency import tpot, ttft
 from minicb.telemetry.metrics import MetricsCollector
 from minicb.workload import RequestSpec
 

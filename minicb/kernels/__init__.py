@@ -1,10 +1,3 @@
-"""Attention kernels: a plain-torch reference and Triton kernels behind one interface.
-
-``get_backend(name, device)`` returns an object with ``store_kv`` and ``attention``;
-the model calls only those two, so a backend can be swapped without touching it.
-"""
-
-from minicb.kernels.attention import AttentionBackend, AttentionMetadata
-from minicb.kernels.backend_choice import get_backend
-
-__all__ = ["AttentionBackend", "AttentionMetadata", "get_backend"]
+"""Triton kernels (paged decode and prefill attention, the KV store) and batch-invariant
+matmuls: optional attention backends beside the core's torch path
+(``minicb/core/attention/``), chosen by ``attention_backend``."""

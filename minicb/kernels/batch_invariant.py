@@ -43,10 +43,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from minicb.kernels.attention import AttentionMetadata, TorchBackend
-from minicb.kernels.kv_slots import read_slots
+from minicb.core.attention.backend import AttentionMetadata, TorchBackend
+from minicb.core.attention.kv_slots import read_slots
+from minicb.packing.packed import PackedLinear
 from minicb.quant.weights import Int8Linear
-from minicb.runner.packed import PackedLinear
 
 ROW_TILE = 16  # rows per product: a decode batch up to 16 takes one call
 KEY_TILE = 64  # keys per attention tile

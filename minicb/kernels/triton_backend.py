@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from minicb.kernels.attention import AttentionMetadata
+from minicb.core.attention.backend import AttentionMetadata
 
 
 def kernels_are_interpreted() -> bool:

@@ -23,9 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from minicb.config import EngineConfig, SamplingParams
-from minicb.scheduler import ContinuousScheduler
-from minicb.scheduler.plan import StepPlan
+from minicb.core.config import EngineConfig, SamplingParams
+from minicb.core.scheduler import ContinuousScheduler
+from minicb.core.scheduler.plan import StepPlan
 
 
 class FillWhateverFits(ContinuousScheduler):
@@ -63,7 +63,7 @@ def fairness_engine(config: EngineConfig, runner: Any, clock: Any, *, policy: st
                     aging_steps: int | None = None, reserve_blocks: int = 0) -> Any:  # fmt: skip
     """An engine whose admission is ``policy``: "head-of-line" (minicb's own) or
     "fill-whatever-fits" (with the fixes' knobs)."""
-    from minicb.engine import LLMEngine
+    from minicb.core.engine import LLMEngine
 
     if policy == "head-of-line":
         return LLMEngine(config=config, runner=runner, clock=clock)

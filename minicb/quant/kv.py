@@ -16,7 +16,7 @@ The formats (``EngineConfig.kv_cache_dtype``):
 Either way a value is read back as ``q * s`` in the compute dtype, inside the attention
 kernel ("dequantize on read"), so no full-precision copy of the cache is ever made. The
 torch backend's reads and writes by slot, in either format, are in
-minicb/kernels/kv_slots.py; the Triton kernels do the same in store_kv.py and the
+minicb/core/attention/kv_slots.py; the Triton kernels do the same in store_kv.py and the
 attention kernels.
 
 The scale granularity: ONE fp32 scale per token per KV head, over its ``head_dim`` values

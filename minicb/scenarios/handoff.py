@@ -31,14 +31,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from minicb.config import EngineConfig, SamplingParams
+from minicb.core.config import EngineConfig, SamplingParams
+from minicb.core.request_events import KVTransfer
+from minicb.core.runner import VirtualClock
 from minicb.fleet.kv_transfer import DecodeScheduler, PrefillScheduler, link
-from minicb.runner import VirtualClock
 from minicb.sim.runner import SimulatedRunner
-from minicb.telemetry.request_events import KVTransfer
 
 if TYPE_CHECKING:
-    from minicb.engine import LLMEngine
+    from minicb.core.engine import LLMEngine
     from minicb.scenarios.scenario import Scenario
 
 PREFILL, DECODE = "prefill0", "decode0"  # the sides' names: the page titles them by role
@@ -73,7 +73,7 @@ class RolePart:
 
 def role_parts(scenario: Scenario) -> dict[str, RolePart]:
     """The prefill and decode sides of ``scenario``, by name, on its simulated GPU."""
-    from minicb.sim.catalogue import load_profile
+    from minicb.cost_model.catalogue import load_profile
 
     profile = load_profile(scenario.runner)
     wire = link(scenario.link)
@@ -97,7 +97,7 @@ def role_parts(scenario: Scenario) -> dict[str, RolePart]:
 def disaggregated_engines(scenario: Scenario) -> dict[str, LLMEngine]:
     """The scenario's prefill and decode engines, on its simulated GPU, each with its own
     clock, pool and the scheduler of its role."""
-    from minicb.engine import LLMEngine
+    from minicb.core.engine import LLMEngine
 
     return {
         name: part.register(LLMEngine(config=part.config, runner=part.runner,

@@ -18,8 +18,8 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from minicb.core.scheduler.plan import DECODE, PADDING, PREFILL
 from minicb.scenarios.schema import CLAIM
-from minicb.scheduler.plan import DECODE, PADDING, PREFILL
 
 OPS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,

@@ -26,7 +26,7 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from minicb.config import EngineConfig
+from minicb.core.config import EngineConfig
 from minicb.fleet.router import ReplicaLoad, Route, Router
 from minicb.scenarios.handoff import PREFILL, Handoffs
 from minicb.scenarios.metrics import SideRecord, arrived_transfers
@@ -35,7 +35,7 @@ from minicb.workload import Arrivals, RequestSpec
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from minicb.engine import LLMEngine
+    from minicb.core.engine import LLMEngine
     from minicb.scenarios.scenario import Scenario
     from minicb.scenarios.schema import Trigger
 
@@ -69,7 +69,7 @@ def build_engines(
     """The scenario's two engines, named by side: on its simulated GPU, or on one copy of
     the real model (``model``, default the embedded one). ``profile`` runs a real-model
     scenario on that simulated GPU instead (the tests: no weights, a step-time model)."""
-    from minicb.engine import LLMEngine
+    from minicb.core.engine import LLMEngine
 
     if scenario.link is not None:
         from minicb.scenarios.handoff import disaggregated_engines

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from minicb.config import EngineConfig
+from minicb.core.config import EngineConfig
 
 LANGUAGES = ("en", "zh")
 # Events a narration point may wait for (the engine's request events; "cache_hit" is an

@@ -27,15 +27,15 @@ import queue
 import zlib
 from typing import TYPE_CHECKING, Any
 
+from minicb.core.events import EVENT_KINDS
 from minicb.server.frames import DETAIL_ROWS, FRAME_HZ, KV_GRID_EVERY, StepFolder
-from minicb.telemetry.events import EVENT_KINDS
 from minicb.telemetry.kv_state import KVState
 
 if TYPE_CHECKING:
     from starlette.websockets import WebSocket
 
+    from minicb.core.subscription import Subscription
     from minicb.server.hub import Client, Hub
-    from minicb.telemetry.subscription import Subscription
 
 # The broadcast's own queue per engine: a frame's worth of events at any scale (a simulated
 # GPU runs a few hundred iterations a second, each a step and a few request events).

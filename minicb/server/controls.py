@@ -34,17 +34,17 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from minicb.config import (
+from minicb.core.config import (
     POLICIES,
     PREEMPTION_MODES,
     SPECULATIVE_MODES,
     STATIC_ORDERS,
     SamplingParams,
 )
+from minicb.cost_model.catalogue import read_catalogue
 from minicb.server.lesson import PANELS
 from minicb.server.redaction import text_free
 from minicb.server.workload import LENGTHS, PRESETS, WorkloadFeeder, WorkloadSpec, encode_prompt
-from minicb.sim.catalogue import read_catalogue
 
 if TYPE_CHECKING:
     from minicb.scenarios.handoff import Handoffs

@@ -22,7 +22,7 @@ from minicb.telemetry.trace import add_trace_option
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from minicb.engine import LLMEngine
+    from minicb.core.engine import LLMEngine
     from minicb.server.engine_loop import EngineLoop
     from minicb.server.guard import Guard
 
@@ -123,8 +123,8 @@ def resolve_demo_defaults(args: argparse.Namespace) -> None:
 def demo_engines(args: argparse.Namespace) -> dict[str, LLMEngine]:
     """Static and continuous engines on one copy of the weights, or, with ``--simulate``,
     on two simulated GPUs of that profile, each with its own virtual clock."""
-    from minicb.config import EngineConfig
-    from minicb.engine import LLMEngine
+    from minicb.core.config import EngineConfig
+    from minicb.core.engine import LLMEngine
 
     kwargs = engine_kwargs(args)
     kwargs.pop("batching")

@@ -38,9 +38,9 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from minicb.config import SamplingParams
-from minicb.engine import LLMEngine
-from minicb.request import RequestOutput
+from minicb.core.config import SamplingParams
+from minicb.core.engine import LLMEngine
+from minicb.core.request import RequestOutput
 from minicb.server.request_stream import STREAM_KINDS, RequestStream, feed_streams
 from minicb.sim.pacing import Pacer
 

@@ -39,9 +39,9 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from minicb.scheduler.plan import DECISION_LISTS, StepPlan
+from minicb.core.events import StepEvent
+from minicb.core.scheduler.plan import DECISION_LISTS, StepPlan
 from minicb.telemetry.event_json import kv_ops_copy, to_dict
-from minicb.telemetry.events import StepEvent
 from minicb.telemetry.kv_state import KVState
 
 FRAME_HZ = 12  # frames a second to each browser: smooth enough, and few enough to stay light

@@ -21,12 +21,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from minicb.core.events import StepEvent
 from minicb.server.broadcast import Broadcast
 from minicb.server.guard import CONTROLLER, VIEWER, Guard
 from minicb.server.redaction import redact_event, with_own_tokens
 from minicb.server.replay_view import ReplayViews, replay_info
 from minicb.sim.demo import simulation_choices
-from minicb.telemetry.events import StepEvent
 
 if TYPE_CHECKING:
     from collections.abc import Callable

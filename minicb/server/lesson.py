@@ -16,8 +16,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from minicb.config import EngineConfig
-from minicb.runner import VirtualClock
+from minicb.core.config import EngineConfig
+from minicb.core.runner import VirtualClock
 from minicb.scenarios import Scenario, load_scenario, scenario_names
 from minicb.scenarios.handoff import role_parts
 from minicb.scenarios.player import ScenarioFeeder, narration_point
@@ -25,8 +25,8 @@ from minicb.scenarios.player import ScenarioFeeder, narration_point
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from minicb.engine import LLMEngine
-    from minicb.runner import Runner
+    from minicb.core.engine import LLMEngine
+    from minicb.core.runner import Runner
     from minicb.server.engine_loop import EngineLoop
 
 PANELS = ("left", "right")  # the engines' names in the loop, for every scenario
@@ -36,7 +36,7 @@ SIMULATED_DELAY_S = 0.05  # a simulated round is instant: slow it enough to watc
 def runners(scenario: Scenario, real: Runner | None) -> dict[str, tuple[Runner, Any]]:
     """Each panel's runner and clock for ``scenario``: a simulated GPU of its own with a
     virtual clock, or ``real`` (the model, loaded once) with the wall clock."""
-    from minicb.sim.catalogue import load_profile
+    from minicb.cost_model.catalogue import load_profile
     from minicb.sim.runner import SimulatedRunner
 
     out = {}
@@ -123,7 +123,7 @@ class Lesson:
     def _real_runner(self, scenario: Scenario) -> Runner:
         """The model on the device the scenario's settings name ("auto": CUDA where there is
         one; 02b asks for the CPU it speaks of), loaded the first time and kept."""
-        from minicb.runner.model_runner import ModelRunner, resolve_device
+        from minicb.core.runner.model_runner import ModelRunner, resolve_device
 
         config = EngineConfig.from_kwargs(**scenario.sides[0].engine)
         device = str(resolve_device(config.device))

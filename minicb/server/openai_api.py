@@ -28,10 +28,10 @@ from typing import Any
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from minicb.config import SamplingParams
+from minicb.core.config import SamplingParams
+from minicb.core.request import RequestOutput
 from minicb.fleet.metrics import FleetMetrics
 from minicb.fleet.replica import ReplicaDied
-from minicb.request import RequestOutput
 from minicb.server.api_error import APIError, error_handler, invalid
 from minicb.server.engine_loop import EngineLoop, EngineStopped
 from minicb.server.guard import CONTROLLER, VIEWER, Guard, check_hosts

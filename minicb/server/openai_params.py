@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from minicb.config import SamplingParams
+from minicb.core.config import SamplingParams
 from minicb.server.api_error import APIError, invalid
 from minicb.server.openai_request import Common
 

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from minicb.request import RequestOutput, TokenDelta
+from minicb.core.request import RequestOutput, TokenDelta
 from minicb.server.api_error import APIError
 from minicb.server.request_stream import RequestStream
 

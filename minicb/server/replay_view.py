@@ -23,9 +23,9 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from minicb.core.events import StepEvent
 from minicb.server.broadcast import compress
 from minicb.server.frames import StepFolder
-from minicb.telemetry.events import StepEvent
 from minicb.telemetry.kv_state import KVState
 
 if TYPE_CHECKING:

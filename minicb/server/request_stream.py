@@ -16,9 +16,9 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
-from minicb.request import RequestMetrics, RequestOutput, TokenDelta
-from minicb.telemetry.events import Event, StepEvent
-from minicb.telemetry.request_events import RequestFinished, StepTokens
+from minicb.core.events import Event, StepEvent
+from minicb.core.request import RequestMetrics, RequestOutput, TokenDelta
+from minicb.core.request_events import RequestFinished, StepTokens
 
 # What a request's stream hears: its first admission (the prompt tokens found in the prefix
 # cache), its tokens, and its end.

@@ -26,7 +26,7 @@ from minicb.telemetry.trace import add_trace_option, traced
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from minicb.engine import LLMEngine
+    from minicb.core.engine import LLMEngine
     from minicb.server.engine_loop import EngineLoop
     from minicb.server.guard import Guard
 
@@ -81,8 +81,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def build_serve(args: argparse.Namespace) -> tuple[FastAPI, EngineLoop, LLMEngine, str]:
     """The engine, its thread and the app, with the API routes; nothing started."""
-    from minicb.config import EngineConfig
-    from minicb.engine import LLMEngine
+    from minicb.core.config import EngineConfig
+    from minicb.core.engine import LLMEngine
     from minicb.server.engine_loop import EngineLoop
 
     guard = server_guard(args)
@@ -110,7 +110,7 @@ def build_serve(args: argparse.Namespace) -> tuple[FastAPI, EngineLoop, LLMEngin
 def served_name(args: argparse.Namespace) -> str:
     """The ``model`` clients pass, the same in every mode (one engine, replicas,
     disaggregated) and as the Python API's fleets call it: loader.model_name's rule."""
-    from minicb.runner.loader import model_name
+    from minicb.core.runner.loader import model_name
 
     return model_name(args.model, args.served_model_name)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from minicb.engine import LLMEngine
+    from minicb.core.engine import LLMEngine
 
 
 def trace_paths(path: str) -> dict[str, Path]:
@@ -37,7 +37,7 @@ def record_traces(
     """Record each engine's events to its file until its settings change or the run ends;
     returns the function that closes the files. A rebuilt engine numbers its requests from
     0 again, and a trace must not mix the two: its "reset" event closes the trace."""
-    from minicb.telemetry.events import EVENT_KINDS
+    from minicb.core.events import EVENT_KINDS
     from minicb.telemetry.trace import TraceWriter, trace_header
 
     writers: dict[str, TraceWriter] = {}

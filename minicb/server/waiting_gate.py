@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from minicb.core.events import Event
 from minicb.server.api_error import busy
-from minicb.telemetry.events import Event
 
 
 class WaitingGate:

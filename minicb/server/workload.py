@@ -36,9 +36,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from minicb.config import EngineConfig, SamplingParams
-from minicb.request import Request
-from minicb.scheduler import make_scheduler
+from minicb.core.config import EngineConfig, SamplingParams
+from minicb.core.request import Request
+from minicb.core.scheduler import make_scheduler
 from minicb.workload import Arrivals, RequestSpec, gaps
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Calibration: does the simulated runner's step-time model predict the real engine here?
 
-The ``cpu`` profile is the step-time model (minicb/sim/step_time.py) of this machine:
+The ``cpu`` profile is the step-time model (minicb/cost_model/step_time.py) of this machine:
 the copy bandwidth and matmul FLOP/s the bench measured (``hardware``), memory and compute
 added rather than overlapped (one core does both in turn), and three figures read off a
 probe of the same engine taken just before each workload (``probe_steps``; the roofline's
@@ -37,11 +37,11 @@ from typing import Any
 
 from minicb.bench import STEP_TOTALS, run_minicb, step_row
 from minicb.bench.workloads import MINICB_CONFIGS
-from minicb.config import EngineConfig, SamplingParams
-from minicb.engine import LLMEngine
-from minicb.runner import VirtualClock
+from minicb.core.config import EngineConfig, SamplingParams
+from minicb.core.engine import LLMEngine
+from minicb.core.runner import VirtualClock
+from minicb.cost_model.step_time import Efficiency, GPUSpec, ModelShape, StepTimeModel
 from minicb.sim.runner import SimulatedRunner
-from minicb.sim.step_time import Efficiency, GPUSpec, ModelShape, StepTimeModel
 from minicb.workload import Workload
 
 PAIR = ("minicb-continuous", "minicb-static")

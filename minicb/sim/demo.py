@@ -13,7 +13,7 @@ engine's own on start) each step also costs the host's seconds for its rows, so 
 lanes show the device's idle share at a serving scale; with ``overlap_scheduling`` in the
 config the simulated GPU hides that time behind the device's (the longer of the two), so
 the page shows what overlap recovers. That overlap is modelled: the engine's own pipeline
-(a worker thread, minicb/overlap.py) is not run on a virtual clock that only its runner
+(a worker thread, minicb/overlap/pipeline.py) is not run on a virtual clock that only its runner
 moves, where the two threads' readings of the clock would race. Pure Python.
 """
 
@@ -21,14 +21,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from minicb.engine import LLMEngine
-from minicb.runner import VirtualClock
-from minicb.sim.catalogue import load_profile, read_catalogue
+from minicb.core.engine import LLMEngine
+from minicb.core.runner import VirtualClock
+from minicb.cost_model.catalogue import load_profile, read_catalogue
 from minicb.sim.host_time import HostTime
 from minicb.sim.runner import SimulatedRunner
 
 if TYPE_CHECKING:
-    from minicb.config import EngineConfig
+    from minicb.core.config import EngineConfig
     from minicb.server.engine_loop import EngineLoop
 
 # A serving engine's scale (vLLM's 256 slots; the pool sized from the GPU's memory), and a

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from minicb.config import EngineConfig
-from minicb.sim.catalogue import load_profile
+from minicb.core.config import EngineConfig
+from minicb.cost_model.catalogue import load_profile
 from minicb.sim.reproductions import PAPER_ENGINE
 from minicb.workload import (
     Arrivals,

@@ -7,7 +7,7 @@ step and per row:
     host_s(rows) = per_step_s + per_row_s x rows
 
 Without overlap a step takes host + device, and the device idles host / (host + device) of
-the time; with overlap scheduling (minicb/overlap.py) the host plans step N+1 while the
+the time; with overlap scheduling (minicb/overlap/pipeline.py) the host plans step N+1 while the
 device runs N, so a step takes max(host, device) and the device idles only where the host
 is the longer. ``replay`` applies both to the device times of a simulated run (the real
 scheduler on a simulated GPU): a prediction, never a measurement. ``step_lanes`` does the
@@ -75,9 +75,9 @@ def step_lanes(
 
 def measure_engine_host_time(batches: Iterable[int] = (8, 64, 256), steps: int = 20) -> HostTime:
     """This engine's host work per step on this machine (the module docstring)."""
-    from minicb.config import EngineConfig, SamplingParams
-    from minicb.engine import LLMEngine
-    from minicb.runner.fake import FakeRunner
+    from minicb.core.config import EngineConfig, SamplingParams
+    from minicb.core.engine import LLMEngine
+    from minicb.core.runner.fake import FakeRunner
     from minicb.telemetry.metrics import MetricsCollector
 
     points, shares = [], []
@@ -151,8 +151,8 @@ def at_scale(
     slots on the simulated GPU (reproductions.scale's workload: everyone at once, prompts
     and outputs of mean 256), its device times replayed with this engine's host time
     (``host``, measured now if not given) and with vLLM v0.5.3's published share."""
-    from minicb.config import EngineConfig
-    from minicb.sim.catalogue import load_profile
+    from minicb.core.config import EngineConfig
+    from minicb.cost_model.catalogue import load_profile
     from minicb.sim.run import run_simulated
     from minicb.workload import exponential_lengths, from_lengths, lognormal_lengths
 

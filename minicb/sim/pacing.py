@@ -26,10 +26,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from minicb.runner import VirtualClock
+from minicb.core.runner import VirtualClock
 
 if TYPE_CHECKING:
-    from minicb.engine import LLMEngine
+    from minicb.core.engine import LLMEngine
 
 MAX_TICK_S = 0.25  # wall seconds a round may add to the target
 

@@ -19,11 +19,11 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from minicb.config import EngineConfig
+from minicb.core.config import EngineConfig
+from minicb.cost_model.catalogue import load_profile
+from minicb.cost_model.step_time import StepTimeModel
 from minicb.fleet import reproductions as fleet
-from minicb.sim.catalogue import load_profile
 from minicb.sim.run import harmonic, run_simulated
-from minicb.sim.step_time import StepTimeModel
 from minicb.workload import (
     RequestSpec,
     arrival_times,

@@ -29,14 +29,14 @@ from collections.abc import Callable
 from typing import Any
 
 from minicb.bench import step_row
-from minicb.config import EngineConfig
-from minicb.engine import LLMEngine
-from minicb.runner import VirtualClock
-from minicb.runner.fake import FakeRunner
-from minicb.scheduler.block_manager import blocks_needed
-from minicb.scheduler.plan import StepPlan
+from minicb.core.config import EngineConfig
+from minicb.core.engine import LLMEngine
+from minicb.core.runner import VirtualClock
+from minicb.core.runner.fake import FakeRunner
+from minicb.core.scheduler.block_manager import blocks_needed
+from minicb.core.scheduler.plan import StepPlan
+from minicb.cost_model.step_time import StepTimeModel
 from minicb.sim.runner import SimulatedRunner
-from minicb.sim.step_time import StepTimeModel
 from minicb.telemetry.metrics import MetricsCollector
 from minicb.workload import RequestSpec, feed
 

@@ -2,7 +2,7 @@
 
 It is ``FakeRunner`` (the same deterministic tokens, the same forced output lengths) with
 two things of a real GPU: the KV pool a serving engine would size on it, and a step time
-predicted by the step-time model (minicb/sim/step_time.py) from each plan's rows. Each
+predicted by the step-time model (minicb/cost_model/step_time.py) from each plan's rows. Each
 ``execute`` advances the engine's ``VirtualClock`` by that time, so every event, metric and
 trace carries the times the GPU would have taken. The scheduler, block manager, events,
 metrics, traces, server and visualizer are the real ones: the simulator is the engine with
@@ -31,13 +31,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from minicb.config import EngineConfig
-from minicb.runner import RunnerOutput, VirtualClock
-from minicb.runner.fake import FakeRunner
-from minicb.scheduler.plan import StepPlan
-from minicb.sim.catalogue import load_profile
+from minicb.core.config import EngineConfig
+from minicb.core.runner import RunnerOutput, VirtualClock
+from minicb.core.runner.fake import FakeRunner
+from minicb.core.scheduler.plan import StepPlan
+from minicb.cost_model.catalogue import load_profile
+from minicb.cost_model.step_time import StepTimeModel
 from minicb.sim.host_time import HostTime, step_lanes
-from minicb.sim.step_time import StepTimeModel
 
 GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of device memory for weights + KV
 ELEM_BYTES = {"auto": 2, "bfloat16": 2, "float16": 2, "float32": 4}
@@ -59,7 +59,7 @@ class SimulatedRunner(FakeRunner):
         overlap: bool = False,
     ) -> None:
         """``profile``: a step-time model, or its name (``"H100:llama-3.1-8b"``, see
-        minicb.sim.catalogue.load_profile); ``config``: the engine's settings (its
+        minicb.cost_model.catalogue.load_profile); ``config``: the engine's settings (its
         block size, dtype, KV cache dtype (an 8-bit cache: smaller blocks, more of them, and
         fewer bytes read per step), weight dtype (8-bit weights: more room for the pool and
         fewer bytes streamed per step), tensor-parallel degree, and pool sizes where it fixes

@@ -6,7 +6,7 @@ nothing with the event, so a listener may keep or change it. ``from_dict`` turns
 and raises ValueError naming an unknown type, an unknown field or a missing one. A step
 event is flat: its plan's fields (``plan_to_dict``: every field but the RUNNER_ONLY ones,
 the forward's inputs), then its timings. The schema itself, with every field's meaning,
-is in events.py, request_events.py and minicb/scheduler/plan.py; none of it runs while a
+is in events.py, request_events.py and minicb/core/scheduler/plan.py; none of it runs while a
 step is made and heard in-process, only where events are written or sent. Pure Python.
 """
 
@@ -17,8 +17,7 @@ from dataclasses import MISSING, fields
 from operator import attrgetter
 from typing import Any
 
-from minicb.scheduler.plan import DECISION_LISTS, Decision, ScheduledRequest, StepPlan
-from minicb.telemetry.events import (
+from minicb.core.events import (
     EVENT_TYPES,
     STEP_OPTIONAL_FIELDS,
     STEP_TIMING_FIELDS,
@@ -26,6 +25,7 @@ from minicb.telemetry.events import (
     KVSnapshotEvent,
     StepEvent,
 )
+from minicb.core.scheduler.plan import DECISION_LISTS, Decision, ScheduledRequest, StepPlan
 
 
 def to_dict(event: Event) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """KVState: the KV pool's map (who holds which block) rebuilt from the engine's events.
 
 A step event carries the changes the step made to the pool (``kv_ops``, written by the
-block manager as they happen; see minicb/scheduler/block_manager.py for the kinds), never
+block manager as they happen; see minicb/core/scheduler/block_manager.py for the kinds), never
 the whole map: at a GPU's 30,000 blocks the whole map is hundreds of kilobytes a step. The
 whole map travels only now and then, as a ``kv_snapshot`` event (on connect, on request,
 and every so many steps in a trace, so a replay can seek). This class is the one place
@@ -24,7 +24,7 @@ from typing import Any
 
 class KVState:
     """Every request's device and swap blocks, the evictable cached blocks, and the host
-    tier's blocks that hold a cached prefix (minicb/scheduler/host_tier.py)."""
+    tier's blocks that hold a cached prefix (minicb/host_tier/tier.py)."""
 
     def __init__(
         self,

@@ -1,7 +1,7 @@
 """HandlerListener: a bus listener made of ``_on_<kind>`` methods, one per kind it handles.
 
 The bus calls ``listener(events)`` once with a step's events in order
-(minicb.telemetry.bus); each event's handler is looked up by kind in a dict built once,
+(minicb.core.bus); each event's handler is looked up by kind in a dict built once,
 not by name per event, and kinds without one are skipped. MetricsCollector and
 PrometheusMetrics are such listeners. Pure Python: no torch.
 """
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # events imports the scheduler's plan, which imports metrics (and this)
-    from minicb.telemetry.events import Event
+    from minicb.core.events import Event
 
 
 def handlers(listener: object) -> dict[str, Any]:

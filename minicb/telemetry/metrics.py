@@ -42,9 +42,9 @@ from collections.abc import Iterable
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
-# The latency figures and statistics are defined in minicb.telemetry.latency, and the
+# The latency figures and statistics are defined in minicb.core.latency, and the
 # listener's dispatch in minicb.telemetry.listener; their names are also importable here.
-from minicb.telemetry.latency import (
+from minicb.core.latency import (
     distribution,
     e2e,
     jain_index,
@@ -58,7 +58,7 @@ from minicb.telemetry.records import RequestRecord, StepTotals
 from minicb.telemetry.summary import summarise
 
 if TYPE_CHECKING:
-    from minicb.telemetry.events import Event
+    from minicb.core.events import Event
 
 __all__ = [
     "MetricsCollector",

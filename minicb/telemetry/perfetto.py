@@ -23,8 +23,8 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from minicb.telemetry.events import EngineReset, Event, KVChanges, KVSnapshotEvent, StepEvent
-from minicb.telemetry.request_events import StepTokens
+from minicb.core.events import EngineReset, Event, KVChanges, KVSnapshotEvent, StepEvent
+from minicb.core.request_events import StepTokens
 
 BATCH, REQUESTS = 1, 2  # process ids
 STEPS_TRACK, REJECTED_TRACK, HOST_TRACK, DEVICE_TRACK, OVERLAPPED_TRACK = 0, 1, 2, 3, 4

@@ -35,7 +35,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.samples import Sample
 
-from minicb.telemetry.latency import e2e, queue_time, tpot, ttft
+from minicb.core.latency import e2e, queue_time, tpot, ttft
 from minicb.telemetry.listener import HandlerListener
 from minicb.telemetry.metric_values import Counter, Gauge, Histogram
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from minicb.telemetry.latency import distribution, e2e, jain_index, queue_time, tpot, ttft
+from minicb.core.latency import distribution, e2e, jain_index, queue_time, tpot, ttft
 from minicb.telemetry.records import RequestRecord, StepTotals
 
 if TYPE_CHECKING:

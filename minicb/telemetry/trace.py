@@ -32,14 +32,14 @@ from typing import IO, Any
 
 import orjson
 
-from minicb.telemetry.event_json import to_dict
-from minicb.telemetry.events import (
+from minicb.core.events import (
     SCHEMA_VERSION,
     EngineReset,
     Event,
     KVSnapshotEvent,
     StepEvent,
 )
+from minicb.telemetry.event_json import to_dict
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from minicb.telemetry.event_json import from_dict
-from minicb.telemetry.events import (
+from minicb.core.events import (
     SCHEMA_VERSION,
     EngineReset,
     Event,
@@ -30,8 +29,9 @@ from minicb.telemetry.events import (
     KVSnapshotEvent,
     StepEvent,
 )
+from minicb.core.request_events import RequestFirstToken, StepTokens
+from minicb.telemetry.event_json import from_dict
 from minicb.telemetry.kv_state import KVState
-from minicb.telemetry.request_events import RequestFirstToken, StepTokens
 from minicb.telemetry.trace import TRACE_FORMAT
 
 

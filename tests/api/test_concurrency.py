@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from minicb.telemetry.events import StepEvent
+from minicb.core.events import StepEvent
 from tests.api.conftest import tiny_engine
 from tests.api.live import api_server, metric
 from tests.helpers import wait_for

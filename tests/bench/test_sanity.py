@@ -24,7 +24,7 @@ from minicb.bench.sanity import (
 )
 from minicb.bench.systems import _batch_events, build_systems
 from minicb.bench.workloads import QUICK, SYSTEMS, make_workloads
-from minicb.runner.loader import load_hf_config
+from minicb.core.runner.loader import load_hf_config
 from minicb.workload import RequestSpec, Workload
 
 # Two requests in one padded batch of two (worked by hand in test_systems.py): it begins

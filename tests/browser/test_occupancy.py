@@ -8,10 +8,10 @@ hidden."""
 from __future__ import annotations
 
 from minicb import LLMEngine, SamplingParams
-from minicb.config import EngineConfig
-from minicb.runner.model_runner import ModelRunner
-from minicb.runner.probes import MachineRates
+from minicb.core.config import EngineConfig
+from minicb.core.runner.model_runner import ModelRunner
 from minicb.telemetry.trace import TraceWriter, trace_header
+from minicb.utilisation.probes import MachineRates
 from tests.browser.conftest import js, next_frame, server, shot, wait_for
 
 PANELS = "window.minicb.panels"

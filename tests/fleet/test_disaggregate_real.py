@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from minicb.config import SamplingParams
+from minicb.core.config import SamplingParams
 from minicb.fleet import DisaggregatedFleet
 from tests.helpers import MIXED, MIXED_MAX, SHARED, SHARED_MAX
 

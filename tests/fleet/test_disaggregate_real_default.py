@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from minicb.config import SamplingParams
+from minicb.core.config import SamplingParams
 from minicb.fleet import DisaggregatedFleet
 
 pytestmark = pytest.mark.slow

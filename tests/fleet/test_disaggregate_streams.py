@@ -21,13 +21,13 @@ import asyncio
 import itertools
 import time
 
-from minicb.config import SamplingParams
+from minicb.core.bus import EventBus
+from minicb.core.config import SamplingParams
+from minicb.core.request import RequestOutput
+from minicb.core.request_events import KVTransfer, RequestAborted, RequestFinished, StepTokens
 from minicb.fleet import disagg_fleet
 from minicb.fleet.disagg_fleet import DisaggregatedFleet
 from minicb.fleet.fleet import FLEET
-from minicb.request import RequestOutput
-from minicb.telemetry.bus import EventBus
-from minicb.telemetry.request_events import KVTransfer, RequestAborted, RequestFinished, StepTokens
 
 REQUESTS = 1000
 AT_ONCE = 16

@@ -20,10 +20,10 @@ import time
 import pytest
 
 from minicb import LLM, SamplingParams
+from minicb.core.request import RequestOutput, TokenDelta
 from minicb.fleet import Fleet
 from minicb.fleet.fleet import FLEET
 from minicb.fleet.router import POLICIES
-from minicb.request import RequestOutput, TokenDelta
 
 PROMPTS = ["The capital of France is", "Hello, my name is", "1, 2, 3, 4,", "Once upon a time"]
 MAX_TOKENS = 8

@@ -5,7 +5,7 @@ would each see the same free memory); a GPU each, a pool size given, or the CPU:
 import pytest
 import torch
 
-from minicb.config import EngineConfig
+from minicb.core.config import EngineConfig
 from minicb.fleet.fleet import _sharing_gpus
 
 

@@ -4,7 +4,7 @@ the reproductions' shapes hold at a small size."""
 
 import pytest
 
-from minicb.config import EngineConfig
+from minicb.core.config import EngineConfig
 from minicb.fleet.autoscale import Autoscaler, FleetState
 from minicb.fleet.router import Router
 from minicb.fleet.simulated import SimulatedFleet, gpu_price

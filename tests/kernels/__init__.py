@@ -11,7 +11,7 @@ import random
 
 import torch
 
-from minicb.kernels.attention import AttentionMetadata
+from minicb.core.attention.backend import AttentionMetadata
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 

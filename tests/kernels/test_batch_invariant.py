@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from minicb import LLM, EngineConfig
-from minicb.kernels import reference
-from minicb.kernels.attention import AttentionMetadata
+from minicb.core.attention import reference
+from minicb.core.attention.backend import AttentionMetadata
 from minicb.kernels.batch_invariant import (
     ROW_TILE,
     BatchInvariantBackend,

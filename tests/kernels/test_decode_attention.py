@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minicb.kernels import reference
+from minicb.core.attention import reference
 from minicb.kernels.decode_attention import paged_decode_attention
 from minicb.kernels.triton_backend import TritonBackend
 

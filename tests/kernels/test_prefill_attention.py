@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minicb.kernels import reference
+from minicb.core.attention import reference
 from minicb.kernels.prefill_attention import paged_prefill_attention
 from minicb.kernels.triton_backend import TritonBackend
 

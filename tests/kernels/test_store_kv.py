@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from minicb.kernels import reference
+from minicb.core.attention import reference
 from minicb.kernels.store_kv import store_kv
 from minicb.kernels.triton_backend import TritonBackend
 

@@ -9,9 +9,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minicb.kernels import reference
-from minicb.kernels.attention import TorchBackend
-from minicb.kernels.torch_attention import DecodeIndex, StepIndex, decode_attention, step_attention
+from minicb.core.attention import reference
+from minicb.core.attention.backend import TorchBackend
+from minicb.core.attention.torch_attention import (
+    DecodeIndex,
+    StepIndex,
+    decode_attention,
+    step_attention,
+)
 
 from . import GQA_SHAPES, make_paged_case
 

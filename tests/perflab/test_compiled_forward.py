@@ -16,9 +16,9 @@ import torch
 from torch._dynamo.utils import counters
 
 from minicb import LLM, LLMEngine, SamplingParams
-from minicb.kernels.torch_attention import DecodeIndex, decode_attention
-from minicb.runner.loader import TINY_ARCHITECTURES, make_tiny_model_dir
-from minicb.runner.packed import can_pack
+from minicb.core.attention.torch_attention import DecodeIndex, decode_attention
+from minicb.core.runner.loader import TINY_ARCHITECTURES, make_tiny_model_dir
+from minicb.packing.packed import can_pack
 from perflab import compiled, roofline
 
 GREEDY = SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from minicb import EngineConfig
-from minicb.engine import LLMEngine
+from minicb.core.engine import LLMEngine
 from perflab import roofline
 
 

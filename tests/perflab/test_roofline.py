@@ -3,7 +3,7 @@ ceiling and the fraction of it a step reaches, worked by hand."""
 
 import pytest
 
-from minicb.sim.step_time import ModelShape
+from minicb.cost_model.step_time import ModelShape
 from perflab import roofline
 
 # Two layers: q, o = 8 x 4 x 2 x 2 (128), k, v = 8 x 2 x 2 x 2 (64), gated MLP 3 x 8 x 16

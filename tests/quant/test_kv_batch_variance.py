@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from minicb import LLM, EngineConfig, LLMEngine, SamplingParams
-from minicb.kernels import torch_attention
+from minicb.core.attention import torch_attention
 
 pytestmark = pytest.mark.slow
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minicb.kernels import reference
-from minicb.kernels.attention import AttentionMetadata, TorchBackend
-from minicb.kernels.kv_slots import read_slots
+from minicb.core.attention import reference
+from minicb.core.attention.backend import AttentionMetadata, TorchBackend
+from minicb.core.attention.kv_slots import read_slots
 from minicb.quant.kv import FORMATS, QuantizedCache, dequantize, quantize
 
 SHAPE = (6, 4, 3, 32)  # (num_blocks, block_size, num_kv_heads, head_dim)

@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from minicb.config import EngineConfig
+from minicb.core.config import EngineConfig
 from minicb.engine_options import add_engine_options, engine_kwargs
 
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from minicb import LLM, SamplingParams
-from minicb.runner import kv_setup
-from minicb.runner.kv_pool import KVPool, copy_blocks
+from minicb.core.runner import kv_setup
+from minicb.core.runner.kv_pool import KVPool, copy_blocks
 from tests.helpers import MIXED, MIXED_MAX, SHARED, SHARED_MAX, greedy_tokens
 
 # Each bends the schedule its own way (tests/test_same_tokens_everywhere.py has them all).

@@ -8,10 +8,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from minicb.config import EngineConfig
-from minicb.runner import VirtualClock
-from minicb.runner.kv_pool import bytes_per_block
-from minicb.sim.catalogue import load_profile
+from minicb.core.config import EngineConfig
+from minicb.core.runner import VirtualClock
+from minicb.core.runner.kv_pool import bytes_per_block
+from minicb.cost_model.catalogue import load_profile
 from minicb.sim.run import run_simulated
 from minicb.sim.runner import SimulatedRunner
 from minicb.workload import from_lengths

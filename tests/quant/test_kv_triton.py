@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from minicb import LLM, SamplingParams
-from minicb.kernels import reference
+from minicb.core.attention import reference
 from minicb.kernels.store_kv import store_kv
 from minicb.kernels.triton_backend import TritonBackend
 from minicb.quant.kv import FORMATS, QuantizedCache, quantize

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from minicb import LLM
-from minicb.config import EngineConfig
+from minicb.core.config import EngineConfig
 from minicb.engine_options import add_engine_options, engine_kwargs
 from minicb.quant import weights
 from minicb.quant.weights import (

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from minicb import LLM, SamplingParams
-from minicb.runner.cuda_graphs import capture_sizes, padded_size
+from minicb.cuda_graphs.capture import capture_sizes, padded_size
 
 
 def test_capture_sizes_cover_every_batch_up_to_max_num_seqs():

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-BUILD = "from minicb.runner.loader import default_model_dir; print(default_model_dir())"
+BUILD = "from minicb.core.runner.loader import default_model_dir; print(default_model_dir())"
 
 
 @pytest.mark.slow  # converts the GGUF file twice

@@ -4,10 +4,10 @@ explicit dtype always wins; the choice and its reason reach runner.describe().""
 import pytest
 import torch
 
-from minicb.config import EngineConfig
+from minicb.core.config import EngineConfig
+from minicb.core.runner.dtype import DTYPES, choose_dtype, cpu_capabilities
+from minicb.core.runner.model_runner import ModelRunner
 from minicb.engine_options import describe_choices
-from minicb.runner.dtype import DTYPES, choose_dtype, cpu_capabilities
-from minicb.runner.model_runner import ModelRunner
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")  # a device object needs no GPU
 LAPTOP = {"avx2": True, "avx512_bf16": False, "amx_bf16": False}  # AVX2 only, as most laptops

@@ -2,7 +2,7 @@
 times exactly, and with_config keeps its settings on a new pool size."""
 
 from minicb import EngineConfig, FakeRunner, LLMEngine, SamplingParams, VirtualClock
-from minicb.runner.fake import FAKE_STOP_TOKEN, FAKE_TOKEN
+from minicb.core.runner.fake import FAKE_STOP_TOKEN, FAKE_TOKEN
 
 
 def test_forced_output_lengths_stop_with_the_stop_token_at_exactly_that_length():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minicb.runner.kv_pool import KVPool
+from minicb.core.runner.kv_pool import KVPool
 
 BLOCK = (4, 2, 8)  # (block_size, num_kv_heads, head_dim)
 

@@ -8,10 +8,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from minicb.config import EngineConfig
-from minicb.kernels import AttentionMetadata
-from minicb.runner.loader import TINY_ARCHITECTURES, make_tiny_model_dir, open_model
-from minicb.runner.model_runner import ModelRunner
+from minicb.core.attention import AttentionMetadata
+from minicb.core.config import EngineConfig
+from minicb.core.runner.loader import TINY_ARCHITECTURES, make_tiny_model_dir, open_model
+from minicb.core.runner.model_runner import ModelRunner
 
 
 def minicb_logits(runner: ModelRunner, prompts: list[list[int]], chunks: int) -> list[torch.Tensor]:

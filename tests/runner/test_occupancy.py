@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from minicb import LLMEngine, SamplingParams
-from minicb.config import EngineConfig
-from minicb.runner.fake import FakeRunner
-from minicb.runner.model_runner import ModelRunner
-from minicb.runner.occupancy import Occupancy
-from minicb.runner.probes import MachineRates, copy_bytes, matmul_size, measure_matmul_flops
-from minicb.sim.step_time import ModelShape
+from minicb.core.config import EngineConfig
+from minicb.core.runner.fake import FakeRunner
+from minicb.core.runner.model_runner import ModelRunner
+from minicb.cost_model.step_time import ModelShape
+from minicb.utilisation.occupancy import Occupancy
+from minicb.utilisation.probes import MachineRates, copy_bytes, matmul_size, measure_matmul_flops
 
 # The shape of tests/sim/test_utilisation.py: one layer of 160 matmul parameters, 224
 # streamed (with the lm_head): 448 bytes in bf16; KV 16 bytes per token.

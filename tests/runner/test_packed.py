@@ -1,4 +1,4 @@
-"""Linear layers on oneDNN-packed weights (minicb.runner.packed) against plain nn.Linear."""
+"""Linear layers on oneDNN-packed weights (minicb.packing.packed) against plain nn.Linear."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from minicb import LLM, SamplingParams
-from minicb.runner.loader import TINY_ARCHITECTURES, make_tiny_model_dir
-from minicb.runner.packed import PackedLinear, can_pack, pack_linears
+from minicb.core.runner.loader import TINY_ARCHITECTURES, make_tiny_model_dir
+from minicb.packing.packed import PackedLinear, can_pack, pack_linears
 
 pytestmark = pytest.mark.skipif(
     not can_pack(torch.device("cpu"), torch.bfloat16),

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from minicb import LLM, SamplingParams
-from minicb.runner.sampler import sample
-from minicb.runner.sampling_filters import filter_logits, filter_rows
+from minicb.core.runner.sampler import sample
+from minicb.core.runner.sampling_filters import filter_logits, filter_rows
 
 
 def test_top_k_and_top_p_keep_the_right_tokens():

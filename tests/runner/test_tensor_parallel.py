@@ -18,17 +18,17 @@ import pytest
 import torch
 
 from minicb import LLM, EngineConfig, SamplingParams
-from minicb.engine_options import add_engine_options, engine_kwargs
-from minicb.runner import tp_group
-from minicb.runner.build_model import model_config
-from minicb.runner.loader import (
+from minicb.core.runner.build_model import model_config
+from minicb.core.runner.loader import (
     TINY_ARCHITECTURES,
     iter_safetensors,
     make_tiny_model_dir,
     open_model,
     tiny_hf_config,
 )
-from minicb.runner.tensor_parallel import iter_shard, shard_config
+from minicb.engine_options import add_engine_options, engine_kwargs
+from minicb.parallel import tp_group
+from minicb.parallel.tensor_parallel import iter_shard, shard_config
 from tests.helpers import greedy_tokens, mixed_prompts
 
 PROMPTS = mixed_prompts(6, vocab=256, seed=5, min_len=1, max_len=30)

@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from minicb import LLM, EngineConfig, LLMEngine, SamplingParams
-from minicb.runner import tp_group
-from minicb.runner.tp_group import TensorParallelError
+from minicb.parallel import tp_group
+from minicb.parallel.tp_group import TensorParallelError
 from tests.api.live import api_server
 from tests.helpers import greedy_tokens
 

@@ -24,7 +24,7 @@ PROMPTS = [[5, 6, 7, 8], [9, 10, 11]]
 SCRIPT = """
 import json, sys
 from minicb import LLM
-from minicb.runner import tp_group
+from minicb.parallel import tp_group
 from tests.helpers import greedy_tokens
 
 if __name__ == "__main__":
@@ -94,7 +94,7 @@ def test_under_torchrun_every_rank_runs_the_script(script, tiny_llama_dir):
 def test_under_torchrun_a_group_without_a_secret_refuses_to_start(monkeypatch, secret):
     """An unset (or empty) secret would sign every command with an empty key, which stops
     no one in the rendezvous: refused before any rank joins, saying how to set one."""
-    from minicb.runner.tp_group import TPGroup
+    from minicb.parallel.tp_group import TPGroup
 
     torchrun = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
     for name, value in torchrun.items():

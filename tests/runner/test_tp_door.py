@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from minicb.runner import tp_group
+from minicb.parallel import tp_group
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 

@@ -103,7 +103,7 @@ def test_each_notebook_names_a_shipped_scenario_in_both_languages():
     lanes are the simulated demo's own panel, not a lesson)."""
     import re
 
-    from minicb.sim.catalogue import load_profile
+    from minicb.cost_model.catalogue import load_profile
 
     notebooks = sorted((HERE.parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     assert notebooks

@@ -11,9 +11,9 @@ runner and the real int8 store path; neither reads a wall-clock time.
 import pytest
 import torch
 
-from minicb.runner.build_model import model_config
-from minicb.runner.kv_pool import bytes_per_block
-from minicb.runner.loader import load_hf_config, resolve_model_path
+from minicb.core.runner.build_model import model_config
+from minicb.core.runner.kv_pool import bytes_per_block
+from minicb.core.runner.loader import load_hf_config, resolve_model_path
 from minicb.scenarios import load_scenario
 from minicb.scenarios.metrics import side_metric
 from minicb.scenarios.player import build_engines, play
@@ -78,7 +78,7 @@ def test_at_gpu_scale_the_pools_and_batches_are_the_ones_the_narration_quotes():
     block count in the file), and the narration's figures are this run's."""
     from dataclasses import replace
 
-    from minicb.sim.catalogue import load_profile
+    from minicb.cost_model.catalogue import load_profile
 
     scenario = load_scenario("09b-kv-cache-8bit-h100")
     assert all("num_kv_blocks" not in side.engine for side in scenario.sides)

@@ -3,7 +3,7 @@ CPU), each step event carrying the seconds of its own engine's steps (``busy_s``
 scenarios' figures and a joining page's request times read from it, never the shared clock."""
 
 from minicb import EngineConfig, FakeRunner, LLMEngine, SamplingParams
-from minicb.runner import VirtualClock
+from minicb.core.runner import VirtualClock
 from minicb.scenarios.metrics import SideRecord, side_metric
 
 PARAMS = SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minicb.scheduler.block_manager import BlockManager, blocks_needed
+from minicb.core.scheduler.block_manager import BlockManager, blocks_needed
 
 
 def test_blocks_needed_rounds_up():

@@ -9,7 +9,7 @@ with the same salt, or none, the cache is shared as before.
 import pytest
 
 from minicb import LLM, SamplingParams
-from minicb.scheduler.block_manager import BlockManager
+from minicb.core.scheduler.block_manager import BlockManager
 from tests.helpers import fake_engine
 
 SECRET = list(range(100, 140))  # user A's prompt: 40 tokens, 2 full blocks of 16

@@ -1,7 +1,7 @@
 """Continuous batching decisions, step by step, on the real engine over FakeRunner."""
 
-from minicb.request import RequestStatus
-from minicb.scheduler.plan import DECODE, PREFILL
+from minicb.core.request import RequestStatus
+from minicb.core.scheduler.plan import DECODE, PREFILL
 from tests.helpers import add, fake_engine
 
 

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from minicb import SamplingParams
-from minicb.runner.fake import FakeRunner
-from minicb.scheduler import RequestRejected
+from minicb.core.runner.fake import FakeRunner
+from minicb.core.scheduler import RequestRejected
 from tests.helpers import ShadowKV, fake_engine
 
 POISON = -1  # what a slot holds after a failed step may have written or copied it

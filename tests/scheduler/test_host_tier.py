@@ -1,4 +1,4 @@
-"""The prefix cache's host tier (minicb/scheduler/host_tier.py), over FakeRunner.
+"""The prefix cache's host tier (minicb/host_tier/tier.py), over FakeRunner.
 
 A prefix the device pool evicts is copied to a host block and found there by the same
 walk; a later prompt that begins with it gets it back by a copy and computes none of its
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from minicb import SamplingParams
-from minicb.scheduler import RequestRejected
+from minicb.core.scheduler import RequestRejected
 from minicb.telemetry.kv_state import KVState
 from tests.helpers import ShadowKV, fake_engine
 from tests.scheduler.test_engine_machine import POISON, FailingRunner, InjectedFailure
@@ -295,7 +295,7 @@ def test_metrics_count_hits_by_tier():
 def test_the_option_is_validated_on_the_command_line_and_described():
     import argparse
 
-    from minicb.config import EngineConfig
+    from minicb.core.config import EngineConfig
     from minicb.engine_options import add_engine_options, engine_kwargs
 
     parser = argparse.ArgumentParser()

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minicb.config import EngineConfig, SamplingParams
+from minicb.core.config import EngineConfig, SamplingParams
+from minicb.core.scheduler import RequestRejected
 from minicb.engine_options import add_engine_options, engine_kwargs
-from minicb.scheduler import RequestRejected
 from minicb.telemetry.kv_state import KVState
 from tests.helpers import fake_engine
 

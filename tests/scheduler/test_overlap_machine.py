@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from minicb import SamplingParams
-from minicb.scheduler import RequestRejected
-from minicb.scheduler.overlap import PLACEHOLDER
+from minicb.core.scheduler import RequestRejected
+from minicb.overlap.bookkeeping import PLACEHOLDER
 from tests.helpers import fake_engine
 from tests.scheduler.test_engine_machine import FailingRunner, InjectedFailure, PoisonedShadow
 

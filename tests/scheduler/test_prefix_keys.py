@@ -9,8 +9,8 @@ prefix.
 
 from __future__ import annotations
 
-from minicb.scheduler.block_manager import BlockManager
-from minicb.scheduler.prefix_cache import PrefixCache
+from minicb.core.scheduler.block_manager import BlockManager
+from minicb.core.scheduler.prefix_cache import PrefixCache
 
 
 class Colliding(int):

@@ -14,8 +14,8 @@ from hypothesis import given, settings, target
 from hypothesis import strategies as st
 
 from minicb import SamplingParams
-from minicb.runner.fake import FAKE_TOKEN
-from minicb.scheduler import RequestRejected
+from minicb.core.runner.fake import FAKE_TOKEN
+from minicb.core.scheduler import RequestRejected
 from minicb.telemetry.kv_state import KVState
 from tests.helpers import ShadowKV, fake_engine
 

@@ -18,9 +18,9 @@ import pytest
 from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
 
-from minicb.request import RequestStatus
-from minicb.scheduler import RequestRejected
-from minicb.scheduler.block_manager import blocks_needed
+from minicb.core.request import RequestStatus
+from minicb.core.scheduler import RequestRejected
+from minicb.core.scheduler.block_manager import blocks_needed
 from tests.helpers import add, fake_engine
 
 NUM_WORKLOADS = 1000

@@ -9,11 +9,11 @@ import argparse
 import pytest
 
 from minicb import SamplingParams
-from minicb.config import EngineConfig
-from minicb.engine import LLMEngine
+from minicb.core.config import EngineConfig
+from minicb.core.engine import LLMEngine
+from minicb.core.runner.fake import FakeRunner
 from minicb.engine_options import add_engine_options, engine_kwargs
-from minicb.runner.fake import FakeRunner
-from minicb.scheduler.speculative import NgramProposer, accept_greedy
+from minicb.speculation.ngram import NgramProposer, accept_greedy
 from tests.helpers import fake_engine
 
 

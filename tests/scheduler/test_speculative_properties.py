@@ -23,10 +23,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minicb import SamplingParams
-from minicb.runner.fake import FAKE_STOP_TOKEN
-from minicb.scheduler import RequestRejected
-from minicb.scheduler.block_manager import blocks_needed
-from minicb.scheduler.speculative import Draft
+from minicb.core.runner.fake import FAKE_STOP_TOKEN
+from minicb.core.scheduler import RequestRejected
+from minicb.core.scheduler.block_manager import blocks_needed
+from minicb.speculation.ngram import Draft
 from tests.helpers import ShadowKV, fake_engine
 
 ALPHABET = [3, 4, 5]  # the fake model's tokens; the proposer also guesses FAKE_STOP_TOKEN

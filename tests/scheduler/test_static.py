@@ -1,6 +1,6 @@
 """The static-batching baseline: nobody joins mid-batch; finished members pad until the end."""
 
-from minicb.scheduler.plan import PADDING
+from minicb.core.scheduler.plan import PADDING
 from tests.helpers import add, fake_engine
 
 

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from minicb import SamplingParams
-from minicb.request import RequestOutput
+from minicb.core.request import RequestOutput
 from minicb.server.engine_loop import MAX_COMMANDS_PER_ROUND, EngineLoop
 from tests.server.conftest import fake_engine
 

@@ -12,7 +12,7 @@ import json
 
 from fastapi.testclient import TestClient
 
-from minicb.config import EngineConfig, SamplingParams
+from minicb.core.config import EngineConfig, SamplingParams
 from minicb.server.app import create_app
 from minicb.server.broadcast import MAX_MESSAGE_BYTES, _messages, compress, read_message
 from minicb.server.engine_loop import EngineLoop

@@ -15,10 +15,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from minicb import cli
-from minicb.config import EngineConfig, SamplingParams
-from minicb.engine import LLMEngine
-from minicb.runner import VirtualClock
-from minicb.runner.fake import FakeRunner
+from minicb.core.config import EngineConfig, SamplingParams
+from minicb.core.engine import LLMEngine
+from minicb.core.runner import VirtualClock
+from minicb.core.runner.fake import FakeRunner
 from minicb.server import demo_command, launch
 from minicb.server.app import create_app
 from minicb.server.engine_loop import EngineLoop

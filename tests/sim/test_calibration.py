@@ -4,7 +4,9 @@ bench workload."""
 import pytest
 
 from minicb.bench.workloads import capped_exponential
-from minicb.config import EngineConfig
+from minicb.core.config import EngineConfig
+from minicb.cost_model.catalogue import load_profile
+from minicb.cost_model.step_time import step_totals
 from minicb.sim.calibration import (
     cpu_profile,
     predict_workload,
@@ -12,8 +14,6 @@ from minicb.sim.calibration import (
     step_errors,
     step_kind,
 )
-from minicb.sim.catalogue import load_profile
-from minicb.sim.step_time import step_totals
 from tests.helpers import fake_engine
 from tests.sim.test_step_time import SHAPE
 

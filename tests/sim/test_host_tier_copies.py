@@ -2,10 +2,10 @@
 
 import pytest
 
-from minicb.config import EngineConfig
-from minicb.runner import VirtualClock
-from minicb.scheduler.plan import StepPlan
-from minicb.sim.catalogue import read_catalogue
+from minicb.core.config import EngineConfig
+from minicb.core.runner import VirtualClock
+from minicb.core.scheduler.plan import StepPlan
+from minicb.cost_model.catalogue import read_catalogue
 from minicb.sim.runner import SimulatedRunner
 
 

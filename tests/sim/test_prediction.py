@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from minicb.config import EngineConfig
-from minicb.scheduler.plan import StepPlan
+from minicb.core.config import EngineConfig
+from minicb.core.scheduler.plan import StepPlan
 from minicb.sim.run import harmonic, static_vs_continuous
 from minicb.workload import RequestSpec, from_lengths
 

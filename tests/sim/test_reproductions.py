@@ -7,9 +7,9 @@ import json
 import pytest
 
 from minicb.cli import main
-from minicb.config import EngineConfig
+from minicb.core.config import EngineConfig
+from minicb.cost_model.catalogue import load_profile
 from minicb.sim import reproductions as rp
-from minicb.sim.catalogue import load_profile
 from minicb.sim.report import render, render_html
 from minicb.sim.run import run_simulated
 from minicb.workload import from_lengths

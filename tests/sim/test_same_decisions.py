@@ -6,7 +6,7 @@ every batching mode and KV reservation; only the times differ."""
 import pytest
 
 from minicb import LLMEngine, SamplingParams, VirtualClock
-from minicb.config import EngineConfig
+from minicb.core.config import EngineConfig
 from minicb.sim.runner import SimulatedRunner
 from minicb.telemetry.event_json import plan_to_dict
 from tests.helpers import mixed_prompts

@@ -4,8 +4,8 @@ rebuilt runner on the same GPU and clock."""
 import pytest
 
 from minicb import LLMEngine, SamplingParams, VirtualClock
-from minicb.config import EngineConfig
-from minicb.sim.catalogue import load_profile
+from minicb.core.config import EngineConfig
+from minicb.cost_model.catalogue import load_profile
 from minicb.sim.runner import SimulatedRunner
 
 

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from minicb.sim.catalogue import load_profile, model_shape
-from minicb.sim.step_time import (
+from minicb.cost_model.catalogue import load_profile, model_shape
+from minicb.cost_model.step_time import (
     GIB,
     Efficiency,
     GPUSpec,

@@ -5,9 +5,9 @@ runner through the engine to the step event and its JSON."""
 import pytest
 
 from minicb import LLMEngine, SamplingParams, VirtualClock
-from minicb.config import EngineConfig
+from minicb.core.config import EngineConfig
+from minicb.cost_model.step_time import Efficiency, GPUSpec, ModelShape, StepTimeModel
 from minicb.sim.runner import SimulatedRunner
-from minicb.sim.step_time import Efficiency, GPUSpec, ModelShape, StepTimeModel
 from minicb.telemetry.event_json import from_dict, to_dict
 
 # Round numbers: 1,000 B/s and 1,000 FLOP/s at half efficiency, 0.1 s overhead per step.

@@ -10,11 +10,11 @@ from dataclasses import replace
 
 import pytest
 
-from minicb.config import EngineConfig
-from minicb.runner import VirtualClock
-from minicb.sim.catalogue import read_catalogue
+from minicb.core.config import EngineConfig
+from minicb.core.runner import VirtualClock
+from minicb.cost_model.catalogue import read_catalogue
+from minicb.cost_model.step_time import GIB
 from minicb.sim.runner import GPU_MEMORY_UTILIZATION, SimulatedRunner
-from minicb.sim.step_time import GIB
 
 
 def llama_8b_bytes(weights: str) -> tuple[int, int]:

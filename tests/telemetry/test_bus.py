@@ -9,11 +9,11 @@ from collections import deque
 
 import pytest
 
-import minicb.telemetry.request_events as request_events
-from minicb.engine import LLMEngine
-from minicb.telemetry.bus import EventBus
-from minicb.telemetry.request_events import RequestAborted
-from minicb.telemetry.subscription import Subscription
+import minicb.core.request_events as request_events
+from minicb.core.bus import EventBus
+from minicb.core.engine import LLMEngine
+from minicb.core.request_events import RequestAborted
+from minicb.core.subscription import Subscription
 from tests.helpers import add, fake_engine, wait_for
 
 

@@ -10,11 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from minicb.config import EngineConfig, SamplingParams
-from minicb.engine import LLMEngine
-from minicb.scheduler.plan import Decision, ScheduledRequest, StepPlan
-from minicb.telemetry.event_json import from_dict, to_dict
-from minicb.telemetry.events import (
+from minicb.core.config import EngineConfig, SamplingParams
+from minicb.core.engine import LLMEngine
+from minicb.core.events import (
     EVENT_TYPES,
     SCHEMA_VERSION,
     STEP_OPTIONAL_FIELDS,
@@ -25,7 +23,7 @@ from minicb.telemetry.events import (
     KVSnapshotEvent,
     StepEvent,
 )
-from minicb.telemetry.request_events import (
+from minicb.core.request_events import (
     KVTransfer,
     RequestAborted,
     RequestAdmitted,
@@ -39,6 +37,8 @@ from minicb.telemetry.request_events import (
     RequestSwappedOut,
     StepTokens,
 )
+from minicb.core.scheduler.plan import Decision, ScheduledRequest, StepPlan
+from minicb.telemetry.event_json import from_dict, to_dict
 from tests.helpers import add, fake_engine
 
 ONE_OF_EACH = [
@@ -208,7 +208,7 @@ def test_schema_version_is_the_documented_one():
     """Bumping the version is a change of the documented schema: docs/events.md says which."""
     assert SCHEMA_VERSION == 4
     docs = (Path(__file__).resolve().parents[2] / "docs" / "events.md").read_text("utf-8")
-    assert f"`minicb.telemetry.events.SCHEMA_VERSION` is **{SCHEMA_VERSION}**" in docs
+    assert f"`minicb.core.events.SCHEMA_VERSION` is **{SCHEMA_VERSION}**" in docs
 
 
 # ---- the step event is the plan ----------------------------------------------------------

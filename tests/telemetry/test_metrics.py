@@ -10,21 +10,21 @@ from __future__ import annotations
 
 import pytest
 
-from minicb.telemetry.events import EngineReset
-from minicb.telemetry.metrics import (
-    MetricsCollector,
-    compute_metrics,
-    distribution,
-    jain_index,
-    percentile,
-)
-from minicb.telemetry.request_events import (
+from minicb.core.events import EngineReset
+from minicb.core.request_events import (
     RequestAdmitted,
     RequestArrived,
     RequestFinished,
     RequestPreempted,
     RequestSwappedIn,
     StepTokens,
+)
+from minicb.telemetry.metrics import (
+    MetricsCollector,
+    compute_metrics,
+    distribution,
+    jain_index,
+    percentile,
 )
 from tests.helpers import add, fake_engine
 

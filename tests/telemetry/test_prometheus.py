@@ -9,8 +9,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
-from minicb.engine import LLMEngine
-from minicb.scheduler import RequestRejected
+from minicb.core.engine import LLMEngine
+from minicb.core.scheduler import RequestRejected
 from minicb.telemetry.prometheus import (
     E2E_BUCKETS,
     TPOT_BUCKETS,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from minicb import SamplingParams
-from minicb.telemetry.row_sums import RowSums, row_sums
+from minicb.core.row_sums import RowSums, row_sums
 from tests.helpers import fake_engine
 
 

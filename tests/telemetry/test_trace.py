@@ -11,9 +11,9 @@ import pytest
 
 from minicb import LLM, SamplingParams
 from minicb.cli import main
-from minicb.config import EngineConfig
-from minicb.runner.loader import make_tiny_model_dir
-from minicb.telemetry.events import SCHEMA_VERSION
+from minicb.core.config import EngineConfig
+from minicb.core.events import SCHEMA_VERSION
+from minicb.core.runner.loader import make_tiny_model_dir
 from minicb.telemetry.metrics import MetricsCollector, compute_metrics
 from minicb.telemetry.perfetto import BATCH, REQUESTS, to_chrome_trace
 from minicb.telemetry.trace import record_trace

@@ -13,9 +13,9 @@ import logging
 import pytest
 
 from minicb import SamplingParams
+from minicb.core.request_events import StepTokens
 from minicb.telemetry import trace
 from minicb.telemetry.event_json import to_dict
-from minicb.telemetry.request_events import StepTokens
 from minicb.telemetry.trace import TraceWriter
 from tests.helpers import fake_engine
 

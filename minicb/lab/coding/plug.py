@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from minicb.core.request import Request
+from minicb.core.scheduler import ContinuousScheduler
 from minicb.lab.coding.contract import AdmissionView, WaitingRequest
-from minicb.request import Request
-from minicb.scheduler import ContinuousScheduler
 
 Admit = Callable[[AdmissionView], Sequence[int]]
 OnChoice = Callable[[AdmissionView, list[int]], None]
@@ -121,7 +121,7 @@ def policy_engine(
     clock: Any = None,
 ) -> Any:
     """An engine whose scheduler admits by ``admit``, through the engine's scheduler seam."""
-    from minicb.engine import LLMEngine
+    from minicb.core.engine import LLMEngine
 
     def build(*args: Any) -> PolicyScheduler:
         return PolicyScheduler(*args, admit=admit, on_choice=on_choice)

@@ -25,7 +25,7 @@ import random
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from minicb.config import EngineConfig, SamplingParams
+from minicb.core.config import EngineConfig, SamplingParams
 
 SHAPES = ("burst", "stream", "pressure", "tiny")
 
@@ -91,10 +91,10 @@ def run(workload: Workload, admit: Any = None, *, model: str | None = None,
 
     On the fake runner, or on the real model in the folder ``model`` (float32, greedy).
     Stops when every request has finished or after ``step_cap`` iterations."""
-    from minicb.engine import LLMEngine
+    from minicb.core.engine import LLMEngine
+    from minicb.core.runner import VirtualClock
+    from minicb.core.runner.fake import FakeRunner
     from minicb.lab.coding.plug import policy_engine
-    from minicb.runner import VirtualClock
-    from minicb.runner.fake import FakeRunner
 
     config = EngineConfig(max_num_seqs=workload.max_num_seqs, block_size=workload.block_size,
                           max_num_batched_tokens=workload.max_num_batched_tokens,

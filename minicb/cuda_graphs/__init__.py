@@ -1,0 +1,1 @@
+"""CUDA graphs: decode steps captured once per batch size and replayed."""

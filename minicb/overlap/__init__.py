@@ -1,0 +1,1 @@
+"""Overlap scheduling: schedule step N+1 on the host while the device runs step N."""

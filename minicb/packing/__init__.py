@@ -1,0 +1,1 @@
+"""oneDNN-packed linear weights for CPUs with bf16 matmul units."""

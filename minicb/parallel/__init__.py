@@ -1,0 +1,1 @@
+"""Tensor parallelism on torch.distributed: shards, the process group and its workers."""

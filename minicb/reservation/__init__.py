@@ -1,0 +1,1 @@
+"""KV reservation baselines: how much KV a request is promised when it is admitted."""
