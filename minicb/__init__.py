@@ -25,5 +25,6 @@ __all__ = sorted(_PUBLIC)
 
 def __getattr__(name: str) -> Any:
     if name in _PUBLIC:
+        import_module("minicb.features")  # each optional feature registers at its seam
         return getattr(import_module(_PUBLIC[name]), name)
     raise AttributeError(f"module 'minicb' has no attribute {name!r}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+import minicb.features  # noqa: F401  (every feature registered at its seam)
 from minicb.core.config import (
     ATTENTION_BACKENDS,
     BATCHING_MODES,

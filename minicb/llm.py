@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import minicb.features  # noqa: F401  (every feature registered at its seam)
 from minicb.core.config import EngineConfig, SamplingParams
 from minicb.core.engine import LLMEngine
 from minicb.core.request import RequestOutput

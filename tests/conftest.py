@@ -30,6 +30,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from hypothesis import settings  # noqa: E402
 
+import minicb.features  # noqa: E402, F401  (every feature registered at its seam)
+
 torch.set_num_threads(_threads_per_worker())
 
 # The state machines' two depths, one machine each: the fast tier (`make test`) runs the
