@@ -13,8 +13,8 @@ import enum
 import time
 from dataclasses import dataclass, field
 
+from minicb.core import latency
 from minicb.core.config import SamplingParams
-from minicb.telemetry import metrics
 
 
 class RequestStatus(enum.Enum):
@@ -61,7 +61,7 @@ class RequestMetrics:
     def ttft(self) -> float | None:
         if self.first_token_time is None:
             return None
-        return metrics.ttft(self.arrival_time, self.first_token_time)
+        return latency.ttft(self.arrival_time, self.first_token_time)
 
 
 @dataclass
