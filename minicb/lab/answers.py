@@ -20,6 +20,7 @@ import inspect
 import json
 import textwrap
 import types
+from collections.abc import Callable
 from typing import Any
 
 MARKER = "minicb-lab-answers:"  # the line the harvest cell prints, before the JSON
@@ -47,23 +48,23 @@ def encode(value: Any) -> Any:
                     "lists, tuples, dicts, a tensor or a function")  # fmt: skip
 
 
-def decode(data: Any, *, functions: bool = True) -> Any:
-    """The value ``encode`` gave ``data`` for (a function as an ``IsolatedFunction``)."""
+def decode(data: Any, *, make_function: Callable[[str, str], Any] | None = None) -> Any:
+    """The value ``encode`` gave ``data`` for; a function becomes ``make_function(source,
+    name)`` (the grader passes ``IsolatedFunction``: this module never runs a student's
+    code), and is refused where no ``make_function`` is given."""
     if isinstance(data, list):
-        return [decode(v, functions=functions) for v in data]
+        return [decode(v, make_function=make_function) for v in data]
     if not isinstance(data, dict):
         return data
     if "dict" in data:
-        return {_key(decode(k, functions=False)): decode(v, functions=functions)
+        return {_key(decode(k)): decode(v, make_function=make_function)
                 for k, v in data["dict"]}  # fmt: skip
     if "tensor" in data:
         import torch
 
         return torch.tensor(data["tensor"], dtype=getattr(torch, data["dtype"].split(".")[-1]))
-    if "function" in data and functions:
-        from minicb.lab.isolated import IsolatedFunction
-
-        return IsolatedFunction(data["function"], data["name"])
+    if "function" in data and make_function is not None:
+        return make_function(data["function"], data["name"])
     raise ValueError(f"not an encoded answer: {sorted(data)}")
 
 
@@ -90,8 +91,10 @@ def harvest_source(names: list[str]) -> str:
 def inject_source(answers: dict[str, Any]) -> str:
     """A cell of the checks' kernel that sets each answer from its data (a string literal:
     nothing of the student's is code here)."""
-    lines = ["from minicb.lab.answers import decode as _decode"]
-    lines += [f"{name} = _decode(__import__('json').loads({json.dumps(data)!r}))"
+    lines = ["from minicb.lab.answers import decode as _decode",
+             "from minicb.lab.isolated import IsolatedFunction as _Function"]
+    lines += [f"{name} = _decode(__import__('json').loads({json.dumps(data)!r}), "
+              "make_function=_Function)"
               for name, data in answers.items()]  # fmt: skip
     return "\n".join(lines)
 

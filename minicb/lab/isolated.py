@@ -59,7 +59,7 @@ def call_each(fn: Any, cases: list[tuple]) -> list[Any]:
         reply = {"error": f"the process running it ended with status {done.returncode}"}
     if "error" in reply:
         raise Wrong(f"your function {fn.name} failed: {reply['error']}")
-    return [decode(r, functions=False) for r in reply["results"]]
+    return [decode(r) for r in reply["results"]]
 
 
 def _child() -> None:

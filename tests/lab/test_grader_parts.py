@@ -45,7 +45,10 @@ def test_a_tensor_and_a_function_cross_as_data():
     ns["spread"].__module__ = "x"
     with pytest.raises(TypeError, match="source of function spread cannot be read"):
         encode(ns["spread"])  # exec'd code has no source file: said, not guessed
-    assert isinstance(decode({"function": "def f(): pass", "name": "f"}), IsolatedFunction)
+    assert isinstance(
+        decode({"function": "def f(): pass", "name": "f"}, make_function=IsolatedFunction),
+        IsolatedFunction,
+    )
 
 
 def test_an_answer_of_another_type_is_refused_by_its_type():
