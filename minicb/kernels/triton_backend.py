@@ -8,8 +8,9 @@ decode rows mixed into a prefill batch (prefill_attention.py). The kernels run o
 tensors, or on CPU tensors under Triton's interpreter, which Triton switches on only if
 ``TRITON_INTERPRET=1`` is in the environment when the kernels are defined (at import).
 Anything else is refused with a clear error instead of a crash deep inside Triton. Triton
-itself is imported only when this backend runs a kernel; ``get_backend``
-(attention.py) imports this file only when the triton backend is chosen.
+itself is imported only when this backend runs a kernel; the core's ``get_backend``
+(backend_choice.py) imports this file, through the entry minicb/kernels/__init__.py registers,
+only when the triton backend is chosen.
 """
 
 from __future__ import annotations

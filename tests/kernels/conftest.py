@@ -2,7 +2,7 @@
 wheels for Linux only), their files are not collected, so the suite passes on macOS and
 Windows; tests/kernels/test_without_triton.py checks the engine there instead."""
 
-from minicb.core.attention.backend_choice import triton_missing
+from minicb.kernels import triton_missing
 
 NEED_TRITON = [
     "test_decode_attention.py",
