@@ -1,6 +1,6 @@
 """The benchmark suite behind ``minicb bench``, and what every one of its runs leaves behind.
 
-Nine modules, one concept each (what a student runs: minicb continuous against static
+Eleven modules, one concept each (what a student runs: minicb continuous against static
 against transformers, and the report):
 
 - ``workloads``: what the suite runs: the recipes (seeded request sets, built on
@@ -9,15 +9,19 @@ against transformers, and the report):
   baselines, transformers' padded ``generate`` and its continuous batching, each run
   reduced to minicb's events;
 - ``measurements``: the run's measurements, one ``Suite`` method per section of
-  bench.json, ``schedule()``'s cost on its own among them (static against continuous is
-  predicted by the real schedulers on the simulated runner: minicb/sim/);
+  bench.json, ``schedule()``'s cost on its own among them;
+- ``calibration``: a ``cpu`` profile of this machine read off a probe of the engine, and
+  how well it predicts each step and static against continuous (the real schedulers on
+  the simulated runner, minicb/sim/);
 - ``sanity``: every run's figures, and the ratios between systems, checked before anyone
   reads them: a figure no correct run gives is an error naming the system and the figure;
 - ``report``: the goals judged and the markdown tables;
 - ``charts``: the self-contained HTML page, its charts and then those tables;
 - ``suite``: the ``minicb bench`` subcommand, the whole run in order;
 - ``speculative``: speculative decoding's own benchmark (``python -m
-  minicb.bench.speculative``): where n-gram drafts help, and where they cost.
+  minicb.bench.speculative``): where n-gram drafts help, and where they cost;
+- ``all_reproductions``: ``minicb bench --simulate``: the papers' reproductions (minicb/sim/)
+  and the fleet's (minicb/fleet/) run by name and written as one report.
 
 The decode roofline of this machine (how close a step and the model's linear layers alone
 come to it), the host costs and ``--compile on`` are the performance lab's (perflab/,
@@ -45,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 from minicb.bench.sanity import check_run
 from minicb.core.events import Event, StepEvent
 from minicb.core.scheduler.plan import DECODE
-from minicb.cost_model.step_time import plan_rows, step_totals
+from minicb.sim.step_rows import step_row
 from minicb.telemetry.metrics import MetricsCollector
 from minicb.telemetry.trace import record_trace
 from minicb.workload import RequestSpec, Workload, feed
@@ -88,33 +92,6 @@ class RunRecord:
         """Every figure of the run (none for a run that failed)."""
         figures = {k: lookup(self.summary, path) for k, path in FIGURES.items()}
         return {} if self.error else {**figures, "wall_s": self.wall_s}
-
-
-STEP_TOTALS = ("tokens", "sampling_rows", "context_tokens", "attended_pairs")
-
-
-def step_row(e: StepEvent, t0: float) -> dict[str, float]:
-    """One iteration in numbers, for the step-time model, the share of time outside the
-    model and the occupancy-over-time plot."""
-    rows = e.plan.scheduled
-    padding = sum(r.phase == "padding" for r in rows)
-    return {
-        "t": e.wall_start - t0,
-        "dt": e.wall_end - e.wall_start,
-        "rows": len(rows),
-        "useful_rows": len(rows) - padding,
-        "padding_rows": padding,
-        # A row costs by its tokens, whatever its phase: one-token rows (decodes, padding
-        # rows, a last one-token prompt chunk) and the tokens of longer rows.
-        "decode_rows": sum(r.num_tokens == 1 for r in rows),
-        "prefill_tokens": sum(r.num_tokens for r in rows if r.num_tokens > 1),
-        "slots": e.plan.slots_limit,
-        # What the simulated runner's step-time model reads of a step (calibration.py).
-        **dict(zip(STEP_TOTALS, step_totals(plan_rows(rows)), strict=True)),
-        "schedule_s": e.schedule_s,
-        "forward_s": e.forward_s,
-        "sample_s": e.sample_s,
-    }
 
 
 def measure_events(

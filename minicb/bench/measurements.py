@@ -9,7 +9,7 @@ Also here, as the measurement of the suite's scheduler-cost section and of its g
 FakeRunner (no model). What continuous batching should gain over static batching is
 predicted elsewhere, by the schedulers that run: the same requests through the real engine
 with each scheduler on a simulated runner (minicb.sim.run.static_vs_continuous, its limit
-case ``H_B`` beside it; the bench's prediction is minicb.sim.calibration's, on a ``cpu``
+case ``H_B`` beside it; the bench's prediction is minicb.bench.calibration's, on a ``cpu``
 profile of this machine).
 """
 
@@ -24,6 +24,7 @@ from minicb.bench import (
     NO_LAB,
     RunRecord,
     aggregate,
+    calibration,
     decode_steps,
     outside_model_share,
     paired_ratio,
@@ -39,7 +40,6 @@ from minicb.core.runner.fake import FakeRunner
 from minicb.core.scheduler.block_manager import blocks_needed
 from minicb.cost_model.catalogue import model_shape
 from minicb.cost_model.step_time import ModelShape
-from minicb.sim import calibration
 from minicb.telemetry.metrics import distribution
 from minicb.utilisation import probes
 from minicb.workload import Workload, arrival_times, describe_arrivals

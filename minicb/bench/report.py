@@ -3,7 +3,7 @@ the terminal and the docs, one section per part of bench.json, the goals among t
 self-contained HTML page (charts, then these tables) is charts.py.
 
 - the goals (issue 14's): continuous over static against its prediction (the real
-  schedulers on the simulated runner's ``cpu`` profile, sim/calibration.py), three ratios
+  schedulers on the simulated runner's ``cpu`` profile, bench/calibration.py), three ratios
   to transformers on the headline and the control, the decode roofline at batch 1 and 32
   (with what the linear layers alone reach), and ``schedule()``'s cost. A goal is a figure
   to report, not a pass/fail test: a missed goal says by how much (``evaluate``);
@@ -115,7 +115,7 @@ COLUMNS = {
 def workload_section(
     name: str, data: dict[str, Any], prediction: dict[str, Any] | None = None
 ) -> list[str]:
-    """A workload's tables; ``prediction``: its entry in the calibration (sim/calibration.py)."""
+    """A workload's tables; ``prediction``: its entry in the calibration (bench/calibration.py)."""
     d, errors = data["definition"], data["errors"]
     rows, latency = [], []
     for system, f in data["figures"].items():

@@ -24,7 +24,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from minicb.bench import performance_lab
+from minicb.bench import calibration, performance_lab
 from minicb.bench.measurements import Suite, count_runs
 from minicb.bench.systems import (
     Systems,
@@ -43,7 +43,6 @@ from minicb.core.config import DTYPES
 from minicb.core.runner.loader import load_hf_config, resolve_model_path
 from minicb.cost_model.catalogue import model_shape
 from minicb.engine_options import describe_choices
-from minicb.sim import calibration
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -90,8 +89,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_simulated_bench(args: argparse.Namespace) -> int:
     """``--simulate``: the reproductions, printed as markdown and written as
     reproductions.json/.md/.html to ``--out-dir``."""
-    from minicb.sim.report import render, render_html
-    from minicb.sim.reproductions import REPRODUCTIONS, run_all
+    from minicb.bench.all_reproductions import REPRODUCTIONS, render, render_html, run_all
 
     size = 0.25 if args.quick else 1.0
     results = run_all(args.reproduce or list(REPRODUCTIONS), args.simulate, size)

@@ -31,7 +31,7 @@ profile: ``overlap`` False adds t_memory and t_compute instead of taking their m
 core streams and computes in turn: its decode time grows from batch 1 on), and
 ``chunk_step_s`` is paid by every step with a prompt chunk (the torch attention then makes
 one masked SDPA call per chunk in every layer beside the decode rows' one; the calibrated
-``cpu`` profile reads both off a probe, minicb/sim/calibration.py). docs/simulation.md
+``cpu`` profile reads both off a probe, minicb/bench/calibration.py). docs/simulation.md
 justifies every efficiency factor. Pure Python: no torch.
 """
 

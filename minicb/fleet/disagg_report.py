@@ -1,9 +1,9 @@
 """The disaggregation reproduction's tables (SIMULATED), and the command that prints them.
 
 ``python -m minicb.fleet.disagg_report [--size 1.0] [--json PATH]`` runs
-``minicb.sim.disaggregation.disaggregation`` (colocated against disaggregated prefill and
-decode at equal GPU count, beside DistServe's and vLLM's claims) and prints its markdown:
-the section docs/reproductions.md quotes. Every heading says SIMULATED and names the
+``disagg_reproduction.disaggregation`` (colocated against disaggregated prefill and decode
+at equal GPU count, beside DistServe's and vLLM's claims) and prints its markdown: the
+section docs/reproductions.md quotes. Every heading says SIMULATED and names the
 profile. Pure Python: no torch.
 """
 
@@ -14,8 +14,8 @@ import json
 import time
 from typing import Any
 
-from minicb.sim.disaggregation import disaggregation
-from minicb.sim.reproductions import PUBLISHED
+from minicb.fleet.disagg_reproduction import disaggregation
+from minicb.fleet.reproductions import PUBLISHED
 
 
 def _ms(seconds: float) -> str:

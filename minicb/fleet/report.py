@@ -1,15 +1,17 @@
-"""The fleet reproductions' sections of the reproductions report (minicb.sim.report):
-markdown tables, each headed SIMULATED with its profile, beside the published figure.
+"""The fleet reproductions' sections of the reproductions report: markdown tables, each
+headed SIMULATED with its profile, beside the published figure, and a chart for each
+(labelled as the papers' are, minicb.sim.report.titled). minicb/bench/all_reproductions.py
+puts them on one page with the papers'.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import plotly.graph_objects as go
 
 from minicb.fleet.reproductions import PUBLISHED
+from minicb.sim.report import titled
 
 
 def _head(name: str, title: str, r: dict[str, Any]) -> list[str]:
@@ -82,9 +84,8 @@ SECTIONS = {"router": router_section, "replicas": replicas_section,
             "autoscale": autoscale_section}  # fmt: skip
 
 
-def figures(results: dict[str, dict[str, Any]], titled: Callable[..., go.Figure]) -> list:
-    """One chart per fleet reproduction that ran; ``titled`` labels each SIMULATED with its
-    profile (minicb.sim.report's)."""
+def figures(results: dict[str, dict[str, Any]]) -> list[go.Figure]:
+    """One chart per fleet reproduction that ran."""
     out = []
     if "router" in results:
         r, fig = results["router"], go.Figure()

@@ -1,9 +1,9 @@
 """The fleet's reproductions, SIMULATED: replicas behind a router at data-centre scale.
 
 Each is a ``SimulatedFleet`` (minicb/fleet/simulated.py: real engines on simulated GPUs,
-the real router) on a workload of the one workload module; registered beside the papers'
-reproductions in minicb.sim.reproductions, so ``minicb bench --simulate ... --reproduce
-router replicas autoscale`` runs them, and rendered by minicb.sim.report:
+the real router) on a workload of the one workload module; ``minicb bench --simulate ...
+--reproduce router replicas autoscale`` runs them beside the papers' reproductions
+(minicb/bench/all_reproductions.py), and report.py writes their sections:
 
 - ``router``: round-robin, least-loaded and prefix-aware routing on a multi-turn chat
   whose conversations share long prefixes (SGLang's cache-aware router against
@@ -13,11 +13,13 @@ router replicas autoscale`` runs them, and rendered by minicb.sim.report:
 - ``autoscale``: a load that doubles halfway, on a fixed fleet sized for the first half,
   a fixed fleet sized for the peak, and an autoscaled one (goodput, cost).
 
-``size`` scales the request counts (1.0 for the docs, smaller for tests).
+``size`` scales the request counts (1.0 for the docs, smaller for tests). ``PUBLISHED``
+holds what each source claims, DistServe's too (disagg_reproduction.py runs that one).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from minicb.core.config import EngineConfig
@@ -177,4 +179,17 @@ PUBLISHED = {
     "autoscale": "no published figure: the common shape of production autoscalers "
     "(Kubernetes HPA on a queue metric, KServe/Knative on concurrency); the trade-off is "
     "SLO attainment against GPU-hours",
+    "disaggregation": "Zhong et al., 'DistServe: Disaggregating Prefill and Decoding for "
+    "Goodput-optimized Large Language Model Serving' (OSDI 2024): against vLLM and "
+    "DeepSpeed-MII, up to 7.4x more requests or 12.6x tighter SLOs while over 90 % of "
+    "requests meet their latency targets (goodput: the highest rate at that attainment; "
+    "OPT-13B/66B/175B on A100s; chatbot, code completion, summarisation). vLLM's "
+    "documentation (Disaggregated Prefilling): 'Disaggregated prefill DOES NOT improve "
+    "throughput'; it exists to tune TTFT and ITL separately and to control tail ITL",
+}
+
+REPRODUCTIONS: dict[str, Callable[..., dict[str, Any]]] = {
+    "router": router,
+    "replicas": replicas,
+    "autoscale": autoscale,
 }

@@ -10,11 +10,11 @@ Without overlap a step takes host + device, and the device idles host / (host + 
 the time; with overlap scheduling (minicb/overlap/pipeline.py) the host plans step N+1 while the
 device runs N, so a step takes max(host, device) and the device idles only where the host
 is the longer. ``replay`` applies both to the device times of a simulated run (the real
-scheduler on a simulated GPU): a prediction, never a measurement. ``step_lanes`` does the
-same one step at a time, for SimulatedRunner (its ``host``), so that a simulated engine's
-step events carry the host's lane and the device's idle gaps on the virtual clock: the
-simulated demo draws them live (``minicb demo --simulate GPU:MODEL``, with
-``--overlap-scheduling`` to see what overlap recovers).
+scheduler on a simulated GPU; ``idle_gaps.py`` does it at a GPU's scale): a prediction,
+never a measurement. ``step_lanes`` does the same one step at a time, for SimulatedRunner
+(its ``host``), so that a simulated engine's step events carry the host's lane and the
+device's idle gaps on the virtual clock: the simulated demo draws them live (``minicb demo
+--simulate GPU:MODEL``, with ``--overlap-scheduling`` to see what overlap recovers).
 
 Two calibrations:
 
@@ -141,40 +141,6 @@ def replay(steps: list[tuple[float, int]], host: HostTime) -> dict[str, Any]:
         "idle_serial": 1 - device / serial if serial else 0.0,
         "idle_overlapped": 1 - device / overlapped if overlapped else 0.0,
         "speedup": serial / overlapped if overlapped else 1.0,
-    }
-
-
-def at_scale(
-    size: float = 1.0, profile_name: str = "H100:llama-3.1-8b", host: HostTime | None = None
-) -> dict[str, Any]:
-    """The idle gaps at a GPU's scale and what overlap recovers: continuous batching at 256
-    slots on the simulated GPU (reproductions.scale's workload: everyone at once, prompts
-    and outputs of mean 256), its device times replayed with this engine's host time
-    (``host``, measured now if not given) and with vLLM v0.5.3's published share."""
-    from minicb.core.config import EngineConfig
-    from minicb.cost_model.catalogue import load_profile
-    from minicb.sim.run import run_simulated
-    from minicb.workload import exponential_lengths, from_lengths, lognormal_lengths
-
-    n = max(16, round(1024 * size))
-    reqs = from_lengths(
-        lognormal_lengths(n, 256, 0.8, 2048, seed=6), exponential_lengths(n, 256, 2048, seed=7)
-    )
-    config = EngineConfig(max_num_seqs=min(256, n), max_num_batched_tokens=2048,
-                          enable_prefix_caching=False)  # fmt: skip
-    run = run_simulated(load_profile(profile_name), config, reqs, keep_steps=True)
-    steps = [(s["forward_s"], int(s["rows"])) for s in run["steps"]]
-    device = sum(d for d, _ in steps)
-    mean_rows = sum(r for _, r in steps) / len(steps)
-    hosts = [
-        host or measure_engine_host_time(),
-        published_host_time(device / len(steps), mean_rows),
-    ]
-    return {
-        "setup": f"{profile_name} (simulated), {n} requests at once, continuous batching, "
-        f"{config.max_num_seqs} slots; mean batch {mean_rows:.0f} rows",
-        "host_models": [vars(h) for h in hosts],
-        "replays": [replay(steps, h) for h in hosts],
     }
 
 

@@ -1,5 +1,6 @@
-"""The reproductions' report: markdown tables beside the published figures, and a
-self-contained HTML page of plotly charts (plotly.js inline, so it opens offline).
+"""The papers' reproductions in the report: a markdown section for each, beside the
+published figures, and a plotly chart for each (``titled`` labels every chart, the fleet's
+too). minicb/bench/all_reproductions.py puts these and the fleet's sections into one page.
 
 Every heading, table and chart title says SIMULATED and names the profile: nothing here
 can be mistaken for a measurement on a GPU.
@@ -7,13 +8,10 @@ can be mistaken for a measurement on a GPU.
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 import plotly.graph_objects as go
 
-from minicb.fleet.report import SECTIONS as FLEET_SECTIONS
-from minicb.fleet.report import figures as fleet_figures
 from minicb.sim.reproductions import PUBLISHED, SARATHI_SYSTEMS
 
 TBT_SLO_S = 0.1  # the P99 time-between-tokens target the Sarathi capacity is read at
@@ -104,22 +102,11 @@ def _scale(r: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
-SECTIONS = {"anyscale": _anyscale, "vllm": _vllm, "sarathi": _sarathi, "scale": _scale,
-            **FLEET_SECTIONS}  # fmt: skip
-
-
-def render(results: dict[str, dict[str, Any]]) -> str:
-    """Markdown: one section per reproduction that ran, in the order they ran."""
-    lines = ["# Reproductions (SIMULATED: the real scheduler over a step-time model)", ""]
-    for name, result in results.items():
-        lines += SECTIONS[name](result)
-        lines.append(f"Ran in {result['wall_s']:.1f} s of this machine's time.")
-        lines.append("")
-    return "\n".join(lines)
+SECTIONS = {"anyscale": _anyscale, "vllm": _vllm, "sarathi": _sarathi, "scale": _scale}
 
 
 def figures(results: dict[str, dict[str, Any]]) -> list[go.Figure]:
-    """One chart per reproduction that ran."""
+    """One chart per paper reproduction that ran."""
     out = []
     if "anyscale" in results:
         r, fig = results["anyscale"], go.Figure()
@@ -127,7 +114,7 @@ def figures(results: dict[str, dict[str, Any]]) -> list[go.Figure]:
             rows = [row for row in r["rows"] if row["system"] == system]
             fig.add_bar(name=system, x=[str(row["cap"]) for row in rows],
                         y=[row["output_tok_s"] for row in rows])  # fmt: skip
-        out.append(_titled(fig, r, "Anyscale: output tok/s by max_tokens cap", "cap", "tok/s"))
+        out.append(titled(fig, r, "Anyscale: output tok/s by max_tokens cap", "cap", "tok/s"))
     if "vllm" in results:
         r, fig = results["vllm"], go.Figure()
         names = [row["system"] for row in r["rows"]]
@@ -135,7 +122,7 @@ def figures(results: dict[str, dict[str, Any]]) -> list[go.Figure]:
         fig.add_bar(
             name="sustained req/s", x=names, y=[row["sustained_req_s"] for row in r["rows"]]
         )
-        out.append(_titled(fig, r, "vLLM: batch size and sustained rate", "system", ""))
+        out.append(titled(fig, r, "vLLM: batch size and sustained rate", "system", ""))
     if "sarathi" in results:
         r, fig = results["sarathi"], go.Figure()
         for system in SARATHI_SYSTEMS:
@@ -143,30 +130,17 @@ def figures(results: dict[str, dict[str, Any]]) -> list[go.Figure]:
             tbt_ms = [row["itl_p99_s"] * 1000 for row in rows]
             fig.add_scatter(name=system, x=[row["rate"] for row in rows], y=tbt_ms,
                             mode="lines+markers")  # fmt: skip
-        out.append(_titled(fig, r, "Sarathi-Serve: P99 TBT against load", "req/s", "ms"))
+        out.append(titled(fig, r, "Sarathi-Serve: P99 TBT against load", "req/s", "ms"))
     if "scale" in results:
         r, fig = results["scale"], go.Figure()
         for mode, series in r["occupancy"].items():
             fig.add_scatter(name=mode, x=series["t"], y=series["rows"], mode="lines")
-        out.append(_titled(fig, r, "Busy slots over time", "simulated seconds", "rows"))
-    return out + fleet_figures(results, _titled)
+        out.append(titled(fig, r, "Busy slots over time", "simulated seconds", "rows"))
+    return out
 
 
-def _titled(fig: go.Figure, r: dict[str, Any], title: str, x: str, y: str) -> go.Figure:
+def titled(fig: go.Figure, r: dict[str, Any], title: str, x: str, y: str) -> go.Figure:
+    """The chart titled SIMULATED with the run's profile, its axes named."""
     fig.update_layout(title=f"SIMULATED ({r['profile']}): {title}", xaxis_title=x,
                       yaxis_title=y, barmode="group")  # fmt: skip
     return fig
-
-
-def render_html(results: dict[str, dict[str, Any]], markdown: str) -> str:
-    """The charts (plotly.js inline once) and the markdown, in one offline page."""
-    charts = [
-        fig.to_html(full_html=False, include_plotlyjs=(i == 0), default_height=460)
-        for i, fig in enumerate(figures(results))
-    ]
-    return (
-        "<!doctype html><html><head><meta charset='utf-8'><title>minicb reproductions "
-        "(SIMULATED)</title></head><body><h1>minicb reproductions: SIMULATED</h1>"
-        + "".join(charts)
-        + f"<pre>{html.escape(markdown)}</pre></body></html>"
-    )

@@ -10,19 +10,19 @@ what it returns is labelled ``simulated`` and carries the published figures and 
 - ``scale``: static against continuous at H100 scale, beside the limit case H_B.
 
 ``size`` scales the request counts (1.0 for the docs, smaller for tests). docs/reproductions.md
-gives each setup, our figures beside the published ones, and what differs and why.
+gives each setup, our figures beside the published ones, and what differs and why. The
+fleet's reproductions (router, replicas, autoscaling, disaggregation) are minicb/fleet/'s;
+``minicb bench --simulate`` runs both by name (minicb/bench/all_reproductions.py).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from minicb.core.config import EngineConfig
 from minicb.cost_model.catalogue import load_profile
 from minicb.cost_model.step_time import StepTimeModel
-from minicb.fleet import reproductions as fleet
 from minicb.sim.run import harmonic, run_simulated
 from minicb.workload import (
     RequestSpec,
@@ -237,16 +237,8 @@ PUBLISHED = {
     "load grows, where prefill-first scheduling (vLLM) stalls decodes; smaller chunks, "
     "lower P99 TBT; 2.6x the capacity of vLLM under a P99 TBT target for Mistral-7B on "
     "one A100",
-    "disaggregation": "Zhong et al., 'DistServe: Disaggregating Prefill and Decoding for "
-    "Goodput-optimized Large Language Model Serving' (OSDI 2024): against vLLM and "
-    "DeepSpeed-MII, up to 7.4x more requests or 12.6x tighter SLOs while over 90 % of "
-    "requests meet their latency targets (goodput: the highest rate at that attainment; "
-    "OPT-13B/66B/175B on A100s; chatbot, code completion, summarisation). vLLM's "
-    "documentation (Disaggregated Prefilling): 'Disaggregated prefill DOES NOT improve "
-    "throughput'; it exists to tune TTFT and ITL separately and to control tail ITL",
     "scale": "the limit case (minicb.sim.run.harmonic): with equal step costs, exponential "
     "outputs and many requests, continuous/static tends to H_B = 1 + 1/2 + ... + 1/B",
-    **fleet.PUBLISHED,  # the fleet's: router, replicas, autoscale (minicb/fleet/)
 }
 
 REPRODUCTIONS: dict[str, Callable[..., dict[str, Any]]] = {
@@ -254,27 +246,4 @@ REPRODUCTIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "vllm": vllm,
     "sarathi": sarathi,
     "scale": scale,
-    "router": fleet.router,
-    "replicas": fleet.replicas,
-    "autoscale": fleet.autoscale,
 }
-
-
-def run_all(
-    names: Iterable[str], profile_name: str = "H100:llama-3.1-8b", size: float = 1.0
-) -> dict[str, dict[str, Any]]:
-    """The named reproductions in order; ``profile_name`` is the at-scale comparison's GPU
-    and model (the papers' reproductions keep their published setups). Each result says
-    ``simulated`` and how long it took to compute here (``wall_s``)."""
-    load_profile(profile_name)  # a bad name fails before anything runs
-    results = {}
-    for name in names:
-        if name not in REPRODUCTIONS:
-            raise ValueError(
-                f"unknown reproduction {name!r}; choose from {', '.join(REPRODUCTIONS)}"
-            )
-        t = time.perf_counter()
-        extra = {"profile_name": profile_name} if name == "scale" else {}
-        result = REPRODUCTIONS[name](size, **extra)
-        results[name] = {**result, "simulated": True, "wall_s": time.perf_counter() - t}
-    return results

@@ -28,7 +28,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from minicb.bench import step_row
 from minicb.core.config import EngineConfig
 from minicb.core.engine import LLMEngine
 from minicb.core.runner import VirtualClock
@@ -37,6 +36,7 @@ from minicb.core.scheduler.block_manager import blocks_needed
 from minicb.core.scheduler.plan import StepPlan
 from minicb.cost_model.step_time import StepTimeModel
 from minicb.sim.runner import SimulatedRunner
+from minicb.sim.step_rows import step_row
 from minicb.telemetry.metrics import MetricsCollector
 from minicb.workload import RequestSpec, feed
 

@@ -12,9 +12,9 @@ import pytest
 from minicb.core.config import EngineConfig, SamplingParams
 from minicb.core.engine import LLMEngine
 from minicb.core.runner import VirtualClock
+from minicb.fleet.disagg_reproduction import DISAGG_SYSTEMS, disaggregation
 from minicb.fleet.disaggregated import DisaggregatedCluster
 from minicb.fleet.kv_transfer import DecodeScheduler, link
-from minicb.sim.disaggregation import DISAGG_SYSTEMS, disaggregation
 from minicb.sim.runner import SimulatedRunner
 from minicb.workload import Arrivals, ChatSessions, RequestSpec, chat_conversations
 

@@ -4,12 +4,11 @@ the reproductions' shapes hold at a small size."""
 
 import pytest
 
+from minicb.bench.all_reproductions import render, render_html, run_all
 from minicb.core.config import EngineConfig
 from minicb.fleet.autoscale import Autoscaler, FleetState
 from minicb.fleet.router import Router
 from minicb.fleet.simulated import SimulatedFleet, gpu_price
-from minicb.sim.report import render, render_html
-from minicb.sim.reproductions import run_all
 from minicb.workload import Arrivals, ChatSessions, chat_conversations, from_lengths, with_arrivals
 
 PROFILE = "L4:smollm2-135m"

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
+from minicb.bench.all_reproductions import render, render_html, run_all
 from minicb.cli import main
 from minicb.core.config import EngineConfig
 from minicb.cost_model.catalogue import load_profile
 from minicb.sim import reproductions as rp
-from minicb.sim.report import render, render_html
 from minicb.sim.run import run_simulated
 from minicb.workload import from_lengths
 
@@ -48,7 +48,7 @@ def test_scale_continuous_beats_static_below_the_limit_case():
 
 
 def test_every_report_says_simulated_and_names_the_profile():
-    results = rp.run_all(["scale"], "L4:smollm2-135m", size=0.02)
+    results = run_all(["scale"], "L4:smollm2-135m", size=0.02)
     assert results["scale"]["simulated"] is True
     markdown = render(results)
     assert "SIMULATED" in markdown and "L4:smollm2-135m" in markdown
