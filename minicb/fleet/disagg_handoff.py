@@ -18,7 +18,7 @@ engine (a round trip inside one would take its reply), nor while a request is be
 (``_holding``: its first token may come back before it is on record). One thing cannot
 wait: the prefill side's end of a request that goes on to a decode engine. ``_heard``,
 the first listener on every engine's bus, holds its stream open at once
-(``EngineLoop.hold_stream``), so the server's stream feed, a later listener on the same
+(``EngineLoop.streams.hold``), so the server's stream feed, a later listener on the same
 bus, gives the stream its first token but never that end; the hand-off then moves the
 stream to the decode engine, where the rest of its tokens and its true end come.
 
@@ -105,7 +105,7 @@ class Handoffs:
             if event.kind == "finished" and self._loop is not None:
                 journey = self._by_engine.get((engine.name, event.request_id))
                 if journey is not None and self._goes_on(journey, engine, event.finish_reason):
-                    self._loop.hold_stream(engine.name, event.request_id)
+                    self._loop.streams.hold(engine.name, event.request_id)
         self._events.extend((engine, event) for event in batch)
 
     def _goes_on(self, journey: Journey, engine: Replica, finish_reason: str | None) -> bool:
@@ -180,7 +180,7 @@ class Handoffs:
         self._by_engine[(engine.name, rid)] = journey
         engine.in_flight.add(rid)  # the server's loop steps an engine that holds requests
         if self._loop is not None:  # its held stream goes on there (no event of rid yet)
-            self._loop.move_stream(journey.prefill.name, journey.prefill_id, engine.name, rid)
+            self._loop.streams.move(journey.prefill.name, journey.prefill_id, engine.name, rid)
 
     def _transfer(self, engine: Replica, event: Any) -> None:
         journey = self._by_engine.get((engine.name, event.request_id))
@@ -236,7 +236,7 @@ class Handoffs:
             if self._loop is not None:
                 where = journey.decode or journey.prefill
                 rid = journey.decode_id if journey.decode else journey.prefill_id
-                self._loop.end_stream(where.name, rid, why)
+                self._loop.streams.end(where.name, rid, why)
         self._release(journey)
         self._settled(journey)
 

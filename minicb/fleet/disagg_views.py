@@ -78,7 +78,7 @@ class EngineShaped:
         request's stream moves from its prefill engine to its decode engine). Before each
         of its rounds it acts on the engines' events of the last one (``_handle``): hand-offs,
         sends and frees happen there, once every listener has had the events."""
-        from minicb.server.engine_loop import EngineLoop
+        from minicb.driver.engine_loop import EngineLoop
 
         if self._loop is None:
             self._loop = EngineLoop(

@@ -39,9 +39,10 @@ from typing import Any
 from minicb.core.bus import Listener
 from minicb.core.config import EngineConfig, SamplingParams
 from minicb.core.request import RequestOutput
+from minicb.driver.command_queue import EngineStopped
+from minicb.driver.engine_loop import EngineLoop
 from minicb.fleet.replica import SILENT_AFTER_S, Replica, ReplicaDied
 from minicb.fleet.router import ReplicaLoad, Router
-from minicb.server.engine_loop import EngineLoop, EngineStopped
 
 FLEET = "fleet"  # the name requests are sent to; the loop routes them to a replica
 

@@ -35,7 +35,7 @@ from minicb.server.hub import Hub
 from minicb.server.viewer_socket import serve_client
 
 if TYPE_CHECKING:
-    from minicb.server.engine_loop import EngineLoop
+    from minicb.driver.engine_loop import EngineLoop
 
 # viz/ sits beside the package in the repository (the project is installed editable).
 VIZ_DIR = Path(__file__).resolve().parents[2] / "viz"

@@ -47,8 +47,8 @@ from minicb.server.redaction import text_free
 from minicb.server.workload import LENGTHS, PRESETS, WorkloadFeeder, WorkloadSpec, encode_prompt
 
 if TYPE_CHECKING:
+    from minicb.driver.engine_loop import EngineLoop
     from minicb.scenarios.handoff import Handoffs
-    from minicb.server.engine_loop import EngineLoop
     from minicb.server.hub import Hub
 
 MAX_PROMPT_CHARS = 4000

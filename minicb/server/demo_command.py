@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from minicb.core.engine import LLMEngine
-    from minicb.server.engine_loop import EngineLoop
+    from minicb.driver.engine_loop import EngineLoop
     from minicb.server.guard import Guard
 
 # Small enough to read on the projector and to move on two CPU cores.
@@ -149,9 +149,9 @@ def demo_engines(args: argparse.Namespace) -> dict[str, LLMEngine]:
 
 def build_demo(args: argparse.Namespace) -> tuple[EngineLoop, FastAPI]:
     """The engine loop (not started) and the app of a demo, from parsed options."""
-    from minicb.server.engine_loop import EngineLoop
+    from minicb.driver.engine_loop import EngineLoop
+    from minicb.driver.pacing import MAX_TICK_S, Pacer
     from minicb.server.workload import WorkloadFeeder, WorkloadSpec
-    from minicb.sim.pacing import MAX_TICK_S, Pacer
 
     guard = server_guard(args)  # before the model loads: a refused host costs no wait
     if args.scenario:
@@ -189,8 +189,8 @@ def waiting(app: FastAPI, args: argparse.Namespace) -> FastAPI:
 
 def build_lesson(args: argparse.Namespace, guard: Guard) -> tuple[EngineLoop, FastAPI]:
     """The demo playing ``--scenario``: its engines, feeder and narration (lesson.py)."""
+    from minicb.driver.engine_loop import EngineLoop
     from minicb.scenarios import load_scenario
-    from minicb.server.engine_loop import EngineLoop
     from minicb.server.lesson import PANELS, Lesson, lesson_engines
 
     if args.trace:

@@ -31,7 +31,7 @@ from minicb.sim.demo import simulation_choices
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from minicb.server.engine_loop import EngineLoop
+    from minicb.driver.engine_loop import EngineLoop
     from minicb.server.lesson import Lesson
     from minicb.telemetry.trace_reader import Trace
 

@@ -34,7 +34,7 @@ from minicb.server.guard import LOOPBACK, Guard
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from minicb.server.engine_loop import EngineLoop
+    from minicb.driver.engine_loop import EngineLoop
     from minicb.server.lesson import Lesson
     from minicb.telemetry.trace_reader import Trace
 

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from minicb.core.engine import LLMEngine
     from minicb.core.runner import Runner
-    from minicb.server.engine_loop import EngineLoop
+    from minicb.driver.engine_loop import EngineLoop
 
 PANELS = ("left", "right")  # the engines' names in the loop, for every scenario
 SIMULATED_DELAY_S = 0.05  # a simulated round is instant: slow it enough to watch

@@ -30,10 +30,12 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from minicb.core.config import SamplingParams
 from minicb.core.request import RequestOutput
+from minicb.driver.command_queue import EngineStopped
+from minicb.driver.engine_loop import EngineLoop
+from minicb.driver.request_stream import RequestStream
 from minicb.fleet.metrics import FleetMetrics
 from minicb.fleet.replica import ReplicaDied
 from minicb.server.api_error import APIError, error_handler, invalid
-from minicb.server.engine_loop import EngineLoop, EngineStopped
 from minicb.server.guard import CONTROLLER, VIEWER, Guard, check_hosts
 from minicb.server.openai_params import (
     chat_messages,
@@ -51,7 +53,6 @@ from minicb.server.openai_request import (
     read_request,
 )
 from minicb.server.redaction import text_free
-from minicb.server.request_stream import RequestStream
 from minicb.server.tokenizer_queue import MAX_TOKENIZING_CHARS, TokenizerQueue
 from minicb.server.waiting_gate import WaitingGate
 from minicb.telemetry.prometheus import PrometheusMetrics

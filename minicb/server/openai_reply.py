@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from minicb.core.request import RequestOutput, TokenDelta
+from minicb.driver.request_stream import RequestStream
 from minicb.server.api_error import APIError
-from minicb.server.request_stream import RequestStream
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 DONE = b"data: [DONE]\n\n"

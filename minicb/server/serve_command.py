@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from minicb.core.engine import LLMEngine
-    from minicb.server.engine_loop import EngineLoop
+    from minicb.driver.engine_loop import EngineLoop
     from minicb.server.guard import Guard
 
 SERVE_ENGINE = "api"  # the one engine's name in serve mode
@@ -83,7 +83,7 @@ def build_serve(args: argparse.Namespace) -> tuple[FastAPI, EngineLoop, LLMEngin
     """The engine, its thread and the app, with the API routes; nothing started."""
     from minicb.core.config import EngineConfig
     from minicb.core.engine import LLMEngine
-    from minicb.server.engine_loop import EngineLoop
+    from minicb.driver.engine_loop import EngineLoop
 
     guard = server_guard(args)
     if args.max_waiting < 1:

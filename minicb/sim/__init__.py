@@ -19,8 +19,9 @@ that has no weights and a clock that moves by the time the GPU would have taken
   colocated against disaggregated prefill and decode, on the fleet's simulated engines;
 - ``calibration.py``: a ``cpu`` profile of this machine read off a probe, and how well it
   predicts the real engine's steps and its continuous/static ratio (``minicb bench``);
-- ``demo.py`` and ``pacing.py``: the demo on simulated GPUs (``minicb demo --simulate``),
-  and the pacer that holds their virtual clocks to the wall clock for watching.
+- ``demo.py``: the demo on simulated GPUs (``minicb demo --simulate``); the pacer that
+  holds their virtual clocks to the wall clock for watching is the engine loop's
+  (minicb/driver/pacing.py).
 
 Nothing here imports torch: the simulator runs on any laptop.
 """

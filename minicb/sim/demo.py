@@ -4,9 +4,9 @@ picker's choices, and rebuilding both engines on another GPU.
 ``minicb demo --simulate GPU:MODEL`` (minicb/server/demo_command.py) runs the demo on
 SimulatedRunner (minicb/sim/runner.py): no weights, the KV pool of that GPU, predicted step
 times. Each engine has its own simulated GPU and its own VirtualClock, as two machines side
-by side would; the engine loop's Pacer (sim/pacing.py) holds both to the wall clock. The
-page's picker (minicb/server/controls.py's ``simulate``) moves both to another catalogue
-profile.
+by side would; the engine loop's Pacer (minicb/driver/pacing.py) holds both to the wall
+clock. The page's picker (minicb/server/controls.py's ``simulate``) moves both to another
+catalogue profile.
 
 With a host-time model (``host_time``: minicb/sim/host_time.py, the demo measures this
 engine's own on start) each step also costs the host's seconds for its rows, so the page's
@@ -29,7 +29,7 @@ from minicb.sim.runner import SimulatedRunner
 
 if TYPE_CHECKING:
     from minicb.core.config import EngineConfig
-    from minicb.server.engine_loop import EngineLoop
+    from minicb.driver.engine_loop import EngineLoop
 
 # A serving engine's scale (vLLM's 256 slots; the pool sized from the GPU's memory), and a
 # workload that keeps 256 rows busy on an H100 with an 8B model.

@@ -16,7 +16,7 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
-from minicb.server.engine_loop import EngineLoop
+from minicb.driver.engine_loop import EngineLoop
 from minicb.server.openai_api import install_openai_routes
 
 # TestClient's base address: a Host the server accepts (its default, "testserver", is no

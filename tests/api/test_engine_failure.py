@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from minicb import EngineConfig, FakeRunner, LLMEngine
-from minicb.server.engine_loop import EngineLoop
+from minicb.driver.engine_loop import EngineLoop
 from minicb.server.openai_api import install_openai_routes
 from tests.api.conftest import tiny_engine
 from tests.api.live import LOCAL, api_server, metric

@@ -17,9 +17,9 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from minicb import EngineConfig, FakeRunner, LLMEngine, SamplingParams
+from minicb.driver.engine_loop import EngineLoop
 from minicb.fleet.disagg_views import EngineShaped
 from minicb.fleet.fleet import FLEET, Fleet, FleetBus
-from minicb.server.engine_loop import EngineLoop
 from minicb.server.openai_api import install_openai_routes
 from tests.api.live import LOCAL
 from tests.helpers import wait_for

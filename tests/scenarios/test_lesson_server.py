@@ -119,8 +119,8 @@ def test_the_menu_switches_to_another_scenario_and_refuses_unknown_ones(lesson_d
 
 
 def test_a_free_demo_refuses_the_scenario_control():
+    from minicb.driver.engine_loop import EngineLoop
     from minicb.server.app import create_app
-    from minicb.server.engine_loop import EngineLoop
     from tests.server.conftest import fake_engine
 
     loop = EngineLoop({"continuous": fake_engine()})

@@ -13,9 +13,9 @@ import json
 from fastapi.testclient import TestClient
 
 from minicb.core.config import EngineConfig, SamplingParams
+from minicb.driver.engine_loop import EngineLoop
 from minicb.server.app import create_app
 from minicb.server.broadcast import MAX_MESSAGE_BYTES, _messages, compress, read_message
-from minicb.server.engine_loop import EngineLoop
 from minicb.server.frames import DETAIL_ROWS, KV_GRID_CELLS
 from minicb.server.openai_api import install_openai_routes
 from minicb.sim.demo import simulated_engines

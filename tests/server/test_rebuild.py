@@ -14,9 +14,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from minicb import SamplingParams
+from minicb.driver.engine_loop import EngineLoop
 from minicb.server.app import create_app
 from minicb.server.controls import rebuild_engines
-from minicb.server.engine_loop import EngineLoop
 from minicb.server.openai_api import install_openai_routes
 from minicb.server.trace_files import record_traces, trace_paths
 from minicb.server.workload import WorkloadFeeder, WorkloadSpec

@@ -16,9 +16,9 @@ import httpx
 from fastapi.testclient import TestClient
 
 from minicb import EngineConfig, FakeRunner, LLMEngine, SamplingParams
+from minicb.driver.engine_loop import EngineLoop
 from minicb.server.app import create_app
 from minicb.server.broadcast import read_message
-from minicb.server.engine_loop import EngineLoop
 from minicb.server.guard import Guard
 from minicb.server.openai_api import install_openai_routes
 from minicb.server.redaction import redact_event, text_free

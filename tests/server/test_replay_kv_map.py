@@ -10,8 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from minicb import EngineConfig, LLMEngine, SamplingParams, VirtualClock
+from minicb.driver.engine_loop import EngineLoop
 from minicb.server.app import create_app
-from minicb.server.engine_loop import EngineLoop
 from minicb.sim.runner import SimulatedRunner
 from minicb.telemetry.kv_state import KVState
 from minicb.telemetry.trace import record_trace

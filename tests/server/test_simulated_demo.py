@@ -19,13 +19,13 @@ from minicb.core.config import EngineConfig, SamplingParams
 from minicb.core.engine import LLMEngine
 from minicb.core.runner import VirtualClock
 from minicb.core.runner.fake import FakeRunner
+from minicb.driver.engine_loop import EngineLoop
+from minicb.driver.pacing import MAX_TICK_S, Pacer
 from minicb.server import demo_command, launch
 from minicb.server.app import create_app
-from minicb.server.engine_loop import EngineLoop
 from minicb.server.replay_view import replay_info
 from minicb.server.workload import WorkloadFeeder, WorkloadSpec
 from minicb.sim.demo import SIMULATED_WORKLOAD, simulated_engines
-from minicb.sim.pacing import MAX_TICK_S, Pacer
 from minicb.telemetry.trace import TraceWriter, trace_header
 from minicb.telemetry.trace_reader import read_trace
 from tests.api.live import LOCAL

@@ -11,8 +11,8 @@ import logging
 import pytest
 from fastapi.testclient import TestClient
 
+from minicb.driver.engine_loop import EngineLoop
 from minicb.server.app import create_app
-from minicb.server.engine_loop import EngineLoop
 from minicb.server.workload import WorkloadFeeder, WorkloadSpec
 from tests.api.live import LOCAL
 from tests.server.conftest import control, fake_engine, message

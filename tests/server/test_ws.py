@@ -9,9 +9,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from minicb import EngineConfig, LLMEngine, SamplingParams
+from minicb.driver.engine_loop import EngineLoop
 from minicb.server.app import create_app
 from minicb.server.broadcast import read_message
-from minicb.server.engine_loop import EngineLoop
 from minicb.server.workload import WorkloadFeeder, WorkloadSpec
 from minicb.telemetry.kv_state import KVState
 from minicb.telemetry.trace_reader import Trace
