@@ -10,6 +10,8 @@ compared, which a student may run from a source checkout and never needs to read
   how close minicb's step and the model's linear layers alone come), the section of
   ``minicb bench`` it runs where this folder is importable;
 - ``host``: a step's host-side costs (detokenising, instrumentation on against off);
+- ``chat_bench``: the router bench on real replicas, multi-turn chat through the OpenAI
+  API of ``minicb serve --replicas N --router POLICY``;
 - the CPU timing scripts, each ``python -m perflab.<name>`` from the repository root.
 
 The probes of this machine's copy bandwidth and matmul FLOP/s and the per-step utilisation

@@ -1,7 +1,7 @@
 """The router bench on real replicas: multi-turn chat through the OpenAI API, one fleet per
 policy, and the prompt tokens each policy made the replicas compute.
 
-    python -m minicb.fleet.chat_bench --replicas 2 --policies round-robin prefix-aware
+    python -m perflab.chat_bench --replicas 2 --policies round-robin prefix-aware
 
 For each policy a fresh fleet (``serve --replicas N --router POLICY``, so no policy finds
 another's cache) serves the same conversations (``minicb.workload.chat_conversations``:
@@ -17,6 +17,9 @@ scatters them, so each replica recomputes what the other holds.
 The replies are measured, not simulated; the wall time is printed too, but on a shared
 two-core machine it says little (both replicas share the cores); the computed tokens are
 the figure.
+
+It lives in the performance lab, outside the package, because it drives the whole of it:
+the command line's ``serve`` options and the server it builds sit above the fleet.
 """
 
 from __future__ import annotations
@@ -155,7 +158,7 @@ def report(runs: list[PolicyRun], args: argparse.Namespace) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m minicb.fleet.chat_bench", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m perflab.chat_bench", description=__doc__)
     p.add_argument("--replicas", type=int, default=2)
     p.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES))
     p.add_argument("--model", default=None, help="default: the embedded SmolLM2-135M")
