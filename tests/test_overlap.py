@@ -124,7 +124,7 @@ def test_a_failed_step_with_overlap_is_undone_and_retried():
             result = engine.step()
         except RuntimeError:
             failed = True
-            assert engine.pipeline.in_flight is None
+            assert engine.strategy.in_flight is None
             assert all(PLACEHOLDER not in r.output_token_ids for r in engine.scheduler.waiting)
             continue
         outputs |= {o.request_id: o.token_ids for o in result.finished}
@@ -260,8 +260,8 @@ def test_a_rebuilt_engine_waits_for_the_plan_in_flight_first():
     engine = fake_engine(overlap_scheduling=True)
     engine.add_request([5, 6, 7], SamplingParams(max_tokens=8, temperature=0))
     engine.step()
-    assert engine.pipeline.in_flight is not None
+    assert engine.strategy.in_flight is not None
     new = engine.rebuilt(engine.config.with_(max_num_seqs=2))
-    assert engine.pipeline.in_flight is None and not engine.has_unfinished()
+    assert engine.strategy.in_flight is None and not engine.has_unfinished()
     new.add_request([5, 6, 7], SamplingParams(max_tokens=3, temperature=0))
     assert [o.token_ids for o in new.run_until_done()] == [[7, 7, 7]]

@@ -92,11 +92,11 @@ def test_drafts_guessed_under_a_placeholder_are_verified_against_the_real_token(
         engine.add_request(PREFIX + [10 + i] * 3, SamplingParams(max_tokens=12, temperature=0))
     outputs = {}
     while engine.has_unfinished():
-        in_flight = engine.pipeline.in_flight
+        in_flight = engine.strategy.in_flight
         waits = in_flight is not None and in_flight.verifies_drafts
         result = engine.step()
         if in_flight is not None and not waits:  # the next plan was made beside it
-            nxt = engine.pipeline.in_flight
+            nxt = engine.strategy.in_flight
             guessed += nxt is not None and sum(r.num_draft_tokens for r in nxt.plan.scheduled)
         outputs |= {o.request_id: o.token_ids for o in result.finished}
     assert guessed > 0
@@ -132,7 +132,7 @@ def test_a_failed_step_that_verified_drafts_is_undone_and_retried():
         try:
             result = engine.step()
         except RuntimeError:
-            assert engine.pipeline.in_flight is None
+            assert engine.strategy.in_flight is None
             continue
         outputs |= {o.request_id: o.token_ids for o in result.finished}
     assert failed

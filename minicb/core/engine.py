@@ -1,15 +1,19 @@
 """LLMEngine: the iteration loop. Each ``step()`` schedules, executes, updates, publishes.
 
-    plan = scheduler.schedule()          # who runs this iteration, and why
-    out = runner.execute(plan)           # one ragged batch through the model (or a fake)
-    apply_outputs(plan, out, ...)        # append tokens (accepted drafts too), detokenize,
-                                         # check stops, retire the finished
-    report_step(plan, out, ...)          # the step event on the one event path: metrics,
-                                         # traces, browsers
+    plan = scheduler.schedule()               # who runs this iteration, and why
+    out = runner.execute(plan)                # one ragged batch through the model (or a fake)
+    scheduler.update(plan, out.sampled, ...)  # append tokens (accepted drafts too); each one
+                                              # detokenized and checked for a stop
+    scheduler.retire(plan)                    # the finished leave, their blocks freed
+    publish(...)                              # the step event on the one event path:
+                                              # metrics, traces, browsers
 
 The engine is given its runner and its clock (by default it builds the model runner and
 reads the wall clock), so the scheduler under test, under a fake runner and in production
-is the same code. Outsiders read the engine's views (``kv_snapshot``, ``queue_sizes``,
+is the same code. Two collaborators keep the step short: the ``OutputProcessor``
+(output_processor.py) turns tokens into text, stops and outputs, and the ``StepClock``
+(step_clock.py) turns the moments the step marks into its event's lanes and keeps the
+engine's own clock. Outsiders read the engine's views (``kv_snapshot``, ``queue_sizes``,
 ``block_table``, ``live_requests``, ``describe``: minicb/core/engine_views.py), never the
 scheduler's internals.
 """
@@ -19,56 +23,21 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from minicb.core import events, request_events
 from minicb.core.bus import EventBus
 from minicb.core.config import EngineConfig, SamplingParams
-from minicb.core.detokenizer import IncrementalDetokenizer
 from minicb.core.engine_controls import EngineControls
 from minicb.core.engine_views import EngineViews
-from minicb.core.request import Request, RequestOutput, RequestStatus, TokenDelta
+from minicb.core.output_processor import OutputProcessor, StepResult
+from minicb.core.request import Request, RequestOutput, TokenDelta
 from minicb.core.scheduler import RequestRejected, SchedulerBase, make_scheduler
-from minicb.core.scheduler.plan import StepPlan
+from minicb.core.step_clock import StepClock
+from minicb.core.step_strategy import StepStrategy, build_step_strategy
 
 if TYPE_CHECKING:
-    from minicb.core.runner import Runner, RunnerOutput
-    from minicb.overlap.pipeline import OverlapPipeline
-
-
-@dataclass
-class StepResult:
-    """Everything one ``LLMEngine.step()`` did: its step event (the plan and timings), the
-    new tokens, and the requests that finished."""
-
-    event: events.StepEvent
-    new_tokens: list[TokenDelta] = field(default_factory=list)
-    finished: list[RequestOutput] = field(default_factory=list)
-
-    @property
-    def plan(self) -> StepPlan:
-        return self.event.plan
-
-
-@dataclass
-class Settled:
-    """What a step's outputs did to its requests: the new tokens, the requests given their
-    first token, and the outputs of those that finished (stamped by ``report_step``)."""
-
-    new_tokens: list[TokenDelta]
-    firsts: list[Request]
-    finished: list[RequestOutput]
-
-
-@dataclass
-class Lanes:
-    """A step's times for the host's and the device's lanes (the step event's fields)."""
-
-    schedule_s: float
-    device_start: float  # engine clock when the runner took the plan up
-    execute_s: float  # the runner's execute, perf_counter seconds: forward, sample, the rest
-    process_t0: float = field(default_factory=time.perf_counter)  # outputs processed from
+    from minicb.core.runner import Runner
 
 
 def _check_pool_sizes(config: EngineConfig, runner: Runner) -> None:
@@ -137,15 +106,21 @@ class LLMEngine(EngineViews, EngineControls):
             runner.num_swap_blocks,
         )
         self._ids = itertools.count()
-        self._texts: dict[int, IncrementalDetokenizer] = {}  # output text, per live request
-        self.busy_s = 0.0  # seconds spent in this engine's own steps: its own clock
-        # Overlap scheduling: the plan in flight, the runner's thread and the overlapped
-        # step (minicb/overlap/pipeline.py), imported only where it is on.
-        self.pipeline: OverlapPipeline | None = None
-        if self.config.overlap_scheduling:
-            from minicb.overlap.pipeline import OverlapPipeline
+        self.outputs = OutputProcessor(
+            self.tokenizer,
+            self.eos_token_ids,
+            self.max_model_len,
+            self.scheduler.finish,
+            self.scheduler.requests.get,
+        )
+        self.step_clock = StepClock(self.clock, self.config.tensor_parallel_size)
+        # Another whole step loop, if the config asks for one (None: step()'s own).
+        self.strategy: StepStrategy | None = build_step_strategy(self)
 
-            self.pipeline = OverlapPipeline(runner, self.scheduler, self.clock)
+    @property
+    def busy_s(self) -> float:
+        """Seconds spent in this engine's own steps: its own clock (step_clock.py)."""
+        return self.step_clock.busy_s
 
     # ---- requests ------------------------------------------------------------------------
     def tokenize(self, prompt: str | list[int]) -> list[int]:
@@ -201,14 +176,14 @@ class LLMEngine(EngineViews, EngineControls):
             if self.bus.wants("rejected"):
                 self.bus.emit(request_events.rejected(prompt, str(err), self.clock()))
             raise
-        self._texts[req.request_id] = IncrementalDetokenizer(self.tokenizer, list(params.stop))
+        self.outputs.add(req)
         if self.bus.wants("arrived"):
             self.bus.emit(request_events.arrived(req))
         return req.request_id
 
     def has_unfinished(self) -> bool:
-        """Requests left, or (overlap) a plan in flight that still has to be reported."""
-        in_flight = self.pipeline is not None and self.pipeline.in_flight is not None
+        """Requests left, or (a step strategy) a step in flight still to be reported."""
+        in_flight = self.strategy is not None and self.strategy.in_flight is not None
         return self.scheduler.has_unfinished() or in_flight
 
     # ---- the iteration -------------------------------------------------------------------
@@ -222,130 +197,37 @@ class LLMEngine(EngineViews, EngineControls):
         from here or from ``LLM.generate``) is then safe: no row ever reads a block that a
         failed step was meant to fill.
 
-        With ``overlap_scheduling`` the next iteration is planned while this one computes:
-        ``OverlapPipeline.step`` (minicb/overlap/pipeline.py) does it, with the same two halves
-        (``apply_outputs``, ``report_step``)."""
-        if self.pipeline is not None:
-            return self.pipeline.step(self)
-        start = self.clock()
-        t0 = time.perf_counter()
+        A config may ask for another whole loop, a step strategy (step_strategy.py): with
+        ``overlap_scheduling`` the next iteration is planned while this one computes."""
+        if self.strategy is not None:
+            return self.strategy.step()
+        lap = self.step_clock.lap()  # the moments the step event's two lanes are drawn from
         plan = self.scheduler.schedule()
-        schedule_s = time.perf_counter() - t0
-        device_start = self.clock()
+        lap.scheduled()
         try:
             out = self.runner.execute(plan)
         except BaseException:  # an interrupt in a notebook too: the retry must be safe
             self.scheduler.undo(plan)
             raise
-        lanes = Lanes(schedule_s, device_start, time.perf_counter() - t0 - schedule_s)
-        settled = self.apply_outputs(plan, out, start, self.scheduler.update)
-        return self.report_step(plan, out, start, lanes, settled)
+        lap.executed()
+        settled = self.outputs.settling(plan, lap.start)
+        # Each sampled token appended in turn, detokenized and checked for a stop at once.
+        self.scheduler.update(plan, out.sampled, settled.on_token)
+        settled.retire(self.scheduler.retire(plan))
+        event = self.step_clock.step_event(plan, out, lap)
+        return self.publish(settled.result(event))
 
-    def apply_outputs(
-        self, plan: StepPlan, out: RunnerOutput, start: float, apply: Callable[..., Any]
-    ) -> Settled:
-        """A step's first half once the runner has answered: first admissions are stamped
-        with the step's ``start`` (as their admitted events), the sampled tokens appended
-        with ``apply`` (``Scheduler.update``, or the overlap's settling), each one
-        detokenized and checked for a stop in turn, then the finished requests retired."""
-        for decision in plan.admitted:
-            req = self.scheduler.requests.get(decision.request_id)
-            if req is not None and req.metrics.first_scheduled_time is None:  # None: aborted
-                req.metrics.first_scheduled_time = start  # while its step ran (overlap)
-                req.metrics.num_cached_tokens = decision.num_cached_tokens
-        new_tokens: list[TokenDelta] = []
-        firsts: list[Request] = []
-
-        def on_token(req: Request) -> bool:  # each accepted token in turn: stop right there?
-            delta = self._new_token(req)
-            if delta.index == 0:  # a first token, by the rule of its first_token event
-                firsts.append(req)
-            new_tokens.append(delta)
-            return req.finished
-
-        apply(plan, out.sampled, on_token)
-        finished = [self._output(req) for req in self.scheduler.retire(plan)]
-        return Settled(new_tokens, firsts, finished)
-
-    def report_step(
-        self,
-        plan: StepPlan,
-        out: RunnerOutput,
-        start: float,
-        lanes: Lanes,
-        settled: Settled,
-        counted_from: float | None = None,
-    ) -> StepResult:
-        """The second half: the step's event, at its end, published. The end is when the
-        first tokens were given and the finished requests ended, the times their events
-        carry (an output, a stream and a reader of the events agree on a request's TTFT
-        and latency). ``busy_s``, the engine's own clock, grows by the seconds since
-        ``counted_from`` (default ``start``; with overlap, each ``step()`` call counts its
-        own seconds once)."""
-        end = self.clock()
-        self.busy_s += end - (start if counted_from is None else counted_from)
-        for req in settled.firsts:
-            req.metrics.first_token_time, req.metrics.first_token_busy_s = end, self.busy_s
-        for output in settled.finished:
-            output.metrics.finished_time = end
-        prepare_s = max(0.0, lanes.execute_s - out.forward_s - out.sample_s)
-        schedule_s, device_start = lanes.schedule_s, lanes.device_start
-        process_s = time.perf_counter() - lanes.process_t0
-        if out.host_lanes is not None:  # a simulated host's, on the virtual clock
-            schedule_s, wait_s, process_s = out.host_lanes
-            device_start, prepare_s = device_start + wait_s, 0.0
-        event = events.StepEvent(
-            plan,
-            start,
-            end,
-            schedule_s,
-            out.forward_s,
-            out.sample_s,
-            tensor_parallel_size=self.config.tensor_parallel_size,
-            collective_s=out.collective_s,
-            bandwidth_util=out.bandwidth_util,
-            flop_util=out.flop_util,
-            busy_s=self.busy_s,
-            device_start=device_start,
-            prepare_s=prepare_s,
-            process_s=process_s,
-        )
-        # The step's events on the bus at once, one call per listener; when nobody
-        # listens, nothing is built.
+    def publish(self, result: StepResult) -> StepResult:
+        """A step's events on the bus at once, one call per listener: its step event, then
+        its requests' (docs/events.md); when nobody listens, nothing is built."""
         if self.bus.listening:
-            batch: list[events.Event] = [event] if self.bus.wants("step") else []
+            batch: list[events.Event] = [result.event] if self.bus.wants("step") else []
             batch += request_events.step_request_events(
-                event, settled.new_tokens, settled.finished, self.bus.wants
+                result.event, result.new_tokens, result.finished, self.bus.wants
             )
             if batch:
                 self.bus.emit_many(batch)
-        return StepResult(event, settled.new_tokens, settled.finished)
-
-    def _new_token(self, req: Request) -> TokenDelta:
-        """The text one new token adds, and whether it ends its request (a stop token, a
-        length limit or a stop string)."""
-        status = req.check_stop(self.eos_token_ids, self.max_model_len)
-        detok = self._texts[req.request_id]
-        text = detok.add(req.output_token_ids, final=status is not None)
-        if detok.stopped:  # the text ends where the stop string begins, as OpenAI's does
-            status = RequestStatus.FINISHED_STOPPED
-        if status is not None:
-            self.scheduler.finish(req, status)
-        index = len(req.output_token_ids) - 1
-        return TokenDelta(req.request_id, req.output_token_ids[-1], text, index)
-
-    def _output(self, req: Request) -> RequestOutput:
-        detok = self._texts.pop(req.request_id, None)
-        text = detok.text if detok is not None else ""
-        return RequestOutput(
-            request_id=req.request_id,
-            prompt=req.prompt,
-            prompt_token_ids=req.prompt_token_ids,
-            text=text,
-            token_ids=list(req.output_token_ids),
-            finish_reason=req.finish_reason,
-            metrics=req.metrics,
-        )
+        return result
 
     # ---- conveniences --------------------------------------------------------------------
     def run_until_done(self) -> list[RequestOutput]:

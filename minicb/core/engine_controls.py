@@ -21,10 +21,10 @@ if TYPE_CHECKING:
 
     from minicb.core.bus import EventBus
     from minicb.core.config import EngineConfig
-    from minicb.core.detokenizer import IncrementalDetokenizer
+    from minicb.core.output_processor import OutputProcessor
     from minicb.core.runner import Runner
     from minicb.core.scheduler import SchedulerBase
-    from minicb.overlap.pipeline import OverlapPipeline
+    from minicb.core.step_strategy import StepStrategy
 
 
 class EngineControls:
@@ -37,8 +37,8 @@ class EngineControls:
     clock: Callable[[], float]
     bus: EventBus
     tokenizer: object
-    pipeline: OverlapPipeline | None
-    _texts: dict[int, IncrementalDetokenizer]
+    strategy: StepStrategy | None
+    outputs: OutputProcessor
     step_count: int  # EngineViews'
 
     def rebuilt(
@@ -55,8 +55,8 @@ class EngineControls:
         This engine's requests are aborted (subscribers see them leave), then the new one
         announces itself with an ``EngineReset`` event; drop this one afterwards.
         """
-        if self.pipeline is not None:  # the new engine may share this one's runner
-            self.pipeline.drain()
+        if self.strategy is not None:  # the new engine may share this one's runner
+            self.strategy.close()
         runner = runner or self.runner.with_config(config)
         new = type(self)(config=config, runner=runner, clock=clock or self.clock, bus=self.bus,
                          scheduler=scheduler)  # fmt: skip
@@ -89,7 +89,7 @@ class EngineControls:
         if req is None:
             return False
         req.metrics.finished_time = self.clock()
-        self._texts.pop(request_id, None)
+        self.outputs.drop(request_id)
         if self.bus.wants("aborted"):
             self.bus.emit(
                 request_events.RequestAborted(
@@ -104,10 +104,11 @@ class EngineControls:
     def publish_kv_changes(self) -> None:
         """Publish the changes made to the KV pool since the last step (an abort, a role's
         release of KV it has sent) as one ``kv_changes`` event, so that a map drawn from
-        the events is current between steps. Nothing while a plan is in flight (overlap):
-        its changes were taken when it was planned, so these go with the next step's, in
-        order; nor when nobody listens for them (the next step event carries them)."""
-        in_flight = self.pipeline is not None and self.pipeline.in_flight is not None
+        the events is current between steps. Nothing while a step is in flight (a step
+        strategy such as overlap): its changes were taken when it was planned, so these go
+        with the next step's, in order; nor when nobody listens for them (the next step
+        event carries them)."""
+        in_flight = self.strategy is not None and self.strategy.in_flight is not None
         if in_flight or not self.bus.wants("kv_changes"):
             return
         blocks = self.scheduler.blocks

@@ -4,7 +4,9 @@ Without it, the device waits while the host schedules, prepares and processes ou
 the host waits while the device computes. With ``EngineConfig.overlap_scheduling`` the
 engine keeps one plan in flight on a worker thread (torch releases the GIL in its ops; on
 CUDA its kernels are asynchronous anyway), the idea of SGLang's zero-overhead scheduler
-and of vLLM's async scheduling. One ``LLMEngine.step()`` then does, in this order:
+and of vLLM's async scheduling. ``OverlapStep`` is a step strategy (seam 5,
+minicb/core/step_strategy.py): its own whole loop, in place of ``LLMEngine.step``'s plain
+one. One ``step()`` does, in this order:
 
     plan N+1 = scheduler.schedule()      # N is still running: N's rows count as run
     out N = wait for N                   # the device's result
@@ -12,44 +14,40 @@ and of vLLM's async scheduling. One ``LLMEngine.step()`` then does, in this orde
     settle N                             # tokens, stops, retirements: while N+1 runs
     advance N+1                          # its rows count as run; stopped ones discarded
 
-and reports iteration N (its event is N's own: its rows, decisions and timings). With
+and publishes iteration N (its event is N's own: its rows, decisions and timings). With
 speculative decoding, a plan N that verifies drafts is waited for before N+1 is planned
 (its rows yield 1 to 1 + d tokens: where its requests' next rows start is known only
-then), and N+1 is launched as soon as it is made. The
-bookkeeping (placeholders, settling, discarding) is minicb/overlap/bookkeeping.py; this file
-holds the plan in flight, the thread and the overlapped step, which reports through the
-engine's two halves of a step (``apply_outputs``, ``report_step``) as the plain step does.
-The engine imports this file only where overlap scheduling is on. Pure Python: no torch.
+then), and N+1 is launched as soon as it is made. The bookkeeping (placeholders, settling,
+discarding) is minicb/overlap/bookkeeping.py; this file holds the plan in flight, the
+thread and the loop, which settles and publishes through the engine's collaborators (its
+``OutputProcessor``, its ``StepClock``, ``publish``) as the plain loop does. The package
+registers it by name (minicb/overlap/__init__.py); this file is imported only where
+overlap scheduling is on. Pure Python: no torch.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from minicb.core.engine import Lanes
 from minicb.overlap import bookkeeping
 
 if TYPE_CHECKING:
-    from minicb.core.engine import LLMEngine, StepResult
-    from minicb.core.runner import Runner, RunnerOutput
-    from minicb.core.scheduler import SchedulerBase
+    from minicb.core.engine import LLMEngine
+    from minicb.core.output_processor import StepResult
+    from minicb.core.runner import RunnerOutput
     from minicb.core.scheduler.plan import StepPlan
+    from minicb.core.step_clock import StepLap
 
 
 @dataclass
 class Launched:
-    """One plan handed to the runner: what the engine needs to report it when it is done."""
+    """One plan handed to the runner: what the loop needs to publish it when it is done."""
 
     plan: StepPlan
-    start: float  # engine clock when its scheduling began
-    schedule_s: float
+    lap: StepLap  # its moments: scheduled here, executed on the worker
     future: Future | None = field(default=None, repr=False)
-    device_start: float = 0.0  # engine clock when the runner took it up (set by the worker)
-    execute_s: float = 0.0  # perf_counter seconds of the runner's execute (set by the worker)
     discarded: set[int] = field(default_factory=set)  # rows whose requests had stopped
 
     @property
@@ -58,26 +56,28 @@ class Launched:
         return bookkeeping.verifies_drafts(self.plan)
 
 
-class OverlapPipeline:
-    """At most one plan in flight on one worker thread, so plans run strictly in order: a
-    block freed while a plan runs can be given to the next plan, never to this one."""
+class OverlapStep:
+    """One engine's overlapped loop: at most one plan in flight on one worker thread, so
+    plans run strictly in order: a block freed while a plan runs can be given to the next
+    plan, never to this one."""
 
-    def __init__(self, runner: Runner, scheduler: SchedulerBase, clock: Callable[[], float]):
-        self.runner = runner
-        self.scheduler = scheduler
-        self.clock = clock
+    def __init__(self, engine: LLMEngine) -> None:
+        self.engine = engine
+        self.scheduler = engine.scheduler
+        self.runner = engine.runner
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="minicb-runner")
         self.in_flight: Launched | None = None
 
-    def step(self, engine: LLMEngine, call_start: float | None = None) -> StepResult:
+    def step(self, call_start: float | None = None) -> StepResult:
         """One ``engine.step()``: plan N+1, wait for N, launch N+1 with N's tokens in place,
-        settle N while N+1 runs, and report N. When nothing was in flight (the first step,
-        or after an idle spell), the plan just launched is reported by stepping again.
+        settle N while N+1 runs, and publish N. When nothing was in flight (the first step,
+        or after an idle spell), the plan just launched is published by stepping again.
         When N verifies speculative drafts, N+1 is planned only once N is settled (how many
         drafts N accepts decides where its requests' next rows start), then launched.
         ``busy_s`` counts the seconds of this call (from ``call_start``), not the time
         between calls that a plan spent in flight (a paused demo is not busy)."""
-        call_start = self.clock() if call_start is None else call_start
+        engine = self.engine
+        call_start = engine.clock() if call_start is None else call_start
         wait_first = self.in_flight is not None and self.in_flight.verifies_drafts
         launch = None
         if not wait_first and (self.scheduler.has_unfinished() or self.in_flight is None):
@@ -85,21 +85,26 @@ class OverlapPipeline:
         done = self.exchange(launch)  # a runner's error: both plans undone, raised
         if done is not None:
             prev, out = done
-            lanes = Lanes(prev.schedule_s, prev.device_start, prev.execute_s)
-            settled = engine.apply_outputs(prev.plan, out, prev.start, self.settle(prev))
+            prev.lap.processing()
+            settled = engine.outputs.settling(prev.plan, prev.lap.start)
+            bookkeeping.settle(
+                self.scheduler, prev.plan, out.sampled, prev.discarded, settled.on_token
+            )
+            settled.retire(self.scheduler.retire(prev.plan))
         if wait_first and self.scheduler.has_unfinished():
             self.exchange(self._plan_next())  # nothing in flight: it starts at once
         self.advance()  # after the settling: rows of who stopped there are discarded
         if done is None:
-            return self.step(engine, call_start)
-        return engine.report_step(prev.plan, out, prev.start, lanes, settled, call_start)
+            return self.step(call_start)
+        event = engine.step_clock.step_event(prev.plan, out, prev.lap, counted_from=call_start)
+        return engine.publish(settled.result(event))
 
     def _plan_next(self) -> Launched:
         """The next plan, made now, to launch."""
-        start = self.clock()
-        t0 = time.perf_counter()
+        lap = self.engine.step_clock.lap()
         plan = self.scheduler.schedule()
-        return Launched(plan, start, time.perf_counter() - t0)
+        lap.scheduled()
+        return Launched(plan, lap)
 
     def exchange(self, launch: Launched | None) -> tuple[Launched, RunnerOutput] | None:
         """Wait for the plan in flight (if any), put its tokens in place of ``launch``'s
@@ -120,24 +125,16 @@ class OverlapPipeline:
         return None if done is None else (done, out)
 
     def _execute(self, launch: Launched) -> RunnerOutput:
-        launch.device_start = self.clock()
-        t0 = time.perf_counter()
+        """On the worker thread: the runner takes the plan up now."""
+        launch.lap.executing()
         out = self.runner.execute(launch.plan)
-        launch.execute_s = time.perf_counter() - t0
+        launch.lap.executed()
         return out
 
     def advance(self) -> None:
         """Count the plan in flight as run, so the next one can be planned now."""
         if self.in_flight is not None:
             self.in_flight.discarded = bookkeeping.advance(self.scheduler, self.in_flight.plan)
-
-    def settle(self, done: Launched) -> Callable[..., None]:
-        """``done``'s settling, shaped as ``Scheduler.update`` (the engine calls either)."""
-
-        def update(plan: StepPlan, sampled: dict, on_token: Callable) -> None:
-            bookkeeping.settle(self.scheduler, plan, sampled, done.discarded, on_token)
-
-        return update
 
     def _undo(self, unlaunched: StepPlan | None, failed: Launched) -> None:
         """The plan in flight failed (``failed``) and ``unlaunched`` was made after it: both
@@ -148,7 +145,7 @@ class OverlapPipeline:
             self.scheduler.undo(unlaunched)
         self.scheduler.undo(failed.plan)  # last: its requests wait first, in its order
 
-    def drain(self) -> None:
+    def close(self) -> None:
         """Wait for the plan in flight and drop it (the engine is being replaced)."""
         done, self.in_flight = self.in_flight, None
         if done is not None:

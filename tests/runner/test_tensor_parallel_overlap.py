@@ -42,7 +42,7 @@ def _tokens(path: str, tp: int, overlap: bool, prompts, max_tokens, **options):
     steps = []
     llm.engine.bus.subscribe(steps.extend, kinds=["step"])
     tokens = greedy_tokens(llm, prompts, max_tokens)
-    assert (llm.engine.pipeline is not None) == overlap
+    assert (llm.engine.strategy is not None) == overlap
     assert llm.engine.describe()["runner"]["tensor_parallel_size"] == tp
     assert llm.engine.kv_snapshot().num_used == 0
     return tokens, [e.plan for e in steps]

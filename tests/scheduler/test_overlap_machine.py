@@ -106,7 +106,7 @@ class OverlapMachine(RuleBasedStateMachine):
             result = self.engine.step()
         except InjectedFailure:
             self.shadow.poison(self.runner.failed_plan)
-            assert self.engine.pipeline.in_flight is None
+            assert self.engine.strategy.in_flight is None
             return False
         self.shadow.run(result.plan, lambda r: self.seqs[r.request_id])
         for delta in result.new_tokens:
@@ -147,7 +147,7 @@ class OverlapMachine(RuleBasedStateMachine):
         self.engine.scheduler.blocks.check()
         kv = self.engine.kv_snapshot()
         assert set(kv.block_tables) | set(kv.swap_tables) <= set(self.engine.scheduler.requests)
-        in_flight = self.engine.pipeline.in_flight
+        in_flight = self.engine.strategy.in_flight
         pending = set() if in_flight is None else {r.request_id for r in in_flight.plan.scheduled}
         for rid, req in self.engine.scheduler.requests.items():
             placeholders = req.output_token_ids.count(PLACEHOLDER)
@@ -161,7 +161,7 @@ class OverlapMachine(RuleBasedStateMachine):
             self._step()
             steps += 1
             assert steps < 2000, "the engine stopped making progress"
-        assert self.engine.pipeline.in_flight is None
+        assert self.engine.strategy.in_flight is None
         kv = self.engine.kv_snapshot()
         assert kv.num_used == 0 and kv.num_swapped == 0  # overlap leaked no block
         self.engine.scheduler.blocks.check()

@@ -33,7 +33,7 @@ def _run(overlap: bool, host: HostTime | None = HOST):
 @pytest.mark.parametrize("overlap", [False, True])
 def test_each_step_carries_the_host_lanes_and_the_clock_moves_by_the_model(overlap):
     engine, steps, _ = _run(overlap)
-    assert engine.pipeline is None  # modelled by the runner, not the engine's threads
+    assert engine.strategy is None  # modelled by the runner, not the engine's threads
     assert engine.runner.describe()["overlap_modelled"] is overlap
     for e in steps:
         rows = len(e.plan.scheduled)
