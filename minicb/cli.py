@@ -27,7 +27,7 @@ from minicb.bench import suite
 from minicb.engine_options import add_engine_options, describe_choices, engine_kwargs
 from minicb.lab import command as lab_command
 from minicb.scenarios import command as scenario_command
-from minicb.server import launch
+from minicb.server import demo_command, launch, serve_command
 from minicb.telemetry.trace import add_trace_option, traced
 from minicb.telemetry.trace_reader import read_trace
 
@@ -37,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_generate(subparsers)
     _add_replay(subparsers)
-    launch.register(subparsers)
+    demo_command.add_parser(subparsers)
+    serve_command.add_parser(subparsers)
     suite.register(subparsers)
     scenario_command.register(subparsers)
     lab_command.register(subparsers)

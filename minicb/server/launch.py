@@ -1,5 +1,6 @@
 """What the server commands share: their options, the guard they ask for, the app, and
-serving it until Ctrl-C. Each command's own part is its module:
+serving it until Ctrl-C. Each command's own part is its module, which imports this one
+(and is never imported by it: the command line adds each command's parser):
 
 - ``minicb demo`` (demo_command.py): static and continuous batching side by side, live in
   the browser; ``--simulate GPU:MODEL`` at data-centre scale on a GPU that is not there,
@@ -110,15 +111,6 @@ def server_guard(args: argparse.Namespace) -> Guard:
         show_text=args.show_text,
         tenant_keys=tuple(args.tenant_key),
     )
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``demo`` and ``serve`` subcommands; each module holds what its command
-    builds (imported here, not at the top: they import this module's helpers)."""
-    from minicb.server import demo_command, serve_command
-
-    demo_command.add_parser(subparsers)
-    serve_command.add_parser(subparsers)
 
 
 def run_server(

@@ -10,7 +10,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from minicb.server import demo_command, launch
+from minicb.server import demo_command
 from minicb.server.lesson import PANELS
 from tests.helpers import wait_for
 from tests.server.conftest import control, message
@@ -20,7 +20,7 @@ NAME = "04b-recompute-vs-swap"  # simulated, and its first point fires within a 
 
 def demo_args(*extra: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    launch.register(parser.add_subparsers())
+    demo_command.add_parser(parser.add_subparsers())
     return parser.parse_args(["demo", *extra])
 
 

@@ -9,13 +9,13 @@ import argparse
 import statistics
 
 from minicb import EngineConfig, FakeRunner, LLMEngine
-from minicb.server import demo_command, launch
+from minicb.server import demo_command
 from minicb.server.workload import WorkloadFeeder, WorkloadSpec
 
 
 def demo_args(*extra: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    launch.register(parser.add_subparsers())
+    demo_command.add_parser(parser.add_subparsers())
     return parser.parse_args(["demo", *extra])
 
 

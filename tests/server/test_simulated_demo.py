@@ -21,7 +21,7 @@ from minicb.core.runner import VirtualClock
 from minicb.core.runner.fake import FakeRunner
 from minicb.driver.engine_loop import EngineLoop
 from minicb.driver.pacing import MAX_TICK_S, Pacer
-from minicb.server import demo_command, launch
+from minicb.server import demo_command
 from minicb.server.app import create_app
 from minicb.server.replay_view import replay_info
 from minicb.server.workload import WorkloadFeeder, WorkloadSpec
@@ -46,7 +46,7 @@ class Wall:
 
 def demo_args(*extra: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    launch.register(parser.add_subparsers())
+    demo_command.add_parser(parser.add_subparsers())
     return parser.parse_args(["demo", *extra])
 
 

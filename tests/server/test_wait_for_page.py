@@ -12,7 +12,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from minicb.server import demo_command, launch
+from minicb.server import demo_command
 from tests.helpers import wait_for
 from tests.server.conftest import message
 
@@ -21,7 +21,7 @@ SIMULATED = ["--simulate", "H100:llama-3.1-8b", "--no-host-time"]
 
 def demo_args(*extra: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    launch.register(parser.add_subparsers())
+    demo_command.add_parser(parser.add_subparsers())
     return parser.parse_args(["demo", *SIMULATED, *extra])
 
 
