@@ -3,10 +3,11 @@
 Every control is a JSON object with a ``type``; the reply is one JSON object:
 ``{"type": "ack", "control": ...}`` (plus what the control reports) or
 ``{"type": "error", "control": ..., "message": ...}``. A malformed or unknown control gets
-an error and changes nothing: every field is checked before anything is touched, and a
-setting the machine could not hold (a KV pool beyond its free memory, thousands of slots)
-is refused, naming the limit, before any engine is rebuilt; so is a KV pool or a token
-budget too small for the demo's workload, and a workload too large for the engines.
+an error and changes nothing: every field is checked before anything is touched
+(control_fields.py), and a setting the machine could not hold (a KV pool beyond its free
+memory, thousands of slots) is refused, naming the limit, before any engine is rebuilt
+(engine_rebuild.py); so is a KV pool or a token budget too small for the demo's workload,
+and a workload too large for the engines.
 
     {"type": "pause"} / {"type": "resume"}
     {"type": "step"}                      exactly one round; replies with its decisions
@@ -30,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -42,9 +42,11 @@ from minicb.core.config import (
     SamplingParams,
 )
 from minicb.cost_model.catalogue import read_catalogue
+from minicb.server.control_fields import ControlError, boolean, choice, number, only
+from minicb.server.engine_rebuild import rebuild_engines
 from minicb.server.lesson import PANELS
 from minicb.server.redaction import text_free
-from minicb.server.workload import LENGTHS, PRESETS, WorkloadFeeder, WorkloadSpec, encode_prompt
+from minicb.server.workload import LENGTHS, PRESETS, WorkloadSpec, encode_prompt
 
 if TYPE_CHECKING:
     from minicb.driver.engine_loop import EngineLoop
@@ -54,48 +56,11 @@ if TYPE_CHECKING:
 MAX_PROMPT_CHARS = 4000
 MAX_SLOTS = 256  # max_num_seqs: more rows than a projector (or two CPU cores) can show
 MAX_KV_BLOCKS = 262_144  # whatever the memory: beyond this the KV map is unreadable
-MEMORY_SHARE = 0.8  # of the free memory a rebuild may ask for its KV pools
-
-
-class ControlError(ValueError):
-    """A control that cannot be carried out; its message goes back to the browser."""
-
-
-# ---- field checks ----------------------------------------------------------------------
-def _field(msg: dict, key: str, ok: Callable[[Any], bool], what: str, default: Any) -> Any:
-    """``msg[key]`` if ``ok`` says it is ``what``, ``default`` if it is absent."""
-    if key not in msg:
-        return default
-    if not ok(msg[key]):
-        raise ControlError(f"{key} must be {what}, got {msg[key]!r}")
-    return msg[key]
-
-
-def _number(
-    msg: dict, key: str, lo: float, hi: float, default: Any = None, kind: type = int
-) -> Any:
-    """An integer from ``lo`` to ``hi``; with ``kind`` float, any number."""
-    what = f"{'an integer' if kind is int else 'a number'} from {lo} to {hi}"
-
-    def ok(v: Any) -> bool:
-        return isinstance(v, int | kind) and not isinstance(v, bool) and lo <= v <= hi
-
-    return _field(msg, key, ok, what, default)
-
-
-def _choice(msg: dict, key: str, allowed: tuple[str, ...], default: Any = None) -> Any:
-    return _field(msg, key, lambda v: v in allowed, f"one of {', '.join(allowed)}", default)
-
-
-def _only(msg: dict, allowed: set[str]) -> None:
-    unknown = sorted(set(msg) - allowed - {"type", "id"})
-    if unknown:
-        raise ControlError(f"unknown field(s): {', '.join(unknown)}")
 
 
 # ---- the controls (each gets the live loop; replays have none) -------------------------
 async def _pause(hub: Hub, loop: EngineLoop, msg: dict, paused: bool = True) -> dict:
-    _only(msg, set())
+    only(msg, set())
     await loop.acall(lambda: setattr(loop, "paused", paused))
     return {"paused": paused}
 
@@ -110,8 +75,8 @@ async def _step(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
 
 
 async def _speed(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
-    _only(msg, {"delay_s"})
-    delay = _number(msg, "delay_s", 0.0, 10.0, kind=float)
+    only(msg, {"delay_s"})
+    delay = number(msg, "delay_s", 0.0, 10.0, kind=float)
     if delay is None:
         raise ControlError("speed needs delay_s (seconds between rounds)")
     await loop.acall(lambda: setattr(loop, "delay_s", delay))
@@ -119,15 +84,15 @@ async def _speed(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
 
 
 async def _workload(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
-    _only(msg, {"preset", "rate", "lengths", "count"})
+    only(msg, {"preset", "rate", "lengths", "count"})
     feeder = hub.feeder
     if feeder is None:
         raise ControlError("there is no workload feeder in this mode")
     spec = WorkloadSpec(
-        preset=_choice(msg, "preset", PRESETS, "burst"),
-        rate=_number(msg, "rate", 0.01, 100.0, feeder.spec.rate, kind=float),
-        lengths=_choice(msg, "lengths", LENGTHS, feeder.spec.lengths),
-        count=_number(msg, "count", 1, 1000, feeder.spec.count),
+        preset=choice(msg, "preset", PRESETS, "burst"),
+        rate=number(msg, "rate", 0.01, 100.0, feeder.spec.rate, kind=float),
+        lengths=choice(msg, "lengths", LENGTHS, feeder.spec.lengths),
+        count=number(msg, "count", 1, 1000, feeder.spec.count),
         max_outstanding=feeder.spec.max_outstanding,  # the demo's scale, kept
     )
 
@@ -144,24 +109,20 @@ async def _workload(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
 
 
 SETTINGS: dict[str, Callable[[dict, str], Any]] = {  # each field's check, given its name
-    "max_num_seqs": lambda m, k: _number(m, k, 1, MAX_SLOTS),
-    "max_num_batched_tokens": lambda m, k: _number(m, k, 1, 65536),
-    "num_kv_blocks": lambda m, k: _number(m, k, 1, MAX_KV_BLOCKS),
-    "enable_chunked_prefill": lambda m, k: _boolean(m, k),
-    "enable_prefix_caching": lambda m, k: _boolean(m, k),
-    "preemption_mode": lambda m, k: _choice(m, k, PREEMPTION_MODES),
-    "policy": lambda m, k: _choice(m, k, POLICIES),
-    "static_order": lambda m, k: _choice(m, k, STATIC_ORDERS),
-    "speculative": lambda m, k: _choice(m, k, SPECULATIVE_MODES),
+    "max_num_seqs": lambda m, k: number(m, k, 1, MAX_SLOTS),
+    "max_num_batched_tokens": lambda m, k: number(m, k, 1, 65536),
+    "num_kv_blocks": lambda m, k: number(m, k, 1, MAX_KV_BLOCKS),
+    "enable_chunked_prefill": lambda m, k: boolean(m, k),
+    "enable_prefix_caching": lambda m, k: boolean(m, k),
+    "preemption_mode": lambda m, k: choice(m, k, PREEMPTION_MODES),
+    "policy": lambda m, k: choice(m, k, POLICIES),
+    "static_order": lambda m, k: choice(m, k, STATIC_ORDERS),
+    "speculative": lambda m, k: choice(m, k, SPECULATIVE_MODES),
 }
 
 
-def _boolean(msg: dict, key: str) -> Any:
-    return _field(msg, key, lambda v: isinstance(v, bool), "true or false", None)
-
-
 async def _settings(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
-    _only(msg, set(SETTINGS))
+    only(msg, set(SETTINGS))
     if hub.mode != "demo":
         raise ControlError("engine settings can be changed in the demo only")
     changes = {k: check(msg, k) for k, check in SETTINGS.items() if k in msg}
@@ -178,79 +139,16 @@ async def _settings(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
         raise ControlError(str(err)) from err
 
 
-def rebuild_engines(
-    loop: EngineLoop, changes: dict[str, Any], feeder: WorkloadFeeder | None = None
-) -> list[dict[str, Any]]:
-    """Rebuild every engine with ``changes`` on its weights, clock and bus (engine thread).
-
-    Every new config is built, its KV pools weighed against the free memory and, with the
-    demo's ``feeder``, its workload's largest request against the new limits, before any
-    engine is touched, so a setting refused changes nothing. Then each old engine
-    aborts its requests (their token streams end with "abort", the browsers see them
-    leave) and the new one announces itself with a "reset" event on the same bus, in order
-    with the events around it; the workload starts again on the new engines.
-    """
-    configs = {name: engine.config.with_(**changes) for name, engine in loop.engines.items()}
-    check_memory(loop.engines, {name: c.num_kv_blocks for name, c in configs.items()})
-    if feeder is not None:
-        for name, config in configs.items():
-            try:
-                feeder.check_fits(loop.engines[name], config)
-            except ValueError as err:
-                raise ControlError(f"{err}; nothing was rebuilt") from err
-    for name, config in configs.items():
-        loop.replace_engine(name, loop.engines[name].rebuilt(config))
-    if feeder is not None:
-        feeder.configure(feeder.spec)
-    return loop.engine_infos()
-
-
-def check_memory(engines: dict[str, Any], blocks: dict[str, int | None]) -> None:
-    """Refuse KV pools of ``blocks`` (engine name -> blocks) that the machine cannot hold.
-
-    A runner that allocates real memory says how much a block takes (``bytes_per_block`` in
-    its description; fakes and simulations allocate none). The new pools are built while
-    the old ones are still held, so they must fit in what is free now, with room to spare;
-    a swap twin as large as the pool lives in host memory, which on CPU is the same memory.
-    """
-    needed: dict[str, int] = {}
-    for name, engine in engines.items():
-        runner = engine.describe()["runner"]
-        per_block = runner.get("bytes_per_block")
-        if per_block is None or not blocks[name]:
-            continue
-        device = str(runner.get("device", "cpu")).split(":")[0]
-        copies = 2 if device == "cpu" else 1  # the swap twin shares the memory on CPU
-        needed[device] = needed.get(device, 0) + copies * blocks[name] * per_block
-    for device, wanted in needed.items():
-        free = _free_bytes(device)
-        if wanted > MEMORY_SHARE * free:
-            raise ControlError(
-                f"num_kv_blocks={max(b or 0 for b in blocks.values())} needs "
-                f"{wanted / 2**30:.2f} GiB of {device} memory for the KV pools of "
-                f"{len(engines)} engine(s), over the limit of {MEMORY_SHARE:.0%} of the "
-                f"{free / 2**30:.2f} GiB free; nothing was rebuilt"
-            )
-
-
-def _free_bytes(device: str) -> int:
-    if device == "cuda":
-        import torch  # only a runner on CUDA gets here, and it has imported torch
-
-        return torch.cuda.mem_get_info()[0]
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
 async def _prompt(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
-    _only(msg, {"text", "target", "max_tokens"})
+    only(msg, {"text", "target", "max_tokens"})
     text = msg.get("text")
     if not isinstance(text, str) or not text.strip() or len(text) > MAX_PROMPT_CHARS:
         raise ControlError(f"text must be a non-empty string of at most {MAX_PROMPT_CHARS} chars")
     # With replicas (serve --replicas), a prompt goes through the fleet's router, as an API
     # request does: "both" is then every fleet (one), and the reply names the replica chosen.
     names = list(loop.fleets) or list(loop.engines)
-    target = _choice(msg, "target", ("both", *names), "both")
-    max_tokens = _number(msg, "max_tokens", 1, 4096, 32)
+    target = choice(msg, "target", ("both", *names), "both")
+    max_tokens = number(msg, "max_tokens", 1, 4096, 32)
     chosen = names if target == "both" else [target]
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
 
@@ -286,10 +184,10 @@ async def _prompt(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
 
 
 async def _simulate(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
-    _only(msg, {"gpu", "model"})
+    only(msg, {"gpu", "model"})
     catalogue = read_catalogue()  # names from the catalogue only: no paths from a browser
-    gpu = _choice(msg, "gpu", tuple(catalogue["gpus"]))
-    model = _choice(msg, "model", tuple(catalogue["models"]))
+    gpu = choice(msg, "gpu", tuple(catalogue["gpus"]))
+    model = choice(msg, "model", tuple(catalogue["models"]))
     if gpu is None or model is None:
         raise ControlError("simulate needs a gpu and a model from the catalogue")
     if hub.lesson is not None:
@@ -308,8 +206,8 @@ async def _simulate(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
 
 
 async def _pace(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
-    _only(msg, {"speed"})
-    speed = _number(msg, "speed", 0.01, 1000.0, kind=float)
+    only(msg, {"speed"})
+    speed = number(msg, "speed", 0.01, 1000.0, kind=float)
     if speed is None:
         raise ControlError("pace needs speed (simulated seconds per wall second)")
     if loop.pacer is None:
@@ -319,10 +217,10 @@ async def _pace(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
 
 
 async def _scenario(hub: Hub, loop: EngineLoop, msg: dict) -> dict:
-    _only(msg, {"name"})
+    only(msg, {"name"})
     from minicb.scenarios import ScenarioError, scenario_names
 
-    name = _choice(msg, "name", tuple(scenario_names()))  # shipped names only: no paths
+    name = choice(msg, "name", tuple(scenario_names()))  # shipped names only: no paths
     if name is None:
         raise ControlError("scenario needs a name: " + ", ".join(scenario_names()))
     lesson = hub.lesson

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from minicb import SamplingParams
 from minicb.driver.engine_loop import EngineLoop
 from minicb.server.app import create_app
-from minicb.server.controls import rebuild_engines
+from minicb.server.engine_rebuild import rebuild_engines
 from minicb.server.openai_api import install_openai_routes
 from minicb.server.trace_files import record_traces, trace_paths
 from minicb.server.workload import WorkloadFeeder, WorkloadSpec
@@ -137,14 +137,15 @@ def test_a_pool_beyond_free_memory_is_refused_on_the_real_runner(tiny_llama_dir,
     """The model runner's own bytes per block, against what the machine says is free (here
     64 MiB): refused before anything is rebuilt, naming the limit; a pool that fits goes."""
     from minicb import EngineConfig, LLMEngine
-    from minicb.server import controls
+    from minicb.server import engine_rebuild
+    from minicb.server.control_fields import ControlError
 
     engine = LLMEngine(tiny_llama_dir, EngineConfig(num_kv_blocks=16))
     per_block = engine.describe()["runner"]["bytes_per_block"]
-    monkeypatch.setattr(controls, "_free_bytes", lambda device: 64 << 20)
+    monkeypatch.setattr(engine_rebuild, "_free_bytes", lambda device: 64 << 20)
     loop = EngineLoop({"continuous": engine})
     too_many = (64 << 20) // per_block  # the pool and its swap twin: twice the free memory
-    with pytest.raises(controls.ControlError, match="over the limit of 80% of the 0.06 GiB free"):
+    with pytest.raises(ControlError, match="over the limit of 80% of the 0.06 GiB free"):
         rebuild_engines(loop, {"num_kv_blocks": too_many})
     assert loop.engines["continuous"] is engine  # nothing rebuilt
     infos = rebuild_engines(loop, {"num_kv_blocks": too_many // 4})
