@@ -1,5 +1,5 @@
 """The OpenAI-compatible API: /v1/completions, /v1/chat/completions, /v1/models, plus
-/health and /metrics, added to an app that may also host the visualizer.
+/health and /metrics (status_routes.py), added to an app that may also host the visualizer.
 
     install_openai_routes(app, engine_loop, "api", "SmolLM2-135M-Instruct", guard=Guard("KEY"))
 
@@ -34,7 +34,6 @@ from minicb.driver.command_queue import EngineStopped
 from minicb.driver.engine_loop import EngineLoop
 from minicb.driver.request_stream import RequestStream
 from minicb.fleet.metrics import FleetMetrics
-from minicb.fleet.replica import ReplicaDied
 from minicb.server.api_error import APIError, error_handler, invalid
 from minicb.server.guard import CONTROLLER, VIEWER, Guard, check_hosts
 from minicb.server.openai_params import (
@@ -52,13 +51,12 @@ from minicb.server.openai_request import (
     M,
     read_request,
 )
-from minicb.server.redaction import text_free
+from minicb.server.status_routes import StatusRoutes
 from minicb.server.tokenizer_queue import MAX_TOKENIZING_CHARS, TokenizerQueue
 from minicb.server.waiting_gate import WaitingGate
 from minicb.telemetry.prometheus import PrometheusMetrics
 
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
-METRICS_READ_TIMEOUT_S = 2.0
 
 
 @dataclass(eq=False)
@@ -69,7 +67,6 @@ class OpenAIRoutes:
     engine_name: str
     model_name: str
     gate: WaitingGate
-    prometheus: PrometheusMetrics | FleetMetrics
     max_body_bytes: int
     # The tokenizer's thread, beside the engine's, and the bounds at its door.
     tokenizer: TokenizerQueue = field(default_factory=TokenizerQueue)
@@ -196,49 +193,6 @@ class OpenAIRoutes:
         self.check_model(model)
         return JSONResponse(self.model_card())
 
-    async def health(self) -> JSONResponse:
-        """200 while a request can be served; 503 with the reason whenever one could not
-        be: the engine thread has ended; a fleet has no replica serving, or
-        (disaggregated) no live prefill or no live decode engine (``fleet.unavailable()``);
-        the latest step failed (say, a tensor-parallel group broken for good; for a
-        fleet, every replica's). A fleet's body names each replica's state, so a stalled
-        or restarting one is named while the others serve ("degraded"). The error itself
-        is on /metrics, behind the key."""
-        fleet = self.loop.fleets.get(self.engine_name)
-        states = fleet.health() if fleet is not None else None
-        named = {} if states is None else {"replicas": states}
-        if not self.loop.alive:
-            return JSONResponse({"status": "engine thread stopped"}, status_code=503)
-        why = fleet.unavailable() if fleet is not None else None
-        if why is not None:
-            return JSONResponse({"status": why, **named}, status_code=503)
-        if self.loop.failing(self.engine_name):
-            names = [self.engine_name] if fleet is None else list(fleet.replicas)
-            failed = sum(self.loop.failed_steps.get(name, 0) for name in names)
-            body = {"status": "the latest step failed", "failed_steps": failed, **named}
-            return JSONResponse(body, status_code=503)
-        status = "ok" if all(s == "ok" for s in (states or {}).values()) else "degraded"
-        return JSONResponse({"status": status, "model": self.model_name, **named})
-
-    async def metrics(self, request: Request) -> Response:
-        # One engine's metrics, or each replica's of a fleet (FleetMetrics.members).
-        members = getattr(self.prometheus, "members", {self.engine_name: self.prometheus})
-        for name, prometheus in members.items():
-            # KV usage is otherwise set by steps only, so an idle engine would keep showing
-            # its last busy figure after aborts; read the pool now, in the engine thread.
-            read = self.loop.acall(lambda name=name: self.loop.engines[name].kv_snapshot())
-            try:
-                kv = await asyncio.wait_for(read, METRICS_READ_TIMEOUT_S)
-                prometheus.kv_usage.set(kv.num_used / kv.num_blocks if kv.num_blocks else 0.0)
-            except (TimeoutError, EngineStopped, ReplicaDied):
-                pass  # a stuck or ended engine thread, a dead replica: never stall the scrape
-            error = self.loop.last_error.get(name)  # viewers may scrape: shown text-free
-            prometheus.note_failures(
-                self.loop.failed_steps.get(name, 0), error and text_free(error)
-            )
-        body = self.prometheus.exposition() + _viewer_lines(request)
-        return Response(body, media_type=self.prometheus.content_type)
-
     async def unknown(self, request: Request, path: str) -> JSONResponse:
         raise APIError(
             f"no route {request.method} /v1/{path}; see /v1/models, /v1/completions, "
@@ -246,19 +200,6 @@ class OpenAIRoutes:
             status=404,
             code="unknown_url",
         )
-
-
-def _viewer_lines(request: Request) -> bytes:
-    """The browsers watching /ws and the bytes sent to them (Hub.viewer_figures), in the
-    Prometheus text format: how a teacher sees what a class costs the server."""
-    hub = getattr(request.app.state, "hub", None)
-    if hub is None:
-        return b""
-    lines = []
-    for name, value in hub.viewer_figures().items():
-        kind = "counter" if name.endswith("_total") else "gauge"
-        lines += [f"# TYPE {name} {kind}", f"{name} {value}"]
-    return ("\n".join(lines) + "\n").encode()
 
 
 async def engine_stopped(request: Request, err: Exception) -> JSONResponse:
@@ -294,9 +235,10 @@ def install_openai_routes(
     engines = engine_loop.fleets if fleet is not None else engine_loop.engines
     gate = WaitingGate(engines, engine_name, max_waiting)
     routes = OpenAIRoutes(
-        engine_loop, engine_name, model_name, gate, prometheus, max_body_bytes,
+        engine_loop, engine_name, model_name, gate, max_body_bytes,
         TokenizerQueue(max_tokenizing_chars),
     )  # fmt: skip
+    status = StatusRoutes(engine_loop, engine_name, model_name, prometheus)
     app.state.openai = routes
     for error in (APIError, Exception):
         app.add_exception_handler(error, error_handler)
@@ -313,10 +255,10 @@ def install_openai_routes(
     any_method = ["GET", "POST", "PUT", "PATCH", "DELETE"]
     v1.add_api_route("/{path:path}", routes.unknown, methods=any_method, include_in_schema=False)
     app.include_router(v1)
-    app.add_api_route("/health", routes.health, methods=["GET"])
+    app.add_api_route("/health", status.health, methods=["GET"])
     scrape = [Depends(guard.http_check(CONTROLLER, VIEWER))]
     scrape = [] if guard.metrics_public else scrape
-    app.add_api_route("/metrics", routes.metrics, methods=["GET"], dependencies=scrape)
+    app.add_api_route("/metrics", status.metrics, methods=["GET"], dependencies=scrape)
     # The API's description, for the controller only (create_app serves none of its own).
     app.add_api_route(
         "/openapi.json",
