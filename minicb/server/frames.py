@@ -27,10 +27,11 @@ What a frame keeps and what it folds:
 
 A browser that joins, or one that falls behind (its outbox full: a slow tab), gets a
 *view*: the folder's state as of the last frame (the requests held and the latest that
-ended, each with the phases its row went through, the last iterations' digests, the KV
-map) and then the frames after it. A class that opens the page between two bursts so sees
-the last burst drawn, not an empty timeline. A slow tab gets coarser pictures, never
-a broken one, and never makes the engine or another tab wait. Pure Python.
+ended, each with the phases its row went through: request_history.py; the last
+iterations' digests, the KV map) and then the frames after it. A class that opens the
+page between two bursts so sees the last burst drawn, not an empty timeline. A slow tab
+gets coarser pictures, never a broken one, and never makes the engine or another tab
+wait. Pure Python.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from typing import Any
 
 from minicb.core.events import StepEvent
 from minicb.core.scheduler.plan import DECISION_LISTS, StepPlan
+from minicb.server.request_history import RequestHistory
 from minicb.telemetry.event_json import kv_ops_copy, to_dict
 from minicb.telemetry.kv_state import KVState
 
@@ -50,15 +52,10 @@ EXACT_BLOCKS = 4096  # a pool this small is drawn block by block: digests carry 
 KV_GRID_CELLS = 2048  # at most this many cells in a large pool's folded map
 KV_GRID_EVERY = 4  # frames between two grids of a large pool (about 3 a second)
 RECENT_STEPS = 300  # digests a view carries: the charts' longest window
-VIEW_WAITING = 512  # waiting requests a view lists (the latest): a page draws no more rows
-VIEW_ENDED = 256  # ended requests a view lists (the latest): a GPU's full batch of rows
 TRANSFERS_KEPT = 14  # kv_transfer events a view carries: the page's strip lists as many
 # Phase codes, as the page's timeline numbers them (viz/model.js PHASE).
 PHASE_CODES = {"prefill": 1, "decode": 2, "padding": 3}
 NOT_SCHEDULED = -1  # a row change: this request ran no row in this iteration
-# What a request not in the batch waits as, in the page's codes: queued (0), preempted to
-# recompute (4) or swapped out (5).
-QUEUED, PREEMPTED, SWAPPED = 0, 4, 5
 # The plan's figures a digest keeps as they are.
 STEP_FIELDS = (
     "step", "batching", "block_size", "budget_used", "budget_limit", "slots_used",
@@ -92,14 +89,8 @@ class StepFolder:
         self.exact = self.kv_total <= EXACT_BLOCKS
         self.kv = kv or KVState()
         self.rows: dict[int, int] = {}  # request id -> phase code of its row last iteration
-        # request id -> what a joining page needs to draw it (arrival, prompt, and its
-        # "history": [step, page code] at each change of what its row showed, from here on)
-        self.requests: dict[int, dict[str, Any]] = {
-            r["request_id"]: {**r, "history": []} for r in info.get("requests", ())
-        }
-        self.ended: dict[int, dict[str, Any]] = {}  # the latest VIEW_ENDED, oldest first
-        # every request that ended, those before this folder began too: the page's count
-        self.ended_total = int(info.get("ended") or 0)
+        # each request's life as a page draws it, the live ones and the latest that ended
+        self.history = RequestHistory(info.get("requests", ()), int(info.get("ended") or 0))
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_STEPS)
         # The latest KV transfers into this engine (disaggregated): a page that joins after
         # a request's KV arrived still lists it between the panels.
@@ -125,7 +116,7 @@ class StepFolder:
                 if not self.exact:
                     continue  # a large pool's map travels as a grid
             else:
-                self._note(data)
+                self.history.note(data, self._last_step())
                 if kind == "kv_transfer":
                     self.transfers.append(data)
                 if kind == "tokens" and not tokens:
@@ -165,7 +156,7 @@ class StepFolder:
         changes = [[rid, code] for rid, code in rows.items() if self.rows.get(rid) != code]
         changes += [[rid, NOT_SCHEDULED] for rid in self.rows if rid not in rows]
         self.rows = rows
-        self._note_history(plan, rows, changes)
+        self.history.note_step(plan, rows, changes)
         data.update(
             useful_rows=useful, padding_rows=padding, num_tokens=tokens,
             padding_tokens=padding_tokens, prefill_tokens=prefill_tokens, generated=generated,
@@ -178,62 +169,11 @@ class StepFolder:
             data["kv_ops"] = kv_ops_copy(plan.kv_ops)
         self.recent.append(data)
         for d in plan.finished:
-            self._end(d.request_id, plan.step)
+            self.history.end(d.request_id, plan.step)
         return data
-
-    def _note_history(self, plan: StepPlan, rows: dict[int, int], changes: list[list[int]]) -> None:
-        """What each request this step touched shows now (its row's phase, or what it waits
-        as), noted where that changed: the page's cells of that request, a few numbers for
-        its whole life, written at the cost of what the step changed. What it waits as is
-        decided in the step that takes it out of the batch and holds until it runs again, so
-        only this step's decisions are needed."""
-        waits = {d.request_id: QUEUED for d in (*plan.admitted, *plan.swapped_in)}
-        waits |= {d.request_id: SWAPPED for d in plan.swapped_out}
-        waits |= {d.request_id: SWAPPED if d.mode == "swap" else PREEMPTED for d in plan.preempted}
-        for rid in {rid for rid, _ in changes} | waits.keys():
-            record = self.requests.get(rid)
-            if record is None:
-                continue
-            code = rows.get(rid) or waits.get(rid, QUEUED)
-            history = record["history"]
-            if (history[-1][1] if history else QUEUED) != code:
-                history.append([plan.step, code])
-
-    def _end(self, rid: int, step: int, reason: str | None = None) -> None:
-        """A request left the engine at ``step``: it moves to the latest ended."""
-        record = self.requests.pop(rid, None)
-        if record is None:
-            return
-        self.ended_total += 1
-        self.ended[rid] = record | {"end_step": step, "finish_reason": reason}
-        if len(self.ended) > VIEW_ENDED:
-            del self.ended[next(iter(self.ended))]
 
     def _last_step(self) -> int:
         return self.recent[-1]["step"] if self.recent else int(self.info.get("step") or 0)
-
-    def _note(self, data: dict[str, Any]) -> None:
-        """Keep what a joining page needs of each live request."""
-        rid, kind = data.get("request_id"), data["type"]
-        if kind == "arrived":
-            self.requests[rid] = {
-                "request_id": rid,
-                "arrival": data["time"],
-                "prompt": data["prompt"],
-                "num_prompt_tokens": data["num_prompt_tokens"],
-                "max_tokens": data["max_tokens"],
-                "first_token_time": None,
-                "start_step": self._last_step() + 1,  # the first it could run in
-                "history": [],
-            }
-        elif kind == "first_token" and rid in self.requests:
-            self.requests[rid].update(first_token_time=data["time"], first_token_step=data["step"])
-        elif kind == "finished":  # after its step, which ended it: the reason is added here
-            self._end(rid, data["step"])
-            if rid in self.ended:
-                self.ended[rid]["finish_reason"] = data["finish_reason"]
-        elif kind == "aborted":
-            self._end(rid, self._last_step(), "abort")
 
     # ---- what a joining page gets ------------------------------------------------------------
     def view(self) -> dict[str, Any]:
@@ -242,17 +182,9 @@ class StepFolder:
         ``finish_reason``), each with its ``history``, in the order they came; how many
         ended in all (``ended_total``); the recent digests, the latest KV transfers into it,
         and its KV map (exact or folded)."""
-        # Those in the batch, the latest that wait and the latest that ended: ten thousand
-        # queued requests would make a view of megabytes, and a page shows a few hundred rows.
-        requests = [
-            {**r, "row": self.rows[rid]} for rid, r in self.requests.items() if rid in self.rows
-        ]
-        waiting = [r for rid, r in self.requests.items() if rid not in self.rows]
-        requests += [{**r, "row": None} for r in waiting[-VIEW_WAITING:]]
-        requests += [{**r, "row": None} for r in self.ended.values()]
-        requests.sort(key=lambda r: r["request_id"])  # ids are given in order of arrival
-        view = {**self.info, "requests": requests, "recent": list(self.recent)}
-        view["ended_total"] = self.ended_total
+        view = {**self.info, "requests": self.history.listed(self.rows)}
+        view["recent"] = list(self.recent)
+        view["ended_total"] = self.history.ended_total
         view["transfers"] = list(self.transfers)
         if self.exact:
             view["kv"] = {

@@ -1,4 +1,5 @@
-"""A page that joins late draws what an early one drew (server/frames.py's view).
+"""A page that joins late draws what an early one drew (server/frames.py's view, with the
+requests server/request_history.py keeps).
 
 A class opens the page at different moments; one who opens it between two bursts must see
 the last burst, not an empty timeline. So a view carries the latest requests that ended,
@@ -12,7 +13,7 @@ what the engine's own step events say it did, step by step. No model, no browser
 from __future__ import annotations
 
 from minicb import SamplingParams
-from minicb.server import frames
+from minicb.server import request_history
 from minicb.server.frames import StepFolder
 from minicb.telemetry.kv_state import KVState
 from tests.helpers import fake_engine
@@ -103,7 +104,7 @@ def test_a_view_of_a_running_engine_draws_its_held_requests_as_far_back_as_its_s
 
 
 def test_a_view_keeps_the_latest_ended_and_counts_them_all(monkeypatch):
-    monkeypatch.setattr(frames, "VIEW_ENDED", 3)
+    monkeypatch.setattr(request_history, "VIEW_ENDED", 3)
     engine = fake_engine(num_kv_blocks=64, block_size=4, max_num_seqs=4)
 
     def feed(engine):
