@@ -1,9 +1,9 @@
 """KV reservation: how many tokens of KV cache a request is given when it is admitted.
 
-The continuous scheduler asks the block manager, at admission, for room for
-``reservation(...)`` tokens at once, and later only for what a request outgrows:
+The core's admission size (minicb/core/scheduler/hooks.py) is ``paged`` (vLLM): nothing
+ahead; blocks come one at a time as tokens are written. The baselines here take more at
+once, and later only what a request outgrows:
 
-- ``paged`` (vLLM): nothing ahead; blocks come one at a time as tokens are written.
 - ``max`` (Orca Max, or any contiguous-cache engine): prompt + ``max_tokens``, the worst
   case, since the output length is unknown when the request arrives.
 - ``pow2`` (Orca Pow2 in the vLLM paper): prompt + the real output length rounded up to a
@@ -14,14 +14,13 @@ The "real output length" is the request's hint, ``expected_output_tokens`` (give
 ``LLMEngine.add_request``; ``max_tokens`` when absent). Nothing checks the hint: a request
 that outgrows its reservation grows paged, a block at a time, like any other, and the
 plan says so. A reservation never exceeds prompt + ``max_tokens`` nor the model's context.
-Pure Python.
+Each mode is registered at the hook by this package's ``__init__``. Pure Python.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from minicb.core.config import KV_RESERVATIONS
 from minicb.core.request import Request
 from minicb.core.scheduler.block_manager import blocks_needed
 
@@ -39,10 +38,16 @@ class Reservation:
     def num_tokens(self) -> int:
         return self.prompt + self.output
 
-    def words(self, block_size: int) -> str:
-        """'reserves 40 blocks for 512 + 128 tokens (max)'."""
+    def reason(self, block_size: int, num_tokens: int) -> str:
+        """The admission reason's words: "; reserves 9 blocks for 40 + 100 tokens (max)"; a
+        recompute that already holds ``num_tokens`` may be past it."""
+        if self.num_tokens < num_tokens:
+            return (
+                f"; already past its reservation of {self.prompt} + {self.output} "
+                f"tokens ({self.why}), it grows paged"
+            )
         blocks = blocks_needed(self.num_tokens, block_size)
-        return f"reserves {blocks} blocks for {self.prompt} + {self.output} tokens ({self.why})"
+        return f"; reserves {blocks} blocks for {self.prompt} + {self.output} tokens ({self.why})"
 
 
 def expected_output(req: Request) -> int:
@@ -51,22 +56,29 @@ def expected_output(req: Request) -> int:
     return req.params.max_tokens if hint is None else hint
 
 
-def reservation(mode: str, req: Request, max_model_len: int) -> Reservation | None:
-    """The reservation ``mode`` makes for ``req`` at admission; None for ``paged``."""
-    if mode == "paged":
-        return None
-    expected = expected_output(req)
-    if mode == "max":
-        output, why = req.params.max_tokens, "max"
-    elif mode == "pow2":
-        output = 1 << (expected - 1).bit_length()  # smallest power of two >= expected
-        why = f"pow2: {expected} expected, rounded up"
-    elif mode == "oracle":
-        output, why = expected, "oracle: the expected output length"
-    else:
-        choices = ", ".join(KV_RESERVATIONS)
-        raise ValueError(f"unknown kv_reservation {mode!r}; choose one of {choices}")
-    # Never more than the request could ever hold.
-    prompt = req.num_prompt_tokens
-    output = min(output, req.params.max_tokens, max_model_len - prompt)
-    return Reservation(mode, prompt, output, why)
+class ReservationMode:
+    """An admission size that reserves prompt + an output length chosen by ``mode``."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+
+    def reserve(self, req: Request, max_model_len: int) -> Reservation:
+        expected = expected_output(req)
+        if self.mode == "max":
+            output, why = req.params.max_tokens, "max"
+        elif self.mode == "pow2":
+            output = 1 << (expected - 1).bit_length()  # smallest power of two >= expected
+            why = f"pow2: {expected} expected, rounded up"
+        else:
+            output, why = expected, "oracle: the expected output length"
+        # Never more than the request could ever hold.
+        prompt = req.num_prompt_tokens
+        output = min(output, req.params.max_tokens, max_model_len - prompt)
+        return Reservation(self.mode, prompt, output, why)
+
+    def outgrew(self, req: Request, num_blocks: int) -> str:
+        # A reservation covers every token a request can hold unless its hint was short.
+        return (
+            f"request {req.request_id} outgrew its {self.mode} reservation "
+            f"(expected_output_tokens was too small): {num_blocks} more block(s), paged"
+        )

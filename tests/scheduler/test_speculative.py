@@ -13,7 +13,8 @@ from minicb.core.config import EngineConfig
 from minicb.core.engine import LLMEngine
 from minicb.core.runner.fake import FakeRunner
 from minicb.engine_options import add_engine_options, engine_kwargs
-from minicb.speculation.ngram import NgramProposer, accept_greedy
+from minicb.speculation.drafter import DraftRequest, accept_greedy
+from minicb.speculation.ngram import NgramProposer
 from tests.helpers import fake_engine
 
 
@@ -37,19 +38,29 @@ def test_ngram_proposes_what_followed_the_longest_recent_match():
     p = NgramProposer(1, 3)
     #           0  1  2  3  4  5  6  7  8  9
     tokens = [1, 2, 3, 9, 2, 3, 8, 7, 2, 3]
-    draft = p.propose(tokens, 4)
+    draft = p.lookup(tokens, 4)
     # suffix [2, 3] occurs at 1..2 and 4..5; [9, 2, 3] / [8? ...] no 3-gram: the latest 2-gram
     assert draft.ngram == [2, 3] and draft.position == 4 and draft.tokens == [8, 7, 2, 3]
-    assert p.propose(tokens, 2).tokens == [8, 7]
+    assert p.lookup(tokens, 2).tokens == [8, 7]
     longer = [5, 6, 7, 1, 6, 7, 2, 5, 6, 7]  # [5, 6, 7] at 0 beats the later [6, 7] at 4
-    assert p.propose(longer, 3).tokens == [1, 6, 7] and p.propose(longer, 3).position == 0
+    assert p.lookup(longer, 3).tokens == [1, 6, 7] and p.lookup(longer, 3).position == 0
 
 
 def test_ngram_finds_nothing_below_its_minimum():
-    assert NgramProposer(1, 4).propose([1, 2, 3, 4], 4) is None  # 4 never occurred before
-    assert NgramProposer(2, 4).propose([1, 2, 9, 2], 4) is None  # only a 1-gram matches
-    assert NgramProposer(2, 4).propose([1, 2, 9, 1, 2], 4).tokens == [9, 1, 2]
-    assert NgramProposer(1, 4).propose([3, 3], 0) is None
+    assert NgramProposer(1, 4).lookup([1, 2, 3, 4], 4) is None  # 4 never occurred before
+    assert NgramProposer(2, 4).lookup([1, 2, 9, 2], 4) is None  # only a 1-gram matches
+    assert NgramProposer(2, 4).lookup([1, 2, 9, 1, 2], 4).tokens == [9, 1, 2]
+    assert NgramProposer(1, 4).lookup([3, 3], 0) is None
+
+
+def test_the_proposer_answers_every_row_it_is_asked_in_order():
+    rows = [
+        DraftRequest(0, [1, 2, 3, 9, 2, 3, 8, 7, 2, 3], 2),
+        DraftRequest(1, [1, 2, 3, 4], 4),  # nothing occurred before
+        DraftRequest(2, [5, 6, 7, 1, 6, 7, 2, 5, 6, 7], 3),
+    ]
+    drafts = NgramProposer(1, 3).propose(rows)
+    assert [d and d.tokens for d in drafts] == [[8, 7], None, [1, 6, 7]]
 
 
 @pytest.mark.parametrize(

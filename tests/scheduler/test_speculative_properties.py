@@ -26,7 +26,7 @@ from minicb import SamplingParams
 from minicb.core.runner.fake import FAKE_STOP_TOKEN
 from minicb.core.scheduler import RequestRejected
 from minicb.core.scheduler.block_manager import blocks_needed
-from minicb.speculation.ngram import Draft
+from minicb.speculation.drafter import Draft
 from tests.helpers import ShadowKV, fake_engine
 
 ALPHABET = [3, 4, 5]  # the fake model's tokens; the proposer also guesses FAKE_STOP_TOKEN
@@ -42,7 +42,10 @@ class RandomProposer:
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
 
-    def propose(self, token_ids, max_tokens):
+    def propose(self, rows):
+        return [self._guess(row.token_ids, row.max_tokens) for row in rows]
+
+    def _guess(self, token_ids, max_tokens):
         if self.rng.random() < 0.2:
             return None
         n = self.rng.randint(1, max_tokens)

@@ -23,6 +23,7 @@ from operator import attrgetter
 from minicb.core.config import EngineConfig
 from minicb.core.request import Request, RequestStatus
 from minicb.core.scheduler.block_manager import BlockManager, blocks_needed
+from minicb.core.scheduler.hooks import make_drafter
 from minicb.core.scheduler.interruptions import Interruptions
 from minicb.core.scheduler.plan import (
     DECODE,
@@ -32,7 +33,6 @@ from minicb.core.scheduler.plan import (
     ScheduledRequest,
     StepPlan,
 )
-from minicb.speculation import ngram as speculative
 
 # A policy is the order of a queue at a step: given the step, the key that sorts requests.
 # FCFS's key never changes and is read in C (an attrgetter): a queue of thousands is sorted
@@ -90,8 +90,9 @@ class SchedulerBase(Interruptions):
             num_kv_blocks, config.block_size, num_swap, caching, config.kv_offload_blocks
         )
         self.policy = get_policy(config.policy, config.aging_steps)
-        # None when speculation is off; else it adds drafts to the decode rows of a plan.
-        self.drafter = speculative.make_drafter(config, self.blocks, max_model_len)
+        # None when speculation is off; else it adds drafts to the decode rows of a plan
+        # and says which were kept (the hooks of seam 1, hooks.py).
+        self.drafter = make_drafter(config, self.blocks, max_model_len)
         self.requests: dict[int, Request] = {}
         self.waiting: list[Request] = []
         self.running: list[Request] = []
@@ -165,10 +166,10 @@ class SchedulerBase(Interruptions):
     ) -> list[Request]:
         """Advance computed counts, append sampled tokens; return requests that got one.
 
-        A row that verified drafts gets the tokens greedy acceptance keeps, appended one at
-        a time: ``on_token(req)`` is called after each, and True (the request stopped) ends
-        that row's tokens there. Rejected drafts are dropped from the computed tokens, and
-        the blocks allocated only for them go back to the pool."""
+        A row that verified drafts gets the tokens the drafter accepts, appended one at a
+        time: ``on_token(req)`` is called after each, and True (the request stopped) ends
+        that row's tokens there. Rejected drafts are dropped from the computed tokens; the
+        drafter settles the rest (its counts, the blocks only rejected drafts needed)."""
         got_token = []
         for row in plan.scheduled:
             if row.phase == PADDING:
@@ -194,21 +195,17 @@ class SchedulerBase(Interruptions):
                 req.request_id, req.num_computed_tokens, req.token_slice, req.params.cache_salt
             )
             if row.num_draft_tokens:
-                row.num_accepted_tokens = kept - 1
-                req.metrics.num_draft_tokens += row.num_draft_tokens
-                req.metrics.num_accepted_tokens += kept - 1
-                self.drafter.roll_back(req)
+                self.drafter.settle(row, req, kept)
             got_token.append(req)
         return got_token
 
-    @staticmethod
-    def _accepted(row: ScheduledRequest, sampled: int | list[int]) -> list[int]:
-        """The new tokens of a sampling row: one, or what greedy acceptance keeps of its drafts
+    def _accepted(self, row: ScheduledRequest, sampled: int | list[int]) -> list[int]:
+        """The new tokens of a sampling row: one, or what the drafter accepts of its drafts
         (a runner that did not verify them gives one token: no draft is accepted)."""
         verified = sampled if isinstance(sampled, list) else [sampled]
         if not row.num_draft_tokens:
             return verified[:1]
-        return speculative.accept_greedy(row.token_ids[-row.num_draft_tokens :], verified)
+        return self.drafter.accept(row, verified)
 
     def finish(self, req: Request, status: RequestStatus) -> None:
         """Mark a request stopped. It leaves the batch at ``retire()``."""

@@ -11,12 +11,14 @@ Order of business each iteration, under a token budget and a slot limit:
 3. waiting requests are admitted in policy order (``admission_order``, a subclass's seam)
    while slots, budget and blocks last;
    with prefix caching, the blocks a prompt begins with are looked up first, and only the
-   tokens after them are scheduled and charged to the budget. With a ``kv_reservation``
-   other than ``paged``, admission takes the request's whole reservation at once
-   (reservation.py); a request that outgrows it grows paged, and the plan says so;
-4. with speculative decoding on, greedy decode rows take drafts last, from what is left
-   of the budget and of the unkeyed free blocks, so a draft never delays, preempts or
-   evicts anyone (and there are none in an iteration that preempted).
+   tokens after them are scheduled and charged to the budget. The admission size
+   (``kv_reservation``, a hook: hooks.py) may set more aside at once than the step
+   writes (the reservation baselines, minicb/reservation/); a request that outgrows it
+   grows paged, and the plan says so; ``paged`` itself sets nothing aside;
+4. with speculative decoding on, the drafter hook (hooks.py) gives greedy decode rows
+   drafts last, from what is left of the budget and of the unkeyed free blocks, so a
+   draft never delays, preempts or evicts anyone (and there are none in an iteration that
+   preempted).
 
 With chunked prefill off, an iteration that can admit waiting prompts runs them whole
 and alone ("prefill first", as early vLLM did; Orca's selective batching already mixed
@@ -27,10 +29,11 @@ from __future__ import annotations
 
 from collections import deque
 
+from minicb.core.config import EngineConfig
 from minicb.core.request import Request, RequestStatus
 from minicb.core.scheduler.base import SchedulerBase
+from minicb.core.scheduler.hooks import make_admission_size
 from minicb.core.scheduler.plan import Decision, StepPlan
-from minicb.reservation.modes import Reservation, reservation
 
 MAX_NAMED_HOLDERS = 3  # a reason names this many holders of a cached prefix, then counts
 
@@ -38,6 +41,17 @@ MAX_NAMED_HOLDERS = 3  # a reason names this many holders of a cached prefix, th
 class ContinuousScheduler(SchedulerBase):
     mode = "continuous"
     shares_prefixes = True
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        num_kv_blocks: int,
+        max_model_len: int,
+        num_swap_blocks: int | None = None,
+    ) -> None:
+        super().__init__(config, num_kv_blocks, max_model_len, num_swap_blocks)
+        # How much KV an admission takes at once (paged: what the step writes, no more).
+        self.admission_size = make_admission_size(config)
 
     def _fill(self, plan: StepPlan) -> None:
         budget = self.config.max_num_batched_tokens
@@ -54,7 +68,7 @@ class ContinuousScheduler(SchedulerBase):
         if self.config.enable_chunked_prefill:
             budget = self._admit(plan, budget, chunked=True)
         if self.drafter is not None:  # last: drafts spend only what nobody else needs
-            self.drafter.add_drafts(plan, self.requests, budget)
+            self.drafter.draft(plan, self.requests, budget)
 
     # ---- 1. running requests -----------------------------------------------------------
     def _schedule_running(self, plan: StepPlan, budget: int) -> int:
@@ -77,8 +91,8 @@ class ContinuousScheduler(SchedulerBase):
                     break
                 queue = deque(p for p in queue if p[0] is not victim)
             else:
-                if added and self.config.kv_reservation != "paged":
-                    plan.notes.append(self._outgrew(req, len(added)))
+                if added and (note := self.admission_size.outgrew(req, len(added))):
+                    plan.notes.append(note)
                 plan.scheduled.append(self._row(req, n))
                 budget -= n
         if waited:
@@ -87,13 +101,6 @@ class ContinuousScheduler(SchedulerBase):
                 f"{self.config.max_num_batched_tokens} is spent"
             )
         return budget
-
-    def _outgrew(self, req: Request, num_blocks: int) -> str:
-        # A reservation covers every token a request can hold unless its hint was short.
-        return (
-            f"request {req.request_id} outgrew its {self.config.kv_reservation} reservation "
-            f"(expected_output_tokens was too small): {num_blocks} more block(s), paged"
-        )
 
     def _rank(self, req: Request) -> tuple:
         return self.policy(self.step_count)(req)
@@ -197,7 +204,7 @@ class ContinuousScheduler(SchedulerBase):
                 )
                 break
             found = self._found_in_cache(req, hits)  # before the hits change hands
-            reserve = reservation(self.config.kv_reservation, req, self.max_model_len)
+            reserve = self.admission_size.reserve(req, self.max_model_len)
             room = max(cached + n, reserve.num_tokens if reserve else 0)
             if self.blocks.allocate_slots(req.request_id, room, hits) is None:
                 plan.notes.append(
@@ -213,7 +220,9 @@ class ContinuousScheduler(SchedulerBase):
             if req.output_token_ids:
                 what += " (recompute after preemption)"
             why = f"admitted: {what} fits the remaining budget of {budget}"
-            why += self._reserved(reserve, cached + n) + found
+            if reserve is not None:
+                why += reserve.reason(self.config.block_size, cached + n)
+            why += found
             plan.admitted.append(Decision(req.request_id, why, num_cached_tokens=cached))
             if self.blocks.enable_caching:
                 plan.prefix_query_tokens += req.num_tokens
@@ -223,18 +232,6 @@ class ContinuousScheduler(SchedulerBase):
             plan.scheduled.append(self._row(req, n))
             budget -= n
         return budget
-
-    def _reserved(self, reserve: Reservation | None, num_tokens: int) -> str:
-        """The reason's words for a reservation: "; reserves 9 blocks for 40 + 100 tokens
-        (max)" ("" when paged); a recompute may already be past it."""
-        if reserve is None:
-            return ""
-        if reserve.num_tokens < num_tokens:
-            return (
-                f"; already past its reservation of {reserve.prompt} + {reserve.output} "
-                f"tokens ({reserve.why}), it grows paged"
-            )
-        return "; " + reserve.words(self.config.block_size)
 
     def _holders(self, block: int, position: int) -> str:
         """Who holds a cached prefix block: "request 7", "requests 3, 5, 7 and 12 more". A

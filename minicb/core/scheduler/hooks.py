@@ -1,0 +1,133 @@
+"""Scheduler hooks (seam 1): where an optional feature changes what the scheduler decides.
+
+The scheduler's own course (running requests, swap-ins, admissions, then ``update`` with
+the sampled tokens) is the same whatever features are on. A feature changes it at three
+named moments, and only there:
+
+- **after schedule**, a ``Drafter`` may lengthen decode rows with guessed tokens (speculative
+  decoding), out of the budget and blocks nobody else needs;
+- **before update**, the same ``Drafter`` says which of a drafted row's sampled tokens are
+  kept (acceptance), and after them gives back what only rejected guesses held;
+- **at admission**, an ``AdmissionSize`` says how much KV a request is given at once. The
+  core's own is ``paged`` (nothing ahead: blocks come as tokens are written); the
+  reservation baselines (max, pow2, oracle) are a feature.
+
+Each hook is found by name, from the config's field (``speculative``,
+``kv_reservation``), in a registry below. The core registers only ``paged``; a feature's
+package registers its own when it is imported (``minicb/speculation/__init__.py``,
+``minicb/reservation/__init__.py``), and ``import minicb.features`` imports them all
+(``import minicb`` does it). A name the config accepts but nobody registered raises
+``FeatureNotLoaded``, which says so. Pure Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from minicb.core.config import EngineConfig
+    from minicb.core.request import Request
+    from minicb.core.scheduler.block_manager import BlockManager
+    from minicb.core.scheduler.plan import ScheduledRequest, StepPlan
+
+
+class Drafter(Protocol):
+    """Speculative decoding's hooks: guesses added after schedule, kept or dropped before
+    update. A drafted row feeds its guesses after its last token (``num_draft_tokens`` of
+    them) and gets a sampled token back at each of its positions."""
+
+    def draft(self, plan: StepPlan, requests: dict[int, Request], budget: int) -> None:
+        """After schedule: lengthen decode rows of ``plan`` by guesses, out of ``budget``
+        (the tokens nobody else needs) and free blocks, never preempting or evicting."""
+        ...
+
+    def accept(self, row: ScheduledRequest, sampled: list[int]) -> list[int]:
+        """Before update: the tokens a drafted row yields, from the tokens sampled at its
+        positions (one or more: the last one the model chose after the kept guesses)."""
+        ...
+
+    def settle(self, row: ScheduledRequest, req: Request, kept: int) -> None:
+        """After update: ``kept`` of the row's tokens became output (a stop may cut them
+        short of what ``accept`` gave); count them, and give back the blocks taken only
+        for guesses that were dropped."""
+        ...
+
+
+class Reservation(Protocol):
+    """KV set aside for a request at its admission, beyond what the step writes."""
+
+    @property
+    def mode(self) -> str:
+        """Its name, as the config says it: "max"."""
+        ...
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens of KV the request holds from its admission on."""
+        ...
+
+    def reason(self, block_size: int, num_tokens: int) -> str:
+        """Words added to the admission's reason, e.g. "; reserves 9 blocks for 40 + 100
+        tokens (max)"; ``num_tokens``: what the admitted request holds (a recompute may be
+        past its reservation already)."""
+        ...
+
+
+class AdmissionSize(Protocol):
+    """How much KV an admission takes at once, and what to say when a request outgrows it."""
+
+    def reserve(self, req: Request, max_model_len: int) -> Reservation | None:
+        """What ``req`` is given at admission beyond its scheduled tokens (None: nothing)."""
+        ...
+
+    def outgrew(self, req: Request, num_blocks: int) -> str | None:
+        """A note when a running request needs ``num_blocks`` more blocks (None: no news)."""
+        ...
+
+
+class Paged:
+    """The core's admission size (vLLM's): nothing ahead, blocks one at a time as tokens
+    are written, so growing is the normal course and worth no note."""
+
+    def reserve(self, req: Request, max_model_len: int) -> None:
+        return None
+
+    def outgrew(self, req: Request, num_blocks: int) -> None:
+        return None
+
+
+class FeatureNotLoaded(LookupError):
+    """A config names a feature whose package was never imported, so it never registered."""
+
+
+T = TypeVar("T")
+DrafterFactory = Callable[["EngineConfig", "BlockManager", int], Drafter]
+
+# Registries: the config's word -> what builds the hook. Features add to them on import.
+DRAFTERS: dict[str, DrafterFactory] = {}  # by EngineConfig.speculative ("off": none)
+ADMISSION_SIZES: dict[str, Callable[[], AdmissionSize]] = {"paged": Paged}
+
+
+def make_drafter(config: EngineConfig, blocks: BlockManager, max_model_len: int) -> Drafter | None:
+    """The drafter ``config.speculative`` names, or None when speculation is off."""
+    if config.speculative == "off":
+        return None
+    factory = registered(DRAFTERS, "speculative", config.speculative)
+    return factory(config, blocks, max_model_len)
+
+
+def make_admission_size(config: EngineConfig) -> AdmissionSize:
+    """The admission size ``config.kv_reservation`` names."""
+    return registered(ADMISSION_SIZES, "kv_reservation", config.kv_reservation)()
+
+
+def registered(registry: dict[str, T], setting: str, name: str) -> T:
+    """``registry[name]``, or an error that says which import registers it."""
+    try:
+        return registry[name]
+    except KeyError:
+        raise FeatureNotLoaded(
+            f"{setting}={name!r} is an optional feature that is not loaded: "
+            f"import minicb.features first (import minicb does it)"
+        ) from None

@@ -1,0 +1,202 @@
+"""Speculative decoding's scheduler hooks: drafts added to a plan, acceptance, rollback.
+
+A decode row normally brings one token (the last one generated) and gets one new token back.
+With a draft of ``d`` guessed tokens it brings ``1 + d``, the runner samples at every one of
+those positions in the same ragged forward pass as everyone else's work (a query of
+``1 + d`` tokens at the end of the context: the chunked-prefill attention path), and greedy
+acceptance keeps the longest prefix of the draft that equals the model's own greedy choices,
+plus the model's token after it (the "bonus"): between 1 and ``1 + d`` tokens per step, and
+exactly the tokens the model would have produced one step at a time.
+
+``Drafter`` is the core's ``Drafter`` hook (minicb/core/scheduler/hooks.py). Who guesses is
+a ``Proposer``: it gets every row to draft for at once (a draft model runs them as one
+batch) and returns up to each row's ``max_tokens`` guesses. The n-gram proposer is in
+ngram.py. Only greedy requests draft: for a request that samples, drafts would need
+rejection sampling to keep its distribution exact, and its seeded tokens reproducible;
+minicb gives it none. Pure Python, no torch: the scheduler calls it while it builds the
+StepPlan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from minicb.core.scheduler.block_manager import BlockManager, blocks_needed
+from minicb.core.scheduler.plan import DECODE, Decision, ScheduledRequest, StepPlan
+
+if TYPE_CHECKING:
+    from minicb.core.request import Request
+
+
+@dataclass(frozen=True)
+class DraftRequest:
+    """A row to draft for: the request's tokens so far and how many guesses fit."""
+
+    request_id: int
+    token_ids: Sequence[int]  # prompt + output so far
+    max_tokens: int  # at least 1
+
+
+@dataclass(frozen=True)
+class Draft:
+    """Guessed next tokens of one request, and where the guess came from."""
+
+    tokens: list[int]  # the proposed continuation, at most the max_tokens asked for
+    ngram: list[int]  # the suffix that was matched (empty for a proposer without one)
+    position: int  # where that suffix appeared before, as an index into the request's tokens
+
+
+class Proposer(Protocol):
+    def propose(self, rows: Sequence[DraftRequest]) -> list[Draft | None]:
+        """For each row, in order, up to ``row.max_tokens`` guesses of what follows
+        ``row.token_ids``, or None when there is no guess worth checking."""
+        ...
+
+
+def accept_greedy(draft: Sequence[int], verified: Sequence[int]) -> list[int]:
+    """The tokens a verified row yields: ``verified[i]`` is the model's greedy token after
+    the row's ``i``-th input (``i = 0``: after the last real token; ``i > 0``: after draft
+    token ``i - 1``). Keep the model's tokens while the draft agreed with them, then the
+    first one where it did not (or the bonus token after a fully accepted draft)."""
+    m = 0
+    while m < len(draft) and m + 1 < len(verified) and draft[m] == verified[m]:
+        m += 1
+    return list(verified[: m + 1])
+
+
+def draft_reason(draft: Draft, num_drafted: int, slots: int, limit: str | None) -> str:
+    """Why a decode row drafts what it does, e.g. "drafts 3 tokens: the n-gram of 2 tokens
+    appeared at position 12". ``slots``: what the free KV blocks hold for drafts; ``limit``:
+    the words for the limit that cut the lookup short, if one did. The n-gram is told by
+    its length, never its tokens: a reason reaches pages that may not read the request's
+    text (minicb.server.redaction)."""
+    size = len(draft.ngram)
+    found = (
+        f"the n-gram of {size} token{'s' if size != 1 else ''} appeared at position "
+        f"{draft.position}"
+    )
+    if num_drafted == 0:
+        return f"drafts nothing: {found}, but no free KV block is left for drafts"
+    words = f"drafts {num_drafted} token{'s' if num_drafted > 1 else ''}: {found}"
+    if num_drafted < len(draft.tokens):
+        return words + f"; trimmed from {len(draft.tokens)}: the free KV blocks hold {slots} more"
+    return words + (f"; {limit}" if limit else "")
+
+
+@dataclass
+class _Ask:
+    """One row's question to the proposer, and what bounds its answer."""
+
+    row: ScheduledRequest
+    limits: dict[str, int]  # each limit's words -> the draft tokens it leaves room for
+    guessing: bool  # the last token is an overlap placeholder: the proposer guesses it too
+    request: DraftRequest  # what the proposer is asked
+
+
+class Drafter:
+    """Adds drafts to a plan's greedy decode rows, within what nobody else needs: the
+    scheduler calls it last, with the budget that running requests, swap-ins and admissions
+    left over."""
+
+    def __init__(
+        self,
+        proposer: Proposer,
+        num_tokens: int,
+        blocks: BlockManager,
+        max_model_len: int,
+    ) -> None:
+        self.proposer, self.num_tokens, self.blocks = proposer, num_tokens, blocks
+        self.max_model_len = max_model_len
+        self.held: dict[int, int] = {}  # request id -> blocks it held before this step's draft
+
+    def draft(self, plan: StepPlan, requests: dict[int, Request], budget: int) -> None:
+        """Lengthen each greedy decode row by its draft, out of what is left of the token
+        budget and of the unkeyed free blocks, so that a draft never preempts, evicts or
+        delays anyone. The proposer is asked once, for every row, each within the whole
+        budget; the drafts then take the budget in the plan's order, and one that the rows
+        before it left less room is trimmed (so a row that drafts nothing leaves its share
+        to the next)."""
+        self.held.clear()
+        if budget == 0:
+            return
+        asks: list[_Ask] = []
+        for row in plan.scheduled:
+            req = requests[row.request_id]
+            if row.phase == DECODE and req.params.greedy:
+                ask = self._ask(row, req, budget)
+                if ask.request.max_tokens > ask.guessing:  # room for one draft token at least
+                    asks.append(ask)
+        if not asks:
+            return
+        drafts = self.proposer.propose([ask.request for ask in asks])
+        for ask, draft in zip(asks, drafts, strict=True):
+            if budget == 0:
+                break
+            if draft is not None and ask.guessing:
+                draft = Draft(draft.tokens[1:], draft.ngram, draft.position)
+            if draft is not None and draft.tokens:
+                budget -= self._fit(plan, ask, draft, budget)
+
+    def _ask(self, row: ScheduledRequest, req: Request, budget: int) -> _Ask:
+        limits = {
+            "the token budget": budget,
+            "max_tokens": req.params.max_tokens - len(req.output_token_ids) - 1,
+            "the context": self.max_model_len - req.num_tokens - 1,
+        }
+        room = min(self.num_tokens, *limits.values())
+        # Overlap scheduling (minicb/overlap/bookkeeping.py): the last token may still be a
+        # placeholder (negative: never a token id), computed by the plan in flight. The
+        # lookup then ends at the token before it and proposes one more, whose first token
+        # guesses the placeholder (never fed: the real token is) and the rest are the draft.
+        # A wrong guess costs rejected drafts, never a wrong token: acceptance checks every
+        # draft against the model's own choice after the real token.
+        tokens = req.all_token_ids
+        guessing = tokens[-1] < 0
+        request = DraftRequest(req.request_id, tokens[:-1] if guessing else tokens, room + guessing)
+        return _Ask(row, limits, guessing, request)
+
+    def _fit(self, plan: StepPlan, ask: _Ask, draft: Draft, budget: int) -> int:
+        """Give one row as much of its draft as ``budget`` and the free blocks hold, say
+        why, and return the tokens added."""
+        ask.limits["the token budget"] = budget  # what the rows before it left
+        room = min(self.num_tokens, *ask.limits.values())
+        draft = Draft(draft.tokens[:room], draft.ngram, draft.position)
+        rid, row = ask.request.request_id, ask.row
+        slots = self.blocks.spare_slots(rid, row.context_len)
+        d = min(len(draft.tokens), slots)
+        if d:
+            self.held[rid] = len(self.blocks.block_table(rid))
+            self.blocks.allocate_slots(rid, row.context_len + d)
+            extend_row(row, draft.tokens[:d], self.blocks.block_table(rid))
+        limit = None
+        if room < self.num_tokens and len(draft.tokens) == room:
+            binding = next(k for k, v in ask.limits.items() if v == room)
+            limit = f"{binding} leaves room for {room}"
+        plan.drafted.append(Decision(rid, draft_reason(draft, d, slots, limit)))
+        return d
+
+    def accept(self, row: ScheduledRequest, sampled: list[int]) -> list[int]:
+        return accept_greedy(row.token_ids[-row.num_draft_tokens :], sampled)
+
+    def settle(self, row: ScheduledRequest, req: Request, kept: int) -> None:
+        """Count the guesses kept, then give back the blocks taken only for guesses the
+        model rejected, keeping what the request's tokens need and what it held before (a
+        reservation made at admission stays whole)."""
+        row.num_accepted_tokens = kept - 1
+        req.metrics.num_draft_tokens += row.num_draft_tokens
+        req.metrics.num_accepted_tokens += kept - 1
+        need = blocks_needed(req.num_tokens, self.blocks.block_size)
+        self.blocks.trim(req.request_id, max(need, self.held.pop(req.request_id, 0)))
+
+
+def extend_row(row: ScheduledRequest, draft: list[int], block_table: list[int]) -> None:
+    """A decode row that also feeds ``draft``: a query of 1 + d tokens at the end of the
+    context, sampled at every position."""
+    row.num_tokens += len(draft)
+    row.context_len += len(draft)
+    row.num_draft_tokens = len(draft)
+    row.token_ids = row.token_ids + draft
+    row.block_table = list(block_table)
+    row.num_blocks = len(block_table)
