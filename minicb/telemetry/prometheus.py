@@ -7,9 +7,11 @@ CollectorRegistry (never the global one, so two engines, or two tests, do not cl
 ``vllm:`` metrics with a ``minicb:`` prefix, e.g. ``minicb:num_requests_running``,
 ``minicb:kv_cache_usage_perc``; counters get prometheus_client's ``_total`` suffix.
 
-Those numbers are telemetry/metric_values.py's, which says why they are not
-prometheus_client's own objects; the text is the same (``tests/telemetry/test_prometheus.py``
-compares it with prometheus_client's objects fed one event at a time).
+The requests in flight, and the latency histograms and count gauges they feed, are kept
+by a collaborator (request_latencies.py); this listener keeps the counters. Those numbers
+are telemetry/metric_values.py's, which says why they are not prometheus_client's own
+objects; the text is the same (``tests/telemetry/test_prometheus.py`` compares it with
+prometheus_client's objects fed one event at a time).
 
 About the colon: the Prometheus data model allows ``:`` in metric names (it is meant for
 recording rules, which is why vLLM's use of it is debated), and prometheus_client accepts
@@ -23,7 +25,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -35,9 +36,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.samples import Sample
 
-from minicb.core.latency import e2e, queue_time, tpot, ttft
 from minicb.telemetry.listener import HandlerListener
 from minicb.telemetry.metric_values import Counter, Gauge, Histogram
+from minicb.telemetry.request_latencies import RequestLatencies
 
 # Bucket edges (seconds), close to vLLM's, widened at the slow end for CPU runs.
 # fmt: off
@@ -54,16 +55,6 @@ CREATED = os.environ.get("PROMETHEUS_DISABLE_CREATED_SERIES", "False").lower() n
     "1",
     "t",
 )  # fmt: skip
-
-
-@dataclass
-class _Live:
-    """What the histograms need to remember about a request in flight."""
-
-    arrival: float
-    state: str = "waiting"  # "waiting", "running" or "swapped"
-    admitted: bool = False
-    first: float | None = None  # first token time
 
 
 # (attribute, name, help) of each metric, in the order of the exposition.
@@ -118,22 +109,14 @@ class PrometheusMetrics(HandlerListener):
     def __init__(self, model_name: str = "", registry: CollectorRegistry | None = None) -> None:
         self.renamed: dict[str, str] = {}  # names refused with ':' -> the names used instead
         self.model_name = model_name
-        self._live: dict[int, _Live] = {}  # requests in flight
-        # Their latest token's time (``_latest``), kept so that a step costs what changed:
-        # those that had a token in the latest tokens event are ``_prev`` (that event was at
-        # ``_prev_time``); ``_last`` holds the time for the others, set when one misses a
-        # step. At steady state every row's gap is the time since the previous step, one
-        # value: a few set operations in C, not a dictionary write per token.
-        self._prev: set[int] = set()
-        self._prev_time = 0.0
-        self._last: dict[int, float] = {}
-        self._counts = {"waiting": 0, "running": 0, "swapped": 0}
+        # the requests in flight: the count gauges and the latency histograms
+        self.requests = RequestLatencies(
+            **{attr: Histogram(bounds) for attr, _, _, bounds in HISTOGRAMS}
+        )
         self.kv_usage = Gauge()  # also set by the server before a scrape
         self.last_error: str | None = None  # likewise: note_failures
         for attr, *_ in COUNTERS:
             setattr(self, attr, Counter(labelled=attr in LABELLED))
-        for attr, _, _, bounds in HISTOGRAMS:
-            setattr(self, attr, Histogram(bounds))
         self._last_error_name = self._name(GaugeMetricFamily, LAST_ERROR[0])
         self._names = {
             attr: self._name(family, name)
@@ -168,7 +151,7 @@ class PrometheusMetrics(HandlerListener):
     def collect(self) -> Iterator[Metric]:
         model = [self.model_name]
         for attr, _, doc in GAUGES:
-            value = self.kv_usage.value if attr == "kv_usage" else self._counts[attr]
+            value = self.kv_usage.value if attr == "kv_usage" else self.requests.counts[attr]
             family = GaugeMetricFamily(self._names[attr], doc, labels=["model_name"])
             family.add_metric(model, value)
             yield family
@@ -180,7 +163,7 @@ class PrometheusMetrics(HandlerListener):
             family.add_metric([*model, self.last_error[:200]], 1.0)
             yield family
         for attr, _, doc, _ in HISTOGRAMS:
-            hist: Histogram = getattr(self, attr)
+            hist: Histogram = getattr(self.requests, attr)
             family = HistogramMetricFamily(self._names[attr], doc, labels=["model_name"])
             family.add_metric(model, hist.cumulative(), hist.sum)
             if CREATED:
@@ -223,98 +206,29 @@ class PrometheusMetrics(HandlerListener):
     # Request counts follow each request's own events, so they are right between steps too
     # (an arrival, an abort) and after the last step; requests that arrived before this
     # listener subscribed are not counted.
-    def _move(self, request_id: int, state: str | None) -> _Live | None:
-        """Move a request to ``state`` (None: gone): the three count gauges read the counts."""
-        live = self._live.get(request_id)
-        if live is None:
-            return None
-        self._counts[live.state] -= 1
-        if state is None:
-            del self._live[request_id]
-            self._last.pop(request_id, None)
-            self._prev.discard(request_id)
-        else:
-            live.state = state
-            self._counts[state] += 1
-        return live
-
     def _on_arrived(self, e: Any) -> None:
-        self._live[e.request_id] = _Live(e.time)
-        self._counts["waiting"] += 1
+        self.requests.arrived(e.request_id, e.time)
 
     def _on_admitted(self, e: Any) -> None:
-        live = self._move(e.request_id, "running")
-        if live is not None and not live.admitted:  # a readmission after preemption is not queueing
-            live.admitted = True
-            self.queue.observe(queue_time(live.arrival, e.time))
+        self.requests.admitted(e.request_id, e.time)
 
     def _on_preempted(self, e: Any) -> None:
-        self._move(e.request_id, "swapped" if e.mode == "swap" else "waiting")
+        self.requests.move(e.request_id, "swapped" if e.mode == "swap" else "waiting")
 
     def _on_swapped_in(self, e: Any) -> None:
-        self._move(e.request_id, "running")
-
-    def _latest(self, request_id: int) -> float | None:
-        """When the request's latest token came; None before its first."""
-        if request_id in self._prev:
-            return self._prev_time
-        return self._last.get(request_id)
+        self.requests.move(e.request_id, "running")
 
     def _on_tokens(self, e: Any) -> None:
-        rids, now, prev, live = e.request_ids, e.time, self._prev, self._live
-        self.generation_tokens.inc(len(rids))
-        current = set(rids)
-        if not current <= live.keys():  # requests from before we listened are not followed
-            current &= live.keys()
-        if len(current) < len(rids):  # one of them repeats (speculation) or is not followed
-            self._tokens_one_by_one(rids, now)
-        else:
-            back = current - prev  # first tokens, and requests that missed the last step
-            firsts = [r for r in back if live[r].first is None]
-            resumed = back.difference(firsts)
-            if resumed:  # their gaps differ: every gap in row order, for the same sum
-                gap = {r: now - self._last[r] for r in resumed}
-                since_prev = now - self._prev_time
-                gaps = [gap.get(r, since_prev) for r in rids if r in prev or r in gap]
-                self.itl.observe_all(gaps)
-            elif len(rids) > len(firsts):
-                self.itl.observe_repeated(now - self._prev_time, len(rids) - len(firsts))
-            for request_id in sorted(firsts, key=rids.index):  # in row order
-                live[request_id].first = now
-                self.ttft.observe(ttft(live[request_id].arrival, now))
-        for request_id in prev - current:  # missed this step: its time is kept apart
-            self._last[request_id] = self._prev_time
-        self._prev, self._prev_time = current, now
-
-    def _tokens_one_by_one(self, rids: list[int], now: float) -> None:
-        """The step's tokens in order, where a request may have several (speculation) or
-        be one we do not follow; ``_on_tokens`` then moves the step's requests to _prev."""
-        this_step: set[int] = set()
-        for request_id in rids:
-            live = self._live.get(request_id)
-            if live is None:
-                continue
-            if live.first is None:
-                live.first = now
-                self.ttft.observe(ttft(live.arrival, now))
-            else:  # the gap since its previous token, 0 for a second token of this step
-                latest = now if request_id in this_step else self._latest(request_id)
-                self.itl.observe(now - latest)
-            this_step.add(request_id)
+        self.generation_tokens.inc(len(e.request_ids))
+        self.requests.tokens(e.request_ids, e.time)
 
     def _on_finished(self, e: Any) -> None:
         self.success.inc(label=e.finish_reason or "")
-        latest = self._latest(e.request_id)
-        live = self._move(e.request_id, None)
-        if live is None:
-            return
-        self.e2e.observe(e2e(live.arrival, e.time))
-        if e.num_output_tokens > 1 and live.first is not None and latest is not None:
-            self.tpot.observe(tpot(live.first, latest, e.num_output_tokens))
+        self.requests.finished(e.request_id, e.time, e.num_output_tokens)
 
     def _on_aborted(self, e: Any) -> None:
         self.success.inc(label="abort")
-        self._move(e.request_id, None)
+        self.requests.move(e.request_id, None)
 
     def _on_rejected(self, e: Any) -> None:
         self.rejected.inc()
