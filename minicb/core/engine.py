@@ -10,12 +10,11 @@
 
 The engine is given its runner and its clock (by default it builds the model runner and
 reads the wall clock), so the scheduler under test, under a fake runner and in production
-is the same code. Two collaborators keep the step short: the ``OutputProcessor``
-(output_processor.py) turns tokens into text, stops and outputs, and the ``StepClock``
-(step_clock.py) turns the moments the step marks into its event's lanes and keeps the
-engine's own clock. Outsiders read the engine's views (``kv_snapshot``, ``queue_sizes``,
-``block_table``, ``live_requests``, ``describe``: minicb/core/engine_views.py), never the
-scheduler's internals.
+is the same code. Collaborators, one concept each, keep the class one readable file: the
+``InputProcessor`` (prompts into token ids), the ``OutputProcessor`` (tokens into text,
+stops and outputs), the ``StepClock`` (the step event's lanes and the engine's own clock),
+the ``EngineViews`` (what outsiders read: ``kv_snapshot``, ``queue_sizes``, ...; never the
+scheduler's internals) and the ``EngineControls`` (aborts between steps).
 """
 
 from __future__ import annotations
@@ -23,16 +22,17 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Self
 
 from minicb.core import events, request_events
 from minicb.core.bus import EventBus
 from minicb.core.config import EngineConfig, SamplingParams
 from minicb.core.engine_controls import EngineControls
-from minicb.core.engine_views import EngineViews
+from minicb.core.engine_views import EngineViews, KVSnapshot
+from minicb.core.input_processor import InputProcessor, check_hint
 from minicb.core.output_processor import OutputProcessor, StepResult
 from minicb.core.request import Request, RequestOutput, TokenDelta
-from minicb.core.scheduler import RequestRejected, SchedulerBase, make_scheduler
+from minicb.core.scheduler import SchedulerBase, make_scheduler
 from minicb.core.step_clock import StepClock
 from minicb.core.step_strategy import StepStrategy, build_step_strategy
 
@@ -51,26 +51,11 @@ def _check_pool_sizes(config: EngineConfig, runner: Runner) -> None:
             )
 
 
-def _check_hint(expected: int | None, max_tokens: int) -> None:
-    """Raise RequestRejected unless ``expected`` is None or an int in [1, max_tokens]."""
-    if expected is None:
-        return
-    if not isinstance(expected, int) or isinstance(expected, bool) or expected < 1:
-        raise RequestRejected(
-            f"expected_output_tokens must be a positive integer, got {expected!r}"
-        )
-    if expected > max_tokens:
-        raise RequestRejected(
-            f"expected_output_tokens={expected} exceeds max_tokens={max_tokens}: a request "
-            f"never generates more than max_tokens"
-        )
-
-
-class LLMEngine(EngineViews, EngineControls):
-    """The step loop over a scheduler, a runner, a clock and a bus. Its views (the KV pool,
-    queues, live requests, settings) are inherited from ``EngineViews`` (engine_views.py),
-    its controls (abort, rebuild, chat template) from ``EngineControls``
-    (engine_controls.py)."""
+class LLMEngine:
+    """The step loop over a scheduler, a runner, a clock and a bus. What outsiders read
+    (the KV pool, queues, live requests, settings) the engine answers with its
+    ``EngineViews`` (engine_views.py), and the aborts with its ``EngineControls``
+    (engine_controls.py): collaborators, each one concept in its own file."""
 
     def __init__(
         self,
@@ -100,12 +85,10 @@ class LLMEngine(EngineViews, EngineControls):
         self.eos_token_ids = runner.stop_token_ids
         self.max_model_len = runner.max_model_len
         self.scheduler = scheduler(
-            self.config,
-            runner.num_kv_blocks,
-            self.max_model_len,
-            runner.num_swap_blocks,
+            self.config, runner.num_kv_blocks, self.max_model_len, runner.num_swap_blocks
         )
         self._ids = itertools.count()
+        self.inputs = InputProcessor(self.tokenizer, runner.vocab_size)
         self.outputs = OutputProcessor(
             self.tokenizer,
             self.eos_token_ids,
@@ -114,30 +97,43 @@ class LLMEngine(EngineViews, EngineControls):
             self.scheduler.requests.get,
         )
         self.step_clock = StepClock(self.clock, self.config.tensor_parallel_size)
+        self.views = EngineViews(self.config, runner, self.scheduler, self.clock, self.step_clock)
+        self.controls = EngineControls(
+            self.scheduler, self.outputs, self.bus, self.clock, self._step_in_flight
+        )
         # Another whole step loop, if the config asks for one (None: step()'s own).
         self.strategy: StepStrategy | None = build_step_strategy(self)
 
-    @property
-    def busy_s(self) -> float:
-        """Seconds spent in this engine's own steps: its own clock (step_clock.py)."""
-        return self.step_clock.busy_s
+    def rebuilt(
+        self,
+        config: EngineConfig,
+        runner: Runner | None = None,
+        clock: Callable[[], float] | None = None,
+        scheduler: Callable[..., SchedulerBase] = make_scheduler,
+    ) -> Self:
+        """A new engine with ``config`` on the same weights (or on ``runner``: another
+        simulated GPU), clock (or ``clock``: a scenario moving to another runner) and bus;
+        ``scheduler`` builds its scheduler, as for a new engine (a lesson's roles).
 
-    # ---- requests ------------------------------------------------------------------------
+        This engine's requests are aborted (subscribers see them leave), then the new one
+        announces itself with an ``EngineReset`` event; drop this one afterwards.
+        """
+        if self.strategy is not None:  # the new engine may share this one's runner
+            self.strategy.close()
+        runner = runner or self.runner.with_config(config)
+        new = type(self)(config=config, runner=runner, clock=clock or self.clock, bus=self.bus,
+                         scheduler=scheduler)  # fmt: skip
+        self.abort_all()
+        if self.bus.wants("reset"):
+            self.bus.emit(events.EngineReset(time=self.clock(), info=new.describe()))
+        return new
+
+    # ---- requests (prompts: input_processor.py; aborts: engine_controls.py) -------------
     def tokenize(self, prompt: str | list[int]) -> list[int]:
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise RequestRejected("this model folder has no tokenizer; give token ids")
-            return self.tokenizer.encode(prompt, add_special_tokens=False)
-        ids = list(prompt)
-        vocab = self.runner.vocab_size
-        bad = [
-            t for t in ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab
-        ]
-        if bad:
-            raise RequestRejected(
-                f"token id {bad[0]!r} is outside the vocabulary of {vocab} tokens"
-            )
-        return ids
+        return self.inputs.tokenize(prompt)
+
+    def apply_chat_template(self, messages: list[dict[str, str]]) -> list[int]:
+        return self.inputs.apply_chat_template(messages)
 
     def add_request(
         self,
@@ -159,7 +155,7 @@ class LLMEngine(EngineViews, EngineControls):
         params = params or SamplingParams()
         try:
             params.validate()
-            _check_hint(expected_output_tokens, params.max_tokens)
+            check_hint(expected_output_tokens, params.max_tokens)
             token_ids = self.tokenize(prompt) if prompt_token_ids is None else prompt_token_ids
             req = Request(
                 request_id=next(self._ids),
@@ -181,10 +177,18 @@ class LLMEngine(EngineViews, EngineControls):
             self.bus.emit(request_events.arrived(req))
         return req.request_id
 
+    def abort_request(self, request_id: int) -> bool:
+        return self.controls.abort_request(request_id)
+
+    def abort_all(self) -> list[int]:
+        return self.controls.abort_all()
+
     def has_unfinished(self) -> bool:
         """Requests left, or (a step strategy) a step in flight still to be reported."""
-        in_flight = self.strategy is not None and self.strategy.in_flight is not None
-        return self.scheduler.has_unfinished() or in_flight
+        return self.scheduler.has_unfinished() or self._step_in_flight()
+
+    def _step_in_flight(self) -> bool:
+        return self.strategy is not None and self.strategy.in_flight is not None
 
     # ---- the iteration -------------------------------------------------------------------
     def step(self) -> StepResult:
@@ -228,6 +232,41 @@ class LLMEngine(EngineViews, EngineControls):
             if batch:
                 self.bus.emit_many(batch)
         return result
+
+    def publish_kv_changes(self) -> None:
+        self.controls.publish_kv_changes()
+
+    # ---- the views (engine_views.py) -----------------------------------------------------
+    @property
+    def busy_s(self) -> float:
+        """Seconds spent in this engine's own steps: its own clock (step_clock.py)."""
+        return self.step_clock.busy_s
+
+    @property
+    def model_name(self) -> str:
+        return self.runner.model_name
+
+    @property
+    def step_count(self) -> int:
+        return self.views.step_count
+
+    def kv_snapshot(self) -> KVSnapshot:
+        return self.views.kv_snapshot()
+
+    def kv_snapshot_event(self) -> events.KVSnapshotEvent:
+        return self.views.kv_snapshot_event()
+
+    def block_table(self, request_id: int) -> list[int]:
+        return self.views.block_table(request_id)
+
+    def queue_sizes(self) -> dict[str, int]:
+        return self.views.queue_sizes()
+
+    def live_requests(self) -> list[dict[str, Any]]:
+        return self.views.live_requests()
+
+    def describe(self) -> dict[str, Any]:
+        return self.views.describe()
 
     # ---- conveniences --------------------------------------------------------------------
     def run_until_done(self) -> list[RequestOutput]:

@@ -3,8 +3,9 @@
 The page, the server, the fleet's router, the scenarios and the tests ask an engine how it
 stands (its KV pool, one request's blocks, its queues, the requests it holds, its settings)
 through these methods, never through the scheduler's or the block manager's own state, so
-that those stay free to change. ``LLMEngine`` (minicb/core/engine.py) inherits them; a request's
-way through the engine never crosses this file.
+that those stay free to change. ``LLMEngine`` (minicb/core/engine.py) holds one
+``EngineViews`` and answers each of these names with it (``engine.kv_snapshot()``, ...);
+a request's way through the engine never crosses this file.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from minicb.core.config import EngineConfig
     from minicb.core.runner import Runner
     from minicb.core.scheduler import SchedulerBase
+    from minicb.core.step_clock import StepClock
 
 
 @dataclass(frozen=True)
@@ -46,21 +48,22 @@ class KVSnapshot:
 
 
 class EngineViews:
-    """The read-only views of ``LLMEngine``: copies and counts, JSON-safe where a page
-    reads them."""
+    """The read-only views of one engine: copies and counts, JSON-safe where a page reads
+    them, of its scheduler, its runner and its own clock."""
 
-    # What the views read, set by LLMEngine.__init__.
-    config: EngineConfig
-    runner: Runner
-    scheduler: SchedulerBase
-    clock: Callable[[], float]
-    tokenizer: Any
-    max_model_len: int
-    busy_s: float
-
-    @property
-    def model_name(self) -> str:
-        return self.runner.model_name
+    def __init__(
+        self,
+        config: EngineConfig,
+        runner: Runner,
+        scheduler: SchedulerBase,
+        clock: Callable[[], float],
+        step_clock: StepClock,
+    ) -> None:
+        self.config = config
+        self.runner = runner
+        self.scheduler = scheduler
+        self.clock = clock
+        self.step_clock = step_clock
 
     @property
     def step_count(self) -> int:
@@ -126,16 +129,16 @@ class EngineViews:
         return {
             "batching": self.config.batching,
             "config": self.config.to_dict(),
-            "model": self.model_name,
+            "model": self.runner.model_name,
             "runner": runner,
             # True on a simulated GPU: every page, trace and report built from this says so.
             "simulated": bool(runner.get("simulated")),
             "kv_total": kv.num_blocks,
             "swap_total": kv.num_swap_blocks,
             "block_size": kv.block_size,
-            "has_tokenizer": self.tokenizer is not None,
-            "max_model_len": self.max_model_len,
+            "has_tokenizer": self.runner.tokenizer is not None,
+            "max_model_len": self.runner.max_model_len,
             "step": self.step_count,  # iterations run before this description
             "ended": self.scheduler.num_ended,  # requests that ended before it
-            "busy_s": self.busy_s,  # its own clock: seconds of its steps so far
+            "busy_s": self.step_clock.busy_s,  # its own clock: seconds of its steps so far
         }
