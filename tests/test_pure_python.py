@@ -33,6 +33,7 @@ PURE_MODULES = [
     "minicb.scenarios.player",
     "minicb.scenarios.metrics",
     "minicb.workload",
+    "minicb.chat_workload",
     "minicb.fleet.router",
     "minicb.fleet.autoscale",
     "minicb.fleet.simulated",

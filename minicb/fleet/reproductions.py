@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from minicb.chat_workload import ChatSessions, chat_conversations
 from minicb.core.config import EngineConfig
 from minicb.cost_model.catalogue import load_profile
 from minicb.fleet.autoscale import Autoscaler
@@ -29,10 +30,8 @@ from minicb.fleet.router import POLICIES
 from minicb.fleet.simulated import SimulatedFleet
 from minicb.workload import (
     Arrivals,
-    ChatSessions,
     RequestSpec,
     arrival_times,
-    chat_conversations,
     from_lengths,
     lognormal_lengths,
     with_arrivals,

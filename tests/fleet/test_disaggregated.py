@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from minicb.chat_workload import ChatSessions, chat_conversations
 from minicb.core.config import EngineConfig, SamplingParams
 from minicb.core.engine import LLMEngine
 from minicb.core.runner import VirtualClock
@@ -16,7 +17,7 @@ from minicb.fleet.disagg_reproduction import DISAGG_SYSTEMS, disaggregation
 from minicb.fleet.disaggregated import DisaggregatedCluster
 from minicb.fleet.kv_transfer import DecodeScheduler, link
 from minicb.sim.runner import SimulatedRunner
-from minicb.workload import Arrivals, ChatSessions, RequestSpec, chat_conversations
+from minicb.workload import Arrivals, RequestSpec
 
 PROFILE = "H100:llama-3.1-8b"
 CONFIG = EngineConfig(enable_prefix_caching=False, max_num_seqs=16, max_num_batched_tokens=256)

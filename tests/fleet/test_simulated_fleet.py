@@ -5,11 +5,12 @@ the reproductions' shapes hold at a small size."""
 import pytest
 
 from minicb.bench.all_reproductions import render, render_html, run_all
+from minicb.chat_workload import ChatSessions, chat_conversations
 from minicb.core.config import EngineConfig
 from minicb.fleet.autoscale import Autoscaler, FleetState
 from minicb.fleet.router import Router
 from minicb.fleet.simulated import SimulatedFleet, gpu_price
-from minicb.workload import Arrivals, ChatSessions, chat_conversations, from_lengths, with_arrivals
+from minicb.workload import Arrivals, from_lengths, with_arrivals
 
 PROFILE = "L4:smollm2-135m"
 CONFIG = EngineConfig(max_num_seqs=32, max_num_batched_tokens=512)
