@@ -1,13 +1,15 @@
-"""HostTier: the prefix cache's second tier, cached blocks kept in host memory.
+"""HostTier: the prefix cache's host tier, cached blocks kept in host memory and given back.
 
 When the device pool needs a block that still holds a cached prefix, the prefix cache
-forgets it (prefix_cache.py, ``evict``). With a host tier, the block manager first copies
-it here: the plan says "offload device block d -> host block h" (the runner copies it at
-the start of the step, before anyone writes d), and this tier keeps h under the same
-(parent key, tokens) pair and the same key, so a later prompt's walk finds it where the
-device pool no longer has it. A hit here is copied back ("reload host h -> device d",
-before the step's forward) into a device block that takes the prefix's key again, so the
-blocks after it are found by the same walk, on the device or here.
+forgets it (prefix_cache.py, ``evict``). The host tier, a lower tier of the prefix cache
+(the seam: minicb/core/scheduler/cache_tier.py), first copies it here: the plan says
+"offload device block d -> host block h" (the runner copies it at the start of the step,
+before anyone writes d), and this tier keeps h under the same (parent key, tokens) pair
+and the same key, so a later prompt's walk finds it where the device pool no longer has it.
+A hit here is copied back ("reload host h -> device d", before the step's forward) into a
+device block that takes the prefix's key again, so the blocks after it are found by the
+same walk, on the device or here. Host memory is usually larger than the device's, and a
+copy back is cheaper than a prefill.
 
 As SGLang's HiCache keeps a host copy beside a device node, the tier is inclusive: a
 reloaded block stays here, so when the device evicts it again nothing is copied (the host
@@ -19,7 +21,10 @@ exactly one prefix in either tier.
 
 A block that a step copies into or out of is ``pinned`` until the plan takes the step's
 copies: the runner makes all of a step's offloads before its reloads, so a host block must
-not be written twice, nor written after it was chosen to be read, within one step. Pure
+not be written twice, nor written after it was chosen to be read, within one step. A step
+whose copies never ran is undone by ``forget_copies``: the blocks they were to fill hold
+nothing. Every move is written to the block manager's journal (``device.changes``):
+"offload" and "reload" pairs, "host_uncache" for host blocks that lose their prefix. Pure
 Python: the runner owns the host tensor.
 """
 
@@ -28,16 +33,19 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from minicb.core.scheduler.block_pool import BlockPool
+from minicb.core.scheduler.cache_tier import Copies, DeviceSide
 from minicb.core.scheduler.prefix_cache import CachedBlock
 
 Prefix = tuple[int, tuple[int, ...]]  # (parent key, tokens): what names a cached block
 
 
 class HostTier:
-    """``num_blocks`` host blocks holding cached prefixes, least recently used first out."""
+    """``num_blocks`` host blocks holding cached prefixes, least recently used first out;
+    a ``CacheTier`` of the block manager whose ``device`` side it is given."""
 
-    def __init__(self, num_blocks: int) -> None:
+    def __init__(self, num_blocks: int, device: DeviceSide) -> None:
         self.num_blocks = num_blocks
+        self.device = device
         self.pool = BlockPool(num_blocks)  # the host blocks holding nothing
         self.by_prefix: dict[Prefix, int] = {}  # (parent, tokens) -> host block
         self.by_key: dict[int, int] = {}  # key -> host block
@@ -45,8 +53,8 @@ class HostTier:
         # the events' kv_ops give too: minicb/telemetry/kv_state.py).
         self.info: OrderedDict[int, CachedBlock] = OrderedDict()
         self.pinned: set[int] = set()  # copied into or out of by the step being planned
-        self.offloads: list[tuple[int, int]] = []  # (device, host) copies since take_copies
-        self.reloads: list[tuple[int, int]] = []  # (host, device) copies since take_copies
+        self.offloads: Copies = []  # (device, host) copies since take_copies
+        self.reloads: Copies = []  # (host, device) copies since take_copies
 
     @property
     def num_used(self) -> int:
@@ -57,16 +65,10 @@ class HostTier:
         block = self.by_prefix.get((parent, tokens))
         return None if block is None else self.info[block]
 
-    def pin(self, key: int) -> int:
-        """The host block holding ``key``, pinned for this step's copy out of it."""
-        block = self.by_key[key]
-        self.pinned.add(block)
-        return block
-
-    def offload(self, evicted: list[tuple[int, CachedBlock]]) -> tuple[list[list[int]], list[int]]:
+    # ---- the moves the block manager asks for ---------------------------------------
+    def offload(self, evicted: list[tuple[int, CachedBlock]]) -> None:
         """Keep the prefixes of just-evicted device blocks (block, what it held): a copy
-        each, unless this tier holds that prefix already. Returns the [device, host] pairs
-        to copy and the host blocks whose prefixes were dropped for room."""
+        each, unless this tier holds that prefix already."""
         pairs, dropped = [], []
         for block, held in evicted:
             host_block, room = self.store(held)
@@ -74,17 +76,29 @@ class HostTier:
             if host_block is not None:
                 pairs.append([block, host_block])
         self.offloads += [(d, h) for d, h in pairs]
-        return pairs, dropped
+        if dropped:
+            self.device.changes.append(["host_uncache", None, dropped])
+        if pairs:
+            self.device.changes.append(["offload", None, pairs])
 
-    def reload(self, sources: list[int], blocks: list[int]) -> list[CachedBlock]:
-        """The pinned host blocks ``sources`` are copied back into device ``blocks``: each
-        the most recently used now, the copies recorded. Returns what each holds."""
-        for source in sources:
+    def reload(self, keys: list[int]) -> list[int]:
+        """Device blocks for host hits (``keys``, in chain order), each keyed again as the
+        host keeps it, each host block the most recently used now. The caller has counted
+        the room."""
+        sources = [self.by_key[key] for key in keys]
+        self.pinned.update(sources)  # before the evictions for room, which store here
+        blocks = self.device.take(len(keys))
+        for source, block in zip(sources, blocks, strict=True):
             self.info.move_to_end(source)
+            held = self.info[source]
+            self.device.cache.register(block, held.parent, held.tokens, held.key)
         self.reloads += list(zip(sources, blocks, strict=True))
-        return [self.info[source] for source in sources]
+        # After the offloads of those evictions, as the events replay it.
+        pairs = [[h, d] for h, d in zip(sources, blocks, strict=True)]
+        self.device.changes.append(["reload", None, pairs])
+        return blocks
 
-    def take_copies(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    def take_copies(self) -> tuple[Copies, Copies]:
         """The (device, host) offloads and (host, device) reloads since the last call; the
         blocks they name are no longer pinned."""
         copies = self.offloads, self.reloads
@@ -92,14 +106,24 @@ class HostTier:
         self.pinned.clear()
         return copies
 
-    def forget(self, offloads: list[tuple[int, int]]) -> list[int]:
-        """Offloads that never ran: the host blocks they were to fill (those still held)
-        hold nothing now. Returns those blocks."""
+    def forget_copies(self, offloads: Copies, reloads: Copies) -> None:
+        """A step that was to make these copies failed (its requests already freed): host
+        blocks it was to fill, and device blocks it was to reload, no longer hold their
+        prefixes, so no later hit reads KV that was never copied."""
         stale = [h for _, h in offloads if h in self.info]
         for block in stale:
             self.drop(block)
-        return stale
+        if stale:
+            self.device.changes.append(["host_uncache", None, stale])
+        cache = self.device.cache
+        unkeyed = [d for _, d in reloads if d in cache.evictable]
+        for block in unkeyed:
+            cache.forget(block)
+            self.device.free.release([block])
+        if unkeyed:
+            self.device.changes.append(["uncache", None, unkeyed])
 
+    # ---- the store --------------------------------------------------------------------
     def store(self, held: CachedBlock) -> tuple[int | None, list[int]]:
         """Make room for ``held`` and keep it: (the host block to copy it into, the blocks
         whose prefixes were dropped for room). (None, []) when it is here already (no copy
@@ -128,10 +152,14 @@ class HostTier:
         self.pool.release([block])
 
     def check(self) -> None:
-        """Raise AssertionError if the tier's books disagree."""
+        """Raise AssertionError if the tier's books disagree, or a prefix has another key
+        here than on the device."""
         assert len(self.info) + self.pool.num_free == self.num_blocks, "a host block leaked"
         assert set(self.pool.free).isdisjoint(self.info), "a host block is free and held"
         assert len(self.by_prefix) == len(self.by_key) == len(self.info), "an index is off"
         for block, held in self.info.items():
             assert self.by_prefix[(held.parent, held.tokens)] == block, "prefix index is off"
             assert self.by_key[held.key] == block, "key index is off"
+        for info in self.device.cache.info.values():
+            on_host = self.find(info.parent, info.tokens)
+            assert on_host is None or on_host.key == info.key, "a prefix has two keys"

@@ -312,6 +312,23 @@ def test_the_option_is_validated_on_the_command_line_and_described():
     assert engine.scheduler.blocks.host.num_blocks == 5
 
 
+def test_the_tier_enters_through_the_cache_tier_registry(monkeypatch):
+    """The core names no tier: the block manager builds the one registered as "host"
+    (minicb/host_tier/__init__.py); where nobody imported that package, asking for a tier
+    says which import registers it."""
+    from minicb.core.scheduler.block_manager import BlockManager
+    from minicb.core.scheduler.cache_tier import CACHE_TIERS
+    from minicb.host_tier.tier import HostTier
+
+    assert isinstance(BlockManager(4, 2, 0, True, 3).host, HostTier)
+    assert BlockManager(4, 2, 0, True, 0).host is None  # no tier asked for
+    monkeypatch.delitem(CACHE_TIERS, "host")
+    assert BlockManager(4, 2, 0, True, 0).host is None  # a plain one needs no registry
+    unregistered = r"'host' tier, which is not registered.*import minicb\.features first"
+    with pytest.raises(ValueError, match=unregistered):
+        BlockManager(4, 2, 0, True, 3)
+
+
 def test_a_hit_whose_first_block_is_on_the_host_but_a_later_one_is_held():
     """Found by the machine above: two requests computed one prefix at once, so one's first
     block went unkeyed while its later blocks chained from the other's key; that keyed

@@ -2,9 +2,8 @@
 
 The KV pool is ``num_blocks`` fixed-size blocks of ``block_size`` token slots. A request
 owns a block table: the list of its blocks, in order, so token ``i`` lives in slot
-``block_table[i // block_size] * block_size + i % block_size``. A second pool of CPU
-blocks holds swapped-out requests. Pure Python: the runner owns the tensors and copies
-blocks when the StepPlan says so.
+``block_table[i // block_size] * block_size + i % block_size``. Pure Python: the runner
+owns the tensors and copies blocks when the StepPlan says so.
 
 Every call that needs blocks either does the whole job or nothing: ``allocate_slots``
 returns the new blocks (often none: a decode usually has room in its last block) or None
@@ -17,12 +16,16 @@ begins with, ``allocate_slots`` takes them into the table (a hit needs no new bl
 ``commit`` keys the blocks a step has filled. A block nobody holds is free: unkeyed in the
 free list, or keyed in the cache's evictable list, reused only when no unkeyed one is left.
 
-Two moves live beside this file, and ``BlockManager`` inherits them: swapping a preempted
-request's blocks to CPU and back (swap.py, ``SwapMoves``), and the host tier's reloads
-and forgotten copies (host_moves.py, ``HostTierMoves``; the tier itself is host_tier.py).
-With a host tier (``num_offload_blocks``), a cached block the pool evicts is first copied
-to host memory, and a prompt's walk goes on there where the device has no block;
-``take_copies`` hands the copies a step needs to the plan.
+Preemption by swapping (``preemption_mode="swap"``, continuous.py) keeps a victim's KV in
+a second pool, of CPU blocks (``num_swap_blocks``), instead of computing it again: two
+copies over the host link instead of a prefill. ``swap_out`` copies every block, shared
+ones included, and drops one reference from each (another holder keeps it); the copies
+``swap_in`` brings back are keyed again by ``commit`` unless the original is still cached.
+
+A lower tier of the prefix cache (cache_tier.py, the seam; ``num_offload_blocks``) keeps
+what the device evicts: ``_take`` hands it the evicted prefixes, a prompt's walk goes on
+there where the device has no block (a hit ``None`` in ``lookup``), ``allocate_slots``
+asks it to reload such hits, and ``take_copies`` hands the copies a step needs to the plan.
 
 Every change to a table, to the swap tables or to the evictable cached blocks is also
 written to ``changes``, in order (see ``KVChange``): the step event carries that list, not
@@ -36,10 +39,8 @@ from collections import Counter
 from collections.abc import Callable
 
 from minicb.core.scheduler.block_pool import BlockPool, blocks_needed
+from minicb.core.scheduler.cache_tier import OFFLOAD_TIER, CacheTier, DeviceSide, build_tier
 from minicb.core.scheduler.prefix_cache import PrefixCache
-from minicb.core.scheduler.swap import SwapMoves
-from minicb.host_tier.moves import HostTierMoves
-from minicb.host_tier.tier import HostTier
 
 TokenSlice = Callable[[int, int], list[int]]  # (start, end) -> token ids, as Request's
 # One change to the pool, JSON-ready: [kind, request id or None, blocks or a count].
@@ -50,16 +51,14 @@ TokenSlice = Callable[[int, int], list[int]]  # (start, end) -> token ids, as Re
 #   ["swap_in", rid, device]   its swap table gone, these device blocks its new table
 #   ["cache", None, blocks]    blocks nobody holds that keep a cached prefix (evictable)
 #   ["uncache", None, blocks]  evictable blocks taken back by a hit, or evicted for reuse
-#   ["offload", None, pairs]   [device, host] pairs: evicted blocks' prefixes now in host blocks
-#   ["host_uncache", None, hs] host blocks that no longer hold a prefix (room, or undone)
-#   ["reload", None, pairs]    [host, device] pairs: host prefixes copied into device blocks
-#                              (the append that follows lists them; the host keeps its copy)
+# A lower cache tier writes its own kinds here too ("offload", "reload", "host_uncache":
+# minicb/host_tier/tier.py); a reload comes before the "append" that lists its blocks.
 KVChange = list
 
 
-class BlockManager(SwapMoves, HostTierMoves):
-    """Allocates device blocks to requests, shares cached ones, and moves them to and from
-    CPU swap blocks (swap.py) and the host tier (host_moves.py)."""
+class BlockManager:
+    """Allocates device blocks to requests, shares cached ones, moves them to and from CPU
+    swap blocks, and hands evicted prefixes to a lower cache tier, if there is one."""
 
     def __init__(
         self,
@@ -74,25 +73,36 @@ class BlockManager(SwapMoves, HostTierMoves):
         self.device = BlockPool(num_blocks)  # unkeyed free blocks
         self.swap = BlockPool(num_swap_blocks)
         self.cache = PrefixCache()
-        # The second tier of the prefix cache (None: an evicted prefix is forgotten).
-        self.host = HostTier(num_offload_blocks) if enable_caching and num_offload_blocks else None
+        self.changes: list[KVChange] = []  # since the last take_changes(), in order
+        # A lower tier of the prefix cache (None: an evicted prefix is forgotten).
+        self.host: CacheTier | None = None
+        if enable_caching and num_offload_blocks:
+            device = DeviceSide(self.cache, self.device, self._take, self.changes)
+            self.host = build_tier(OFFLOAD_TIER, num_offload_blocks, device)
         self.ref_counts = [0] * num_blocks
         self.num_shared_blocks = 0  # blocks in more than one table, kept as counts change
         self.block_tables: dict[int, list[int]] = {}  # request id -> device blocks
         self.swap_tables: dict[int, list[int]] = {}  # request id -> CPU blocks
         # request id -> keys of its leading full blocks that commit has seen, in order.
         self.chains: dict[int, list[int]] = {}
-        self.changes: list[KVChange] = []  # since the last take_changes(), in order
 
     def take_copies(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-        """The host tier's copies since the last call, for a plan: (device, host) offloads,
-        made before anything writes the device blocks, and (host, device) reloads, made
-        before the forward. The host blocks they name are free to reuse from now on."""
+        """The lower tier's copies since the last call, for a plan: (device, tier) offloads,
+        made before anything writes the device blocks, and (tier, device) reloads, made
+        before the forward. The tier blocks they name are free to reuse from now on."""
         return self.host.take_copies() if self.host is not None else ([], [])
 
+    def forget_copies(self, offloads: list[tuple[int, int]], reloads: list[tuple[int, int]]):
+        """A step that was to make these copies failed (interruptions.py): the lower tier
+        undoes the prefixes they were to carry."""
+        if self.host is not None:
+            self.host.forget_copies(offloads, reloads)
+
     def take_changes(self) -> list[KVChange]:
-        """The changes since the last call, oldest first; the journal starts empty again."""
-        changes, self.changes = self.changes, []
+        """The changes since the last call, oldest first; the journal starts empty again
+        (the same list: the lower tier writes to it too)."""
+        changes = self.changes.copy()
+        self.changes.clear()
         return changes
 
     # ---- queries -------------------------------------------------------------------
@@ -115,7 +125,7 @@ class BlockManager(SwapMoves, HostTierMoves):
 
     @property
     def num_host_cached_blocks(self) -> int:
-        """Host blocks holding a cached prefix (0 without a host tier)."""
+        """Lower-tier blocks holding a cached prefix (0 without a tier)."""
         return self.host.num_used if self.host is not None else 0
 
     @property
@@ -143,16 +153,16 @@ class BlockManager(SwapMoves, HostTierMoves):
     ) -> list[tuple[int | None, int]]:
         """(block, key) of the cached full blocks that the first ``num_tokens`` tokens
         begin with among those of requests salted ``salt`` (the request's cache_salt),
-        block None for one the host tier holds; [] with caching off. At most
-        ``(num_tokens - 1) // block_size``
-        blocks: the last token is always computed (its logits give the next token), and
-        so no step ever writes into a shared block."""
+        block None for one only the lower tier holds; [] with caching off. At most
+        ``(num_tokens - 1) // block_size`` blocks: the last token is always computed (its
+        logits give the next token), and so no step ever writes into a shared block."""
         if not self.enable_caching:
             return []
         bs = self.block_size
         full = (num_tokens - 1) // bs
         blocks_of_tokens = (tuple(token_slice(i * bs, (i + 1) * bs)) for i in range(full))
-        return self.cache.match(blocks_of_tokens, self.host, salt)
+        below = self.host.find if self.host is not None else None
+        return self.cache.match(blocks_of_tokens, below, salt)
 
     # ---- allocate / free -----------------------------------------------------------
     def allocate_slots(
@@ -163,15 +173,15 @@ class BlockManager(SwapMoves, HostTierMoves):
 
         Returns the blocks added that were not cached ([] when the last block still has
         room), or None, with nothing changed, when the pool has too few free blocks. A hit
-        on an evictable block costs a free block but no new one; a hit in the host tier
-        costs a free block and a copy back (``reloads``).
+        on an evictable block costs a free block but no new one; a hit in the lower tier
+        costs a free block and a copy back (its ``reload``).
         """
         table = self.block_tables.get(request_id)
         if not cached and table is not None and len(table) * self.block_size >= num_tokens:
             return []  # the common decode: its last block has room (checked every step)
         new = max(0, self.num_new_blocks(request_id, num_tokens) - len(cached))
         revived = [b for b, _ in cached if b is not None and self.ref_counts[b] == 0]
-        on_host = [k for b, k in cached if b is None]
+        on_host = [k for b, k in cached if b is None]  # keys only the lower tier holds
         if new + len(revived) + len(on_host) > self.num_free_blocks:
             return None
         for block, _ in cached:  # before taking new ones, so none of them is evicted
@@ -184,7 +194,7 @@ class BlockManager(SwapMoves, HostTierMoves):
         if revived:
             self.changes.append(["uncache", None, revived])
         if on_host:
-            reloaded = iter(self._reload(on_host))
+            reloaded = iter(self.host.reload(on_host))
             cached = [(next(reloaded) if b is None else b, k) for b, k in cached]
         if cached:
             self.block_tables[request_id] = [b for b, _ in cached]
@@ -236,6 +246,38 @@ class BlockManager(SwapMoves, HostTierMoves):
         self.swap.release(swap_blocks)
         return len(device_blocks) + len(swap_blocks)
 
+    # ---- swap -----------------------------------------------------------------------
+    def swap_out(self, request_id: int) -> list[tuple[int, int]] | None:
+        """Move the request's blocks to CPU: (device block, cpu block) pairs to copy, or
+        None, with nothing changed, when the swap space is too full. Shared blocks are
+        copied too, and stay on the device for their other holders."""
+        cpu_blocks = self.swap.take(len(self.block_table(request_id)))
+        if cpu_blocks is None:
+            return None
+        device_blocks = self.block_tables.pop(request_id, [])
+        self.chains.pop(request_id, None)
+        self.changes.append(["swap_out", request_id, list(cpu_blocks)])
+        self._drop(device_blocks)
+        self.swap_tables[request_id] = cpu_blocks
+        return list(zip(device_blocks, cpu_blocks, strict=True))
+
+    def swap_in(self, request_id: int, num_tokens: int) -> list[tuple[int, int]] | None:
+        """Bring the request's blocks back, with room for ``num_tokens`` tokens in all:
+        (cpu block, device block) pairs to copy, or None, with nothing changed, when the
+        device pool is too full."""
+        if request_id not in self.swap_tables:
+            raise ValueError(f"request {request_id} is not swapped out")
+        cpu_blocks = self.swap_tables[request_id]
+        need = max(len(cpu_blocks), blocks_needed(num_tokens, self.block_size))
+        device_blocks = self._take(need)
+        if device_blocks is None:
+            return None
+        del self.swap_tables[request_id]
+        self.swap.release(cpu_blocks)
+        self.block_tables[request_id] = device_blocks
+        self.changes.append(["swap_in", request_id, list(device_blocks)])  # a copy: it grows
+        return list(zip(cpu_blocks, device_blocks[: len(cpu_blocks)], strict=True))
+
     def _take(self, n: int) -> list[int] | None:
         """``n`` blocks nobody holds, unkeyed ones first, then the least recently freed
         cached ones (which lose their keys); or None, with nothing taken."""
@@ -245,12 +287,8 @@ class BlockManager(SwapMoves, HostTierMoves):
         evicted = [self.cache.evict() for _ in range(n - len(blocks))]
         if evicted:
             self.changes.append(["uncache", None, [b for b, _ in evicted]])
-            if self.host is not None:  # the host tier keeps what the device forgets
-                pairs, dropped = self.host.offload(evicted)
-                if dropped:
-                    self.changes.append(["host_uncache", None, dropped])
-                if pairs:
-                    self.changes.append(["offload", None, pairs])
+            if self.host is not None:  # the lower tier keeps what the device forgets
+                self.host.offload(evicted)
         blocks += [b for b, _ in evicted]
         for block in blocks:
             self.ref_counts[block] = 1
@@ -290,8 +328,9 @@ class BlockManager(SwapMoves, HostTierMoves):
         assert len(held) + len(free) + len(evictable) == self.num_blocks, "a block leaked"
         for block, info in self.cache.info.items():
             assert self.cache.by_prefix[(info.parent, info.tokens)] == block, "index disagrees"
-            on_host = self.host.find(info.parent, info.tokens) if self.host else None
-            assert on_host is None or on_host.key == info.key, "a prefix has two keys"
         if self.host is not None:
-            self.host.check()
-        self._check_swap()
+            self.host.check()  # its books, and its keys beside the device's
+        owned = [b for blocks in self.swap_tables.values() for b in blocks]
+        assert len(owned) == len(set(owned)), "a swap block is owned twice"
+        assert len(owned) + self.swap.num_free == self.swap.num_blocks, "swap used + free != total"
+        assert set(owned).isdisjoint(self.swap.free), "a swap block is both owned and free"

@@ -1,8 +1,8 @@
 """BlockPool: a free list over block ids, the one way a pool of KV blocks is handed out.
 
 The block manager keeps two, the device pool's unkeyed free blocks and the CPU swap space,
-and the prefix cache's host tier one. A pool knows only which ids are free; who holds a
-block, and what it holds, is its owner's business (block_manager.py, host_tier.py).
+and a lower tier of the prefix cache may keep one (minicb/host_tier/tier.py). A pool knows
+only which ids are free; who holds a block, and what it holds, is its owner's business.
 ``blocks_needed`` counts the blocks a number of tokens fills. Pure Python: no tensor is
 touched here.
 """

@@ -30,8 +30,8 @@ cache can share anyway, and fit in a dict and an ordered dict: small enough to r
 
 A block whose last holder leaves keeps its key and contents in ``evictable`` (least
 recently freed first); a hit takes it back untouched; it loses its key only when the pool
-needs it for something else (``evict``), and with a host tier (host_tier.py) its prefix is
-first copied to host memory under the same key. Pure Python.
+needs it for something else (``evict``), and with a lower tier (cache_tier.py: the host
+tier, for one) its prefix is first kept there under the same key. Pure Python.
 """
 
 from __future__ import annotations
@@ -40,12 +40,8 @@ import hashlib
 import itertools
 import secrets
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from minicb.host_tier.tier import HostTier
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,20 +74,20 @@ class PrefixCache:
     def match(
         self,
         blocks_of_tokens: Iterable[tuple[int, ...]],
-        host: HostTier | None = None,
+        find_below: Callable[[int, tuple[int, ...]], CachedBlock | None] | None = None,
         salt: str | None = None,
     ) -> list[tuple[int | None, int]]:
         """(block, key) of the cached blocks that begin this run of full blocks' tokens
         (read lazily: the walk stops at the first miss), for a request salted ``salt``.
-        A block missing here is looked for in the ``host`` tier, if any: a hit there is
-        (None, key), to be reloaded."""
+        A block missing here is looked for in a lower tier, if any (``find_below``, its
+        ``find``): a hit there is (None, key), to be reloaded."""
         hits, parent = [], self.root_of(salt)
         for tokens in blocks_of_tokens:
             block = self.by_prefix.get((parent, tokens))
             if block is not None:
                 parent = self.info[block].key
             else:
-                held = host.find(parent, tokens) if host is not None else None
+                held = find_below(parent, tokens) if find_below is not None else None
                 if held is None:
                     break
                 parent = held.key
@@ -104,8 +100,8 @@ class PrefixCache:
         """Key ``block`` as ``tokens`` after the prefix ``parent`` names, unless another
         block holds that prefix already (the first one stays: the table entry is never
         swapped for it, so no request ever loses the page it points to). Returns the key
-        that names this prefix, for the next block's parent. ``key``: the one the host
-        tier keeps for this prefix (host_tier.py), so a prefix has one key in both tiers;
+        that names this prefix, for the next block's parent. ``key``: the one a lower tier
+        keeps for this prefix (cache_tier.py), so a prefix has one key in both tiers;
         None: a new one."""
         held = self.by_prefix.get((parent, tokens))
         if held is not None:
@@ -128,7 +124,7 @@ class PrefixCache:
 
     def evict(self) -> tuple[int, CachedBlock]:
         """The least recently freed evictable block, its key dropped, for a new use; and
-        what it held (for the host tier)."""
+        what it held (for a lower tier)."""
         block = next(iter(self.evictable))
         return block, self.forget(block)
 
