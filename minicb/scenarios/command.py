@@ -80,8 +80,8 @@ def run_check(args: argparse.Namespace) -> int:
 def run_export(args: argparse.Namespace) -> int:
     from minicb.scenarios import load_scenario
     from minicb.scenarios.player import narration_point
-    from minicb.server.trace_files import trace_paths
     from minicb.telemetry.trace import TraceWriter, trace_header
+    from minicb.telemetry.trace_files import trace_paths
 
     main = Path(args.trace)
     main.parent.mkdir(parents=True, exist_ok=True)

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 
 from minicb.engine_options import add_engine_options, describe_choices, engine_kwargs
 from minicb.server.launch import add_server_options, build_app, run_server, server_guard
-from minicb.server.trace_files import record_traces, trace_paths
 from minicb.server.workload import LENGTHS, PRESETS
 from minicb.telemetry.trace import add_trace_option
+from minicb.telemetry.trace_files import record_traces, trace_paths
 
 if TYPE_CHECKING:
     from fastapi import FastAPI

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 from minicb.engine_options import add_engine_options, describe_choices, engine_kwargs
 from minicb.fleet.router import POLICIES
 from minicb.server.launch import add_server_options, build_app, run_server, server_guard
-from minicb.server.trace_files import record_traces, replica_trace_paths
 from minicb.telemetry.trace import add_trace_option, traced
+from minicb.telemetry.trace_files import record_traces, replica_trace_paths
 
 if TYPE_CHECKING:
     from fastapi import FastAPI

@@ -5,7 +5,7 @@ from collections import Counter
 
 import pytest
 
-from minicb.server.trace_files import trace_paths
+from minicb.telemetry.trace_files import trace_paths
 from minicb.telemetry.trace_reader import read_trace
 from tests.browser.conftest import js, next_frame, server, shot, wait_for
 from tests.server.conftest import receive, ws_connect

@@ -196,8 +196,8 @@ def test_serve_trace_records_one_file_per_replica_and_replay_opens_them_all(
     (each numbers its own requests), its routing decisions in it, and ``minicb replay
     --serve FILE`` finds the other replica's file beside it."""
     from minicb.cli import replay_traces
-    from minicb.server.trace_files import record_traces, replica_trace_paths
     from minicb.telemetry.metrics import compute_metrics
+    from minicb.telemetry.trace_files import record_traces, replica_trace_paths
 
     url, loop, fleet, model = served
     loop.call(lambda: fleet.set_policy("round-robin")).result(10)
