@@ -66,7 +66,7 @@ class FleetMetrics:
                 continue
             at = [self.model_name, name]
             up.add_metric(at, float(replica.serving))
-            silent.add_metric(at, round(replica.link.silent_s(), 3))
+            silent.add_metric(at, round(replica.child.link.silent_s(), 3))
             restarts.add_metric(at, float(replica.restarts))
         yield from (up, silent, restarts)
 

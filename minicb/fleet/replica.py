@@ -1,48 +1,33 @@
 """A replica as the fleet's process sees it: an engine in another process, shaped like an
 LLMEngine for the engine loop and the API routes.
 
-Each replica is a whole engine (its own copy of the model, its own KV pool) in a process
-of its own (replica_worker.py), started with torch.multiprocessing spawn, as the
-tensor-parallel workers are. This handle keeps what the parent needs without asking: a
-bus (the replica's events are re-published on it, in order, so the engine loop's streams,
-the page's frames, the Prometheus metrics and the gate listen as they would to a local
-engine), the tokenizer (prompts are tokenized here, in the server's tokenizer thread, with
-LLMEngine's own ``tokenize``), and the replica's load as of its latest message (what the
-router reads).
+Each replica is a whole engine in a process of its own; the process, its pipe and its life
+(started, heard from, declared dead, restarted) are replica_process.py's. This handle keeps
+what the parent needs without asking: a bus (the replica's events are re-published on it,
+in order, so the engine loop's streams, the page's frames, the Prometheus metrics and the
+gate listen as they would to a local engine), the tokenizer (prompts are tokenized here,
+in the server's tokenizer thread, with LLMEngine's own ``tokenize``), the requests it holds,
+the pool's map as its events say it is, and the replica's load as of its latest message
+(what the router reads).
 
-The pipe has its own reader and writer threads (replica_link.py): the engine thread never
-waits in ``send`` or ``recv``. ``step()`` is the engine loop's turn for this replica: it
-publishes what has come (waiting up to STEP_WAIT_S); the replica steps on its own, in
-parallel with the others. Requests, aborts and views are round trips in the engine
-thread: the command goes out, and the thread waits for the reply, publishing the
-replica's events that come before it, and, every CALL_POLL_S, the other replicas' events
-(``while_calling``), so their streams flow while this one answers. A round trip still
-waits for the replica's current step (its engine runs commands between steps): while the
-replica is heard from, up to ``stall_timeout_s``; once it falls silent, no longer.
+``step()`` is the engine loop's turn for this replica: it publishes what has come (waiting
+up to STEP_WAIT_S); the replica steps on its own, in parallel with the others. Requests,
+aborts and views are round trips in the engine thread: the command goes out, and the
+thread waits for the reply, publishing the replica's events that come before it, and,
+every CALL_POLL_S, the other replicas' events (``while_calling``), so their streams flow
+while this one answers.
 
-When is a replica gone? Once ready it says "alive" every HEARTBEAT_S (0.5 s), from a
-thread of its own, whatever its engine is doing. So:
-
-- silent for ``silent_after_s`` (SILENT_AFTER_S, 3 s: six heartbeats missed): stopped
-  (SIGSTOP, a debugger), frozen or gone. From that moment it is not ``serving`` (the
-  router passes it by, /health and /metrics name it), and the next turn or round trip
-  declares it dead;
-- beating, but no step finished for ``stall_timeout_s`` while it holds requests, or no
-  reply in that time: hung inside a step (a GPU that never returns);
-- its process exited (the pipe ended).
-
-A dead replica's process is killed; ``step()`` raises ``ReplicaDied`` once (the engine loop
-then ends each of its requests with that error, naming it, as after a failed step) and
-``on_death`` tells the fleet, which takes it out of the router's rotation and may
-``restart()`` it: a fresh process under the same handle (same name, same bus, so every
-listener stays), which serves again once its model is loaded (``on_ready``).
+A dead replica's ``step()`` raises ``ReplicaDied`` once (the engine loop then ends each of
+its requests with that error, naming it, as after a failed step) and ``on_death`` tells
+the fleet, which takes it out of the router's rotation and may ``restart()`` it: a fresh
+process under the same handle (same name, same bus, so every listener stays), which serves
+again once its model is loaded (``on_ready``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,21 +37,20 @@ from minicb.core import events
 from minicb.core.bus import EventBus
 from minicb.core.config import EngineConfig, SamplingParams
 from minicb.core.engine import LLMEngine
-from minicb.fleet.replica_link import CLOSED, ReplicaLink
+from minicb.fleet.replica_inbox import ReplicaInbox
+from minicb.fleet.replica_process import (
+    SILENT_AFTER_S,
+    STALL_TIMEOUT_S,
+    START_TIMEOUT_S,
+    ReplicaDied,
+    ReplicaProcess,
+    idle_load,
+)
 from minicb.telemetry.kv_state import KVState
 
 log = logging.getLogger(__name__)
 
-STEP_WAIT_S = 0.01  # the engine loop's longest wait for one replica's message per round
-CALL_POLL_S = 0.05  # how often a round trip looks up from its wait (others' events, silence)
-SILENT_AFTER_S = 3.0  # no message at all (heartbeats every 0.5 s) for this long: stalled
-STALL_TIMEOUT_S = 120.0  # beating, but no step nor reply for this long while needed: hung
-START_TIMEOUT_S = 600.0  # loading the model in a fresh process (a first run converts it)
 FINISHING_KINDS = ("finished", "aborted")
-
-
-class ReplicaDied(RuntimeError):
-    """A replica's process died or stopped answering; the message names it."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +61,8 @@ class ReplicaModel:
 
 
 class Replica:
-    """One replica's process and its engine-shaped handle (see the module doc)."""
+    """One replica's engine-shaped handle (see the module doc): ``child`` is its process,
+    ``inbox`` what the process sends."""
 
     # The engine's own definitions, read against this handle's tokenizer and runner.
     tokenize = LLMEngine.tokenize
@@ -101,8 +86,6 @@ class Replica:
         from minicb.core.runner.loader import load_tokenizer
 
         self.index, self.name, self.config = index, name or f"replica{index}", config
-        self.stall_timeout_s, self.silent_after_s = stall_timeout_s, silent_after_s
-        self._spawn = (model, config, threads, role)
         self.bus = EventBus()
         self.clock = time.time
         self.tokenizer = load_tokenizer(Path(model))
@@ -114,75 +97,52 @@ class Replica:
         # Called every CALL_POLL_S while a round trip waits (the fleet's other replicas'
         # events are published then, so their streams never wait on this one).
         self.while_calling: Callable[[], None] | None = None
-        self.calling = False  # a round trip is under way
-        self.dead: str | None = None  # why it is out of service, while it is
-        self.died_of: str | None = None  # its latest death, in words
-        self.starting = False  # a restarted process is loading its model
-        self.restarts = 0
         self.in_flight: set[int] = set()  # its requests not finished or aborted yet
-        self.load = {"waiting": 0, "running": 0, "swapped": 0}
-        self._failure: str | None = None  # a failed step not raised from step() yet
-        self._held: deque[tuple] = deque()  # what came after that failure, in order
-        self._death: str | None = None  # a death not raised from step() yet
         self._info: dict[str, Any] = {}
         self._closed = False
-        self._start()
-
-    def _start(self) -> None:
-        import torch
-
-        from minicb.fleet import replica_worker
-
-        model, config, threads, role = self._spawn
-        ctx = torch.multiprocessing.get_context("spawn")
-        conn, child = ctx.Pipe()
-        args = (child, self.index, model, config, threads, role)
-        self.process = ctx.Process(
-            target=replica_worker.main, args=args, daemon=True, name=self.name
-        )
-        self.process.start()
-        child.close()  # the child's end lives in the child: its exit closes the pipe
-        self.link = ReplicaLink(conn, self.name)
-        self._started = self._stepped = time.monotonic()  # _stepped: its latest step or reply
-        # The pool's map as the events published here say it is (see kv_snapshot_event).
-        self._kv, self._steps = KVState(), 0
+        self._fresh_map()
+        self.child = ReplicaProcess(
+            index, self.name, (model, config, threads, role),
+            stall_timeout_s=stall_timeout_s, silent_after_s=silent_after_s,
+            holding=lambda: bool(self.in_flight), died=self._died,
+        )  # fmt: skip
+        self.inbox = ReplicaInbox(self.child, self._deliver)
 
     def ready(self, timeout_s: float = START_TIMEOUT_S) -> Replica:
         """Wait until the replica's engine is built; raises its error if it could not be."""
-        deadline = time.monotonic() + timeout_s
-        while (msg := self.link.next(min(1.0, max(deadline - time.monotonic(), 0)))) is None:
-            if time.monotonic() > deadline:
-                self._die(f"{self.name} did not start within {timeout_s:.0f} s")
-        self._take_ready(msg)
+        self._take_ready(self.child.ready(timeout_s))
         return self
 
     def restart(self) -> None:
         """A fresh process under this handle, after a death (same name, same bus); the
         engine loop's turns (``step``) take its ready message, then it serves again."""
-        self._kill()
-        self.link.close()
-        self.restarts += 1
-        self.starting = True
-        self.dead = f"restarting (restart {self.restarts}) after: {self.died_of}"
-        log.warning("%s: starting a fresh process (restart %d)", self.name, self.restarts)
-        self._start()
+        self.child.restart()
+        self._fresh_map()
+
+    # ---- the process's state, as the fleet, /health and /metrics read it ------------------
+    @property
+    def dead(self) -> str | None:
+        """Why it is out of service, while it is."""
+        return self.child.dead
+
+    @property
+    def process(self) -> Any:
+        return self.child.process
+
+    @property
+    def restarts(self) -> int:
+        return self.child.restarts
+
+    @property
+    def load(self) -> dict[str, int]:
+        return self.inbox.load
 
     @property
     def serving(self) -> bool:
-        """Whether requests may be sent here: ready, not dead, heard from lately."""
-        return self.dead is None and self.link.silent_s() <= self.silent_after_s
+        return self.child.serving
 
     def health(self) -> str:
-        """Its state in words, for /health: "ok", or why it is out of rotation."""
-        if self.dead is not None:
-            return self.dead
-        silent = self.link.silent_s()
-        if silent > self.silent_after_s:
-            return (
-                f"{self.name} (pid {self.process.pid}) sent nothing, not even its heartbeat, "
-                f"for {silent:.1f} s (the bound is {self.silent_after_s:g} s): out of rotation"
-            )
-        return "ok"
+        return self.child.health()
 
     # ---- what the engine loop and the routes call (the engine thread) ---------------------
     @property
@@ -228,12 +188,7 @@ class Replica:
     def has_unfinished(self) -> bool:
         """Its requests, or something a turn must do: say a death, watch a restart, or
         declare a silence (an idle replica has turns too, so a stopped one is found)."""
-        return (
-            bool(self.in_flight)
-            or self._death is not None
-            or self.starting
-            or (self.dead is None and self.link.silent_s() > self.silent_after_s)
-        )
+        return bool(self.in_flight) or self.child.needs_turn
 
     def command(self, *msg: Any) -> Any:
         """One of its role's own commands (replica_worker's doc), as a round trip: the
@@ -273,26 +228,19 @@ class Replica:
         """Publish what the replica has sent since the last turn (waiting up to
         STEP_WAIT_S for something); raises ReplicaDied (once per death) or a failed
         step's error. While a restarted process loads, a turn only looks for its ready."""
-        try:
-            self._turn()
-        except ReplicaDied:
-            self._death = None  # said now: the engine loop ends its requests with it
-            raise
+        ready = self.inbox.turn()
+        if ready is not None:
+            self._back(ready)
 
     def publish_waiting(self) -> None:
         """Publish what has come, without waiting: its turn while the engine thread waits
         on another replica's round trip (a death found here is raised at its next step)."""
-        if self.dead is None and not self.calling and self._failure is None:
-            try:
-                self._publish(0.0)
-            except ReplicaDied:
-                pass
+        self.inbox.publish_now()
 
     def ask_to_stop(self) -> None:
         """Tell the process to leave (``close`` then waits for it): a fleet tells every
         replica first, so they shut down together."""
-        if not self.link.closed:
-            self.link.send(("stop",))
+        self.child.ask_to_stop()
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Ask the process to leave, and make sure it has (at once if it is silent: a
@@ -300,109 +248,19 @@ class Replica:
         if self._closed:
             return
         self._closed = True
-        self.ask_to_stop()
-        silent = self.link.silent_s() > self.silent_after_s
-        self.process.join(0 if silent else timeout_s)
-        self._kill()
-        self.dead = self.dead or f"{self.name} was shut down"
-        self.starting = False
-        self.link.close()
+        self.child.stop(timeout_s)
 
-    # ---- the pipe ------------------------------------------------------------------------
+    # ---- what the process sends ------------------------------------------------------------
     def _view(self, name: str) -> Any:
         return self._call(("view", name))
 
-    def _turn(self) -> None:
-        if self._death is not None:
-            raise ReplicaDied(self._death)
-        if self.starting:
-            return self._watch_start()
-        self._raise_failure()
-        if self.dead is not None:
-            raise ReplicaDied(self.dead)
-        self._publish(STEP_WAIT_S)
-        self._raise_failure()
-        self._check()
-
-    def _publish(self, wait_s: float) -> None:
-        """Publish what came after a failed step first, then the link's messages (the first
-        waited for up to ``wait_s``), stopping at a failed step: its error is raised before
-        the events that follow it (its requests' aborts) are heard."""
-        while self._held and self._failure is None:
-            self._take(self._held.popleft())
-        while self._failure is None and not self._held:
-            msg = self.link.next(wait_s)
-            if msg is None:
-                return
-            wait_s = 0.0
-            if msg[0] in ("reply", "refused"):  # never: every round trip takes its own reply
-                log.warning("%s: a reply nobody waited for: %r", self.name, msg[0])
-                continue
-            self._take(msg)
-
     def _call(self, msg: tuple) -> Any:
-        """One round trip: send, then publish the events that come before the reply."""
-        if self.dead is not None:
-            raise ReplicaDied(self.dead)
-        self._check()  # never send to a replica known to be silent
-        self.calling = True
-        try:
-            self.link.send(msg)
-            return self._await_reply(time.monotonic())
-        finally:
-            self.calling = False
-            if self.after_call is not None:
-                self.after_call()
+        return self.inbox.call(msg, self.while_calling, self.after_call)
 
-    def _await_reply(self, sent: float) -> Any:
-        while True:
-            msg = self.link.next(CALL_POLL_S)
-            if msg is None:
-                if self.while_calling is not None:
-                    self.while_calling()
-                self._check(sent)
-                continue
-            kind, value, load = msg
-            self.load = load or self.load
-            if kind == "reply":
-                self._stepped = time.monotonic()
-                return value
-            if kind == "refused":
-                raise ValueError(value)
-            if self._failure is not None and msg is not CLOSED:  # held until it is raised
-                self._held.append(msg)
-            else:
-                self._take(msg)
-
-    def _check(self, call_sent: float | None = None) -> None:
-        """Declare it dead if its process has gone quiet, hung or ended."""
-        silent = self.link.silent_s()
-        if silent > self.silent_after_s:
-            self._die(
-                f"{self.name} (pid {self.process.pid}) sent nothing, not even its heartbeat, "
-                f"for {silent:.1f} s (the bound is {self.silent_after_s:g} s)"
-            )
-        now = time.monotonic()
-        if call_sent is not None and now - call_sent > self.stall_timeout_s:
-            self._die(f"{self.name} did not answer within {self.stall_timeout_s:.0f} s")
-        if self.in_flight and now - self._stepped > self.stall_timeout_s:
-            self._die(
-                f"{self.name} finished no step for {self.stall_timeout_s:.0f} s while "
-                "holding requests"
-            )
-
-    def _take(self, msg: tuple) -> None:
-        """A message that is not a reply: a step's events, a failed step, the pipe's end."""
-        kind, value, load = msg
-        if msg is CLOSED:
-            self.process.join(1.0)  # it is on its way out: let its exit code show
-            self._die(self._exit_words())
-        self.load = load or self.load
-        self._stepped = time.monotonic()
-        if kind == "failed":
-            self._failure = value
-            return
-        for event in value:
+    def _deliver(self, batch: list) -> None:
+        """A step's events (or changes made between steps), published here in order; the
+        requests they end and the pool's map follow them."""
+        for event in batch:
             if event.kind in FINISHING_KINDS:
                 self.in_flight.discard(event.request_id)
             if event.kind == "kv_changes":  # made between steps (an abort, a sent KV)
@@ -410,73 +268,29 @@ class Replica:
             elif isinstance(event, events.StepEvent):
                 self._kv.apply(event.plan.kv_ops)
                 self._steps = event.plan.step
-        self.bus.emit_many(value)
+        self.bus.emit_many(batch)
 
-    def _take_ready(self, msg: tuple) -> None:
-        kind, value, _ = msg
-        if kind == "refused":
-            raise ValueError(value)
-        if kind != "reply":  # CLOSED: it exited while loading
-            self.process.join(1.0)
-            raise ReplicaDied(self._exit_words())
-        self._info = value["describe"]
-        self.runner = ReplicaModel(value["vocab_size"])
-        self.eos_token_ids = value["eos_token_ids"]
+    def _fresh_map(self) -> None:
+        """The pool's map as the events published here say it is (see kv_snapshot_event):
+        empty, as a fresh process's pool is."""
+        self._kv, self._steps = KVState(), 0
 
-    def _watch_start(self) -> None:
-        """A restarted process: its ready message, or its failure to start (then it stays
-        dead: a start that failed once would fail again)."""
-        msg = self.link.next(STEP_WAIT_S)
-        try:
-            if msg is None:
-                if time.monotonic() - self._started > START_TIMEOUT_S:
-                    raise ReplicaDied(f"{self.name} did not start within {START_TIMEOUT_S:.0f} s")
-                return
-            self._take_ready(msg)
-        except (ValueError, ReplicaDied) as err:
-            self.starting = False
-            self.dead = f"{self.name} could not be restarted: {err}"
-            log.error("%s", self.dead)
-            self._kill()
-            return
-        self.starting, self.dead = False, None
-        self.in_flight, self.load = set(), {"waiting": 0, "running": 0, "swapped": 0}
-        log.warning("%s is serving again (restart %d)", self.name, self.restarts)
-        if self.bus.wants("reset"):  # its request ids start again at 0
+    def _take_ready(self, ready: dict[str, Any]) -> None:
+        self._info = ready["describe"]
+        self.runner = ReplicaModel(ready["vocab_size"])
+        self.eos_token_ids = ready["eos_token_ids"]
+
+    def _back(self, ready: dict[str, Any]) -> None:
+        """A restarted process is serving: it holds nothing yet, and numbers its requests
+        from 0 again (a "reset" event says so to whoever listens)."""
+        self._take_ready(ready)
+        self.in_flight, self.inbox.load = set(), idle_load()
+        if self.bus.wants("reset"):
             info = {**self._info, "replica": self.index}
             self.bus.emit(events.EngineReset(time=self.clock(), info=info))
         if self.on_ready is not None:
             self.on_ready(self)
 
-    def _raise_failure(self) -> None:
-        if self._failure is not None:
-            why, self._failure = self._failure, None
-            raise RuntimeError(f"{self.name}: a step failed: {why}")
-
-    def _exit_words(self) -> str:
-        code = self.process.exitcode
-        if code is None:
-            how = "closed its pipe"
-        elif code >= 0:
-            how = f"exited with code {code}"
-        else:
-            how = f"was killed by signal {-code}"
-        return f"{self.name} (pid {self.process.pid}) {how}"
-
-    def _kill(self) -> None:
-        if self.process.is_alive():
-            self.process.kill()  # SIGKILL: a stopped process goes too
-            self.process.join(5.0)
-
-    def _die(self, why: str) -> None:
-        """Mark it dead (its requests end with ``why`` at the loop's next turn), stop the
-        process if it is still there, tell the fleet, and raise."""
-        if self.dead is not None:
-            raise ReplicaDied(self.dead)
-        words = f"{why}; its requests end here, the other replicas go on"
-        self.dead = self.died_of = self._death = words
-        log.error("%s", words)
-        self._kill()
+    def _died(self) -> None:
         if self.on_death is not None:
             self.on_death(self)  # which may restart it: ``dead`` then says so
-        raise ReplicaDied(words)
