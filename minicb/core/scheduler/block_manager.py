@@ -22,10 +22,8 @@ copies over the host link instead of a prefill. ``swap_out`` copies every block,
 ones included, and drops one reference from each (another holder keeps it); the copies
 ``swap_in`` brings back are keyed again by ``commit`` unless the original is still cached.
 
-A lower tier of the prefix cache (cache_tier.py, the seam; ``num_offload_blocks``) keeps
-what the device evicts: ``_take`` hands it the evicted prefixes, a prompt's walk goes on
-there where the device has no block (a hit ``None`` in ``lookup``), ``allocate_slots``
-asks it to reload such hits, and ``take_copies`` hands the copies a step needs to the plan.
+A lower tier of the prefix cache (``num_offload_blocks``) keeps what the device evicts and
+gives it back; cache_tier.py says when the block manager calls it.
 
 Every change to a table, to the swap tables or to the evictable cached blocks is also
 written to ``changes``, in order (see ``KVChange``): the step event carries that list, not
