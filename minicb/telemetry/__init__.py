@@ -1,2 +1,4 @@
-"""Telemetry: the events the engine publishes, the bus that carries them, and what is
-made of them (metrics, Prometheus, traces). Pure Python except Prometheus' client."""
+"""Telemetry: what is made of the events the engine publishes on its bus (both in
+minicb/core): metrics, Prometheus (with the requests' latencies), traces (written, read,
+exported to Perfetto, one file per engine), events as JSON and the KV map they draw.
+Pure Python except Prometheus' client."""
