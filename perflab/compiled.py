@@ -78,7 +78,7 @@ from minicb.core.config import EngineConfig
 from minicb.core.engine import LLMEngine
 from minicb.core.runner import RunnerOutput, llama
 from minicb.core.runner.dtype import cpu_capabilities
-from minicb.core.runner.model_runner import ModelRunner
+from minicb.core.runner.model_runner import ModelRunner, build_runner
 from minicb.core.runner.step_inputs import StepInputs
 from minicb.core.scheduler.plan import StepPlan
 from minicb.packing.packed import PACKED_FOR_ROWS, PackedLinear
@@ -381,10 +381,11 @@ class CompiledRunner:
         return self.inner.execute(plan, forward=self.logits)
 
     def logits(self, batch: StepInputs) -> torch.Tensor | None:
-        """The sampling rows' logits: from the graph for a decode-only step that no CUDA
-        graph replays, else (or where the graph cannot run) the model runner's eager ones."""
+        """The sampling rows' logits: from the graph for a decode-only step, else (or where
+        the graph cannot run) the model runner's eager ones. (A step a CUDA graph replays
+        never comes here: the graph's wrapper, inside this one, takes it first.)"""
         meta, inner = batch.meta, self.inner
-        if self.decode is None or not meta.is_decode_only or inner.replays(meta):
+        if self.decode is None or not meta.is_decode_only:
             return inner.logits(batch)
         # The graph ends with the LM head: every row's logits (a static batch's padding rows
         # too, which sample nothing); None if it could not run.
@@ -411,5 +412,5 @@ def compiled_engine(
 ) -> LLMEngine:
     """An engine on ``model`` whose decode-only steps run the compiled graph (``kwargs``:
     LLMEngine's, such as ``clock`` or ``bus``)."""
-    runner = CompiledRunner(ModelRunner(model, config), backend=backend)
+    runner = CompiledRunner(build_runner(model, config), backend=backend)
     return LLMEngine(config=config, runner=runner, **kwargs)

@@ -74,9 +74,9 @@ class LLMEngine:
         tries its own admission policy through it)."""
         self.config = config or EngineConfig()
         if runner is None:
-            from minicb.core.runner.model_runner import ModelRunner  # torch only when needed
+            from minicb.core.runner.model_runner import build_runner  # torch only when needed
 
-            runner = ModelRunner(model, self.config)
+            runner = build_runner(model, self.config)
         _check_pool_sizes(self.config, runner)
         self.runner = runner
         self.clock = clock or time.time

@@ -11,16 +11,28 @@ Only decode-only iterations use graphs (prefill chunks vary in length), and only
 Triton backend: the torch reference reads host-side lengths, which a graph cannot follow.
 If capture fails, the runner logs why and runs eagerly: graphs are an optimisation, never
 a requirement.
+
+``CudaGraphRunner`` wraps the model runner at the runner seam (minicb/core/runner/wrappers.py:
+``use_cuda_graphs`` on a CUDA device, one rank): for a step it can replay, it hands the model
+runner the graph's hidden states; any other step takes the forward it was given (the eager
+model's, or that of a runner wrapping this one).
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
+from typing import TYPE_CHECKING
 
 import torch
 
 from minicb.core.attention import AttentionMetadata
+from minicb.core.runner.wrappers import Forward, RunnerWrapper
+
+if TYPE_CHECKING:
+    from minicb.core.runner import Runner, RunnerOutput
+    from minicb.core.runner.step_inputs import StepInputs
+    from minicb.core.scheduler.plan import StepPlan
 
 log = logging.getLogger(__name__)
 
@@ -109,9 +121,8 @@ class DecodeGraphs:
 
 
 def maybe_capture(runner) -> DecodeGraphs | None:
-    """Decode graphs when the config asks and the device and backend allow; else None."""
-    if not runner.config.use_cuda_graphs or runner.device.type != "cuda":
-        return None
+    """Decode graphs of ``runner`` (a model runner on CUDA) when its backend allows; else
+    None."""
     if runner.backend.name != "triton":
         log.info("CUDA graphs need the triton attention backend; running eagerly")
         return None
@@ -120,3 +131,27 @@ def maybe_capture(runner) -> DecodeGraphs | None:
     except Exception as err:  # capture is an optimisation: fall back, and say why
         log.warning("CUDA graph capture failed (%s: %s); running eagerly", type(err).__name__, err)
         return None
+
+
+class CudaGraphRunner(RunnerWrapper):
+    """The model runner, with its decode-only steps of a captured size replayed."""
+
+    def __init__(self, inner: Runner) -> None:
+        super().__init__(inner)
+        self.decode_graphs = maybe_capture(inner)  # None: eager (the reason is logged)
+
+    def execute(self, plan: StepPlan, *, forward: Forward | None = None) -> RunnerOutput:
+        return self.inner.execute(plan, forward=lambda batch: self.logits(batch, forward))
+
+    def replays(self, meta: AttentionMetadata) -> bool:
+        """Whether this step replays a captured CUDA graph (decode-only, a captured size)."""
+        graphs = self.decode_graphs
+        return graphs is not None and meta.is_decode_only and graphs.can_run(meta.num_requests)
+
+    def logits(self, batch: StepInputs, forward: Forward | None = None) -> torch.Tensor | None:
+        """The sampling rows' logits: from the replayed graph's hidden states where it
+        replays, else from ``forward`` (default: the model runner's eager ones)."""
+        if self.replays(batch.meta):
+            hidden = self.decode_graphs.run(batch.input_ids, batch.positions, batch.meta)
+            return self.inner.logits(batch, hidden)
+        return (forward or self.inner.logits)(batch)

@@ -81,6 +81,25 @@ def tile_linears(model: nn.Module) -> int:
     return len(targets)
 
 
+class RowTiles:
+    """The row-tiled weight form at the model build's seam (minicb/core/runner/wrappers.py):
+    ``batch_invariant``. Last of the forms: it wraps whichever linears the model holds."""
+
+    unshareable = "cannot share weights between batch_invariant and plain engines"
+
+    def fits(self, device: torch.device, dtype: torch.dtype) -> bool:
+        return True
+
+    def apply(self, model: nn.Module) -> None:
+        tile_linears(model)
+
+    def held_by(self, model: nn.Module) -> bool:
+        return any(isinstance(m, RowTiledLinear) for m in model.modules())
+
+    def describe(self) -> dict[str, str]:
+        return {}  # the attention backend's reason says batch_invariant
+
+
 @dataclass(frozen=True)
 class TokenIndex:
     """For each of the step's T query tokens, the cache slots of the keys it may see."""

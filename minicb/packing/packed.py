@@ -66,3 +66,22 @@ def pack_linears(model: nn.Module) -> int:
     for parent, name, child in targets:
         setattr(parent, name, PackedLinear(child))
     return len(targets)
+
+
+class PackedWeights:
+    """The oneDNN-packed weight form at the model build's seam
+    (minicb/core/runner/wrappers.py): ``packed_weights`` in bfloat16 on a CPU that can."""
+
+    unshareable = "cannot share weights packed for oneDNN with an engine without packed_weights"
+
+    def fits(self, device: torch.device, dtype: torch.dtype) -> bool:
+        return can_pack(device, dtype)
+
+    def apply(self, model: nn.Module) -> None:
+        pack_linears(model)
+
+    def held_by(self, model: nn.Module) -> bool:
+        return any(isinstance(m, PackedLinear) for m in model.modules())
+
+    def describe(self) -> dict[str, str]:
+        return {"linear": "onednn-packed"}

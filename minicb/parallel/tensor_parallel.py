@@ -36,7 +36,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from minicb.core.runner.build_model import model_config
 from minicb.core.runner.llama import LlamaModel, ModelConfig
+from minicb.core.runner.loader import ModelFiles, open_safetensors
 
 
 @dataclass
@@ -53,12 +55,25 @@ class CollectiveTimer:
 
 @dataclass
 class Shard:
-    """Where this process stands in the tensor-parallel group."""
+    """Where this process stands in the tensor-parallel group, and so which part of the
+    model it holds: a ``ModelPart`` (minicb/core/runner/wrappers.py), which the model runner
+    builds in place of the whole model, on rank 0 and on every worker alike."""
 
     rank: int
     world: int
     group: Any = None  # the ProcessGroup the all-reduces run on (None: the default group)
     timer: CollectiveTimer = field(default_factory=CollectiveTimer)
+
+    def config(self, whole: ModelConfig) -> ModelConfig:
+        return shard_config(whole, self.world)
+
+    def shape(self, model: LlamaModel) -> None:
+        shard_model(model, self)
+
+    def weights(self, files: ModelFiles, names: set[str]) -> Iterator[tuple[str, torch.Tensor]]:
+        """Only this rank's slices are read from the files."""
+        whole = model_config(files.hf_config)
+        return iter_shard(files.path, whole, self.rank, self.world, names)
 
 
 def check_divisible(cfg: ModelConfig, world: int) -> None:
@@ -158,8 +173,6 @@ def iter_shard(
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield (name, tensor) of ``rank``'s slice of every checkpoint tensor in ``wanted``,
     reading only that slice from the safetensors files (``get_slice``)."""
-    from minicb.core.runner.loader import open_safetensors
-
     for f in open_safetensors(path):
         for name in f.keys():
             if name not in wanted:

@@ -8,8 +8,8 @@ and its own paged KV cache per runner, with the same block ids as rank 0's. The 
   one sharing the weights of runner ``shared``, as static batching shares continuous's),
   then tell rank 0 it is ready, or why it could not (``gather_statuses``: bytes, no
   pickle);
-- ``("step", handle, plan)``: that runner's swap copies and forward pass for the StepPlan,
-  all-reducing with the other ranks inside every layer;
+- ``("step", handle, plan)``: that runner's block copies and forward pass for the StepPlan
+  (``ModelRunner.forward_pass``), all-reducing with the other ranks inside every layer;
 - ``("stop",)``: leave.
 
 Each command also carries the handles of runners rank 0 has dropped, closed first, and an
@@ -87,15 +87,16 @@ def _run(msg: tuple, runners: dict[int, Any], shard: Any, control: Any) -> None:
             status = f"{type(err).__name__}: {err}"
         gather_statuses(status, shard.world, control)
     elif kind == "step":
-        runners[handle].run_shard(msg[2])
+        runners[handle].forward_pass(msg[2])  # no sampling here: rank 0 holds the LM head
     else:
         raise ValueError(f"unknown tensor-parallel command {kind!r}")
 
 
 def _open(path: str, config: Any, shared_model: Any, shard: Any) -> Any:
-    """This rank's shard of a runner (on this rank's GPU where there is one)."""
+    """This rank's shard of a runner (on this rank's GPU where there is one): the model
+    runner holding the ``shard`` as its part, as rank 0's holds its own (tp_runner.py)."""
     from minicb.core.runner.model_runner import ModelRunner
 
     if config.device != "cpu" and torch.cuda.is_available():
         config = config.with_(device=f"cuda:{torch.cuda.current_device()}")
-    return ModelRunner(path, config, shard=shard, shared_model=shared_model)
+    return ModelRunner(path, config, part=shard, shared_model=shared_model)

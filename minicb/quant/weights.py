@@ -121,3 +121,23 @@ def weight_bytes(model: nn.Module) -> dict[str, int]:
         elif type(module) is nn.Linear:
             sizes["float"] += module.weight.nbytes
     return sizes
+
+
+class Int8Weights:
+    """The int8 weight form at the model build's seam (minicb/core/runner/wrappers.py):
+    ``weight_dtype="int8"``."""
+
+    unshareable = "cannot share weights held in another weight_dtype"
+
+    def fits(self, device: torch.device, dtype: torch.dtype) -> bool:
+        return True  # the reference product runs anywhere; the kernel where it is faster
+
+    def apply(self, model: nn.Module) -> None:
+        quantize_linears(model)
+
+    def held_by(self, model: nn.Module) -> bool:
+        return any(isinstance(m, Int8Linear) for m in model.modules())
+
+    def describe(self) -> dict[str, str]:
+        words = "int8 (a scale per output channel; LM head and embedding unquantised)"
+        return {"weight_dtype": words}

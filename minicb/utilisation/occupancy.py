@@ -19,6 +19,10 @@ Two things put ``bandwidth_util`` above 1: weights that fit in a CPU's caches, r
 than the DRAM copy runs, and a probe slowed by other work on a shared machine (the rates
 are measured once, at start-up). It is reported as measured; the page draws it at 100 %
 and says so (docs/simulation.md).
+
+``UtilisationRunner`` adds the two figures to each step of the runner it wraps, at the runner
+seam (minicb/core/runner/wrappers.py: ``measure_utilisation``), on rank 0 only: it samples,
+and it times the step.
 """
 
 from __future__ import annotations
@@ -27,11 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from minicb.core.runner.wrappers import Forward, RunnerWrapper, find_layer
 from minicb.cost_model.catalogue import model_shape
 from minicb.cost_model.step_time import ModelShape, plan_rows, step_totals
 from minicb.utilisation.probes import MachineRates, copy_bytes, machine_rates
 
 if TYPE_CHECKING:
+    from minicb.core.config import EngineConfig
+    from minicb.core.runner import Runner, RunnerOutput
     from minicb.core.scheduler.plan import StepPlan
 
 
@@ -71,3 +78,30 @@ class Occupancy:
             nbytes / self.tp / (self.rates.copy_bandwidth * forward_s),
             flops / self.tp / (self.rates.matmul_flops * forward_s),
         )
+
+
+class UtilisationRunner(RunnerWrapper):
+    """A runner whose every step carries its utilisation of this machine's measured rates
+    (``RunnerOutput.bandwidth_util``, ``flop_util``), which its description names."""
+
+    def __init__(self, inner: Runner, rates: MachineRates | None = None) -> None:
+        """``rates``: what to measure against (None: probe this machine, once per process)."""
+        super().__init__(inner)
+        tp = inner.config.tensor_parallel_size
+        self.occupancy = Occupancy.measure(
+            Path(inner.model_path), inner.device, inner.dtype, tp, rates
+        )
+
+    @classmethod
+    def wrap(cls, inner: Runner, config: EngineConfig, sibling: Runner | None) -> Runner:
+        like = find_layer(sibling, cls)  # a sibling's rates: nothing probed again
+        return cls(inner, like.occupancy.rates if like is not None else None)
+
+    def execute(self, plan: StepPlan, *, forward: Forward | None = None) -> RunnerOutput:
+        out = self.inner.execute(plan, forward=forward)
+        out.bandwidth_util, out.flop_util = self.occupancy.utilisation(plan, out.forward_s)
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        # What the page's utilisation chart is measured against.
+        return self.inner.describe() | {"machine_rates": self.occupancy.rates.describe()}

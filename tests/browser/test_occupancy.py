@@ -11,6 +11,7 @@ from minicb import LLMEngine, SamplingParams
 from minicb.core.config import EngineConfig
 from minicb.core.runner.model_runner import ModelRunner
 from minicb.telemetry.trace import TraceWriter, trace_header
+from minicb.utilisation.occupancy import UtilisationRunner
 from minicb.utilisation.probes import MachineRates
 from tests.browser.conftest import js, next_frame, server, shot, wait_for
 
@@ -100,9 +101,8 @@ def test_a_step_above_the_probed_roofline_is_drawn_at_100_and_explained(
     # step of the tiny model far above it; replayed, the page caps the line and says why.
     config = EngineConfig(device="cpu", dtype="float32", num_kv_blocks=32, measure_utilisation=True)
     rates = MachineRates(copy_bandwidth=1e6, matmul_flops=1e6)
-    engine = LLMEngine(
-        config=config, runner=ModelRunner(tiny_llama_dir, config, machine_rates=rates)
-    )
+    runner = UtilisationRunner(ModelRunner(tiny_llama_dir, config), rates)
+    engine = LLMEngine(config=config, runner=runner)
     path = tmp_path / "above.jsonl"
     writer = TraceWriter(path, trace_header(engine, command="demo", panel="continuous"))
     engine.bus.subscribe(writer)

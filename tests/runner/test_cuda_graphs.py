@@ -20,7 +20,7 @@ def test_capture_sizes_cover_every_batch_up_to_max_num_seqs():
 def test_no_graphs_on_cpu(tiny_llama_dir):
     # The device is named: "auto" picks CUDA where there is one, and graphs would be built.
     llm = LLM(model=tiny_llama_dir, device="cpu", num_kv_blocks=16, use_cuda_graphs=True)
-    assert llm.engine.runner.decode_graphs is None
+    assert getattr(llm.engine.runner, "decode_graphs", None) is None  # not even wrapped
 
 
 @pytest.mark.gpu

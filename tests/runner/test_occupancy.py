@@ -11,7 +11,7 @@ from minicb.core.config import EngineConfig
 from minicb.core.runner.fake import FakeRunner
 from minicb.core.runner.model_runner import ModelRunner
 from minicb.cost_model.step_time import ModelShape
-from minicb.utilisation.occupancy import Occupancy
+from minicb.utilisation.occupancy import Occupancy, UtilisationRunner
 from minicb.utilisation.probes import MachineRates, copy_bytes, matmul_size, measure_matmul_flops
 
 # The shape of tests/sim/test_utilisation.py: one layer of 160 matmul parameters, 224
@@ -49,10 +49,14 @@ def test_an_untimed_step_has_no_utilisation():
 
 
 def _engine(path: str, measure: bool, rates: MachineRates | None = RATES) -> LLMEngine:
+    """With ``measure``: the model runner wrapped by hand, to give it ``rates``; without:
+    the runner the engine builds itself for the config."""
     config = EngineConfig(
         device="cpu", dtype="float32", max_num_seqs=4, num_kv_blocks=32, measure_utilisation=measure
     )
-    runner = ModelRunner(path, config, machine_rates=rates)
+    if not measure:
+        return LLMEngine(path, config)
+    runner = UtilisationRunner(ModelRunner(path, config), rates)
     return LLMEngine(config=config, runner=runner)
 
 
@@ -79,7 +83,7 @@ def test_the_tiny_model_engine_reports_it_when_asked(tiny_llama_dir):
 
 def test_the_tiny_model_engine_reports_none_by_default(tiny_llama_dir):
     engine = _engine(tiny_llama_dir, measure=False, rates=None)
-    assert engine.runner.occupancy is None
+    assert getattr(engine.runner, "occupancy", None) is None
     assert "machine_rates" not in engine.describe()["runner"]
     for event in _events(engine):
         assert event.bandwidth_util is None and event.flop_util is None

@@ -6,26 +6,25 @@ checkpoint's tensors copied in by name (``load_weights``): what the model is, in
 llama.py, is kept apart from how a checkpoint fills it.
 
 The skeleton is made on the meta device (no memory), materialised on the target device and
-filled from the safetensors files: under tensor parallelism only this rank's slices are read
-(minicb/parallel/tensor_parallel.py). After the cast to the compute dtype the linear layers
-may be quantised to int8 (minicb/quant/weights.py) or packed for oneDNN (packed.py), and under
-``batch_invariant`` each is wrapped to run in fixed row tiles (minicb/kernels/batch_invariant.py);
-the rope tables are attached last, so they stay fp32, as in transformers.
+filled from the safetensors files: of a model part (a tensor-parallel shard, wrappers.py's
+``ModelPart``) only its slices are read. After the cast to the compute dtype each weight
+form the config asks for (int8, packed for oneDNN, batch-invariant row tiles; wrappers.py)
+replaces the linear layers, in order; the rope tables are attached last, so they stay fp32,
+as in transformers.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from minicb.core.config import EngineConfig
 from minicb.core.runner.llama import LlamaModel, ModelConfig, RotaryEmbedding
 from minicb.core.runner.loader import ModelFiles, iter_safetensors
-from minicb.kernels.batch_invariant import RowTiledLinear, tile_linears
-from minicb.packing.packed import can_pack, pack_linears
-from minicb.parallel.tensor_parallel import Shard, iter_shard, shard_model
-from minicb.quant.weights import Int8Linear, quantize_linears
+from minicb.core.runner.wrappers import registered_weight_forms
+
+if TYPE_CHECKING:
+    from minicb.core.runner.wrappers import ModelPart, WeightForm
 
 
 def model_config(hf: Any) -> ModelConfig:
@@ -76,35 +75,30 @@ def load_weights(model: LlamaModel, named_tensors) -> None:
 def build_model(
     files: ModelFiles,
     cfg: ModelConfig,
-    config: EngineConfig,
+    forms: list[WeightForm],
     device: torch.device,
     dtype: torch.dtype,
     max_model_len: int,
-    shard: Shard | None = None,
+    part: ModelPart | None = None,
 ) -> LlamaModel:
-    """The model of shape ``cfg`` (this rank's part, with ``shard``), weights loaded, on
-    ``device`` in ``dtype``, as ``config`` holds its linear layers."""
+    """The model of shape ``cfg`` (the ``part``'s, if one), weights loaded, on ``device``
+    in ``dtype``, its linear layers in each of ``forms`` in turn."""
     # Skeleton on the meta device (no memory), materialised on the target, then filled.
     with torch.device("meta"):
         model = LlamaModel(cfg, rope=None)
-    if shard is not None:
-        shard_model(model, shard)
+    if part is not None:
+        part.shape(model)
     model = model.to_empty(device=device)
     if cfg.tie_word_embeddings and model.lm_head is not None:
         # to_empty gives each module its own tensor: tie again
         model.lm_head.weight = model.model.embed_tokens.weight
-    if shard is None:
+    if part is None:
         load_weights(model, iter_safetensors(files.path))
-    else:  # only this rank's slices are read from the files
-        full, names = model_config(files.hf_config), set(model.state_dict())
-        load_weights(model, iter_shard(files.path, full, shard.rank, shard.world, names))
+    else:  # only the part's slices are read from the files
+        load_weights(model, part.weights(files, set(model.state_dict())))
     model = model.to(dtype).eval()
-    if config.weight_dtype == "int8":
-        quantize_linears(model)  # after the cast: scales in the compute dtype, as kernels want
-    if config.packed_weights and can_pack(device, dtype):
-        pack_linears(model)  # after the cast: the packed copies are made in this dtype
-    if config.batch_invariant:
-        tile_linears(model)  # last: it wraps whichever linears the model now holds
+    for form in forms:  # after the cast: scales and packed copies in the compute dtype
+        form.apply(model)
     # Rope tables are attached after the dtype cast so they stay fp32, as in transformers.
     rope = RotaryEmbedding(files.hf_config, cfg.head_dim, max_model_len)
     model.rope = rope.to(device)
@@ -114,7 +108,7 @@ def build_model(
 def check_shareable(
     model: LlamaModel,
     cfg: ModelConfig,
-    config: EngineConfig,
+    forms: list[WeightForm],
     device: torch.device,
     dtype: torch.dtype,
     max_model_len: int,
@@ -130,11 +124,9 @@ def check_shareable(
             f"cannot share weights held as {weight.dtype} on {weight.device} with an engine "
             f"that wants {dtype} on {device}"
         )
-    int8 = any(isinstance(m, Int8Linear) for m in model.modules())
-    if int8 != (config.weight_dtype == "int8"):
-        raise ValueError("cannot share weights held in another weight_dtype")
-    tiled = any(isinstance(m, RowTiledLinear) for m in model.modules())
-    if tiled != config.batch_invariant:
-        raise ValueError("cannot share weights between batch_invariant and plain engines")
+    asked = {type(form) for form in forms}
+    for form in registered_weight_forms():
+        if form.held_by(model) != (type(form) in asked):
+            raise ValueError(form.unshareable)
     if model.rope.cos.shape[0] < max_model_len:
         raise ValueError("cannot share weights: the shared model has a shorter context")
