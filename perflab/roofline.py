@@ -33,7 +33,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from minicb.bench import decode_steps
-from minicb.bench.systems import generate_times, sibling
+from minicb.bench.systems import sibling
+from minicb.bench.transformers_systems import generate_times
 from minicb.core.config import SamplingParams
 from minicb.core.engine import LLMEngine
 from minicb.core.scheduler.block_manager import blocks_needed

@@ -22,7 +22,8 @@ from minicb.bench.sanity import (
     check_run,
     ratio_bound,
 )
-from minicb.bench.systems import _batch_events, build_systems
+from minicb.bench.systems import build_systems
+from minicb.bench.transformers_systems import _batch_events
 from minicb.bench.workloads import QUICK, SYSTEMS, make_workloads
 from minicb.core.runner.loader import load_hf_config
 from minicb.workload import RequestSpec, Workload
