@@ -19,35 +19,10 @@ Each mode is registered at the hook by this package's ``__init__``. Pure Python.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from minicb.core.config import EngineConfig
 from minicb.core.request import Request
 from minicb.core.scheduler.block_manager import blocks_needed
-
-
-@dataclass(frozen=True)
-class Reservation:
-    """What a request is given at admission: ``prompt + output`` tokens of KV cache."""
-
-    mode: str
-    prompt: int  # prompt tokens
-    output: int  # output tokens reserved beyond the prompt
-    why: str  # how ``output`` was chosen, in words
-
-    @property
-    def num_tokens(self) -> int:
-        return self.prompt + self.output
-
-    def reason(self, block_size: int, num_tokens: int) -> str:
-        """The admission reason's words: "; reserves 9 blocks for 40 + 100 tokens (max)"; a
-        recompute that already holds ``num_tokens`` may be past it."""
-        if self.num_tokens < num_tokens:
-            return (
-                f"; already past its reservation of {self.prompt} + {self.output} "
-                f"tokens ({self.why}), it grows paged"
-            )
-        blocks = blocks_needed(self.num_tokens, block_size)
-        return f"; reserves {blocks} blocks for {self.prompt} + {self.output} tokens ({self.why})"
+from minicb.core.scheduler.hooks import Reservation
 
 
 def expected_output(req: Request) -> int:
@@ -59,10 +34,10 @@ def expected_output(req: Request) -> int:
 class ReservationMode:
     """An admission size that reserves prompt + an output length chosen by ``mode``."""
 
-    def __init__(self, mode: str) -> None:
-        self.mode = mode
+    def __init__(self, mode: str, config: EngineConfig) -> None:
+        self.mode, self.block_size = mode, config.block_size
 
-    def reserve(self, req: Request, max_model_len: int) -> Reservation:
+    def reserve(self, req: Request, num_tokens: int, max_model_len: int) -> Reservation:
         expected = expected_output(req)
         if self.mode == "max":
             output, why = req.params.max_tokens, "max"
@@ -74,7 +49,15 @@ class ReservationMode:
         # Never more than the request could ever hold.
         prompt = req.num_prompt_tokens
         output = min(output, req.params.max_tokens, max_model_len - prompt)
-        return Reservation(self.mode, prompt, output, why)
+        if prompt + output < num_tokens:  # a recompute after preemption may be past it
+            words = (
+                f"; already past its reservation of {prompt} + {output} tokens ({why}), "
+                f"it grows paged"
+            )
+        else:
+            blocks = blocks_needed(prompt + output, self.block_size)
+            words = f"; reserves {blocks} blocks for {prompt} + {output} tokens ({why})"
+        return Reservation(self.mode, prompt + output, words)
 
     def outgrew(self, req: Request, num_blocks: int) -> str:
         # A reservation covers every token a request can hold unless its hint was short.

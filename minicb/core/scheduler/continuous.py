@@ -204,7 +204,7 @@ class ContinuousScheduler(SchedulerBase):
                 )
                 break
             found = self._found_in_cache(req, hits)  # before the hits change hands
-            reserve = self.admission_size.reserve(req, self.max_model_len)
+            reserve = self.admission_size.reserve(req, cached + n, self.max_model_len)
             room = max(cached + n, reserve.num_tokens if reserve else 0)
             if self.blocks.allocate_slots(req.request_id, room, hits) is None:
                 plan.notes.append(
@@ -220,9 +220,7 @@ class ContinuousScheduler(SchedulerBase):
             if req.output_token_ids:
                 what += " (recompute after preemption)"
             why = f"admitted: {what} fits the remaining budget of {budget}"
-            if reserve is not None:
-                why += reserve.reason(self.config.block_size, cached + n)
-            why += found
+            why += (reserve.words if reserve else "") + found
             plan.admitted.append(Decision(req.request_id, why, num_cached_tokens=cached))
             if self.blocks.enable_caching:
                 plan.prefix_query_tokens += req.num_tokens

@@ -23,6 +23,7 @@ package registers its own when it is imported (``minicb/speculation/__init__.py`
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
@@ -54,31 +55,21 @@ class Drafter(Protocol):
         ...
 
 
-class Reservation(Protocol):
-    """KV set aside for a request at its admission, beyond what the step writes."""
+@dataclass(frozen=True)
+class Reservation:
+    """KV set aside for a request at its admission, beyond what its first step writes."""
 
-    @property
-    def mode(self) -> str:
-        """Its name, as the config says it: "max"."""
-        ...
-
-    @property
-    def num_tokens(self) -> int:
-        """Tokens of KV the request holds from its admission on."""
-        ...
-
-    def reason(self, block_size: int, num_tokens: int) -> str:
-        """Words added to the admission's reason, e.g. "; reserves 9 blocks for 40 + 100
-        tokens (max)"; ``num_tokens``: what the admitted request holds (a recompute may be
-        past its reservation already)."""
-        ...
+    mode: str  # its name in the config, for a note when it does not fit: "max"
+    num_tokens: int  # tokens of KV the request holds from its admission on
+    words: str  # added to the admission's reason: "; reserves 9 blocks for 40 + 100 tokens"
 
 
 class AdmissionSize(Protocol):
     """How much KV an admission takes at once, and what to say when a request outgrows it."""
 
-    def reserve(self, req: Request, max_model_len: int) -> Reservation | None:
-        """What ``req`` is given at admission beyond its scheduled tokens (None: nothing)."""
+    def reserve(self, req: Request, num_tokens: int, max_model_len: int) -> Reservation | None:
+        """What ``req`` is given at admission, where its first step holds ``num_tokens``
+        (None: just those)."""
         ...
 
     def outgrew(self, req: Request, num_blocks: int) -> str | None:
@@ -90,7 +81,7 @@ class Paged:
     """The core's admission size (vLLM's): nothing ahead, blocks one at a time as tokens
     are written, so growing is the normal course and worth no note."""
 
-    def reserve(self, req: Request, max_model_len: int) -> None:
+    def reserve(self, req: Request, num_tokens: int, max_model_len: int) -> None:
         return None
 
     def outgrew(self, req: Request, num_blocks: int) -> None:
@@ -106,7 +97,9 @@ DrafterFactory = Callable[["EngineConfig", "BlockManager", int], Drafter]
 
 # Registries: the config's word -> what builds the hook. Features add to them on import.
 DRAFTERS: dict[str, DrafterFactory] = {}  # by EngineConfig.speculative ("off": none)
-ADMISSION_SIZES: dict[str, Callable[[], AdmissionSize]] = {"paged": Paged}
+ADMISSION_SIZES: dict[str, Callable[[EngineConfig], AdmissionSize]] = {
+    "paged": lambda config: Paged(),  # by EngineConfig.kv_reservation
+}
 
 
 def make_drafter(config: EngineConfig, blocks: BlockManager, max_model_len: int) -> Drafter | None:
@@ -119,7 +112,7 @@ def make_drafter(config: EngineConfig, blocks: BlockManager, max_model_len: int)
 
 def make_admission_size(config: EngineConfig) -> AdmissionSize:
     """The admission size ``config.kv_reservation`` names."""
-    return registered(ADMISSION_SIZES, "kv_reservation", config.kv_reservation)()
+    return registered(ADMISSION_SIZES, "kv_reservation", config.kv_reservation)(config)
 
 
 def registered(registry: dict[str, T], setting: str, name: str) -> T:
