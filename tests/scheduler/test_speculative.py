@@ -13,7 +13,7 @@ from minicb.core.config import EngineConfig
 from minicb.core.engine import LLMEngine
 from minicb.core.runner.fake import FakeRunner
 from minicb.engine_options import add_engine_options, engine_kwargs
-from minicb.speculation.drafter import DraftRequest, accept_greedy
+from minicb.speculation.drafter import Draft, DraftRequest, accept_greedy
 from minicb.speculation.ngram import NgramProposer
 from tests.helpers import fake_engine
 
@@ -125,6 +125,34 @@ def test_drafts_take_only_the_budget_that_running_prompts_and_admissions_leave()
     plan = engine.step().plan  # b's last chunk of 6 leaves 1
     rows = {r.request_id: r for r in plan.scheduled}
     assert rows[b].num_tokens == 6 and rows[a].num_draft_tokens == 1 and plan.num_tokens == 8
+
+
+class EveryOtherProposer:
+    """Guesses fives for odd request ids, nothing for even ones; records each call."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[tuple[int, int]]] = []
+
+    def propose(self, rows):
+        self.calls.append([(row.request_id, row.max_tokens) for row in rows])
+        return [Draft([5] * row.max_tokens, [5], 0) if row.request_id % 2 else None for row in rows]
+
+
+def test_the_proposer_is_asked_once_a_step_and_a_row_without_a_draft_leaves_its_budget():
+    engine = fake_engine(max_num_batched_tokens=4, num_speculative_tokens=4, speculative="ngram")
+    engine.runner.token_fn = lambda rid, i: 5
+    proposer = engine.scheduler.drafter.proposer = EveryOtherProposer()
+    a, b = (engine.add_request([5, 5], SamplingParams(max_tokens=9, temperature=0)) for _ in "ab")
+    engine.step()  # both prompts: the whole budget
+    plan = engine.step().plan  # two decodes leave 2 tokens; each row may ask for both
+    assert proposer.calls == [[(a, 2), (b, 2)]]
+    rows = {r.request_id: r for r in plan.scheduled}
+    assert (rows[a].num_draft_tokens, rows[b].num_draft_tokens) == (0, 2)
+    assert rows[b].num_accepted_tokens == 2 and plan.num_tokens == 4
+    assert [d.reason for d in plan.drafted] == [
+        "drafts 2 tokens: the n-gram of 1 token appeared at position 0; the token budget leaves "
+        "room for 2"
+    ]
 
 
 def test_drafts_are_trimmed_to_the_free_blocks_and_never_preempt():
