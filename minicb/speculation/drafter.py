@@ -8,7 +8,7 @@ acceptance keeps the longest prefix of the draft that equals the model's own gre
 plus the model's token after it (the "bonus"): between 1 and ``1 + d`` tokens per step, and
 exactly the tokens the model would have produced one step at a time.
 
-``Drafter`` is the core's ``Drafter`` hook (minicb/core/scheduler/hooks.py). Who guesses is
+``Drafter`` fills the core's drafter hooks (minicb/core/scheduler/hooks.py). Who guesses is
 a ``Proposer``: it gets every row to draft for at once (a draft model runs them as one
 batch) and returns up to each row's ``max_tokens`` guesses. The n-gram proposer is in
 ngram.py. Only greedy requests draft: for a request that samples, drafts would need

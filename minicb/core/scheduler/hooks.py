@@ -88,8 +88,9 @@ class Paged:
         return None
 
 
-class FeatureNotLoaded(LookupError):
-    """A config names a feature whose package was never imported, so it never registered."""
+class FeatureNotLoaded(ValueError):
+    """A config names a feature whose package was never imported, so it never registered
+    (a ValueError, as every invalid setting is: whoever shows those shows this one)."""
 
 
 T = TypeVar("T")
