@@ -1,21 +1,18 @@
-"""ModelRunner: StepPlan -> one flat ragged batch -> model -> sampled tokens.
+"""ModelRunner: StepPlan -> one flat ragged batch -> model -> sampled tokens: the runner of
+the real model (see minicb.core.runner for the seam it fills).
 
-The runner of the real model (see minicb.core.runner for the seam it fills).
+It owns the model weights (build_model.py) and the KV pools (kv_pool.py, sized by
+kv_setup.py): one on the device, ``(num_layers, 2, num_blocks, block_size, num_kv_heads,
+head_dim)``, and a host twin for swapped-out blocks. Each iteration it copies the blocks the
+plan swaps out, then those it swaps in (``kv_pool.copy_blocks``), flattens the plan into one
+ragged batch (step_inputs.py: every scheduled token, no padding between requests), runs the
+model, and samples a token for each request whose tokens are now all computed (and, for a
+row that verifies speculative drafts, one after each draft too).
 
-It owns the model weights (built by build_model.py) and the KV pools (minicb.core.runner.kv_pool,
-sized by kv_setup.py): one on the device of shape ``(num_layers, 2, num_blocks, block_size,
-num_kv_heads, head_dim)`` and a host twin for swapped-out blocks. Each iteration it copies
-blocks the plan swaps out, then those it swaps in (``kv_pool.copy_blocks``, the one way a
-block moves between pools), flattens the plan into one ragged batch
-(minicb.core.runner.step_inputs: ids, positions and attention metadata for every scheduled
-token, no padding between requests), runs the model, and samples one token for each request
-whose uncomputed tokens are now all computed (and, for a row that verifies speculative
-drafts, one after each draft too).
-
-This is the plain path: the whole model, eager, on one device. Features that change it
-(tensor parallelism, CUDA graphs, utilisation, int8 or packed weights, batch invariance)
-wrap this runner or change how its weights are held, from their own folders, through the
-seam in wrappers.py; ``build_runner`` puts together the runner a config asks for.
+This is the plain path: the whole model, eager, on one device. Tensor parallelism, CUDA
+graphs, utilisation, int8 or packed weights and batch invariance wrap this runner or change
+how its weights are held, from their own folders, through the seam in wrappers.py;
+``build_runner`` puts together the runner a config asks for.
 """
 
 from __future__ import annotations
@@ -56,14 +53,9 @@ def build_runner(model: str | None, config: EngineConfig, sibling: Runner | None
     ``sibling``: a runner on the same weights, which the new one shares (``with_config``)."""
     device = resolve_device(config.device)
     chain = wrappers(config, device)
-    parts = [part for wrapper in chain if (part := wrapper.part(config, device))]
-    runner: Runner = ModelRunner(
-        model,
-        config,
-        files=sibling.files if sibling else None,
-        shared_model=sibling.model if sibling else None,
-        part=parts[0] if parts else None,
-    )
+    part = next((p for w in chain if (p := w.part(config, device)) is not None), None)
+    files, shared = (sibling.files, sibling.model) if sibling else (None, None)
+    runner: Runner = ModelRunner(model, config, files=files, shared_model=shared, part=part)
     for wrapper in chain:
         runner = wrapper.wrap(runner, config, sibling)
     return runner
@@ -87,6 +79,7 @@ class ModelRunner:
         self.config = config
         self.files = files or open_model(model)
         self.model_name = self.files.name
+        self.model_path = str(self.files.path)  # the folder of the weights and config.json
         self.tokenizer = self.files.tokenizer
         self.stop_token_ids = self.files.stop_token_ids
         self.device = resolve_device(config.device)
@@ -96,7 +89,6 @@ class ModelRunner:
         backend = "batch_invariant" if config.batch_invariant else config.attention_backend
         self.backend = get_backend(backend, self.device)
         self.weight_forms = weight_forms(config, self.device, self.dtype)
-        self.part = part
         cfg = model_config(self.files.hf_config)
         self.model_config = cfg = part.config(cfg) if part is not None else cfg
         self.vocab_size = cfg.vocab_size
@@ -204,8 +196,3 @@ class ModelRunner:
         """Bytes of one block in every layer (keys, values and any scales): an 8-bit KV
         cache's block is about half a bf16 one, so a byte budget holds about twice as many."""
         return block_bytes(self.config, self.model_config, self.dtype)
-
-    @property
-    def model_path(self) -> str:
-        """The folder the weights and config.json were read from."""
-        return str(self.files.path)
