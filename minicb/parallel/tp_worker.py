@@ -53,6 +53,9 @@ def main(
 def serve(rank: int, world: int, control: Any, secret: bytes) -> None:
     """The worker loop: until ``stop``, or until rank 0 is gone (or a command fails its
     signature check)."""
+    # A spawned worker is a fresh interpreter: every feature registers at its seam here, as
+    # rank 0's did, so that this rank's runner holds its weights in the same forms.
+    import minicb.features  # noqa: F401
     from minicb.parallel.tensor_parallel import CollectiveTimer, Shard
     from minicb.parallel.tp_group import receive_object
 
