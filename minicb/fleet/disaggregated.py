@@ -34,46 +34,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from minicb.core.config import EngineConfig, SamplingParams
-from minicb.core.engine import LLMEngine
 from minicb.core.latency import distribution
-from minicb.core.runner import VirtualClock
 from minicb.cost_model.catalogue import load_profile
 from minicb.cost_model.step_time import StepTimeModel
+from minicb.fleet.disagg_member import Member, TokenFn, build_member, member_load
 from minicb.fleet.kv_transfer import DecodeScheduler, PrefillScheduler, Transfer, link
-from minicb.fleet.router import ReplicaLoad, Router
+from minicb.fleet.router import Router
 from minicb.fleet.simulated import ArrivalSource, merge_metrics
-from minicb.sim.runner import SimulatedRunner
-from minicb.telemetry.metrics import MetricsCollector
 from minicb.telemetry.records import RequestRecord
 from minicb.workload import RequestSpec
-
-TokenFn = Callable[[int, int], int]  # (request number in the run, token index) -> token
-
-
-@dataclass
-class Member:
-    """One engine of the cluster, on its own simulated GPU and clock."""
-
-    index: int
-    engine: LLMEngine
-    runner: SimulatedRunner
-    # Its scheduler, built here in its role: the transfer protocol's side of it (release
-    # held KV, the inbox, when a transfer lands), as vLLM's connectors have a scheduler side.
-    role: PrefillScheduler | DecodeScheduler
-    metrics: MetricsCollector = field(default_factory=MetricsCollector)  # its steps
-    numbers: dict[int, int] = field(default_factory=dict)  # engine id -> request number
-    stalled: bool = False  # a prefill engine whose last step ran nothing: wait for a change
-
-    @property
-    def clock(self) -> VirtualClock:
-        return self.runner.clock
-
-    def catch_up(self, now: float) -> None:
-        """Bring its clock to ``now`` if behind. Safe whenever something reaches it at
-        ``now``: the loop runs events in time order, so an engine whose clock is behind
-        has nothing to do before ``now`` (idle, stalled, or waiting for a transfer)."""
-        if self.clock() < now:
-            self.clock.advance(now - self.clock())
 
 
 @dataclass
@@ -113,11 +82,12 @@ class DisaggregatedCluster:
         if isinstance(profile, str):
             profile = load_profile(profile, config.tensor_parallel_size)
         self.profile, self.link = profile, link(link_name)
-        self.ttft_slo, self.tpot_slo, self.token_fn = ttft_slo, tpot_slo, token_fn
-        self.prefill = [self._member(i, config, PrefillScheduler, 0) for i in range(num_prefill)]
+        self.ttft_slo, self.tpot_slo = ttft_slo, tpot_slo
+        self.prefill = [build_member(i, profile, config, PrefillScheduler, token_fn, 0)
+                        for i in range(num_prefill)]  # fmt: skip
         decode_config = decode_config or config
-        self.decode = [self._member(i, decode_config, self._decode_scheduler(i), 1)
-                       for i in range(num_decode)]  # fmt: skip
+        self.decode = [build_member(i, profile, decode_config, self._decode_scheduler(i),
+                                    token_fn, 1) for i in range(num_decode)]  # fmt: skip
         self.route_prefill = Router(router, num_prefill, block_size=config.block_size)
         self.route_decode = Router(router, num_decode, block_size=decode_config.block_size)
         self.journeys: list[Journey] = []
@@ -129,23 +99,6 @@ class DisaggregatedCluster:
         self._answered: Callable[[RequestSpec, float, list[int]], None] | None = None
 
     # ---- building ------------------------------------------------------------------------
-    def _member(self, index: int, config: EngineConfig, scheduler: Any, shift: int) -> Member:
-        clock = VirtualClock()
-        runner = SimulatedRunner(self.profile, config, clock=clock)
-        built = []  # the engine builds its scheduler: keep the one of this role
-
-        def build(*args: Any) -> Any:
-            built.append(scheduler(*args))
-            return built[-1]
-
-        engine = LLMEngine(config=config, runner=runner, clock=clock, scheduler=build)
-        member = Member(index, engine, runner, built[0])
-        engine.bus.subscribe(member.metrics, kinds=["step"])
-        if self.token_fn is not None:  # a decode engine's token 0 is the request's token 1
-            fn, numbers = self.token_fn, member.numbers
-            runner.token_fn = lambda rid, n: fn(numbers[rid], n + shift)
-        return member
-
     def _decode_scheduler(self, index: int) -> Callable[..., DecodeScheduler]:
         def build(*args: Any) -> DecodeScheduler:
             return DecodeScheduler(
@@ -208,7 +161,7 @@ class DisaggregatedCluster:
 
     def _arrive(self, spec: RequestSpec, now: float) -> None:
         number = len(self.journeys)
-        loads = [_load(m) for m in self.prefill]
+        loads = [member_load(m) for m in self.prefill]
         member = self.prefill[self.route_prefill.route(number, list(spec.prompt), loads).replica]
         member.catch_up(now)
         member.stalled = False
@@ -247,7 +200,7 @@ class DisaggregatedCluster:
             return
         number, prefill, prefill_rid = what  # hand_off: to the least loaded decode engine
         journey = self.journeys[number]
-        loads = [_load(m) for m in self.decode]
+        loads = [member_load(m) for m in self.decode]
         route = self.route_decode.route(number, list(journey.spec.prompt), loads)
         member = self.decode[route.replica]
         member.catch_up(now)
@@ -323,10 +276,6 @@ class DisaggregatedCluster:
         parts = [f"prefill {m.index}: {m.engine.queue_sizes()}" for m in self.prefill]
         parts += [f"decode {m.index}: {m.engine.queue_sizes()}" for m in self.decode]
         return "; ".join(parts)
-
-
-def _load(member: Member) -> ReplicaLoad:
-    return ReplicaLoad.of(member.index, member.engine.queue_sizes())
 
 
 def _record(journey: Journey) -> RequestRecord:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,7 @@ from minicb.core import events
 from minicb.core.bus import EventBus
 from minicb.core.config import EngineConfig, SamplingParams
 from minicb.core.engine import LLMEngine
+from minicb.core.input_processor import InputProcessor
 from minicb.fleet.replica_inbox import ReplicaInbox
 from minicb.fleet.replica_process import (
     SILENT_AFTER_S,
@@ -53,18 +53,12 @@ log = logging.getLogger(__name__)
 FINISHING_KINDS = ("finished", "aborted")
 
 
-@dataclass(frozen=True)
-class ReplicaModel:
-    """What LLMEngine.tokenize reads from a runner: here, the replica's vocabulary size."""
-
-    vocab_size: int
-
-
 class Replica:
     """One replica's engine-shaped handle (see the module doc): ``child`` is its process,
     ``inbox`` what the process sends."""
 
-    # The engine's own definitions, read against this handle's tokenizer and runner.
+    # The engine's own definitions, read against this handle's ``inputs`` (the tokenizer
+    # here, the vocabulary size the replica said when it was ready).
     tokenize = LLMEngine.tokenize
     apply_chat_template = LLMEngine.apply_chat_template
 
@@ -277,7 +271,7 @@ class Replica:
 
     def _take_ready(self, ready: dict[str, Any]) -> None:
         self._info = ready["describe"]
-        self.runner = ReplicaModel(ready["vocab_size"])
+        self.inputs = InputProcessor(self.tokenizer, ready["vocab_size"])
         self.eos_token_ids = ready["eos_token_ids"]
 
     def _back(self, ready: dict[str, Any]) -> None:
