@@ -40,7 +40,7 @@ from minicb.core.config import EngineConfig, SamplingParams
 from minicb.fleet.disagg_engines import check_sizes, loads, start_engines, stop_engines
 from minicb.fleet.disagg_handoff import Handoffs, Journey
 from minicb.fleet.disagg_views import EngineShaped
-from minicb.fleet.fleet import FleetBus
+from minicb.fleet.fleet_bus import FleetBus
 from minicb.fleet.replica import ReplicaDied
 
 

@@ -32,38 +32,19 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from minicb.core.bus import Listener
 from minicb.core.config import EngineConfig, SamplingParams
 from minicb.core.request import RequestOutput
 from minicb.driver.command_queue import EngineStopped
 from minicb.driver.engine_loop import EngineLoop
+from minicb.fleet.fleet_bus import FleetBus
 from minicb.fleet.replica import SILENT_AFTER_S, Replica, ReplicaDied
 from minicb.fleet.router import ReplicaLoad, Router
 
 FLEET = "fleet"  # the name requests are sent to; the loop routes them to a replica
-
-
-class FleetBus:
-    """Subscribing here subscribes on every replica's bus: for listeners that count the
-    whole fleet (the API's waiting-queue gate), never ones that key on request ids (each
-    replica numbers its own)."""
-
-    def __init__(self, replicas: Iterable[Replica]) -> None:
-        self.replicas = list(replicas)
-
-    def subscribe(self, listener: Listener, kinds: Iterable[str] | None = None) -> Listener:
-        kinds = None if kinds is None else list(kinds)
-        for replica in self.replicas:
-            replica.bus.subscribe(listener, kinds)
-        return listener
-
-    def unsubscribe(self, listener: Listener) -> None:
-        for replica in self.replicas:
-            replica.bus.unsubscribe(listener)
 
 
 class Fleet:

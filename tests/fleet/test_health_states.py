@@ -19,7 +19,8 @@ from fastapi.testclient import TestClient
 from minicb import EngineConfig, FakeRunner, LLMEngine, SamplingParams
 from minicb.driver.engine_loop import EngineLoop
 from minicb.fleet.disagg_views import EngineShaped
-from minicb.fleet.fleet import FLEET, Fleet, FleetBus
+from minicb.fleet.fleet import FLEET, Fleet
+from minicb.fleet.fleet_bus import FleetBus
 from minicb.server.openai_api import install_openai_routes
 from tests.api.live import LOCAL
 from tests.helpers import wait_for
