@@ -8,21 +8,29 @@ in words; the same ``Router`` decides for real replicas (processes behind the se
 for simulated ones (engines on the simulated runner, at data-centre scale, on virtual
 time). Pure Python here: the router never imports torch.
 
-Real replicas on this machine: ``replica.py`` (an engine in its own process, and its
-handle here) and ``fleet.py`` (``Fleet``: the replicas, the router and the engine loop that
-routes; ``minicb serve --replicas N --router POLICY`` serves one). ``Fleet`` is imported
-on first use, so that the router alone stays pure Python. Disaggregated prefill and
-decode, real: ``disagg_fleet.py`` (``DisaggregatedFleet``: P prefill and D decode engine
-processes; its engines' group in ``disagg_engines.py``, the requests' hand-offs in
-``disagg_handoff.py``, its engine-shaped face for the server in ``disagg_views.py``) and
-``kv_link.py`` (their sides of a KV transfer over torch.distributed).
+Real replicas on this machine: ``replica.py`` (``Replica``, an engine-shaped handle on an
+engine in its own process; the process and its life in ``replica_process.py``, the
+messages it sends in ``replica_inbox.py``, the pipe's threads in ``replica_link.py``, the
+process's side in ``replica_worker.py``) and ``fleet.py`` (``Fleet``: the replicas, the
+router and the engine loop that routes, one bus over them in ``fleet_bus.py``; ``minicb
+serve --replicas N --router POLICY`` serves one). ``Fleet`` is imported on first use, so
+that the router alone stays pure Python. Disaggregated prefill and decode, real:
+``disagg_fleet.py`` (``DisaggregatedFleet``: P prefill and D decode engine processes; its
+engines' group in ``disagg_engines.py``, the requests' hand-offs in ``disagg_handoff.py``,
+its engine-shaped face for the server in ``disagg_views.py``) and ``kv_link.py`` (their
+sides of a KV transfer over torch.distributed). The router bench on real replicas through
+the API is the performance lab's (perflab/chat_bench.py): it drives the whole server.
 
 Simulated replicas at data-centre scale (SIMULATED, virtual time, no torch):
 ``simulated.py`` (``SimulatedFleet``: engines on simulated GPUs behind the same router,
 goodput under TTFT/TPOT targets, cost per million tokens), ``autoscale.py`` (when to add or
 remove a replica, with its reason), ``reproductions.py`` and ``report.py`` (prefix-aware
 against round-robin, replicas against one big batch, autoscaling against a doubled load;
-``minicb bench --simulate ... --reproduce router replicas autoscale``).
+``minicb bench --simulate ... --reproduce router replicas autoscale``). Disaggregated,
+simulated: ``kv_transfer.py`` (the two sides' schedulers and the link, shared with the real
+fleet), ``disaggregated.py`` (the P+D cluster on virtual time, its engines in
+``disagg_member.py``), ``disagg_reproduction.py`` and ``disagg_report.py`` (DistServe's
+colocated against disaggregated, ``python -m minicb.fleet.disagg_report``).
 """
 
 from typing import Any
