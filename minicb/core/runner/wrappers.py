@@ -48,9 +48,9 @@ WEIGHT_FORMS: tuple[tuple[str, Callable[[EngineConfig, torch.device, torch.dtype
     ("int8_weights", lambda config, device, dtype: config.weight_dtype == "int8"),
     (
         "packed_weights",
-        lambda config, device, dtype: config.packed_weights
-        and device.type == "cpu"
-        and str(dtype) == "torch.bfloat16",
+        lambda config, device, dtype: (
+            config.packed_weights and device.type == "cpu" and str(dtype) == "torch.bfloat16"
+        ),
     ),
     ("batch_invariant", lambda config, device, dtype: config.batch_invariant),
 )
@@ -60,9 +60,9 @@ WRAPPERS: tuple[tuple[str, Callable[[EngineConfig, torch.device], bool]], ...] =
     # Captured all-reduces would have to be replayed on every rank in step: one rank only.
     (
         "cuda_graphs",
-        lambda config, device: config.use_cuda_graphs
-        and device.type == "cuda"
-        and config.tensor_parallel_size == 1,
+        lambda config, device: (
+            config.use_cuda_graphs and device.type == "cuda" and config.tensor_parallel_size == 1
+        ),
     ),
     ("utilisation", lambda config, device: config.measure_utilisation),
 )
@@ -123,7 +123,9 @@ def _loaded(registry: dict[str, Callable[[], Any]], name: str) -> Any:
     return registry[name]()
 
 
-def weight_forms(config: EngineConfig, device: torch.device, dtype: torch.dtype) -> list:
+def weight_forms(
+    config: EngineConfig, device: torch.device, dtype: torch.dtype
+) -> list[WeightForm]:
     """The weight forms ``config`` asks for that can run on ``device`` in ``dtype``, in
     order."""
     asked = [_loaded(_weight_forms, n) for n, on in WEIGHT_FORMS if on(config, device, dtype)]
