@@ -1,6 +1,6 @@
 """The benchmark suite behind ``minicb bench``, and what every one of its runs leaves behind.
 
-Eleven modules, one concept each (what a student runs: minicb continuous against static
+Twelve modules, one concept each (what a student runs: minicb continuous against static
 against transformers, and the report):
 
 - ``workloads``: what the suite runs: the recipes (seeded request sets, built on
@@ -13,6 +13,7 @@ against transformers, and the report):
 - ``calibration``: a ``cpu`` profile of this machine read off a probe of the engine, and
   how well it predicts each step and static against continuous (the real schedulers on
   the simulated runner, minicb/sim/);
+- ``run_records``: what one run leaves behind (``RunRecord``) and the figures read off it;
 - ``sanity``: every run's figures, and the ratios between systems, checked before anyone
   reads them: a figure no correct run gives is an error naming the system and the figure;
 - ``report``: the goals judged and the markdown tables;
@@ -29,7 +30,7 @@ beside the package in a source checkout): ``performance_lab`` imports it where i
 
 Here: the driver (``run_minicb``: a workload fed to an engine at its arrival times through
 the one arrival loop, ``minicb.workload.feed``, with exact lengths, on the engine's clock;
-its events recorded), the ``RunRecord`` of one run (its events measured by minicb's
+its events recorded), a run made a ``RunRecord`` (its events measured by minicb's
 ``MetricsCollector``, so one definition of TTFT, TPOT, occupancy and the rest serves every
 system: transformers' runs are rebuilt as minicb events first) and the figures taken from
 records: each figure over the repeats of one system as its median,
@@ -43,9 +44,9 @@ import importlib
 import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from minicb.bench.run_records import FIGURES, RunRecord
 from minicb.bench.sanity import check_run
 from minicb.core.events import Event, StepEvent
 from minicb.core.scheduler.plan import DECODE
@@ -75,25 +76,6 @@ def performance_lab(module: str) -> Any | None:
         return None
 
 
-@dataclass
-class RunRecord:
-    system: str
-    workload: str
-    summary: dict[str, Any] = field(default_factory=dict)  # MetricsCollector.summary(...)
-    wall_s: float = 0.0  # from the start of the run to the last request's end
-    steps: list[dict[str, float]] = field(default_factory=list)  # step_row of each iteration
-    # The first and the last of its events, in seconds from the start of the run: within
-    # [0, wall_s] in any correct run (minicb.bench.sanity checks it).
-    span: tuple[float, float] = (0.0, 0.0)
-    error: str | None = None  # set when the system could not run; figures are then empty
-
-    @property
-    def figures(self) -> dict[str, float | None]:
-        """Every figure of the run (none for a run that failed)."""
-        figures = {k: lookup(self.summary, path) for k, path in FIGURES.items()}
-        return {} if self.error else {**figures, "wall_s": self.wall_s}
-
-
 def measure_events(
     events: Iterable[Event], t0: float, ttft_slo: float | None, tpot_slo: float | None
 ) -> tuple[dict[str, Any], list[dict[str, float]], tuple[float, float]]:
@@ -109,35 +91,6 @@ def measure_events(
 
 
 # ---- figures -------------------------------------------------------------------------------
-_LAT = ("ttft", "tpot", "itl", "e2e")
-# figure key -> path into a metrics summary
-FIGURES: dict[str, tuple[str, ...]] = {
-    "output_tok_s": ("throughput", "output_tokens_per_s"),
-    "total_tok_s": ("throughput", "total_tokens_per_s"),
-    "req_s": ("throughput", "requests_per_s"),
-    **{f"{name}_{q}": ("latency", f"{name}_s", q) for name in _LAT for q in ("p50", "p90", "p99")},
-    "slot_occupancy": ("batch", "slot_occupancy"),
-    "padding_waste": ("batch", "padding_waste"),
-    "kv_utilisation": ("kv", "utilisation"),
-    "preemptions": ("preemptions", "total"),
-    "prefill_tokens": ("prefix_cache", "prefill_tokens"),  # prompt tokens computed
-    "prefix_hit_rate": ("prefix_cache", "hit_rate"),  # prompt tokens found cached / looked up
-    "goodput_req_s": ("goodput", "requests_per_s"),
-    "goodput_fraction": ("goodput", "fraction"),
-}
-
-
-def lookup(summary: dict[str, Any], path: tuple[str, ...]) -> float | None:
-    """The number at ``path``, or None where the summary has none (a system that does not
-    expose it, an empty distribution)."""
-    node: Any = summary
-    for key in path:
-        if not isinstance(node, dict) or node.get(key) is None:
-            return None
-        node = node[key]
-    return float(node) if isinstance(node, int | float) else None
-
-
 def spread(values: Iterable[float | None]) -> dict[str, float] | None:
     """Median, min, max and count of the values present; None when there are none."""
     v = [x for x in values if x is not None]

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from minicb.bench.workloads import MINICB
 
 if TYPE_CHECKING:
-    from minicb.bench import RunRecord
+    from minicb.bench.run_records import RunRecord
     from minicb.workload import Workload
 
 

@@ -6,7 +6,6 @@ import pytest
 from minicb.bench import (
     RunRecord,
     aggregate,
-    lookup,
     outside_model_share,
     paired_ratio,
     ratio_table,
@@ -14,6 +13,7 @@ from minicb.bench import (
 )
 from minicb.bench.measurements import time_schedule
 from minicb.bench.report import evaluate
+from minicb.bench.run_records import lookup
 
 
 def _run(system, out_tok_s, ttft=None, error=None):
