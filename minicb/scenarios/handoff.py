@@ -35,13 +35,12 @@ from minicb.core.config import EngineConfig, SamplingParams
 from minicb.core.request_events import KVTransfer
 from minicb.core.runner import VirtualClock
 from minicb.fleet.kv_transfer import DecodeScheduler, PrefillScheduler, link
+from minicb.scenarios.scenario import DECODE, PREFILL, Scenario
 from minicb.sim.runner import SimulatedRunner
 
 if TYPE_CHECKING:
     from minicb.core.engine import LLMEngine
-    from minicb.scenarios.scenario import Scenario
 
-PREFILL, DECODE = "prefill0", "decode0"  # the sides' names: the page titles them by role
 # The scheduler each engine of a disaggregated scenario was built with: the hand-off drives
 # the roles (a held prompt's release, the decode side's inbox and transfers), which the
 # engine's own views do not show, as fleet/disaggregated.py keeps its members' roles.

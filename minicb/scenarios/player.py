@@ -28,15 +28,15 @@ from typing import TYPE_CHECKING, Any
 
 from minicb.core.config import EngineConfig
 from minicb.fleet.router import ReplicaLoad, Route, Router
-from minicb.scenarios.handoff import PREFILL, Handoffs
+from minicb.scenarios.handoff import Handoffs
 from minicb.scenarios.metrics import SideRecord, arrived_transfers
+from minicb.scenarios.scenario import PREFILL, Scenario
 from minicb.workload import Arrivals, RequestSpec
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from minicb.core.engine import LLMEngine
-    from minicb.scenarios.scenario import Scenario
     from minicb.scenarios.schema import Trigger
 
 FIRST_ID = 100  # prompt ids start above the special tokens of any vocabulary

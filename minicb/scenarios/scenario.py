@@ -28,6 +28,8 @@ from minicb.scenarios.schema import (
 
 HERE = Path(__file__).parent
 REAL = "real"  # the runner field's value for the embedded model
+# A disaggregated scenario's sides, in this order: the page titles them by role.
+PREFILL, DECODE = "prefill0", "decode0"
 RUNNER = re.compile(r"^[\w.-]+:[\w.-]+$")  # or a simulated profile, GPU:MODEL
 FIELDS = {
     "name", "title", "summary", "runner", "seed", "max_steps", "engine", "sides",
@@ -156,7 +158,6 @@ def _disaggregated(data: Any, runner: str, router: str | None, sides: list) -> s
     if data is None:
         return None
     from minicb.fleet.kv_transfer import link
-    from minicb.scenarios.handoff import DECODE, PREFILL
 
     _need(data, "disaggregated", dict, 'an object {"link": "NVLink 4"}')
     _only(data, "disaggregated", {"link"}, {"link"})
