@@ -6,9 +6,10 @@ request's incremental detokenizer), decides whether it ends the request (a stop 
 length limit, a stop string in the text) and, once the scheduler has retired the finished
 requests, builds their ``RequestOutput``s. ``StepOutputs`` gathers one step's share and
 stamps the request times the step's event carries (admitted at its start, first token and
-finished at its end), so that an output, a stream and a reader of the events agree on a
-request's TTFT and latency. Every step loop (the plain one in engine.py, a step strategy)
-settles its steps through it.
+finished at its end) on each request's record (``RequestMetrics``, by the record's own
+rules), so that an output and the collector that folds the events
+(minicb/telemetry/request_times.py) hold the same record. Every step loop (the plain one
+in engine.py, a step strategy) settles its steps through it.
 """
 
 from __future__ import annotations
@@ -73,9 +74,8 @@ class OutputProcessor:
         ``start`` (as their admitted events are), and its tokens are gathered from here."""
         for decision in plan.admitted:
             req = self.lookup(decision.request_id)
-            if req is not None and req.metrics.first_scheduled_time is None:  # None: aborted
-                req.metrics.first_scheduled_time = start  # while its step ran (overlap)
-                req.metrics.num_cached_tokens = decision.num_cached_tokens
+            if req is not None:  # None: aborted while its step ran (overlap)
+                req.metrics.scheduled(start, decision.num_cached_tokens)
         return StepOutputs(self)
 
     def new_token(self, req: Request) -> TokenDelta:
@@ -131,8 +131,7 @@ class StepOutputs:
         """The step is over at ``event.wall_end``: the times its events carry are stamped
         on the requests (first token, on the engine's own clock too, and finished)."""
         for req in self.firsts:
-            req.metrics.first_token_time = event.wall_end
-            req.metrics.first_token_busy_s = event.busy_s
+            req.metrics.first_token(event.wall_end, event.busy_s)
         for output in self.finished:
-            output.metrics.finished_time = event.wall_end
+            output.metrics.ended(event.wall_end)
         return StepResult(event, self.new_tokens, self.finished)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from minicb.core import latency
 from minicb.core.config import SamplingParams
@@ -39,9 +39,18 @@ FINISH_REASONS = {
 
 @dataclass
 class RequestMetrics:
-    """Times (seconds, engine clock) and counters of one request, for its output."""
+    """A request's times (seconds, engine clock) and counters: the one record of them.
 
-    arrival_time: float
+    Every reader of a request's times reads this record: a finished request's output
+    (``RequestOutput.metrics``), its stream, Prometheus, the metrics summary, the
+    scenarios and the page's folder. The engine fills its own requests' records in the
+    step (output_processor.py); a listener that has only the events (a server's, a
+    replayed trace's) gets the same record from the collector that folds them
+    (minicb/telemetry/request_times.py). Both stamp through the methods below, so each
+    time is decided by one rule: the first admission, the first token, the end."""
+
+    # None only in a collector that heard of the request after it arrived
+    arrival_time: float | None
     first_scheduled_time: float | None = None
     first_token_time: float | None = None
     finished_time: float | None = None
@@ -59,9 +68,44 @@ class RequestMetrics:
 
     @property
     def ttft(self) -> float | None:
-        if self.first_token_time is None:
+        if self.first_token_time is None or self.arrival_time is None:
             return None
         return latency.ttft(self.arrival_time, self.first_token_time)
+
+    # ---- the stamps: each time by one rule ----------------------------------------------
+    def scheduled(self, time: float, num_cached_tokens: int) -> None:
+        """Admitted at ``time`` (its step's start), with ``num_cached_tokens`` of its
+        prompt found in the prefix cache; a readmission after preemption changes nothing."""
+        if self.first_scheduled_time is None:
+            self.first_scheduled_time = time
+            self.num_cached_tokens = num_cached_tokens
+
+    def first_token(self, time: float, busy_s: float | None) -> None:
+        """Its first token was ready at ``time`` (its step's end; ``busy_s``: the engine's
+        own clock then)."""
+        if self.first_token_time is None:
+            self.first_token_time = time
+            self.first_token_busy_s = busy_s
+
+    def ended(self, time: float) -> None:
+        """It finished at ``time`` (its last step's end)."""
+        self.finished_time = time
+
+    def continued_in(self, later: RequestMetrics) -> RequestMetrics:
+        """The whole journey of a request that went on in another engine (disaggregated
+        serving: prefilled here, decoded there, whose record is ``later``): its arrival,
+        first admission, first token and prompt are this engine's, its end and counts the
+        other's."""
+        return replace(
+            later,
+            arrival_time=self.arrival_time,
+            first_scheduled_time=self.first_scheduled_time,
+            first_token_time=self.first_token_time,
+            num_cached_tokens=self.num_cached_tokens,
+            num_prompt_tokens=self.num_prompt_tokens,
+            arrival_busy_s=self.arrival_busy_s,
+            first_token_busy_s=self.first_token_busy_s,
+        )
 
 
 @dataclass
