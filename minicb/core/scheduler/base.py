@@ -1,5 +1,6 @@
 """What every scheduler shares: the queues, admission checks, token bookkeeping and the
-ordering policies (an abort, and a failed step undone, are in interruptions.py).
+ordering policies (an abort, and a failed step undone, are its collaborator's:
+interruptions.py).
 
 A scheduler owns the requests and the BlockManager. Each iteration the engine calls
 ``schedule()`` for a StepPlan, runs it, then ``update()`` with the sampled tokens, marks
@@ -70,7 +71,7 @@ class RequestRejected(ValueError):
     """A request that can never be served under the engine's limits."""
 
 
-class SchedulerBase(Interruptions):
+class SchedulerBase:
     mode = "base"
     shares_prefixes = False  # whether enable_prefix_caching applies to this batching mode
 
@@ -99,8 +100,8 @@ class SchedulerBase(Interruptions):
         self.swapped: list[Request] = []
         self.step_count = 0
         self.num_ended = 0  # requests that left, finished or aborted: a count, kept for a view
-        # Decisions made between iterations (aborts), reported in the next plan.
-        self._pending_finished: list[Decision] = []
+        # Aborts and failed steps undone, between iterations (interruptions.py).
+        self.interruptions = Interruptions(self)
 
     # ---- admission ---------------------------------------------------------------------
     def check_request(self, req: Request) -> None:
@@ -213,8 +214,7 @@ class SchedulerBase(Interruptions):
 
     def retire(self, plan: StepPlan) -> list[Request]:
         """Release stopped requests; record them in ``plan.finished``; return them."""
-        plan.finished.extend(self._pending_finished)
-        self._pending_finished.clear()
+        plan.finished.extend(self.interruptions.take_aborted())
         done = [r for r in self.running if r.finished]
         for req in done:
             self.running.remove(req)
@@ -222,6 +222,15 @@ class SchedulerBase(Interruptions):
             plan.finished.append(Decision(req.request_id, f"finished ({req.finish_reason})"))
         self._record_kv(plan)
         return done
+
+    # ---- out of the step's course (interruptions.py) -------------------------------------
+    def abort(self, request_id: int) -> Request | None:
+        """A client leaves: the request goes wherever it is, its blocks freed at once."""
+        return self.interruptions.abort(request_id)
+
+    def undo(self, plan: StepPlan) -> list[int]:
+        """``plan`` failed to run: its requests wait again, blocks freed, tokens kept."""
+        return self.interruptions.undo(plan)
 
     def _release(self, req: Request) -> None:
         self.blocks.free(req.request_id)

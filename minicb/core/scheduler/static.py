@@ -104,8 +104,7 @@ class StaticScheduler(SchedulerBase):
             )
 
     def retire(self, plan: StepPlan) -> list[Request]:
-        plan.finished.extend(self._pending_finished)
-        self._pending_finished.clear()
+        plan.finished.extend(self.interruptions.take_aborted())
         done: list[Request] = []
         if self.running and all(r.finished for r in self.running):
             done, self.running = self.running, []
