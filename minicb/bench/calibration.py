@@ -41,6 +41,7 @@ from minicb.core.config import EngineConfig, SamplingParams
 from minicb.core.engine import LLMEngine
 from minicb.core.runner import VirtualClock
 from minicb.cost_model.step_time import Efficiency, GPUSpec, ModelShape, StepTimeModel
+from minicb.sim.markdown_table import markdown_table
 from minicb.sim.runner import SimulatedRunner
 from minicb.sim.step_rows import STEP_TOTALS, step_row
 from minicb.workload import Workload
@@ -215,27 +216,28 @@ def render(cal: dict[str, Any] | None) -> str:
         "the step overhead (the batch-1 decode less its roofline) and the cost of a step "
         "with a prompt chunk (a chunk joining the decode rows, less its prediction). "
         "Targets: per-step median error within 25 %, continuous/static within 10 %.",
-        "", "| workload | FLOP rate | overhead | chunk step | steps | median error "
-        "| median abs error | p90 abs | measured ratio | predicted ratio | ratio error |",
-        "|---" * 11 + "|",
+        "",
     ]  # fmt: skip
+    header = ["workload", "FLOP rate", "overhead", "chunk step", "steps", "median error",
+              "median abs error", "p90 abs", "measured ratio", "predicted ratio",
+              "ratio error"]  # fmt: skip
+    rows, by_kind = [], []
     for name, c in cal["workloads"].items():
         e = c["step_error"]
-        lines.append(
-            f"| {name} | {c['flop_rate'] / 1e9:.0f} GFLOP/s | {_ms(c['step_overhead_s'])} | "
-            f"{_ms(c['chunk_step_s'])} | {e['n']} | {_pct(e['median'])} | "
-            f"{_pct(e['median_abs'])} | {_pct(e['p90_abs'])} | {_num(c['measured_ratio'])} | "
-            f"{_num(c['predicted_ratio'])} | {_pct(c['ratio_error'])} |"
-        )
+        rows.append([
+            name, f"{c['flop_rate'] / 1e9:.0f} GFLOP/s", _ms(c["step_overhead_s"]),
+            _ms(c["chunk_step_s"]), str(e["n"]), _pct(e["median"]), _pct(e["median_abs"]),
+            _pct(e["p90_abs"]), _num(c["measured_ratio"]), _num(c["predicted_ratio"]),
+            _pct(c["ratio_error"]),
+        ])  # fmt: skip
+        kinds = e["kinds"]
+        by_kind.append([name, *(f"{_pct(kinds[k]['median'])} ({kinds[k]['n']})" for k in KINDS)])
     lines += [
+        *markdown_table(header, rows),
         "", "Median error per step kind (steps): decode (one-token rows only), prefill "
         "(prompt chunks only), mixed (both).", "",
-        "| workload | " + " | ".join(KINDS) + " |", "|---" * (1 + len(KINDS)) + "|",
+        *markdown_table(["workload", *KINDS], by_kind),
     ]  # fmt: skip
-    for name, c in cal["workloads"].items():
-        kinds = c["step_error"]["kinds"]
-        cells = [f"{_pct(kinds[k]['median'])} ({kinds[k]['n']})" for k in KINDS]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

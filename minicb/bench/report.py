@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from minicb.bench import median_of
+from minicb.sim.markdown_table import markdown_table
 
 
 # ---- the goals ---------------------------------------------------------------------------
@@ -97,12 +98,6 @@ def _pcts(fig: dict[str, Any], name: str, qs: tuple[str, ...] = ("p50", "p90", "
     return " / ".join(_num(median_of(fig.get(f"{name}_{q}")), ".0f", 1000) for q in qs)
 
 
-def _table(header: list[str], rows: list[list[str]], text_cols: int = 1) -> list[str]:
-    """A markdown table; the first ``text_cols`` columns align left, numbers right."""
-    align = ["---"] * text_cols + ["---:"] * (len(header) - text_cols)
-    return ["| " + " | ".join(r) + " |" for r in [header, align, *rows]]
-
-
 # column -> (figure, format, scale) of a workload's throughput table
 COLUMNS = {
     "output tok/s": ("output_tok_s", ".1f", 1), "total tok/s": ("total_tok_s", ".1f", 1),
@@ -129,8 +124,9 @@ def workload_section(
         latency.append([system, *(_pcts(f, n) for n in ("ttft", "tpot", "itl", "e2e"))])
     return [
         f"### {name}", "", f"{d['description']}; arrivals {d['arrivals']}.", "",
-        *_table(["system", *COLUMNS, "goodput req/s (share)"], rows), "",
-        *_table(["latency, ms (p50 / p90 / p99)", "TTFT", "TPOT", "ITL", "end-to-end"], latency),
+        *markdown_table(["system", *COLUMNS, "goodput req/s (share)"], rows, text_cols=1), "",
+        *markdown_table(["latency, ms (p50 / p90 / p99)", "TTFT", "TPOT", "ITL", "end-to-end"],
+                        latency, text_cols=1),
         "", _ratios_line(data), *_prediction_lines(prediction), *_outside_lines(data), "",
     ]  # fmt: skip
 
@@ -202,10 +198,10 @@ def roofline_section(results: dict[str, Any]) -> list[str]:
         "them, through the step's own kernels (the compiled step's, when compiled): the most "
         "any step on those kernels can reach.",
         "",
-        *_table(
+        *markdown_table(
             ["batch", "context", "step ms", "forward ms", "tok/s", "ceiling tok/s", "bound",
              "% of ceiling", "forward only %", "linears alone %", "hf step ms", "hf tok/s"],
-            rows,
+            rows, text_cols=1,
         ),
     ]  # fmt: skip
 
@@ -214,8 +210,8 @@ def scheduler_section(results: dict[str, Any]) -> list[str]:
     keys = ("median_s", "mean_s", "p90_s")
     rows = [[str(s["num_running"]), *(_num(s[k], ".3f", 1000) for k in keys)]
             for s in results["scheduler"]]  # fmt: skip
-    return ["### Scheduler cost (continuous, fake runner)", ""] + _table(
-        ["running requests", "median ms", "mean ms", "p90 ms"], rows
+    return ["### Scheduler cost (continuous, fake runner)", ""] + markdown_table(
+        ["running requests", "median ms", "mean ms", "p90 ms"], rows, text_cols=1
     )
 
 
@@ -233,7 +229,7 @@ def sweep_section(results: dict[str, Any]) -> list[str]:
         "Offered load is a fraction of the request rate minicb continuous sustained on the "
         "headline workload in this run."
     )
-    return ["### Latency against request rate", "", intro, ""] + _table(
+    return ["### Latency against request rate", "", intro, ""] + markdown_table(
         ["load", "arrivals", "system", "output tok/s", "TTFT ms p50 / p99", "e2e ms p50 / p99",
          "goodput %"], rows, text_cols=3,
     )  # fmt: skip
@@ -253,7 +249,7 @@ def prefix_caching_section(results: dict[str, Any]) -> list[str]:
         "minicb continuous with prefix caching off and on, in the same run: two siblings "
         "sharing the weights, a fresh KV pool each run."
     )
-    return ["### Prefix caching: off against on", "", intro, ""] + _table(
+    return ["### Prefix caching: off against on", "", intro, ""] + markdown_table(
         ["workload", "caching", "prefill tokens computed", "prefix hit rate %", "TTFT p50 ms",
          "output tok/s"], rows, text_cols=2,
     ) + ["", "Output tok/s on / off (paired by repeat): " + "; ".join(ratios) + "."]  # fmt: skip
@@ -262,7 +258,7 @@ def prefix_caching_section(results: dict[str, Any]) -> list[str]:
 def goals_section(results: dict[str, Any]) -> list[str]:
     mark = {True: "met", False: "MISSED", None: "not measured"}
     rows = [[g["goal"], mark[g["met"]], g["note"]] for g in results["goals"]]
-    return ["### Goals", ""] + _table(["goal", "status", "detail"], rows, text_cols=3)
+    return ["### Goals", ""] + markdown_table(["goal", "status", "detail"], rows, text_cols=3)
 
 
 def render(results: dict[str, Any]) -> str:

@@ -32,6 +32,7 @@ from minicb.bench import RunRecord, paired_ratio, run_minicb, spread
 from minicb.bench.systems import sibling
 from minicb.bench.workloads import FULL, QUICK, make_workloads
 from minicb.core.engine import LLMEngine
+from minicb.sim.markdown_table import markdown_table
 from minicb.workload import RequestSpec, Workload
 
 SNIPPETS = [
@@ -136,29 +137,26 @@ def _ms(value: dict[str, float] | None) -> str:
 
 def render(results: dict[str, Any]) -> str:
     """A markdown table: one line per workload and load, off against on."""
-    lines = [
-        "| workload | load | tok/s off | tok/s on | on / off | TPOT p50 off (s) | "
-        "TPOT p50 on (s) | on / off | steps off -> on | forward per step off -> on (ms) | "
-        "acceptance | tokens per decode row |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    header = ["workload", "load", "tok/s off", "tok/s on", "on / off", "TPOT p50 off (s)",
+              "TPOT p50 on (s)", "on / off", "steps off -> on",
+              "forward per step off -> on (ms)", "acceptance", "tokens per decode row"]  # fmt: skip
+    rows = []
     for name, w in results["workloads"].items():
         for load in ("batch_1", "full_batch"):
             c = w[load]
             off, on = c["figures"]["off"], c["figures"]["on"]
             label = "1 slot" if load == "batch_1" else f"{c['slots']} slots, all at once"
-            lines.append(
-                f"| {name} | {label} | {_median(off['output_tok_s'], '.1f')} | "
-                f"{_median(on['output_tok_s'], '.1f')} | "
-                f"{_median(c['throughput_on_over_off'], '.2f')}x | "
-                f"{_median(off['tpot_p50'], '.3f')} | {_median(on['tpot_p50'], '.3f')} | "
-                f"{_median(c['tpot_on_over_off'], '.2f')}x | "
-                f"{_median(off['steps'], '.0f')} -> {_median(on['steps'], '.0f')} | "
-                f"{_ms(off['mean_forward_s'])} -> {_ms(on['mean_forward_s'])} | "
-                f"{_median(on['acceptance_rate'], '.0%')} | "
-                f"{_median(on['tokens_per_decode_row'], '.2f')} |"
-            )
-    return "\n".join(lines)
+            rows.append([
+                name, label, _median(off["output_tok_s"], ".1f"),
+                _median(on["output_tok_s"], ".1f"),
+                f"{_median(c['throughput_on_over_off'], '.2f')}x",
+                _median(off["tpot_p50"], ".3f"), _median(on["tpot_p50"], ".3f"),
+                f"{_median(c['tpot_on_over_off'], '.2f')}x",
+                f"{_median(off['steps'], '.0f')} -> {_median(on['steps'], '.0f')}",
+                f"{_ms(off['mean_forward_s'])} -> {_ms(on['mean_forward_s'])}",
+                _median(on["acceptance_rate"], ".0%"), _median(on["tokens_per_decode_row"], ".2f"),
+            ])  # fmt: skip
+    return "\n".join(markdown_table(header, rows))
 
 
 def main(argv: list[str] | None = None) -> int:

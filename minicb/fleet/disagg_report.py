@@ -16,6 +16,7 @@ from typing import Any
 
 from minicb.fleet.disagg_reproduction import disaggregation
 from minicb.fleet.reproductions import PUBLISHED
+from minicb.sim.markdown_table import markdown_table
 
 
 def _ms(seconds: float) -> str:
@@ -23,18 +24,19 @@ def _ms(seconds: float) -> str:
 
 
 def _table(rows: list[dict[str, Any]], extra: bool = False) -> list[str]:
-    head = ("| rate (req/s) | system | GPUs | output tok/s | TTFT P99 | TPOT P99 | within SLO "
-            "| goodput (req/s) |")  # fmt: skip
-    lines = [head + (" link | KV per request | transfer |" if extra else ""),
-             "|---" * (8 + 3 * extra) + "|"]  # fmt: skip
+    header = ["rate (req/s)", "system", "GPUs", "output tok/s", "TTFT P99", "TPOT P99",
+              "within SLO", "goodput (req/s)"]  # fmt: skip
+    if extra:
+        header += ["link", "KV per request", "transfer"]
+    cells = []
     for r in rows:
-        cells = [f"{r['rate']:g}", r["system"], r["split"], f"{r['output_tok_s']:.0f}",
-                 _ms(r["ttft_p99_s"]), _ms(r["tpot_p99_s"]), f"{r['attainment']:.0%}",
-                 f"{r['goodput_req_s']:.2f}"]  # fmt: skip
+        row = [f"{r['rate']:g}", r["system"], r["split"], f"{r['output_tok_s']:.0f}",
+               _ms(r["ttft_p99_s"]), _ms(r["tpot_p99_s"]), f"{r['attainment']:.0%}",
+               f"{r['goodput_req_s']:.2f}"]  # fmt: skip
         if extra:
-            cells += [r["link"], f"{r['kv_mb_mean']:.0f} MB", f"{r['transfer_ms_mean']:.2f} ms"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
+            row += [r["link"], f"{r['kv_mb_mean']:.0f} MB", f"{r['transfer_ms_mean']:.2f} ms"]
+        cells.append(row)
+    return markdown_table(header, cells)
 
 
 def disaggregation_section(r: dict[str, Any]) -> list[str]:
@@ -61,16 +63,17 @@ def disaggregation_section(r: dict[str, Any]) -> list[str]:
         *_table(r["link_rows"], extra=True),
     ]
     if r["pool_rows"]:
+        header = ["rate (req/s)", "decode blocks", "held back", "KV wait P99", "TTFT P99",
+                  "TPOT P99", "within SLO"]  # fmt: skip
+        rows = [
+            [f"{p['rate']:g}", str(p["decode_blocks"]), str(p["held_back"]),
+             _ms(p["queued_p99_s"]), _ms(p["ttft_p99_s"]), _ms(p["tpot_p99_s"]),
+             f"{p['attainment']:.0%}"]
+            for p in r["pool_rows"]
+        ]  # fmt: skip
         lines += ["", "The disaggregated pair with smaller decode pools (backpressure: a request "
                   "that does not fit waits with its KV on the prefill side):", "",
-                  "| rate (req/s) | decode blocks | held back | KV wait P99 | TTFT P99 | "
-                  "TPOT P99 | within SLO |", "|---" * 7 + "|"]  # fmt: skip
-        for p in r["pool_rows"]:
-            lines.append(
-                f"| {p['rate']:g} | {p['decode_blocks']} | {p['held_back']} | "
-                f"{_ms(p['queued_p99_s'])} | {_ms(p['ttft_p99_s'])} | {_ms(p['tpot_p99_s'])} | "
-                f"{p['attainment']:.0%} |"
-            )
+                  *markdown_table(header, rows)]  # fmt: skip
     if r["split_rows"]:
         lines += ["", "Four GPUs, each split:", "", *_table(r["split_rows"])]
     return [*lines, ""]

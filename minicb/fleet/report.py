@@ -11,6 +11,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from minicb.fleet.reproductions import PUBLISHED
+from minicb.sim.markdown_table import markdown_table
 from minicb.sim.report import titled
 
 
@@ -33,37 +34,33 @@ def _money(x: float | None) -> str:
 
 def router_section(r: dict[str, Any]) -> list[str]:
     lines = _head("router", "Replicas behind a router: prefix-aware against round-robin", r)
-    lines += [
-        "| policy | output tok/s | over round-robin | prefix hit rate | over round-robin "
-        "| prompt tokens computed | TTFT p50 / p99 | SLO attainment |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    header = ["policy", "output tok/s", "over round-robin", "prefix hit rate", "over round-robin",
+              "prompt tokens computed", "TTFT p50 / p99", "SLO attainment"]  # fmt: skip
+    rows = []
     for row in r["rows"]:
         hit_over = "-" if row["hit_over_rr"] is None else f"{row['hit_over_rr']:.2f}x"
-        lines.append(
-            f"| {row['policy']} | {row['output_tok_s']:.0f} | {row['tok_s_over_rr']:.2f}x | "
-            f"{_pct(row['hit_rate'])} | {hit_over} | {row['prefill_tokens']:,} | "
-            f"{_ms(row['ttft_p50_s'])} / {_ms(row['ttft_p99_s'])} | "
-            f"{_pct(row['slo_attainment'])} |"
-        )
-    return [*lines, ""]
+        rows.append([
+            row["policy"], f"{row['output_tok_s']:.0f}", f"{row['tok_s_over_rr']:.2f}x",
+            _pct(row["hit_rate"]), hit_over, f"{row['prefill_tokens']:,}",
+            f"{_ms(row['ttft_p50_s'])} / {_ms(row['ttft_p99_s'])}", _pct(row["slo_attainment"]),
+        ])  # fmt: skip
+    return [*lines, *markdown_table(header, rows), ""]
 
 
 def _latency_table(rows: list[dict[str, Any]]) -> list[str]:
-    lines = [
-        "| system | output tok/s | TTFT p50 / p99 | TPOT p50 / p99 | SLO attainment "
-        "| goodput (req/s) | GPU-hours | $ per M output tokens | most replicas |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    header = ["system", "output tok/s", "TTFT p50 / p99", "TPOT p50 / p99", "SLO attainment",
+              "goodput (req/s)", "GPU-hours", "$ per M output tokens", "most replicas"]  # fmt: skip
+    cells = []
     for row in rows:
         good = "-" if row["goodput_req_s"] is None else f"{row['goodput_req_s']:.2f}"
-        lines.append(
-            f"| {row['system']} | {row['output_tok_s']:.0f} | {_ms(row['ttft_p50_s'])} / "
-            f"{_ms(row['ttft_p99_s'])} | {_ms(row['tpot_p50_s'])} / {_ms(row['tpot_p99_s'])} "
-            f"| {_pct(row['slo_attainment'])} | {good} | {row['gpu_hours']:.3f} | "
-            f"{_money(row['usd_per_m_output_tokens'])} | {row['replicas_max']} |"
-        )
-    return lines
+        cells.append([
+            row["system"], f"{row['output_tok_s']:.0f}",
+            f"{_ms(row['ttft_p50_s'])} / {_ms(row['ttft_p99_s'])}",
+            f"{_ms(row['tpot_p50_s'])} / {_ms(row['tpot_p99_s'])}", _pct(row["slo_attainment"]),
+            good, f"{row['gpu_hours']:.3f}", _money(row["usd_per_m_output_tokens"]),
+            str(row["replicas_max"]),
+        ])  # fmt: skip
+    return markdown_table(header, cells)
 
 
 def replicas_section(r: dict[str, Any]) -> list[str]:

@@ -12,6 +12,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from minicb.sim.markdown_table import markdown_table
 from minicb.sim.reproductions import PUBLISHED, SARATHI_SYSTEMS
 
 TBT_SLO_S = 0.1  # the P99 time-between-tokens target the Sarathi capacity is read at
@@ -31,7 +32,7 @@ def _head(name: str, title: str, result: dict[str, Any]) -> list[str]:
 def _anyscale(r: dict[str, Any]) -> list[str]:
     lines = _head("anyscale", "Anyscale: continuous batching against static", r)
     systems = list(dict.fromkeys(row["system"] for row in r["rows"]))
-    lines += ["| cap | " + " | ".join(systems) + " |", "|---|" + "---|" * len(systems)]
+    rows = []
     for cap in dict.fromkeys(row["cap"] for row in r["rows"]):
         cells = [
             f"{row['output_tok_s']:.0f} tok/s ({row['over_static']:.2f}x, batch "
@@ -39,24 +40,21 @@ def _anyscale(r: dict[str, Any]) -> list[str]:
             for row in r["rows"]
             if row["cap"] == cap
         ]
-        lines.append(f"| {cap} | " + " | ".join(cells) + " |")
-    return [*lines, ""]
+        rows.append([str(cap), *cells])
+    return [*lines, *markdown_table(["cap", *systems], rows), ""]
 
 
 def _vllm(r: dict[str, Any]) -> list[str]:
     lines = _head("vllm", "vLLM: Orca's reservations against paged KV", r)
-    lines += [
-        "| system | mean batch | KV holding tokens | capacity (req/s) | sustained (req/s) "
-        "| paged's rate over it | paged's batch over it |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for row in r["rows"]:
-        lines.append(
-            f"| {row['system']} | {row['mean_batch']:.1f} | {row['kv_utilisation']:.1%} | "
-            f"{row['req_s']:.2f} | {row['sustained_req_s']:.2f} | "
-            f"{row['paged_rate_over']:.2f}x | {row['paged_batch_over']:.2f}x |"
-        )
-    return [*lines, ""]
+    header = ["system", "mean batch", "KV holding tokens", "capacity (req/s)",
+              "sustained (req/s)", "paged's rate over it", "paged's batch over it"]  # fmt: skip
+    rows = [
+        [row["system"], f"{row['mean_batch']:.1f}", f"{row['kv_utilisation']:.1%}",
+         f"{row['req_s']:.2f}", f"{row['sustained_req_s']:.2f}",
+         f"{row['paged_rate_over']:.2f}x", f"{row['paged_batch_over']:.2f}x"]
+        for row in r["rows"]
+    ]  # fmt: skip
+    return [*lines, *markdown_table(header, rows), ""]
 
 
 def sarathi_capacity(r: dict[str, Any]) -> dict[str, float | None]:
@@ -71,12 +69,12 @@ def sarathi_capacity(r: dict[str, Any]) -> dict[str, float | None]:
 
 def _sarathi(r: dict[str, Any]) -> list[str]:
     lines = _head("sarathi", "Sarathi-Serve: P99 time between tokens against load", r)
-    lines += ["| load | rate (req/s) | " + " | ".join(SARATHI_SYSTEMS) + " |",
-              "|---|---|" + "---|" * len(SARATHI_SYSTEMS)]  # fmt: skip
+    rows = []
     for load in dict.fromkeys(row["load"] for row in r["rows"]):
-        rows = [row for row in r["rows"] if row["load"] == load]
-        cells = [f"{row['itl_p99_s'] * 1000:.0f} ms" for row in rows]
-        lines.append(f"| {load:.0%} | {rows[0]['rate']:.2f} | " + " | ".join(cells) + " |")
+        at = [row for row in r["rows"] if row["load"] == load]
+        cells = [f"{row['itl_p99_s'] * 1000:.0f} ms" for row in at]
+        rows.append([f"{load:.0%}", f"{at[0]['rate']:.2f}", *cells])
+    lines += markdown_table(["load", "rate (req/s)", *SARATHI_SYSTEMS], rows)
     cap = sarathi_capacity(r)
     words = ", ".join(f"{k}: {'none' if v is None else f'{v:.0%}'}" for k, v in cap.items())
     lines += ["", f"Highest load tested within a P99 TBT of {TBT_SLO_S * 1000:.0f} ms: {words}."]
@@ -85,15 +83,13 @@ def _sarathi(r: dict[str, Any]) -> list[str]:
 
 def _scale(r: dict[str, Any]) -> list[str]:
     lines = _head("scale", "Static against continuous at scale", r)
-    lines += [
-        "| batching | output tok/s | mean busy slots | P99 TBT | steps |",
-        "|---|---|---|---|---|",
-    ]
-    for mode, f in r["figures"].items():
-        lines.append(
-            f"| {mode} | {f['output_tok_s']:.0f} | {f['mean_batch']:.1f} | "
-            f"{f['itl_p99_s'] * 1000:.0f} ms | {f['steps']} |"
-        )
+    rows = [
+        [mode, f"{f['output_tok_s']:.0f}", f"{f['mean_batch']:.1f}",
+         f"{f['itl_p99_s'] * 1000:.0f} ms", str(f["steps"])]
+        for mode, f in r["figures"].items()
+    ]  # fmt: skip
+    header = ["batching", "output tok/s", "mean busy slots", "P99 TBT", "steps"]
+    lines += markdown_table(header, rows)
     lines += [
         "",
         f"Continuous over static: {r['measured_ratio']:.2f}x simulated (the real schedulers "
