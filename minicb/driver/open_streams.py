@@ -2,7 +2,7 @@
 
 The engine loop (engine_loop.py) opens a RequestStream (request_stream.py) when it adds a
 request and keeps it here until the request ends. Each engine's bus feeds its own streams
-(``feed_streams``, one listener per engine); the loop ends them with an error when a step
+(``StreamFeed``, one listener per engine); the loop ends them with an error when a step
 fails or the thread ends. A request that goes on in another engine (disaggregated serving:
 from a prefill engine to a decode engine, minicb/fleet/disagg_handoff.py) is held through
 its first engine's end (``hold``) and takes its stream along (``move``). Everything here
@@ -11,11 +11,9 @@ runs in the engine thread.
 
 from __future__ import annotations
 
-import functools
-
 from minicb.core.engine import LLMEngine
 from minicb.core.request import RequestOutput
-from minicb.driver.request_stream import STREAM_KINDS, RequestStream, feed_streams
+from minicb.driver.request_stream import STREAM_KINDS, RequestStream, StreamFeed
 
 
 class OpenStreams:
@@ -25,8 +23,7 @@ class OpenStreams:
         self.engines = engines
         self.by_engine: dict[str, dict[int, RequestStream]] = {name: {} for name in engines}
         for name, engine in engines.items():  # the one channel of its open streams
-            feed = functools.partial(feed_streams, self.by_engine[name])
-            engine.bus.subscribe(feed, kinds=STREAM_KINDS)
+            engine.bus.subscribe(StreamFeed(self.by_engine[name]), kinds=STREAM_KINDS)
 
     def add(self, stream: RequestStream) -> None:
         self.by_engine[stream.engine][stream.request_id] = stream

@@ -3,11 +3,12 @@ asyncio consumer (an OpenAI route's reply), without loss.
 
 The engine loop opens a stream when it adds a request (engine_loop.py, ``submit``) and keeps
 it among its engine's open streams (open_streams.py) until the request ends. One channel
-feeds them all, the engine's bus: ``feed_streams`` is a listener for the ``STREAM_KINDS`` of
-events; a step's admission stamps the request's first scheduling, its ``tokens`` event the
-request's TokenDeltas, and its ``finished`` event its final RequestOutput, put together from
-what the events told (the deltas add up to the final text). The consumer iterates the
-stream in its own event loop.
+feeds them all, the engine's bus: a ``StreamFeed`` is a listener for the ``STREAM_KINDS`` of
+events; a step's ``tokens`` event gives each stream its TokenDeltas, and a ``finished``
+event its final RequestOutput, put together from what the events told (the deltas add up
+to the final text). The output's times are not kept here: they are the record the feed's
+collector (minicb/telemetry/request_times.py) folds from the same events, which equals
+the engine's own. The consumer iterates the stream in its own event loop.
 """
 
 from __future__ import annotations
@@ -16,30 +17,31 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
-from minicb.core.events import Event, StepEvent
+from minicb.core.events import Event
 from minicb.core.request import RequestMetrics, RequestOutput, TokenDelta
 from minicb.core.request_events import RequestFinished, StepTokens
+from minicb.telemetry.request_times import KINDS, RequestTimes
 
-# What a request's stream hears: its first admission (the prompt tokens found in the prefix
-# cache), its tokens, and its end.
-STREAM_KINDS = ("step", "tokens", "finished", "aborted")
+# What a request's stream hears: what its times are folded from (its arrival, a step's
+# admissions, its tokens, its end), and an abort.
+STREAM_KINDS = (*KINDS, "aborted")
 
 
 @dataclass
 class RequestStream:
     """One request's tokens and then its end, delivered to an asyncio consumer without loss.
 
-    One channel feeds it: its engine's bus. A step's ``tokens`` event gives it its
-    TokenDeltas, its ``finished`` event its final RequestOutput, put together from what the
-    events told (the deltas add up to the final text), or an ``aborted`` event ends it with
-    finish reason "abort". The engine thread ends it with "error" if a step fails.
+    One channel feeds it: its engine's bus (``StreamFeed``). A step's ``tokens`` event
+    gives it its TokenDeltas, its ``finished`` event its final RequestOutput, put together
+    from what the events told (the deltas add up to the final text) with the request's
+    record of its times, or an ``aborted`` event ends it with finish reason "abort". The
+    engine thread ends it with "error" if a step fails.
     """
 
     request_id: int
     loop: asyncio.AbstractEventLoop
     prompt: str | None = None
     prompt_token_ids: list[int] = field(default_factory=list)
-    arrival_time: float = 0.0
     # the engine that holds the request (a fleet's: the replica it was routed to)
     engine: str = ""
     # Its engine's end is not its end: the request goes on in another engine, which the
@@ -50,45 +52,30 @@ class RequestStream:
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     token_ids: list[int] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
-    metrics: RequestMetrics = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.metrics = RequestMetrics(
-            self.arrival_time, num_prompt_tokens=len(self.prompt_token_ids)
-        )
+    # A moved request's record on the engine it left (its arrival, admission, first token)
+    started: RequestMetrics | None = None
 
     def push(self, item: TokenDelta | RequestOutput) -> None:
         # Called in the engine thread; the queue belongs to the consumer's event loop.
         self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
 
     # ---- fed by the engine's events, in the engine thread --------------------------------
-    def admitted(self, time: float, num_cached_tokens: int) -> None:
-        if self.metrics.first_scheduled_time is None:  # the first admission only
-            self.metrics.first_scheduled_time = time
-            self.metrics.num_cached_tokens = num_cached_tokens
-
-    def token(self, delta: TokenDelta, time: float) -> None:
-        if self.metrics.first_token_time is None:
-            self.metrics.first_token_time = time
+    def token(self, delta: TokenDelta) -> None:
         self.token_ids.append(delta.token_id)
         self.texts.append(delta.text)
         self.push(delta)
 
-    def finished(self, event: RequestFinished) -> None:
-        m = self.metrics
-        m.finished_time = event.time
-        m.num_generated_tokens = event.num_output_tokens
-        m.num_preemptions = event.num_preemptions
-        m.num_draft_tokens = event.num_draft_tokens
-        m.num_accepted_tokens = event.num_accepted_tokens
+    def finished(self, event: RequestFinished, record: RequestMetrics) -> None:
+        """Its end: ``record`` is its times on the engine that ended it."""
+        if self.started is not None:  # it began in another engine
+            record = self.started.continued_in(record)
         text = "".join(self.texts)
-        ids = list(self.token_ids)
-        prompt_ids = self.prompt_token_ids
         self.push(
             RequestOutput(
-                self.request_id, self.prompt, prompt_ids, text, ids, event.finish_reason, m
+                self.request_id, self.prompt, self.prompt_token_ids, text,
+                list(self.token_ids), event.finish_reason, record,
             )
-        )
+        )  # fmt: skip
 
     async def __aiter__(self) -> AsyncIterator[TokenDelta | RequestOutput]:
         """Yield TokenDeltas, then the final RequestOutput, then stop."""
@@ -99,30 +86,39 @@ class RequestStream:
                 return
 
 
-def feed_streams(streams: dict[int, RequestStream], events: Sequence[Event]) -> None:
+class StreamFeed:
     """The one channel of an engine's open ``streams`` (request id -> stream), a listener
-    on its bus: a step's admissions and tokens feed their requests' streams; a finished
-    event ends its request's stream with its output (and closes it), unless the stream is
-    ``moving`` (the request goes on in another engine); an aborted one (a client hung up,
-    a rebuild, a failed step) with finish reason "abort"."""
-    for event in events:
-        if not streams:
-            return
-        if isinstance(event, StepEvent):
-            for d in event.plan.admitted:
-                stream = streams.get(d.request_id)
-                if stream is not None:
-                    stream.admitted(event.wall_start, d.num_cached_tokens)
-        elif isinstance(event, StepTokens):
-            for delta in event.deltas():
-                stream = streams.get(delta.request_id)
-                if stream is not None:
-                    stream.token(delta, event.time)
-        elif event.request_id not in streams:
-            continue
-        elif isinstance(event, RequestFinished):
-            if not streams[event.request_id].moving:  # a moving one ends where it goes
-                streams.pop(event.request_id).finished(event)
-        else:
-            rid = event.request_id
-            streams.pop(rid).push(RequestOutput.ended(rid, "abort"))
+    on its bus: a step's tokens feed their requests' streams; a finished event ends its
+    request's stream with its output (and closes it), unless the stream is ``moving``
+    (the request goes on in another engine, its record so far goes along); an aborted one
+    (a client hung up, a rebuild, a failed step) with finish reason "abort". ``times``
+    folds the same events into each request's record, read when it ends."""
+
+    def __init__(self, streams: dict[int, RequestStream]) -> None:
+        self.streams = streams
+        self.times = RequestTimes()
+
+    def __call__(self, events: Sequence[Event]) -> None:
+        self.times(events)
+        streams = self.streams
+        for event in events:
+            if isinstance(event, StepTokens):
+                for delta in event.deltas():
+                    stream = streams.get(delta.request_id)
+                    if stream is not None:
+                        stream.token(delta)
+            elif event.kind not in ("finished", "aborted"):
+                continue
+            elif event.request_id not in streams:
+                self.times.forget(event.request_id)  # a request with no stream (a feeder's)
+            elif isinstance(event, RequestFinished):
+                record = self.times.forget(event.request_id)
+                stream = streams[event.request_id]
+                if stream.moving:  # it ends where it goes: its start goes along
+                    stream.started = record
+                else:
+                    streams.pop(event.request_id).finished(event, record)
+            else:
+                rid = event.request_id
+                self.times.forget(rid)
+                streams.pop(rid).push(RequestOutput.ended(rid, "abort"))
