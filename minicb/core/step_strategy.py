@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from minicb.core.registry import lookup
+
 if TYPE_CHECKING:
     from minicb.core.config import EngineConfig
     from minicb.core.engine import LLMEngine
@@ -57,9 +59,4 @@ def build_step_strategy(engine: LLMEngine) -> StepStrategy | None:
     name = strategy_name(engine.config)
     if name is None:
         return None
-    if name not in STEP_STRATEGIES:
-        raise ValueError(
-            f"the config asks for the {name!r} step strategy, which is not registered: "
-            f"`import minicb.features` (`import minicb` does it) before building the engine"
-        )
-    return STEP_STRATEGIES[name](engine)
+    return lookup(STEP_STRATEGIES, "step strategy", name, "the config")(engine)

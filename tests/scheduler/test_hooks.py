@@ -12,7 +12,7 @@ import sys
 from minicb.core.config import EngineConfig, SamplingParams
 from minicb.core.request import Request
 from minicb.core.scheduler import make_scheduler
-from minicb.core.scheduler.hooks import FeatureNotLoaded
+from minicb.core.registry import FeatureNotLoaded
 
 plain = make_scheduler(EngineConfig(), num_kv_blocks=8, max_model_len=64)
 plain.add(Request(0, [1, 2, 3], SamplingParams(max_tokens=2), arrival_time=0.0))

@@ -324,7 +324,7 @@ def test_the_tier_enters_through_the_cache_tier_registry(monkeypatch):
     assert BlockManager(4, 2, 0, True, 0).host is None  # no tier asked for
     monkeypatch.delitem(CACHE_TIERS, "host")
     assert BlockManager(4, 2, 0, True, 0).host is None  # a plain one needs no registry
-    unregistered = r"'host' tier, which is not registered.*import minicb\.features first"
+    unregistered = r"'host' cache tier, which is not registered.*import minicb\.features first"
     with pytest.raises(ValueError, match=unregistered):
         BlockManager(4, 2, 0, True, 3)
 

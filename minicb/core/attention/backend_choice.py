@@ -5,7 +5,8 @@ through this file's registry, ``BACKENDS``, which maps a name to a ``BackendEntr
 feature's package adds its entry when it is imported (the Triton kernels from
 minicb/kernels/__init__.py), so the core never names or imports it. An entry's ``build``
 imports the backend's module only when that backend is chosen, so registering costs
-nothing (not even torch), and ``import minicb.features`` registers them all.
+nothing (not even torch), and ``import minicb.features`` registers them all (a name nobody
+registered: ``FeatureNotLoaded``, minicb/core/registry.py).
 
 A backend may need an optional package (Triton publishes wheels for Linux only): its entry
 names it, and asking for that backend where the package cannot be imported is a clear error
@@ -25,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING
+
+from minicb.core.registry import lookup
 
 if TYPE_CHECKING:  # the registry itself needs no torch: a feature registers for free
     import torch
@@ -76,14 +79,7 @@ def get_backend(name: str, device: torch.device) -> AttentionBackend:
     """The backend for ``name`` ("auto", or a name in ``BACKENDS``) on ``device``."""
     if name == "auto":
         return _auto(device)
-    entry = BACKENDS.get(name)
-    if entry is None:
-        raise ValueError(
-            f"attention_backend {name!r} is not registered (registered: "
-            f"{', '.join(['auto', *BACKENDS])}). Optional backends register when their "
-            "package is imported: `import minicb.features` registers them all "
-            "(`import minicb` does it)"
-        )
+    entry = lookup(BACKENDS, "attention backend", name, f"attention_backend={name!r}")
     missing = package_missing(entry.package) if entry.package else None
     if missing:
         raise RuntimeError(

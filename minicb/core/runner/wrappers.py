@@ -20,14 +20,16 @@ each registered here by name when its package is imported (``import minicb.featu
 Registration is free: a feature registers a *loader*, a function that imports its wrapper
 or form only when a config asks for it, so ``import minicb.features`` loads no torch. The
 core names each seam and the config fields that ask for it (they stay in config.py), never
-a feature's module or class; a config that asks for a name no package registered gets an
-error that says what to import.
+a feature's module or class; a config that asks for a name no package registered gets the
+seams' one error, ``FeatureNotLoaded`` (minicb/core/registry.py), which says what to import.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
+
+from minicb.core.registry import lookup
 
 if TYPE_CHECKING:
     import torch
@@ -113,14 +115,9 @@ def register_wrapper(name: str, load: Callable[[], type[RunnerWrapper]]) -> None
     _wrappers[name] = load
 
 
-def _loaded(registry: dict[str, Callable[[], Any]], name: str) -> Any:
-    if name not in registry:
-        raise ValueError(
-            f"the engine config asks for {name}, which no loaded package provides: "
-            "`import minicb.features` (or `import minicb`, which does it) before building "
-            "the engine, or turn the option off"
-        )
-    return registry[name]()
+def _loaded(registry: dict[str, Callable[[], Any]], seam: str, name: str) -> Any:
+    """What the loader registered as ``name`` returns (a ``FeatureNotLoaded`` if none is)."""
+    return lookup(registry, seam, name, "the engine config")()
 
 
 def weight_forms(
@@ -128,7 +125,11 @@ def weight_forms(
 ) -> list[WeightForm]:
     """The weight forms ``config`` asks for that can run on ``device`` in ``dtype``, in
     order."""
-    asked = [_loaded(_weight_forms, n) for n, on in WEIGHT_FORMS if on(config, device, dtype)]
+    asked = [
+        _loaded(_weight_forms, "weight form", n)
+        for n, on in WEIGHT_FORMS
+        if on(config, device, dtype)
+    ]
     return [form for form in asked if form.fits(device, dtype)]
 
 
@@ -139,7 +140,9 @@ def registered_weight_forms() -> list[WeightForm]:
 
 def wrappers(config: EngineConfig, device: torch.device) -> list[type[RunnerWrapper]]:
     """The runner wrappers ``config`` asks for on ``device``, innermost first."""
-    return [_loaded(_wrappers, name) for name, on in WRAPPERS if on(config, device)]
+    return [
+        _loaded(_wrappers, "runner wrapper", name) for name, on in WRAPPERS if on(config, device)
+    ]
 
 
 def find_layer(runner: Any, kind: type) -> Any:

@@ -19,7 +19,8 @@ The core has no tier of its own. A feature's package registers a factory in ``CA
 when it is imported (the host tier: minicb/host_tier/__init__.py registers "host"), and
 ``import minicb.features`` imports them all (``import minicb`` does it). The config asks for
 a tier with ``kv_offload_blocks`` (its size in blocks); 0 means none, and an evicted prefix
-is forgotten. Pure Python.
+is forgotten (a tier asked for but not registered: ``FeatureNotLoaded``, registry.py). Pure
+Python.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
+
+from minicb.core.registry import lookup
 
 if TYPE_CHECKING:
     from minicb.core.scheduler.block_pool import BlockPool
@@ -94,11 +97,5 @@ OFFLOAD_TIER = "host"  # the tier ``kv_offload_blocks`` asks for
 
 def build_tier(name: str, num_blocks: int, device: DeviceSide) -> CacheTier:
     """The tier registered as ``name``, ``num_blocks`` blocks large."""
-    factory = CACHE_TIERS.get(name)
-    if factory is None:
-        raise ValueError(
-            f"kv_offload_blocks={num_blocks} asks for the prefix cache's {name!r} tier, "
-            "which is not registered: it is an optional feature that registers when its "
-            "package is imported. import minicb.features first (import minicb does it)"
-        )
+    factory = lookup(CACHE_TIERS, "cache tier", name, f"kv_offload_blocks={num_blocks}")
     return factory(num_blocks, device)

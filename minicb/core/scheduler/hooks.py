@@ -17,14 +17,16 @@ Each hook is found by name, from the config's field (``speculative``,
 package registers its own when it is imported (``minicb/speculation/__init__.py``,
 ``minicb/reservation/__init__.py``), and ``import minicb.features`` imports them all
 (``import minicb`` does it). A name the config accepts but nobody registered raises
-``FeatureNotLoaded``, which says so. Pure Python.
+``FeatureNotLoaded`` (minicb/core/registry.py), which says so. Pure Python.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol
+
+from minicb.core.registry import lookup
 
 if TYPE_CHECKING:
     from minicb.core.config import EngineConfig
@@ -88,12 +90,6 @@ class Paged:
         return None
 
 
-class FeatureNotLoaded(ValueError):
-    """A config names a feature whose package was never imported, so it never registered
-    (a ValueError, as every invalid setting is: whoever shows those shows this one)."""
-
-
-T = TypeVar("T")
 DrafterFactory = Callable[["EngineConfig", "BlockManager", int], Drafter]
 
 # Registries: the config's word -> what builds the hook. Features add to them on import.
@@ -107,21 +103,12 @@ def make_drafter(config: EngineConfig, blocks: BlockManager, max_model_len: int)
     """The drafter ``config.speculative`` names, or None when speculation is off."""
     if config.speculative == "off":
         return None
-    factory = registered(DRAFTERS, "speculative", config.speculative)
+    name = config.speculative
+    factory = lookup(DRAFTERS, "drafter", name, f"speculative={name!r}")
     return factory(config, blocks, max_model_len)
 
 
 def make_admission_size(config: EngineConfig) -> AdmissionSize:
     """The admission size ``config.kv_reservation`` names."""
-    return registered(ADMISSION_SIZES, "kv_reservation", config.kv_reservation)(config)
-
-
-def registered(registry: dict[str, T], setting: str, name: str) -> T:
-    """``registry[name]``, or an error that says which import registers it."""
-    try:
-        return registry[name]
-    except KeyError:
-        raise FeatureNotLoaded(
-            f"{setting}={name!r} is an optional feature that is not loaded: "
-            f"import minicb.features first (import minicb does it)"
-        ) from None
+    name = config.kv_reservation
+    return lookup(ADMISSION_SIZES, "admission size", name, f"kv_reservation={name!r}")(config)
