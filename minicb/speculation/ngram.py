@@ -13,9 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-# accept_greedy lives in drafter.py; notebook 10 still imports it from here until its
-# next rendering (its cells are hashed in docs/notebooks/10_speculative_decoding.md).
-from minicb.speculation.drafter import Draft, DraftRequest, accept_greedy  # noqa: F401
+from minicb.speculation.drafter import Draft, DraftRequest
 
 
 class NgramProposer:
