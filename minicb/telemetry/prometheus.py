@@ -185,6 +185,7 @@ class PrometheusMetrics(HandlerListener):
     # ---- events (HandlerListener calls _on_<kind>) ---------------------------------------
     def _on_step(self, e: Any) -> None:
         plan = e.plan
+        self.requests.step(e)
         self.iterations.inc()
         self.kv_usage.set(plan.kv_used / plan.kv_total if plan.kv_total else 0.0)
         if plan.preempted:
@@ -207,10 +208,10 @@ class PrometheusMetrics(HandlerListener):
     # (an arrival, an abort) and after the last step; requests that arrived before this
     # listener subscribed are not counted.
     def _on_arrived(self, e: Any) -> None:
-        self.requests.arrived(e.request_id, e.time)
+        self.requests.arrived(e.request_id, e.time, e.num_prompt_tokens)
 
     def _on_admitted(self, e: Any) -> None:
-        self.requests.admitted(e.request_id, e.time)
+        self.requests.admitted(e.request_id)
 
     def _on_preempted(self, e: Any) -> None:
         self.requests.move(e.request_id, "swapped" if e.mode == "swap" else "waiting")

@@ -2,9 +2,10 @@
 Prometheus latency histograms (TTFT, ITL, TPOT, end to end, queue time) and the counts
 of requests waiting, running and swapped.
 
-Prometheus's listener (prometheus.py) hands each request event here; this keeps what the
-histograms need of each request (its arrival, whether it was admitted yet, its first
-token) and observes each figure the moment it is known, with the one definition of each
+Prometheus's listener (prometheus.py) hands each request event here. A request's times
+are its record (``RequestMetrics``) in the one collector of them (request_times.py), kept
+while it is in flight; this keeps only where each request is (waiting, running, swapped)
+and observes each figure the moment it is known, with the one definition of each
 (minicb.core.latency). A step costs what changed, not a write per token: at steady state
 every row's inter-token gap is the time since the previous step, one value observed
 ``len(rows)`` times. Pure Python, in the engine thread.
@@ -12,20 +13,12 @@ every row's inter-token gap is the time since the previous step, one value obser
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Any
 
 from minicb.core.latency import e2e, queue_time, tpot, ttft
+from minicb.core.request import RequestMetrics
 from minicb.telemetry.metric_values import Histogram
-
-
-@dataclass
-class _Live:
-    """What the histograms need to remember about a request in flight."""
-
-    arrival: float
-    state: str = "waiting"  # "waiting", "running" or "swapped"
-    admitted: bool = False
-    first: float | None = None  # first token time
+from minicb.telemetry.request_times import RequestTimes
 
 
 class RequestLatencies:
@@ -34,7 +27,9 @@ class RequestLatencies:
     ) -> None:
         self.ttft, self.itl, self.tpot, self.e2e, self.queue = ttft, itl, tpot, e2e, queue
         self.counts = {"waiting": 0, "running": 0, "swapped": 0}  # the count gauges
-        self._live: dict[int, _Live] = {}  # requests in flight
+        self.times = RequestTimes()  # the records of the requests in flight
+        # where each request followed is: "waiting", "running" or "swapped"
+        self._state: dict[int, str] = {}
         # Their latest token's time (``_latest``), kept so that a step costs what changed:
         # those that had a token in the latest tokens event are ``_prev`` (that event was at
         # ``_prev_time``); ``_last`` holds the time for the others, set when one misses a
@@ -44,31 +39,43 @@ class RequestLatencies:
         self._prev_time = 0.0
         self._last: dict[int, float] = {}
 
-    def move(self, request_id: int, state: str | None) -> _Live | None:
-        """Move a request to ``state`` (None: gone): the three count gauges read the counts.
-        A request that arrived before the listener subscribed is not followed."""
-        live = self._live.get(request_id)
-        if live is None:
-            return None
-        self.counts[live.state] -= 1
+    def move(self, request_id: int, state: str | None) -> RequestMetrics | None:
+        """Move a request to ``state`` (None: gone, and its record with it): the three
+        count gauges read the counts. A request that arrived before the listener
+        subscribed is not followed: None."""
+        old = self._state.get(request_id)
         if state is None:
-            del self._live[request_id]
+            record = self.times.forget(request_id)
+            if old is None:
+                return None
+            del self._state[request_id]
             self._last.pop(request_id, None)
             self._prev.discard(request_id)
+        elif old is None:
+            return None
         else:
-            live.state = state
+            record = self.times.records[request_id]
+            self._state[request_id] = state
             self.counts[state] += 1
-        return live
+        self.counts[old] -= 1
+        return record
 
-    def arrived(self, request_id: int, time: float) -> None:
-        self._live[request_id] = _Live(time)
+    def arrived(self, request_id: int, time: float, num_prompt_tokens: int) -> None:
+        self.times.arrived(request_id, time, num_prompt_tokens)
+        self._state[request_id] = "waiting"
         self.counts["waiting"] += 1
 
-    def admitted(self, request_id: int, time: float) -> None:
-        live = self.move(request_id, "running")
-        if live is not None and not live.admitted:  # a readmission after preemption is not queueing
-            live.admitted = True
-            self.queue.observe(queue_time(live.arrival, time))
+    def step(self, e: Any) -> None:
+        """A step's first admissions give their queue times (a readmission after
+        preemption is not queueing), in the order it admitted them."""
+        records, followed = self.times.records, self._state
+        for d in e.plan.admitted:
+            if d.request_id in followed and records[d.request_id].first_scheduled_time is None:
+                self.queue.observe(queue_time(records[d.request_id].arrival_time, e.wall_start))
+        self.times.step(e)
+
+    def admitted(self, request_id: int) -> None:
+        self.move(request_id, "running")
 
     def _latest(self, request_id: int) -> float | None:
         """When the request's latest token came; None before its first."""
@@ -78,15 +85,16 @@ class RequestLatencies:
 
     def tokens(self, rids: list[int], now: float) -> None:
         """A step's tokens (``rids``: one request id per token, in row order) at ``now``."""
-        prev, live = self._prev, self._live
+        prev, records = self._prev, self.times.records
         current = set(rids)
-        if not current <= live.keys():  # requests from before we listened are not followed
-            current &= live.keys()
+        followed = self._state.keys()
+        if not current <= followed:  # requests from before we listened are not followed
+            current &= followed
         if len(current) < len(rids):  # one of them repeats (speculation) or is not followed
             self._tokens_one_by_one(rids, now)
         else:
             back = current - prev  # first tokens, and requests that missed the last step
-            firsts = [r for r in back if live[r].first is None]
+            firsts = [r for r in back if records[r].first_token_time is None]
             resumed = back.difference(firsts)
             if resumed:  # their gaps differ: every gap in row order, for the same sum
                 gap = {r: now - self._last[r] for r in resumed}
@@ -96,8 +104,7 @@ class RequestLatencies:
             elif len(rids) > len(firsts):
                 self.itl.observe_repeated(now - self._prev_time, len(rids) - len(firsts))
             for request_id in sorted(firsts, key=rids.index):  # in row order
-                live[request_id].first = now
-                self.ttft.observe(ttft(live[request_id].arrival, now))
+                self._first_token(records[request_id], now)
         for request_id in prev - current:  # missed this step: its time is kept apart
             self._last[request_id] = self._prev_time
         self._prev, self._prev_time = current, now
@@ -107,22 +114,26 @@ class RequestLatencies:
         be one we do not follow; ``tokens`` then moves the step's requests to _prev."""
         this_step: set[int] = set()
         for request_id in rids:
-            live = self._live.get(request_id)
-            if live is None:
+            if request_id not in self._state:
                 continue
-            if live.first is None:
-                live.first = now
-                self.ttft.observe(ttft(live.arrival, now))
+            record = self.times.records[request_id]
+            if record.first_token_time is None:
+                self._first_token(record, now)
             else:  # the gap since its previous token, 0 for a second token of this step
                 latest = now if request_id in this_step else self._latest(request_id)
                 self.itl.observe(now - latest)
             this_step.add(request_id)
 
+    def _first_token(self, record: RequestMetrics, now: float) -> None:
+        record.first_token(now, self.times.busy_s)
+        self.ttft.observe(ttft(record.arrival_time, now))
+
     def finished(self, request_id: int, time: float, num_output_tokens: int) -> None:
         latest = self._latest(request_id)
-        live = self.move(request_id, None)
-        if live is None:
+        record = self.move(request_id, None)
+        if record is None:
             return
-        self.e2e.observe(e2e(live.arrival, time))
-        if num_output_tokens > 1 and live.first is not None and latest is not None:
-            self.tpot.observe(tpot(live.first, latest, num_output_tokens))
+        self.e2e.observe(e2e(record.arrival_time, time))
+        first = record.first_token_time
+        if num_output_tokens > 1 and first is not None and latest is not None:
+            self.tpot.observe(tpot(first, latest, num_output_tokens))
