@@ -55,6 +55,7 @@ from minicb.core.latency import (
 )
 from minicb.telemetry.listener import HandlerListener, handlers
 from minicb.telemetry.records import RequestRecord, StepTotals
+from minicb.telemetry.request_times import RequestTimes
 from minicb.telemetry.summary import summarise
 
 if TYPE_CHECKING:
@@ -86,6 +87,8 @@ class MetricsCollector(HandlerListener):
         # Keyed by (engine generation, request id): ids start again at 0 after a rebuild
         # (a "reset" event), and a run that crosses one must not mix two requests.
         self._requests: dict[tuple[int, int], RequestRecord] = {}
+        # Their times: this generation's records, in the one collector of them.
+        self.times = RequestTimes()
         self.generation = 0
         self._current: dict[int, RequestRecord] = {}  # this generation's, by request id
         # Their token_times lists, by request id: a step's 256 appends find each list in one
@@ -113,7 +116,7 @@ class MetricsCollector(HandlerListener):
     def _record(self, request_id: int) -> RequestRecord:
         r = self._current.get(request_id)
         if r is None:  # only now: setdefault would build a RequestRecord for every event
-            r = self._current[request_id] = RequestRecord()
+            r = self._current[request_id] = RequestRecord(self.times.record(request_id))
             self._requests[(self.generation, request_id)] = r
             self._token_times[request_id] = r.token_times
         return r
@@ -121,6 +124,7 @@ class MetricsCollector(HandlerListener):
     # ---- per-event updates ---------------------------------------------------------------
     def _on_step(self, e: Any) -> None:
         self._seen(e.wall_start, e.wall_end)
+        self.times.step(e)
         plan, s = e.plan, self.steps
         s.count += 1
         s.slots += plan.slots_limit
@@ -155,13 +159,12 @@ class MetricsCollector(HandlerListener):
 
     def _on_arrived(self, e: Any) -> None:
         r = self._req(e)
-        r.arrival = r.wait_from = e.time
-        r.num_prompt_tokens = e.num_prompt_tokens
+        r.times = self.times.arrived(e.request_id, e.time, e.num_prompt_tokens)
+        r.wait_from = e.time
 
     def _on_admitted(self, e: Any) -> None:
         r = self._req(e)
-        if r.admitted is None:
-            r.admitted = e.time
+        self.times.admitted(e.request_id, e.time)
         r.stop_waiting(e.time)
 
     def _on_preempted(self, e: Any) -> None:
@@ -176,6 +179,7 @@ class MetricsCollector(HandlerListener):
         if not all(map(self._token_times.__contains__, rids)):  # one from before we listened
             for request_id in rids:
                 self._record(request_id)
+        self.times.tokens(rids, e.indexes, e.time)
         self._unsettled.append((e.time, rids))  # the event's own list: read-only, shared
         if len(self._unsettled) >= SETTLE_STEPS:
             self._settle()
@@ -197,11 +201,8 @@ class MetricsCollector(HandlerListener):
         return self._requests
 
     def _on_finished(self, e: Any) -> None:
-        r = self._req(e)
-        r.finished = e.time
-        r.num_prompt_tokens = e.num_prompt_tokens
-        r.num_output_tokens = e.num_output_tokens
-        r.stop_waiting(e.time)
+        self._req(e).stop_waiting(e.time)
+        self.times.finished(e)
 
     def _on_aborted(self, e: Any) -> None:
         r = self._req(e)
@@ -213,6 +214,7 @@ class MetricsCollector(HandlerListener):
         self._settle()  # onto the records of the generation that ends here
         self.generation += 1
         self._current, self._token_times = {}, {}
+        self.times([e])
 
     def _on_rejected(self, e: Any) -> None:
         self._seen(e.time, e.time)

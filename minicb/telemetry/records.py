@@ -7,20 +7,66 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from minicb.core.request import RequestMetrics
 
-@dataclass
+
 class RequestRecord:
-    """What the events told us about one request."""
+    """What the collector keeps of one request: its times (``times``: the one record of
+    them, as the collector of the events fills it, request_times.py), each of its tokens'
+    times (for the gaps between them), whether it was aborted, and how long it waited."""
 
-    arrival: float | None = None
-    admitted: float | None = None  # first admission
-    token_times: list[float] = field(default_factory=list)
-    finished: float | None = None
-    num_prompt_tokens: int = 0
-    num_output_tokens: int = 0
-    aborted: bool = False
-    wait_from: float | None = None  # start of the current wait; None while running
-    waited: float = 0.0
+    def __init__(
+        self,
+        times: RequestMetrics | None = None,
+        token_times: list[float] | None = None,
+        *,
+        arrival: float | None = None,
+        admitted: float | None = None,
+        finished: float | None = None,
+        num_prompt_tokens: int = 0,
+        num_output_tokens: int = 0,
+    ) -> None:
+        """``times``: the collector's record; without it, the record is made of the figures
+        given (a request followed elsewhere: fleet/disaggregated.py's journeys)."""
+        self.token_times = [] if token_times is None else token_times
+        if times is None:
+            times = RequestMetrics(
+                arrival,
+                first_scheduled_time=admitted,
+                first_token_time=self.token_times[0] if self.token_times else None,
+                finished_time=finished,
+                num_prompt_tokens=num_prompt_tokens,
+                num_generated_tokens=num_output_tokens,
+            )
+        self.times = times
+        self.aborted = False
+        self.wait_from: float | None = None  # start of the current wait; None while running
+        self.waited = 0.0
+
+    # the times as the summary names them, read from the record
+    @property
+    def arrival(self) -> float | None:
+        return self.times.arrival_time
+
+    @property
+    def admitted(self) -> float | None:  # first admission
+        return self.times.first_scheduled_time
+
+    @property
+    def first_token(self) -> float | None:
+        return self.times.first_token_time
+
+    @property
+    def finished(self) -> float | None:
+        return self.times.finished_time
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return self.times.num_prompt_tokens
+
+    @property
+    def num_output_tokens(self) -> int:
+        return self.times.num_generated_tokens
 
     def stop_waiting(self, t: float) -> None:
         if self.wait_from is not None:

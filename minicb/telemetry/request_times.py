@@ -12,12 +12,13 @@ field for field (tests/telemetry/test_request_times.py) and no reader keeps a co
 times of its own.
 
 What it hears: ``arrived`` opens a record (the engine's own clock then is the latest
-step's ``busy_s``); a ``step`` stamps the requests its plan admitted (at its start) and
-sets the engine's own clock; ``tokens`` stamps first tokens (index 0, at the event's time,
-the step's end); ``finished`` the end and the counts. A ``reset`` (an engine rebuilt: ids
-start again at 0) starts an empty table. Records stay until ``forget``: a reader that
-follows only requests in flight forgets them as they end; the metrics summary keeps every
-one. Pure Python, in the engine thread.
+step's ``busy_s``); a ``step`` stamps the requests its plan admitted (at its start, with
+the prompt tokens they found cached) and sets the engine's own clock; ``admitted`` stamps
+the same time (events made outside an engine's steps have only that); ``tokens`` stamps
+first tokens (index 0, at the event's time, the step's end); ``finished`` the end and the
+counts. A ``reset`` (an engine rebuilt: ids start again at 0) starts an empty table.
+Records stay until ``forget``: a reader that follows only requests in flight forgets them
+as they end; the metrics summary keeps every one. Pure Python, in the engine thread.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 from minicb.core.request import RequestMetrics
 
 # The kinds of events the collector folds.
-KINDS = ("arrived", "step", "tokens", "finished", "reset")
+KINDS = ("arrived", "step", "admitted", "tokens", "finished", "reset")
 
 
 class RequestTimes:
@@ -48,6 +49,8 @@ class RequestTimes:
                 self.tokens(e.request_ids, e.indexes, e.time)
             elif kind == "arrived":
                 self.arrived(e.request_id, e.time, e.num_prompt_tokens)
+            elif kind == "admitted":
+                self.admitted(e.request_id, e.time)
             elif kind == "finished":
                 self.finished(e)
             elif kind == "reset":
@@ -73,6 +76,12 @@ class RequestTimes:
         for d in e.plan.admitted:
             self.record(d.request_id).scheduled(e.wall_start, d.num_cached_tokens)
         self.busy_s = e.busy_s
+
+    def admitted(self, request_id: int, time: float) -> None:
+        """An admitted event: its step has stamped it already (with the prompt tokens it
+        found cached), unless the events were made outside an engine's steps (a baseline
+        measured elsewhere, bench/transformers_systems.py), which tell no cached tokens."""
+        self.record(request_id).scheduled(time, 0)
 
     def tokens(self, request_ids: list[int], indexes: list[int], time: float) -> None:
         """A step's tokens: those of index 0 are first tokens (the rule of the first_token

@@ -23,9 +23,9 @@ def summarise(
     reqs = c.requests
     done = {i: r for i, r in reqs.items() if r.finished is not None and r.arrival is not None}
     ttfts = {
-        i: ttft(r.arrival, r.token_times[0])
+        i: ttft(r.arrival, r.first_token)
         for i, r in reqs.items()
-        if r.token_times and r.arrival is not None
+        if r.first_token is not None and r.arrival is not None
     }
     tpots = {
         i: tpot(r.token_times[0], r.token_times[-1], len(r.token_times))
