@@ -15,10 +15,10 @@ process's side in ``replica_worker.py``) and ``fleet.py`` (``Fleet``: the replic
 router and the engine loop that routes, one bus over them in ``fleet_bus.py``; ``minicb
 serve --replicas N --router POLICY`` serves one). ``Fleet`` is imported on first use, so
 that the router alone stays pure Python. Disaggregated prefill and decode, real:
-``disagg_fleet.py`` (``DisaggregatedFleet``: P prefill and D decode engine processes; its
-engines' group in ``disagg_engines.py``, the requests' hand-offs in ``disagg_handoff.py``,
-its engine-shaped face for the server in ``disagg_views.py``) and ``kv_link.py`` (their
-sides of a KV transfer over torch.distributed). The router bench on real replicas through
+``disagg_fleet.py`` (``DisaggregatedFleet``: P prefill and D decode engine processes, one
+engine-shaped face for the server; its engines' group in ``disagg_engines.py``, the
+requests' hand-offs in ``disagg_handoff.py``) and ``kv_link.py`` (their sides of a KV
+transfer over torch.distributed). The router bench on real replicas through
 the API is the performance lab's (perflab/chat_bench.py): it drives the whole server.
 
 Simulated replicas at data-centre scale (SIMULATED, virtual time, no torch):

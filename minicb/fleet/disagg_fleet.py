@@ -23,9 +23,16 @@ failed. An abort on either side frees both sides' blocks. An engine that dies en
 requests with an error naming it (``ReplicaDied``); a prefill engine whose peer died
 mid-transfer says so, naming it, and frees the request's blocks.
 
-Beside this file: disagg_engines.py (the processes and their group), disagg_handoff.py
-(the journeys: hand-offs, sends and frees, driven by the engines' events) and
-disagg_views.py (the fleet seen as one engine by the server).
+The fleet is also what the server's routes and its EngineLoop take for an engine (as
+``Fleet`` is for replicas): its model's name is the one it was given (``model_name``), its
+tokenizer and chat template are every engine's (the first prefill engine's, in this
+process), the longest request is the shorter of the two sides', queue sizes add up every
+engine's, and ``engine_loop`` is the server's one loop over every engine, requests sent to
+``FLEET`` routed here.
+
+Beside this file: disagg_engines.py (the processes and their group) and disagg_handoff.py
+(``Handoffs``, its collaborator: the journeys, and the hand-offs, sends and frees that the
+engines' events call for).
 """
 
 from __future__ import annotations
@@ -39,9 +46,9 @@ from typing import Any
 from minicb.core.config import EngineConfig, SamplingParams
 from minicb.fleet.disagg_engines import check_sizes, loads, start_engines, stop_engines
 from minicb.fleet.disagg_handoff import Handoffs, Journey
-from minicb.fleet.disagg_views import EngineShaped
+from minicb.fleet.fleet import FLEET  # the name the server's requests are sent to
 from minicb.fleet.fleet_bus import FleetBus
-from minicb.fleet.replica import ReplicaDied
+from minicb.fleet.replica import Replica, ReplicaDied
 
 
 @dataclass(frozen=True)
@@ -58,7 +65,7 @@ class Completion:
     waited: str | None
 
 
-class DisaggregatedFleet(EngineShaped, Handoffs):
+class DisaggregatedFleet:
     """``DisaggregatedFleet(model=None, prefill=1, decode=1, **engine_options)``."""
 
     def __init__(
@@ -89,11 +96,75 @@ class DisaggregatedFleet(EngineShaped, Handoffs):
             model, prefill, decode, self.config, self.decode_config, threads, transfer_timeout_s
         )
         self.engines = {e.name: e for e in engines}
+        self.prefill, self.decode = engines[:prefill], engines[prefill:]
         self.bus = FleetBus(engines)
-        Handoffs.__init__(
-            self, engines[:prefill], engines[prefill:], self.config.block_size, send_delay_s
-        )
+        self.handoffs = Handoffs(self.prefill, self.decode, self.config.block_size, send_delay_s)
         self._ids = itertools.count()
+        self._loop: Any = None  # the server's EngineLoop, once asked for (engine_loop)
+
+    @property
+    def journeys(self) -> dict[int, Journey]:
+        """Every request in flight (and those ``submit`` kept), by its number here."""
+        return self.handoffs.journeys
+
+    # ---- engine-shaped, for the server -----------------------------------------------------
+    @property
+    def replicas(self) -> dict[str, Replica]:
+        return self.engines
+
+    @property
+    def max_model_len(self) -> int:
+        return min(self.prefill[0].max_model_len, self.decode[0].max_model_len)
+
+    @property
+    def tokenizer(self) -> Any:
+        """Every engine's tokenizer, loaded in this process: the API's length rule reads
+        its vocabulary (tokenizer_queue.py), as it does an engine's."""
+        return self.prefill[0].tokenizer
+
+    def clock(self) -> float:
+        return self.prefill[0].clock()
+
+    def tokenize(self, prompt: str | list[int]) -> list[int]:
+        return self.prefill[0].tokenize(prompt)  # in this process: every engine's tokenizer
+
+    def apply_chat_template(self, messages: list[dict[str, str]]) -> list[int]:
+        return self.prefill[0].apply_chat_template(messages)
+
+    def queue_sizes(self) -> dict[str, int]:
+        total = {"waiting": 0, "running": 0, "swapped": 0}
+        for engine in self.engines.values():
+            for key, value in engine.queue_sizes().items():
+                total[key] += value
+        return total
+
+    def kv_snapshot(self) -> Any:
+        return self.prefill[0].kv_snapshot()
+
+    def health(self) -> dict[str, str]:
+        """Each engine's state in words (Replica.health), for /health; any thread."""
+        return {name: engine.health() for name, engine in self.engines.items()}
+
+    def unavailable(self) -> str | None:
+        """Why no request could be served now (/health's 503): a side with no engine
+        serving; None while both have one."""
+        for side, engines in (("prefill", self.prefill), ("decode", self.decode)):
+            if not any(engine.serving for engine in engines):
+                return f"no live {side} engine: " + "; ".join(e.health() for e in engines)
+        return None
+
+    def engine_loop(self) -> Any:
+        """The server's loop over every engine, requests sent to ``FLEET`` routed here (a
+        request's stream moves from its prefill engine to its decode engine). Before each
+        of its rounds the hand-offs act on the engines' events of the last one: hand-offs,
+        sends and frees happen there, once every listener has had the events."""
+        from minicb.driver.engine_loop import EngineLoop
+
+        if self._loop is None:
+            self._loop = EngineLoop(dict(self.engines), fleets={FLEET: self},
+                                    feeder=lambda _engines: self.handoffs.handle())  # fmt: skip
+            self.handoffs.loop = self._loop
+        return self._loop
 
     # ---- requests ------------------------------------------------------------------------
     def submit(
@@ -107,20 +178,18 @@ class DisaggregatedFleet(EngineShaped, Handoffs):
         params = params or SamplingParams()
         ids = self.tokenize(prompt) if prompt_token_ids is None else list(prompt_token_ids)
         number = next(self._ids)
-        route = self.route_prefill.route(number, ids, loads(self.prefill))
+        route = self.handoffs.route_prefill.route(number, ids, loads(self.prefill))
         engine = self.prefill[route.replica]
         first = replace(params, max_tokens=1)  # the prompt and the first token
         # Its first token may come back during the next round trip to that engine: no
         # round trip before it is on record here (and in the engine's in-flight set).
-        self._holding = True
+        self.handoffs.holding = True
         try:
             rid = engine.add_request(prompt, first, arrival_time=arrival_time,
                                      prompt_token_ids=ids)  # fmt: skip
         finally:
-            self._holding = False
-        journey = Journey(number, ids, params, engine, rid)
-        self.journeys[number] = journey
-        self._by_engine[(engine.name, rid)] = journey
+            self.handoffs.holding = False
+        self.handoffs.register(Journey(number, ids, params, engine, rid))
         # Not acted on here: the server opens its stream first (``add_request``); the
         # events wait for the next step, round trip or server round (module doc).
         return number
@@ -152,8 +221,8 @@ class DisaggregatedFleet(EngineShaped, Handoffs):
             journey.prefill.abort_request(journey.prefill_id)
         # What the engines said before their answers: a first token (its KV now held
         # there), or a "receiving" (its bytes are sent, then dropped there).
-        self._handle()
-        self._release(journey)
+        self.handoffs.handle()
+        self.handoffs.release(journey)
         return True
 
     def step(self) -> None:
@@ -165,8 +234,8 @@ class DisaggregatedFleet(EngineShaped, Handoffs):
                 except ReplicaDied:
                     pass  # on_death (_died) has ended its requests
                 except RuntimeError as err:  # a failed step: its requests end with it
-                    self._failed(engine, str(err))
-            self._handle()
+                    self.handoffs.failed(engine, str(err))
+            self.handoffs.handle()
 
     def has_unfinished(self) -> bool:
         return any(not j.finished for j in self.journeys.values())
@@ -178,18 +247,20 @@ class DisaggregatedFleet(EngineShaped, Handoffs):
         timeout_s: float = 600.0,
     ) -> list[Completion]:
         """Complete every prompt; outputs in the order of the prompts (their journeys are
-        forgotten then; ``submit``'s own are kept until ``forget``)."""
+        forgotten then; ``submit``'s own are kept until ``handoffs.forget``)."""
         if params is None or isinstance(params, SamplingParams):
             params = [params or SamplingParams()] * len(prompts)
         numbers = [self.submit(p, sp) for p, sp in zip(prompts, params, strict=True)]
         deadline = time.monotonic() + timeout_s
         while any(not self.journeys[n].finished for n in numbers):
             if time.monotonic() > deadline:
-                raise TimeoutError(f"requests unfinished after {timeout_s:.0f} s: {self._state()}")
+                raise TimeoutError(
+                    f"requests unfinished after {timeout_s:.0f} s: {self.handoffs.state()}"
+                )
             self.step()
         outputs = [self.output(n) for n in numbers]
         for number in numbers:
-            self.forget(number)
+            self.handoffs.forget(number)
         return outputs
 
     def output(self, number: int) -> Completion:

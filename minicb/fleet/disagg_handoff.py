@@ -7,15 +7,15 @@ request, prompt plus that token, to a decode engine (the fleet's ``Router``, lea
 loaded). The decode engine's ``kv_transfer`` "receiving" (its blocks are allocated, its
 receives posted) makes ``_send`` tell the prefill engine to send; "done" records the
 transfer's blocks, bytes and seconds; "waiting" the reason it once waited for room. An
-abort on either side frees both (``_release``); an engine that dies or fails a step ends
+abort on either side frees both (``release``); an engine that dies or fails a step ends
 its requests with an error naming it (``_end``), and a hand-off's stream on the server
 moves from the prefill engine to the decode engine with its first token.
 
 The events are acted on in the caller's thread after the batch that carried them has
-reached every listener (``_heard`` queues them; ``_handle`` drains the queue: after each
+reached every listener (``_heard`` queues them; ``handle`` drains the queue: after each
 round trip, each of the server's rounds, each ``step``), never during a round trip to an
 engine (a round trip inside one would take its reply), nor while a request is being added
-(``_holding``: its first token may come back before it is on record). One thing cannot
+(``holding``: its first token may come back before it is on record). One thing cannot
 wait: the prefill side's end of a request that goes on to a decode engine. ``_heard``,
 the first listener on every engine's bus, holds its stream open at once
 (``EngineLoop.streams.hold``), so the server's stream feed, a later listener on the same
@@ -73,7 +73,8 @@ class Journey:
 
 
 class Handoffs:
-    """The journeys and what each engine's event calls for (DisaggregatedFleet's base)."""
+    """The journeys and what each engine's event calls for: DisaggregatedFleet's
+    collaborator, which adds each request (``register``) and hands it the server's loop."""
 
     def __init__(
         self, prefill: list[Replica], decode: list[Replica], block_size: int, send_delay_s: float
@@ -84,8 +85,8 @@ class Handoffs:
         self.send_delay_s = send_delay_s
         self._events: list[tuple[Replica, Any]] = []
         self._handling = False
-        self._holding = False  # a request is being added: act once it is on record
-        self._loop: Any = None  # the server's EngineLoop, once asked for (engine_loop)
+        self.holding = False  # a request is being added: act once it is on record
+        self.loop: Any = None  # the server's EngineLoop, once the fleet has built it
         self.route_prefill = Router("least-loaded", len(prefill), block_size=block_size)
         self.route_decode = Router("least-loaded", len(decode), block_size=block_size)
         self.journeys: dict[int, Journey] = {}
@@ -96,16 +97,21 @@ class Handoffs:
         ):  # before any other listener: a stream moves before it is fed
             engine.bus.subscribe(functools.partial(self._heard, engine), KINDS)
             engine.on_death = self._died
-            engine.after_call = self._handle
+            engine.after_call = self.handle
+
+    def register(self, journey: Journey) -> None:
+        """A request just added on its prefill engine: on record, its events are acted on."""
+        self.journeys[journey.id] = journey
+        self._by_engine[(journey.prefill.name, journey.prefill_id)] = journey
 
     def _heard(self, engine: Replica, batch: list) -> None:
         """An engine's events, as they are published (in the thread that steps it), queued
-        for ``_handle``; a prefill side's end that is a hand-off holds its stream at once."""
+        for ``handle``; a prefill side's end that is a hand-off holds its stream at once."""
         for event in batch:
-            if event.kind == "finished" and self._loop is not None:
+            if event.kind == "finished" and self.loop is not None:
                 journey = self._by_engine.get((engine.name, event.request_id))
                 if journey is not None and self._goes_on(journey, engine, event.finish_reason):
-                    self._loop.streams.hold(engine.name, event.request_id)
+                    self.loop.streams.hold(engine.name, event.request_id)
         self._events.extend((engine, event) for event in batch)
 
     def _goes_on(self, journey: Journey, engine: Replica, finish_reason: str | None) -> bool:
@@ -119,8 +125,8 @@ class Handoffs:
             and journey.params.max_tokens > 1
         )
 
-    def _handle(self) -> None:
-        if self._handling or self._holding:
+    def handle(self) -> None:
+        if self._handling or self.holding:
             return
         self._handling = True
         try:
@@ -142,7 +148,7 @@ class Handoffs:
         if event.kind == "aborted":  # by the server (a client hung up): free both
             if not journey.finished:
                 journey.state = "aborted"
-                self._release(journey)
+                self.release(journey)
         elif event.kind == "finished":
             self._finished(journey, engine, event.finish_reason)
         else:
@@ -160,7 +166,7 @@ class Handoffs:
             return self._hand_off(journey)
         if journey.state != "aborted":
             journey.state, journey.finish_reason = "done", finish_reason
-        self._release(journey)
+        self.release(journey)
 
     def _hand_off(self, journey: Journey) -> None:
         live = [e for e in self.decode if e.dead is None]
@@ -179,8 +185,8 @@ class Handoffs:
         journey.decode, journey.decode_id, journey.state = engine, rid, "handed_off"
         self._by_engine[(engine.name, rid)] = journey
         engine.in_flight.add(rid)  # the server's loop steps an engine that holds requests
-        if self._loop is not None:  # its held stream goes on there (no event of rid yet)
-            self._loop.streams.move(journey.prefill.name, journey.prefill_id, engine.name, rid)
+        if self.loop is not None:  # its held stream goes on there (no event of rid yet)
+            self.loop.streams.move(journey.prefill.name, journey.prefill_id, engine.name, rid)
 
     def _transfer(self, engine: Replica, event: Any) -> None:
         journey = self._by_engine.get((engine.name, event.request_id))
@@ -225,7 +231,7 @@ class Handoffs:
             return
         journey.held = False
 
-    def _release(self, journey: Journey) -> None:
+    def release(self, journey: Journey) -> None:
         if journey.held and journey.prefill.dead is None:
             journey.prefill.command("release", journey.prefill_id)
         journey.held = False
@@ -233,11 +239,11 @@ class Handoffs:
     def _end(self, journey: Journey, why: str) -> None:
         if not journey.finished:
             journey.state, journey.error = "error", why
-            if self._loop is not None:
+            if self.loop is not None:
                 where = journey.decode or journey.prefill
                 rid = journey.decode_id if journey.decode else journey.prefill_id
-                self._loop.streams.end(where.name, rid, why)
-        self._release(journey)
+                self.loop.streams.end(where.name, rid, why)
+        self.release(journey)
         self._settled(journey)
 
     def _settled(self, journey: Journey) -> None:
@@ -268,11 +274,11 @@ class Handoffs:
             if on_it:
                 self._end(journey, engine.dead or f"{engine.name} died")
 
-    def _failed(self, engine: Replica, why: str) -> None:
+    def failed(self, engine: Replica, why: str) -> None:
         for journey in list(self.journeys.values()):
             here = journey.decode is engine or (journey.prefill is engine and not journey.decode)
             if here and not journey.finished:
                 self._end(journey, why)
 
-    def _state(self) -> str:
+    def state(self) -> str:
         return ", ".join(f"{j.id}: {j.state}" for j in self.journeys.values() if not j.finished)

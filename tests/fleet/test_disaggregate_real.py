@@ -169,7 +169,7 @@ def test_decode_killed_mid_transfer_is_reported_and_frees_the_prefill_side(fleet
     each layer sent (the fleet's test hook); the kill lands 1 s after the fleet began the
     send (the request's state turned "receiving"), between the first layer and the second."""
     decode = fleet.engines["decode0"]
-    fleet.send_delay_s = 2.0
+    fleet.handoffs.send_delay_s = 2.0
     sent: list[float] = []
 
     def kill_mid_transfer() -> None:

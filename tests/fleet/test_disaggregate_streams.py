@@ -192,7 +192,7 @@ def test_every_stream_gets_its_tokens_and_finished_journeys_are_forgotten(monkey
     want = [[token(p, k) for k in range(1 + i % 6)] for i, p in enumerate(prompts)]
     assert got == want
     assert len(held) > 100 and max(held) <= AT_ONCE  # what is in flight, never the 1,000
-    assert fleet.journeys == {} and fleet._by_engine == {}
+    assert fleet.journeys == {} and fleet.handoffs._by_engine == {}
 
 
 def test_generate_forgets_the_journeys_it_read(monkeypatch, tmp_path):
@@ -204,7 +204,7 @@ def test_generate_forgets_the_journeys_it_read(monkeypatch, tmp_path):
         [token(p, k) for k in range(m.max_tokens)] for p, m in zip(prompts, params, strict=True)
     ]
     assert [o.token_ids for o in outs] == want
-    assert fleet.journeys == {} and fleet._by_engine == {}
+    assert fleet.journeys == {} and fleet.handoffs._by_engine == {}
 
 
 def test_a_client_that_hangs_up_between_the_two_engines_ends_its_request_on_the_decode_side(
@@ -240,4 +240,4 @@ def test_a_client_that_hangs_up_between_the_two_engines_ends_its_request_on_the_
     assert [i.token_id for i in items[:-1]] == [token([1, 2, 3], 0)]  # the first token only
     assert decode.todo == {} and decode.in_flight == set()  # nothing decoded for nobody
     assert prefill.held == set()  # its held KV freed
-    assert fleet.journeys == {} and fleet._by_engine == {}
+    assert fleet.journeys == {} and fleet.handoffs._by_engine == {}

@@ -4,7 +4,7 @@ engine; every replica's latest step failed), and 200 "degraded" naming the repli
 out while the others serve.
 
 Fast: the fleets' own decisions (``Fleet.unavailable``/``health``, the disaggregated
-fleet's ``EngineShaped.unavailable``/``health``) over stand-ins that say what a Replica
+fleet's ``DisaggregatedFleet.unavailable``/``health``) over stand-ins that say what a Replica
 says of itself (``serving``, ``health()``), each over a real engine on FakeRunner so the
 server's loop steps it. The real replicas' silence, death and restart are
 test_replica_stall.py's (processes, slow).
@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 
 from minicb import EngineConfig, FakeRunner, LLMEngine, SamplingParams
 from minicb.driver.engine_loop import EngineLoop
-from minicb.fleet.disagg_views import EngineShaped
+from minicb.fleet.disagg_fleet import DisaggregatedFleet
 from minicb.fleet.fleet import FLEET, Fleet
 from minicb.fleet.fleet_bus import FleetBus
 from minicb.server.openai_api import install_openai_routes
@@ -44,12 +44,13 @@ class StandIn:
         return self.words
 
 
-class Disaggregated(EngineShaped):
-    def __init__(self, prefill: list[StandIn], decode: list[StandIn]) -> None:
-        self.prefill, self.decode = prefill, decode
-        self.engines = {f"{side}{i}": e for side, es in (("prefill", prefill), ("decode", decode))
-                        for i, e in enumerate(es)}  # fmt: skip
-        self.bus = FleetBus(self.engines.values())
+def disaggregated_fleet(prefill: list[StandIn], decode: list[StandIn]) -> DisaggregatedFleet:
+    fleet = DisaggregatedFleet.__new__(DisaggregatedFleet)  # its decisions only: no processes
+    fleet.prefill, fleet.decode = prefill, decode
+    fleet.engines = {f"{side}{i}": e for side, es in (("prefill", prefill), ("decode", decode))
+                     for i, e in enumerate(es)}  # fmt: skip
+    fleet.bus = FleetBus(fleet.engines.values())
+    return fleet
 
 
 def replicas_fleet(members: dict[str, StandIn]) -> Fleet:
@@ -121,14 +122,14 @@ def test_disaggregated_with_no_engine_left_on_one_side_is_503_naming_it(serve, s
     dead = f"{side}1 (pid 9) was killed by signal 9"
     engines = {"prefill": [StandIn()], "decode": [StandIn()]}
     engines[side] = [StandIn(dead)]
-    client, _ = serve(Disaggregated(engines["prefill"], engines["decode"]))
+    client, _ = serve(disaggregated_fleet(engines["prefill"], engines["decode"]))
     health = client.get("/health")
     assert health.status_code == 503
     assert health.json()["status"] == f"no live {side} engine: {dead}"
 
 
 def test_disaggregated_with_both_sides_serving_is_ok(serve):
-    client, _ = serve(Disaggregated([StandIn()], [StandIn(), StandIn("decode1 exited")]))
+    client, _ = serve(disaggregated_fleet([StandIn()], [StandIn(), StandIn("decode1 exited")]))
     health = client.get("/health")
     assert health.status_code == 200 and health.json()["status"] == "degraded"
     assert health.json()["replicas"]["decode1"] == "decode1 exited"
