@@ -20,6 +20,7 @@ from typing import Any
 
 from minicb.core.scheduler.plan import DECODE, PADDING, PREFILL
 from minicb.scenarios.schema import CLAIM
+from minicb.telemetry.request_times import RequestTimes
 
 OPS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
@@ -60,16 +61,20 @@ METRICS = {
 
 
 class SideRecord:
-    """One engine's events as the run produced them, and the request groups by id."""
+    """One engine's events as the run produced them (the narration's triggers read them),
+    each request's times (its record, in the one collector of them: request_times.py), and
+    the request groups by id."""
 
     def __init__(self, groups: dict[int, str]) -> None:
         self.groups = groups  # request id -> its group's name
         self.steps: list[Any] = []  # StepEvents
         self.requests: dict[str, list[Any]] = defaultdict(list)  # kind -> request events
+        self.times = RequestTimes()
         self._ends: list[float] | None = None  # steps' ends, for own()
 
     def __call__(self, events: Sequence[Any]) -> None:
-        """A bus listener: keep a step's events."""
+        """A bus listener: keep a step's events, and fold their times."""
+        self.times(events)
         for event in events:
             if event.kind == "step":
                 self.steps.append(event)
@@ -88,13 +93,15 @@ class SideRecord:
             done += t - self.steps[i].wall_start
         return done
 
-    def first(self, kind: str) -> dict[int, float]:
-        """The own-clock time of each request's first event of ``kind``."""
-        times: dict[int, float] = {}
-        for e in self.requests[kind]:
-            if e.request_id not in times:
-                times[e.request_id] = self.own(e.time)
-        return times
+    def since_arrival(self, moment: str) -> dict[int, float]:
+        """Each request's own-clock seconds from its arrival to ``moment``, a time of its
+        record (``first_scheduled_time``, ``first_token_time`` or ``finished_time``)."""
+        out: dict[int, float] = {}
+        for rid, r in self.times.records.items():
+            t = getattr(r, moment)
+            if t is not None and r.arrival_time is not None:
+                out[rid] = self.own(t) - self.own(r.arrival_time)
+        return out
 
     def token_gaps(self) -> dict[int, float]:
         """Each request's longest gap between two consecutive tokens."""
@@ -118,17 +125,12 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def _since_arrival(record: SideRecord, kind: str) -> dict[int, float]:
-    arrived = record.first("arrived")
-    return {rid: t - arrived[rid] for rid, t in record.first(kind).items() if rid in arrived}
-
-
 def request_metric(record: SideRecord, metric: str, group: str) -> float:
     """The worst value of ``metric`` over the requests of ``group``."""
     per_request = {
-        "wait": lambda: _since_arrival(record, "admitted"),
-        "ttft": lambda: _since_arrival(record, "first_token"),
-        "latency": lambda: _since_arrival(record, "finished"),
+        "wait": lambda: record.since_arrival("first_scheduled_time"),
+        "ttft": lambda: record.since_arrival("first_token_time"),
+        "latency": lambda: record.since_arrival("finished_time"),
         "max_tbt": record.token_gaps,
     }[metric]()
     values = [v for rid, v in per_request.items() if record.groups.get(rid) == group]
@@ -141,15 +143,17 @@ def side_metric(record: SideRecord, metric: str) -> float:
     steps = record.steps
     real = [[r for r in s.plan.scheduled if r.phase != PADDING] for s in steps]
     if metric in ("mean_ttft", "max_ttft"):
-        values = list(_since_arrival(record, "first_token").values())
+        values = list(record.since_arrival("first_token_time").values())
         return _mean(values) if metric == "mean_ttft" else max(values, default=0.0)
     if metric == "max_tbt":
         return max(record.token_gaps().values(), default=0.0)
     if metric in ("makespan", "throughput"):
-        start = min(record.first("arrived").values(), default=0.0)
-        ends = (record.own(e.time) for e in record.requests["finished"])
-        span = max(ends, default=start) - start
-        tokens = sum(e.num_output_tokens for e in record.requests["finished"])
+        records = record.times.records.values()
+        start = min((record.own(r.arrival_time) for r in records if r.arrival_time is not None),
+                    default=0.0)  # fmt: skip
+        ended = [r for r in records if r.finished_time is not None]
+        span = max((record.own(r.finished_time) for r in ended), default=start) - start
+        tokens = sum(r.num_generated_tokens for r in ended)
         return span if metric == "makespan" else tokens / span if span > 0 else 0.0
     if metric in ("decode_step_s", "full_decode_step_s"):
         full = metric == "full_decode_step_s"  # the step time at the batch's full size
