@@ -165,7 +165,7 @@ class EngineLoop:
                 ids = eng.tokenize(prompt) if token_ids is None else list(token_ids)
             text = prompt if isinstance(prompt, str) else None
             stream = RequestStream(rid, loop, text, ids, engine=name)
-            self.streams.add(stream)
+            self.streams.add(stream, now)
             if on_queued is not None:
                 on_queued()
             return stream

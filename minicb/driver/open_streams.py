@@ -22,11 +22,13 @@ class OpenStreams:
         engine put in an old one's place (``EngineLoop.replace_engine``) is the one asked."""
         self.engines = engines
         self.by_engine: dict[str, dict[int, RequestStream]] = {name: {} for name in engines}
+        self.feeds = {name: StreamFeed(self.by_engine[name]) for name in engines}
         for name, engine in engines.items():  # the one channel of its open streams
-            engine.bus.subscribe(StreamFeed(self.by_engine[name]), kinds=STREAM_KINDS)
+            engine.bus.subscribe(self.feeds[name], kinds=STREAM_KINDS)
 
-    def add(self, stream: RequestStream) -> None:
-        self.by_engine[stream.engine][stream.request_id] = stream
+    def add(self, stream: RequestStream, arrival: float) -> None:
+        """Open ``stream``, whose request arrived at ``arrival``."""
+        self.feeds[stream.engine].open(stream, arrival)
 
     def abort(self, stream: RequestStream) -> bool:
         """Abort a stream's request where it is now: its stream's engine and id are read
@@ -54,7 +56,7 @@ class OpenStreams:
         stream = self.by_engine[engine].pop(request_id, None)
         if stream is not None:
             stream.engine, stream.request_id, stream.moving = to, to_id, False
-            self.by_engine[to][to_id] = stream
+            self.feeds[to].open(stream, None)
             if stream.aborted:
                 self.engines[to].abort_request(to_id)
         return stream

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from minicb.core.events import Event
 from minicb.core.request import RequestMetrics, RequestOutput, TokenDelta
 from minicb.core.request_events import RequestFinished, StepTokens
-from minicb.telemetry.request_times import KINDS, RequestTimes
+from minicb.telemetry.request_times import RequestTimes
 
-# What a request's stream hears: what its times are folded from (its arrival, a step's
-# admissions, its tokens, its end), and an abort.
-STREAM_KINDS = (*KINDS, "aborted")
+# What a request's stream hears: a step's admissions (the prompt tokens found cached), its
+# tokens, and its end. Its arrival is told when it opens (no listener asks for arrivals).
+STREAM_KINDS = ("step", "tokens", "finished", "aborted")
 
 
 @dataclass
@@ -96,23 +96,29 @@ class StreamFeed:
 
     def __init__(self, streams: dict[int, RequestStream]) -> None:
         self.streams = streams
-        self.times = RequestTimes()
+        self.times = RequestTimes(late=False)  # the records of the open streams' requests
+
+    def open(self, stream: RequestStream, arrival: float | None) -> None:
+        """Feed ``stream`` from now on: its request arrived at ``arrival`` (None: it moved
+        here from another engine, which keeps its start)."""
+        self.streams[stream.request_id] = stream
+        self.times.arrived(stream.request_id, arrival, len(stream.prompt_token_ids))
 
     def __call__(self, events: Sequence[Event]) -> None:
-        self.times(events)
+        self.times(events)  # every step, streams or not: it keeps the engine's own clock
         streams = self.streams
         for event in events:
+            if not streams:
+                return
             if isinstance(event, StepTokens):
                 for delta in event.deltas():
                     stream = streams.get(delta.request_id)
                     if stream is not None:
                         stream.token(delta)
-            elif event.kind not in ("finished", "aborted"):
+            elif event.kind not in ("finished", "aborted") or event.request_id not in streams:
                 continue
-            elif event.request_id not in streams:
-                self.times.forget(event.request_id)  # a request with no stream (a feeder's)
             elif isinstance(event, RequestFinished):
-                record = self.times.forget(event.request_id)
+                record = self.times.records.pop(event.request_id)
                 stream = streams[event.request_id]
                 if stream.moving:  # it ends where it goes: its start goes along
                     stream.started = record
@@ -120,5 +126,5 @@ class StreamFeed:
                     streams.pop(event.request_id).finished(event, record)
             else:
                 rid = event.request_id
-                self.times.forget(rid)
+                del self.times.records[rid]
                 streams.pop(rid).push(RequestOutput.ended(rid, "abort"))

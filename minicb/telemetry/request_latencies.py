@@ -27,7 +27,7 @@ class RequestLatencies:
     ) -> None:
         self.ttft, self.itl, self.tpot, self.e2e, self.queue = ttft, itl, tpot, e2e, queue
         self.counts = {"waiting": 0, "running": 0, "swapped": 0}  # the count gauges
-        self.times = RequestTimes()  # the records of the requests in flight
+        self.times = RequestTimes(late=False)  # the records of the requests followed
         # where each request followed is: "waiting", "running" or "swapped"
         self._state: dict[int, str] = {}
         # Their latest token's time (``_latest``), kept so that a step costs what changed:

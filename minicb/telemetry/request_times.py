@@ -15,10 +15,11 @@ What it hears: ``arrived`` opens a record (the engine's own clock then is the la
 step's ``busy_s``); a ``step`` stamps the requests its plan admitted (at its start, with
 the prompt tokens they found cached) and sets the engine's own clock; ``admitted`` stamps
 the same time (events made outside an engine's steps have only that); ``tokens`` stamps
-first tokens (index 0, at the event's time, the step's end); ``finished`` the end and the
-counts. A ``reset`` (an engine rebuilt: ids start again at 0) starts an empty table.
-Records stay until ``forget``: a reader that follows only requests in flight forgets them
-as they end; the metrics summary keeps every one. Pure Python, in the engine thread.
+first tokens (index 0, at the event's time, the step's end), as ``first_token`` does for a
+listener that does not hear the tokens; ``finished`` the end and the counts. A ``reset``
+(an engine rebuilt: ids start again at 0) starts an empty table. Records stay until
+``forget``: a reader that follows only requests in flight forgets them as they end; the
+metrics summary keeps every one. Pure Python.
 """
 
 from __future__ import annotations
@@ -35,8 +36,11 @@ KINDS = ("arrived", "step", "admitted", "tokens", "finished", "reset")
 class RequestTimes:
     """Request id -> its record (``RequestMetrics``), filled from the events heard."""
 
-    def __init__(self) -> None:
+    def __init__(self, late: bool = True) -> None:
+        """``late``: keep a record too for a request heard of after its arrival (a listener
+        that joined mid-run); False: only for those it heard or was told arrive."""
         self.records: dict[int, RequestMetrics] = {}
+        self.late = late
         self.busy_s = 0.0  # the engine's own clock at the latest step's end
 
     def __call__(self, events: Sequence[Any]) -> None:
@@ -51,6 +55,8 @@ class RequestTimes:
                 self.arrived(e.request_id, e.time, e.num_prompt_tokens)
             elif kind == "admitted":
                 self.admitted(e.request_id, e.time)
+            elif kind == "first_token":
+                self.first_token(e.request_id, e.time)
             elif kind == "finished":
                 self.finished(e)
             elif kind == "reset":
@@ -63,25 +69,43 @@ class RequestTimes:
             r = self.records[request_id] = RequestMetrics(None)
         return r
 
+    def _followed(self, request_id: int) -> RequestMetrics | None:
+        """The record an event stamps: None for a request not followed (``late``)."""
+        r = self.records.get(request_id)
+        return self.record(request_id) if r is None and self.late else r
+
     def forget(self, request_id: int) -> RequestMetrics | None:
         return self.records.pop(request_id, None)
 
     # ---- one method per kind of event ---------------------------------------------------
-    def arrived(self, request_id: int, time: float, num_prompt_tokens: int) -> RequestMetrics:
+    def arrived(
+        self, request_id: int, time: float | None, num_prompt_tokens: int
+    ) -> RequestMetrics:
         r = self.records[request_id] = RequestMetrics(time, num_prompt_tokens=num_prompt_tokens)
         r.arrival_busy_s = self.busy_s
         return r
 
     def step(self, e: Any) -> None:
         for d in e.plan.admitted:
-            self.record(d.request_id).scheduled(e.wall_start, d.num_cached_tokens)
+            r = self._followed(d.request_id)
+            if r is not None:
+                r.scheduled(e.wall_start, d.num_cached_tokens)
         self.busy_s = e.busy_s
 
     def admitted(self, request_id: int, time: float) -> None:
         """An admitted event: its step has stamped it already (with the prompt tokens it
         found cached), unless the events were made outside an engine's steps (a baseline
         measured elsewhere, bench/transformers_systems.py), which tell no cached tokens."""
-        self.record(request_id).scheduled(time, 0)
+        r = self._followed(request_id)
+        if r is not None:
+            r.scheduled(time, 0)
+
+    def first_token(self, request_id: int, time: float) -> None:
+        """A first_token event: the time its step's tokens event tells too (a listener that
+        does not hear the tokens, a page's folder at a GPU's scale, has only this)."""
+        r = self._followed(request_id)
+        if r is not None:
+            r.first_token(time, self.busy_s)
 
     def tokens(self, request_ids: list[int], indexes: list[int], time: float) -> None:
         """A step's tokens: those of index 0 are first tokens (the rule of the first_token
@@ -90,12 +114,14 @@ class RequestTimes:
         try:
             while True:
                 row = indexes.index(0, row + 1)
-                self.record(request_ids[row]).first_token(time, self.busy_s)
+                self.first_token(request_ids[row], time)
         except ValueError:
             return
 
-    def finished(self, e: Any) -> RequestMetrics:
-        r = self.record(e.request_id)
+    def finished(self, e: Any) -> RequestMetrics | None:
+        r = self._followed(e.request_id)
+        if r is None:
+            return None
         r.ended(e.time)
         r.num_prompt_tokens = e.num_prompt_tokens
         r.num_generated_tokens = e.num_output_tokens

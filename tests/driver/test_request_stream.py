@@ -22,9 +22,10 @@ class Loop:
 
 
 def opened(engine, feed: StreamFeed, prompt: list[int], params=PARAMS) -> RequestStream:
-    rid = engine.add_request(prompt, params)
+    now = engine.clock()  # as the engine loop does: one reading for the request and its stream
+    rid = engine.add_request(prompt, params, arrival_time=now)
     stream = RequestStream(rid, Loop(), None, prompt, queue=asyncio.Queue())
-    feed.streams[rid] = stream
+    feed.open(stream, now)
     return stream
 
 
@@ -64,7 +65,7 @@ def test_a_moved_request_ends_with_its_whole_journey():
     feeds["prefill"].streams.pop(stream.request_id)  # OpenStreams.move
     rid = decode.add_request([5, 6, 7, *started.token_ids], PARAMS)
     stream.request_id, stream.moving = rid, False
-    feeds["decode"].streams[rid] = stream
+    feeds["decode"].open(stream, None)
     (ended,) = decode.run_until_done()
     out = items(stream)[-1]
     assert dataclasses.asdict(out.metrics) == dataclasses.asdict(
