@@ -1,8 +1,8 @@
 """``minicb bench --simulate``: every reproduction by name, and the one report they make.
 
-The papers' reproductions run on the simulated runner (minicb/sim/reproductions.py) and the
-fleet's on simulated replicas (minicb/fleet/reproductions.py); each folder writes its own
-sections and charts (sim/report.py, fleet/report.py). This module stands above both
+The papers' reproductions run on the simulated runner (minicb/sim/paper_reproductions.py) and the
+fleet's on simulated replicas (minicb/fleet/fleet_reproductions.py); each folder writes its own
+sections and charts (sim/paper_report.py, fleet/fleet_report.py). This module stands above both
 floors and joins them: one catalogue to run by name, one markdown report, one offline HTML
 page of plotly charts (plotly.js inline, so it opens offline). Every heading and chart
 says SIMULATED and names the profile.
@@ -18,10 +18,8 @@ from typing import Any
 import plotly.graph_objects as go
 
 from minicb.cost_model.catalogue import load_profile
-from minicb.fleet import report as fleet_report
-from minicb.fleet import reproductions as fleet_reproductions
-from minicb.sim import report as paper_report
-from minicb.sim import reproductions as paper_reproductions
+from minicb.fleet import fleet_report, fleet_reproductions
+from minicb.sim import paper_report, paper_reproductions
 
 REPRODUCTIONS: dict[str, Callable[..., dict[str, Any]]] = {
     **paper_reproductions.REPRODUCTIONS,

@@ -24,7 +24,7 @@ the API is the performance lab's (perflab/chat_bench.py): it drives the whole se
 Simulated replicas at data-centre scale (SIMULATED, virtual time, no torch):
 ``simulated.py`` (``SimulatedFleet``: engines on simulated GPUs behind the same router,
 goodput under TTFT/TPOT targets, cost per million tokens), ``autoscale.py`` (when to add or
-remove a replica, with its reason), ``reproductions.py`` and ``report.py`` (prefix-aware
+remove a replica, with its reason), ``fleet_reproductions.py`` and ``fleet_report.py`` (prefix-aware
 against round-robin, replicas against one big batch, autoscaling against a doubled load;
 ``minicb bench --simulate ... --reproduce router replicas autoscale``). Disaggregated,
 simulated: ``kv_transfer.py`` (the two sides' schedulers and the link, shared with the real

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from minicb.fleet.disagg_reproduction import disaggregation
-from minicb.fleet.reproductions import PUBLISHED
+from minicb.fleet.fleet_reproductions import PUBLISHED
 from minicb.sim.markdown_table import markdown_table
 
 

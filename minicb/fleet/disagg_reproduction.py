@@ -6,7 +6,7 @@ say disaggregated prefill does not raise throughput and exists to tune TTFT and 
 apart. ``disaggregation`` runs both claims on the fleet's simulated engines
 (minicb/fleet/: a least-loaded router over colocated engines, and the disaggregated
 cluster with its KV transfer over a named link) on one workload of long prompts; the
-published figures are the fleet's (reproductions.PUBLISHED), and disagg_report.py prints
+published figures are the fleet's (fleet_reproductions.PUBLISHED), and disagg_report.py prints
 the tables docs/reproductions.md quotes. It lives in the fleet because it drives the
 fleet's simulated engines; the simulator below (minicb/sim/) gives it the runner.
 """
@@ -19,7 +19,7 @@ from minicb.core.config import EngineConfig
 from minicb.cost_model.catalogue import load_profile
 from minicb.fleet.disaggregated import DisaggregatedCluster
 from minicb.fleet.simulated import SimulatedFleet
-from minicb.sim.reproductions import PAPER_ENGINE
+from minicb.sim.paper_reproductions import PAPER_ENGINE
 from minicb.workload import (
     Arrivals,
     arrival_times,

@@ -14,7 +14,7 @@ which the real runner's utilisation reads too. Read the files here in this order
 - ``step_rows.py``: one step event made a row of figures (what a run keeps of its steps);
 - ``run.py``: a workload (``minicb/workload.py``, often of lengths alone) through the
   real engine on the simulated runner, measured by minicb's one ``MetricsCollector``;
-- ``reproductions.py`` and ``report.py``: the papers' results (Anyscale, vLLM,
+- ``paper_reproductions.py`` and ``paper_report.py``: the papers' results (Anyscale, vLLM,
   Sarathi-Serve, static against continuous at scale) reproduced that way, their tables
   and charts; ``idle_gaps.py``: the device's idle gaps at a GPU's scale and what overlap
   scheduling recovers;

@@ -26,7 +26,7 @@ def at_scale(
     size: float = 1.0, profile_name: str = "H100:llama-3.1-8b", host: HostTime | None = None
 ) -> dict[str, Any]:
     """The idle gaps at a GPU's scale and what overlap recovers: continuous batching at 256
-    slots on the simulated GPU (reproductions.scale's workload: everyone at once, prompts
+    slots on the simulated GPU (paper_reproductions.scale's workload: everyone at once, prompts
     and outputs of mean 256), its device times replayed with this engine's host time
     (``host``, measured now if not given) and with vLLM v0.5.3's published share."""
     n = max(16, round(1024 * size))

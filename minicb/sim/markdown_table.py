@@ -1,7 +1,7 @@
 """The one way the reports write a markdown table.
 
 Every report of the package prints its figures as markdown tables: the simulator's
-reproductions (report.py), the fleet's (minicb/fleet/report.py, disagg_report.py) and the
+reproductions (report.py), the fleet's (minicb/fleet/fleet_report.py, disagg_report.py) and the
 bench's (minicb/bench/report.py, calibration.py, speculative.py). Each builds its cells,
 already formatted in words and numbers, and this renders them: a header, the alignment
 row, one line per row. It lives here, on the lowest floor whose reports write tables, so

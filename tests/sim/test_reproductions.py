@@ -10,7 +10,7 @@ from minicb.bench.all_reproductions import render, render_html, run_all
 from minicb.cli import main
 from minicb.core.config import EngineConfig
 from minicb.cost_model.catalogue import load_profile
-from minicb.sim import reproductions as rp
+from minicb.sim import paper_reproductions as rp
 from minicb.sim.run import run_simulated
 from minicb.workload import from_lengths
 

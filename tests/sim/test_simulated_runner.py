@@ -62,7 +62,7 @@ def test_the_simulator_never_loads_torch():
     import sys
 
     code = (
-        "import sys; from minicb.sim.reproductions import scale; scale(0.02); "
+        "import sys; from minicb.sim.paper_reproductions import scale; scale(0.02); "
         "assert 'torch' not in sys.modules, 'torch was imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

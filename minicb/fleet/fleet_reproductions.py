@@ -3,7 +3,7 @@
 Each is a ``SimulatedFleet`` (minicb/fleet/simulated.py: real engines on simulated GPUs,
 the real router) on a workload of the one workload module; ``minicb bench --simulate ...
 --reproduce router replicas autoscale`` runs them beside the papers' reproductions
-(minicb/bench/all_reproductions.py), and report.py writes their sections:
+(minicb/bench/all_reproductions.py), and fleet_report.py writes their sections:
 
 - ``router``: round-robin, least-loaded and prefix-aware routing on a multi-turn chat
   whose conversations share long prefixes (SGLang's cache-aware router against

@@ -1,6 +1,6 @@
 """The fleet reproductions' sections of the reproductions report: markdown tables, each
 headed SIMULATED with its profile, beside the published figure, and a chart for each
-(labelled as the papers' are, minicb.sim.report.titled). minicb/bench/all_reproductions.py
+(labelled as the papers' are, minicb.sim.paper_report.titled). minicb/bench/all_reproductions.py
 puts them on one page with the papers'.
 """
 
@@ -10,9 +10,9 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from minicb.fleet.reproductions import PUBLISHED
+from minicb.fleet.fleet_reproductions import PUBLISHED
 from minicb.sim.markdown_table import markdown_table
-from minicb.sim.report import titled
+from minicb.sim.paper_report import titled
 
 
 def _head(name: str, title: str, r: dict[str, Any]) -> list[str]:

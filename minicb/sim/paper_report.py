@@ -13,7 +13,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from minicb.sim.markdown_table import markdown_table
-from minicb.sim.reproductions import PUBLISHED, SARATHI_SYSTEMS
+from minicb.sim.paper_reproductions import PUBLISHED, SARATHI_SYSTEMS
 
 TBT_SLO_S = 0.1  # the P99 time-between-tokens target the Sarathi capacity is read at
 
