@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from minicb.core import latency
 from minicb.core.config import SamplingParams
@@ -41,13 +41,10 @@ FINISH_REASONS = {
 class RequestMetrics:
     """A request's times (seconds, engine clock) and counters: the one record of them.
 
-    Every reader of a request's times reads this record: a finished request's output
-    (``RequestOutput.metrics``), its stream, Prometheus, the metrics summary, the
-    scenarios and the page's folder. The engine fills its own requests' records in the
-    step (output_processor.py); a listener that has only the events (a server's, a
-    replayed trace's) gets the same record from the collector that folds them
-    (minicb/telemetry/request_times.py). Both stamp through the methods below, so each
-    time is decided by one rule: the first admission, the first token, the end."""
+    The engine fills its requests' records in the step (output_processor.py); a reader
+    of the events gets the same record from the collector that folds them
+    (minicb/telemetry/request_times.py). Both stamp through the methods below: one rule
+    for each time."""
 
     # None only in a collector that heard of the request after it arrived
     arrival_time: float | None
@@ -90,22 +87,6 @@ class RequestMetrics:
     def ended(self, time: float) -> None:
         """It finished at ``time`` (its last step's end)."""
         self.finished_time = time
-
-    def continued_in(self, later: RequestMetrics) -> RequestMetrics:
-        """The whole journey of a request that went on in another engine (disaggregated
-        serving: prefilled here, decoded there, whose record is ``later``): its arrival,
-        first admission, first token and prompt are this engine's, its end and counts the
-        other's."""
-        return replace(
-            later,
-            arrival_time=self.arrival_time,
-            first_scheduled_time=self.first_scheduled_time,
-            first_token_time=self.first_token_time,
-            num_cached_tokens=self.num_cached_tokens,
-            num_prompt_tokens=self.num_prompt_tokens,
-            arrival_busy_s=self.arrival_busy_s,
-            first_token_busy_s=self.first_token_busy_s,
-        )
 
 
 @dataclass

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from minicb.core.events import Event
 from minicb.core.request import RequestMetrics, RequestOutput, TokenDelta
 from minicb.core.request_events import RequestFinished, StepTokens
-from minicb.telemetry.request_times import RequestTimes
+from minicb.telemetry.request_times import RequestTimes, continued
 
 # What a request's stream hears: a step's admissions (the prompt tokens found cached), its
 # tokens, and its end. Its arrival is told when it opens (no listener asks for arrivals).
@@ -68,7 +68,7 @@ class RequestStream:
     def finished(self, event: RequestFinished, record: RequestMetrics) -> None:
         """Its end: ``record`` is its times on the engine that ended it."""
         if self.started is not None:  # it began in another engine
-            record = self.started.continued_in(record)
+            record = continued(self.started, record)
         text = "".join(self.texts)
         self.push(
             RequestOutput(

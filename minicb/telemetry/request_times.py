@@ -25,6 +25,7 @@ metrics summary keeps every one. Pure Python.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from minicb.core.request import RequestMetrics
@@ -129,3 +130,20 @@ class RequestTimes:
         r.num_draft_tokens = e.num_draft_tokens
         r.num_accepted_tokens = e.num_accepted_tokens
         return r
+
+
+def continued(first: RequestMetrics, later: RequestMetrics) -> RequestMetrics:
+    """The whole journey of a request that went on in another engine (disaggregated
+    serving: ``first`` is its record on the prefill engine, ``later`` on the decode
+    engine): its arrival, prompt, first admission and first token are the first engine's,
+    its end and counts the other's."""
+    return replace(
+        later,
+        arrival_time=first.arrival_time,
+        first_scheduled_time=first.first_scheduled_time,
+        first_token_time=first.first_token_time,
+        num_cached_tokens=first.num_cached_tokens,
+        num_prompt_tokens=first.num_prompt_tokens,
+        arrival_busy_s=first.arrival_busy_s,
+        first_token_busy_s=first.first_token_busy_s,
+    )

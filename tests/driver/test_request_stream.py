@@ -9,6 +9,7 @@ import dataclasses
 from minicb import SamplingParams
 from minicb.core.request import RequestOutput
 from minicb.driver.request_stream import STREAM_KINDS, RequestStream, StreamFeed
+from minicb.telemetry.request_times import continued
 from tests.helpers import fake_engine
 
 PARAMS = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
@@ -69,7 +70,7 @@ def test_a_moved_request_ends_with_its_whole_journey():
     (ended,) = decode.run_until_done()
     out = items(stream)[-1]
     assert dataclasses.asdict(out.metrics) == dataclasses.asdict(
-        started.metrics.continued_in(ended.metrics)
+        continued(started.metrics, ended.metrics)
     )
     end = ended.metrics.finished_time
     assert (out.metrics.arrival_time, out.metrics.finished_time) == (0.0, end)  # not 5.0

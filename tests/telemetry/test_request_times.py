@@ -10,7 +10,7 @@ import pytest
 from minicb import SamplingParams
 from minicb.core.events import EngineReset
 from minicb.core.request import RequestMetrics
-from minicb.telemetry.request_times import KINDS, RequestTimes
+from minicb.telemetry.request_times import KINDS, RequestTimes, continued
 from tests.helpers import add, fake_engine
 
 
@@ -55,7 +55,7 @@ def test_a_journey_across_two_engines_keeps_the_first_ones_start():
     decode = RequestMetrics(2.5, num_prompt_tokens=5, first_scheduled_time=2.6,
                             first_token_time=2.7, finished_time=4.0, num_generated_tokens=6,
                             num_preemptions=1)  # fmt: skip
-    whole = prefill.continued_in(decode)
+    whole = continued(prefill, decode)
     assert (whole.arrival_time, whole.first_scheduled_time, whole.first_token_time) == (
         1.0, 1.5, 2.0
     )  # fmt: skip
