@@ -1,7 +1,8 @@
 """The one record of a request's times: the collector that folds the events
 (minicb/telemetry/request_times.py) builds, field for field, the record the engine hands
 out with each finished request, plain and with overlap, through preemption and the prefix
-cache, with steps of known length on the engine's own clock."""
+cache, with steps of known length on the engine's own clock; and every reader of the
+events (metrics, Prometheus, a scenario side, the page's folder) reads those times."""
 
 import dataclasses
 
@@ -10,6 +11,11 @@ import pytest
 from minicb import SamplingParams
 from minicb.core.events import EngineReset
 from minicb.core.request import RequestMetrics
+from minicb.scenarios.metrics import SideRecord
+from minicb.server.frames import StepFolder
+from minicb.telemetry.kv_state import KVState
+from minicb.telemetry.metrics import MetricsCollector
+from minicb.telemetry.prometheus import PrometheusMetrics
 from minicb.telemetry.request_times import KINDS, RequestTimes, continued
 from tests.helpers import add, fake_engine
 
@@ -74,3 +80,36 @@ def test_a_reset_starts_an_empty_table_and_a_late_listener_has_no_arrival():
     assert times.records[first].finished_time is not None
     times([EngineReset(time=9.0, info={})])
     assert times.records == {}
+
+
+def test_every_reader_of_the_events_reads_the_engines_times():
+    """The metrics summary's records, Prometheus's requests in flight, a scenario side and
+    the page's folder all read one record: each request's arrival, first admission, first
+    token and end there are its output's, exactly (on a virtual clock with uneven steps)."""
+    engine = fake_engine(num_kv_blocks=8, block_size=4, max_num_seqs=3,
+                         step_times=[0.1, 0.3, 0.2] * 40)  # fmt: skip
+    collector, side, prometheus, heard = MetricsCollector(), SideRecord({}), PrometheusMetrics(), []
+    in_flight = {}  # Prometheus's record of each request as its end comes (then forgotten)
+    engine.bus.subscribe(
+        lambda es: in_flight.update(
+            (e.request_id, dataclasses.replace(prometheus.requests.times.records[e.request_id]))
+            for e in es
+        ),
+        kinds=["finished"],
+    )  # subscribed first: hears each step before Prometheus does
+    for listener in (collector, side, prometheus, heard.extend):
+        engine.bus.subscribe(listener)
+    folder = StepFolder({"name": "x", **engine.describe(), "requests": []}, KVState())
+    ids = [add(engine, 5 + i, 3 + i) for i in range(6)]
+    outputs = {o.request_id: o.metrics for o in engine.run_until_done()}
+    folder.fold(heard, tokens=False)
+    ended = {r["request_id"]: r for r in folder.view()["requests"]}
+    assert sorted(outputs) == ids
+    for rid, m in outputs.items():
+        times = (m.arrival_time, m.first_scheduled_time, m.first_token_time, m.finished_time)
+        for record in (collector.requests[(0, rid)].times, side.times.records[rid]):
+            assert (record.arrival_time, record.first_scheduled_time, record.first_token_time,
+                    record.finished_time) == times  # fmt: skip
+        assert (ended[rid]["arrival"], ended[rid]["first_token_time"]) == times[::2]
+        live = in_flight[rid]
+        assert (live.arrival_time, live.first_scheduled_time, live.first_token_time) == times[:3]
