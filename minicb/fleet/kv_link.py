@@ -78,11 +78,6 @@ def _wire(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.contiguous().view(torch.uint8)
 
 
-def _parts(pool: KVPool) -> list[torch.Tensor]:
-    """The tensors a block lives in: values, and scales for an 8-bit pool."""
-    return [pool.values] if pool.scales is None else [pool.values, pool.scales]
-
-
 @dataclass
 class PrefillRole:
     """A prefill engine: its scheduler keeps a request's KV after its first token until the
@@ -140,7 +135,7 @@ class PrefillRole:
         device = self.group.wire_device(pool)
         start, nbytes = time.perf_counter(), 0
         try:
-            for part in _parts(pool):
+            for part in pool.parts:
                 for layer in part:  # (2, num_blocks, ...) -> the request's (2, n, ...)
                     data = _wire(layer[:, ids].to(device))
                     dist.send(data, dst, tag=tag)
@@ -263,17 +258,15 @@ class DecodeRole:
         n = blocks_needed(tokens, engine.config.block_size)
         device = self.group.wire_device(pool)
 
-        def like(part: torch.Tensor | None) -> torch.Tensor | None:  # n blocks of it
-            if part is None:
-                return None
+        def like(part: torch.Tensor) -> torch.Tensor:  # n blocks of it
             return torch.empty(
                 (part.shape[0], 2, n, *part.shape[3:]), dtype=part.dtype, device=device
             )
 
-        staging = KVPool(like(pool.values), like(pool.scales))
+        staging = KVPool(tuple(like(part) for part in pool.parts), pool.kv_format)
         works = [
             dist.irecv(layer.view(torch.uint8), source, tag=tag)
-            for part in _parts(staging)
+            for part in staging.parts
             for layer in part
         ]
         blocks = engine.block_table(request_id)[:n]
@@ -320,7 +313,7 @@ class DecodeRole:
                 continue  # aborted while its bytes were on their way: nothing to land
             copy_blocks(inc.staging, engine.runner.kv_pool, list(enumerate(inc.blocks)))
             self.side.landed(request_id)
-            nbytes = sum(p.numel() * p.element_size() for p in _parts(inc.staging))
+            nbytes = sum(p.numel() * p.element_size() for p in inc.staging.parts)
             self._emit(
                 engine,
                 request_id,

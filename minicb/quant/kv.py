@@ -14,10 +14,14 @@ The formats (``EngineConfig.kv_cache_dtype``):
           keeps 3 mantissa bits at every magnitude, so small entries beside a large one
           keep their relative precision; int8 has an even grid, finer near the top
 Either way a value is read back as ``q * s`` in the compute dtype, inside the attention
-kernel ("dequantize on read"), so no full-precision copy of the cache is ever made. The
-torch backend's reads and writes by slot, in either format, are in
-minicb/core/attention/kv_slots.py; the Triton kernels do the same in store_kv.py and the
-attention kernels.
+kernel ("dequantize on read"), so no full-precision copy of the cache is ever made.
+
+How it enters the engine: through the core's KV layer seam (minicb/core/attention/
+kv_layer.py). ``EightBitKV`` is the format the pool allocates (values and scales, one
+block id for both), and each layer is a ``QuantizedCache`` that writes and reads itself by
+flat slot, which is all the torch backend and the reference ask of it; the Triton kernels
+do the same inside store_kv.py and the attention kernels. minicb/quant/__init__.py
+registers "int8" and "fp8" under ``kv_cache_dtype``.
 
 The scale granularity: ONE fp32 scale per token per KV head, over its ``head_dim`` values
 (``amax`` is the largest |value| of that token's head). Why not one per block, as a
@@ -48,9 +52,12 @@ bytes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
+
+from minicb.core.attention.kv_layer import PartSpec
 
 # The storage dtype and the largest magnitude it holds, per 8-bit format.
 FORMATS: dict[str, tuple[torch.dtype, float]] = {
@@ -62,9 +69,24 @@ SCALE_DTYPE = torch.float32
 MIN_AMAX = 1e-6
 
 
+@dataclass(frozen=True)
+class EightBitKV:
+    """The KV format for ``kv_cache_dtype`` int8 or fp8 (``KVFormat`` in the core): a block
+    row's values in 8 bits, and beside them one fp32 scale per token and KV head."""
+
+    name: str  # a key of FORMATS
+
+    def parts(self, block: tuple[int, int, int], compute_dtype: torch.dtype) -> list[PartSpec]:
+        """(values (block_size, heads, head_dim) in 8 bits, scales (block_size, heads))."""
+        return [(block, FORMATS[self.name][0]), (block[:-1], SCALE_DTYPE)]
+
+    def layer(self, parts: tuple[torch.Tensor, ...]) -> QuantizedCache:
+        return QuantizedCache(*parts)
+
+
 class QuantizedCache(NamedTuple):
     """One layer's keys (or values) in 8 bits: what the attention backends receive in place
-    of a plain cache tensor when ``kv_cache_dtype`` is int8 or fp8."""
+    of a plain cache tensor when ``kv_cache_dtype`` is int8 or fp8 (a ``KVLayer``)."""
 
     data: torch.Tensor  # (num_blocks, block_size, num_kv_heads, head_dim) int8 or fp8
     scale: torch.Tensor  # (num_blocks, block_size, num_kv_heads) fp32: one per token/head
@@ -74,22 +96,24 @@ class QuantizedCache(NamedTuple):
         """The values' shape, so code that reads ``cache.shape`` works on either kind."""
         return self.data.shape
 
+    def write(self, slots: torch.Tensor, x: torch.Tensor) -> None:
+        """Row i of ``x`` (T, num_kv_heads, head_dim), quantised, into flat slot
+        ``slots[i]`` (block ``slot // block_size``, row ``slot % block_size``)."""
+        data, scale = quantize(x, self.data.dtype)
+        # index_copy_ has no fp8 kernel on CPU: copy the bytes (same size, same bits).
+        flat = self.data.view(torch.uint8).view(-1, *self.shape[2:])
+        flat.index_copy_(0, slots, data.view(torch.uint8))
+        self.scale.view(-1, self.shape[2]).index_copy_(0, slots, scale)
 
-def storage_dtype(kv_cache_dtype: str, compute_dtype: torch.dtype) -> torch.dtype:
-    """The dtype the pool's values are held in."""
-    if kv_cache_dtype == "auto":
-        return compute_dtype
-    return FORMATS[kv_cache_dtype][0]
+    def read(self, slots: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The rows at flat slots ``slots`` (N,), dequantised: (N, num_kv_heads, head_dim)."""
+        data = self.data.flatten(0, 1).index_select(0, slots)
+        return dequantize(data, self.scale.flatten(0, 1).index_select(0, slots), dtype)
 
-
-def is_quantized(kv_cache_dtype: str) -> bool:
-    return kv_cache_dtype != "auto"
-
-
-def bytes_per_token_head(kv_cache_dtype: str, compute_dtype: torch.dtype, head_dim: int) -> int:
-    """Bytes one token's key (or value) takes in one KV head: values plus its scale."""
-    values = head_dim * storage_dtype(kv_cache_dtype, compute_dtype).itemsize
-    return values + (SCALE_DTYPE.itemsize if is_quantized(kv_cache_dtype) else 0)
+    def read_blocks(self, blocks: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """Whole blocks ``blocks`` (any index shape), dequantised: (..., block_size, heads,
+        head_dim)."""
+        return dequantize(self.data[blocks], self.scale[blocks], dtype)
 
 
 def qmax_of(dtype: torch.dtype) -> float:

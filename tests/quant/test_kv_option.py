@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 import pytest
+import torch
 
 from minicb.core.config import EngineConfig
 from minicb.engine_options import add_engine_options, engine_kwargs
@@ -23,3 +24,15 @@ def test_the_command_line_option_reaches_the_config(value):
     add_engine_options(parser)
     args = parser.parse_args(["--kv-cache-dtype", value])
     assert EngineConfig.from_kwargs(**engine_kwargs(args)).kv_cache_dtype == value
+
+
+def test_a_format_nobody_registered_names_import_minicb_features(monkeypatch):
+    """The core's KV layer seam knows only the plain format; 8-bit registers from
+    minicb/quant/__init__.py, and a pool asked for an unregistered one says what to import."""
+    from minicb.core.attention.kv_layer import KV_FORMATS
+    from minicb.core.runner.kv_pool import KVPool
+
+    monkeypatch.delitem(KV_FORMATS, "int8")
+    with pytest.raises(ValueError, match=r"'int8' is not registered .*import minicb.features"):
+        KVPool.allocate(2, (4, 2, 8), 3, "int8", torch.float32, "cpu")
+    assert KVPool.allocate(2, (4, 2, 8), 3, "auto", torch.float32, "cpu").values.shape[2] == 3

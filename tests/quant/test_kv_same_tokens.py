@@ -108,10 +108,10 @@ def test_copy_blocks_moves_values_and_scales(kv):
     copy_blocks(src, dst, [(4, 0), (1, 2)])
     for s, d in ((4, 0), (1, 2)):
         assert torch.equal(dst.values[:, :, d].float(), src.values[:, :, s].float())
-        assert torch.equal(dst.scales[:, :, d], src.scales[:, :, s])
+        assert torch.equal(dst.parts[1][:, :, d], src.parts[1][:, :, s])  # the scales
     for untouched in (1, 3):
         assert dst.values[:, :, untouched].float().abs().max() == 0
-        assert dst.scales[:, :, untouched].abs().max() == 0
+        assert dst.parts[1][:, :, untouched].abs().max() == 0
 
 
 def test_the_pool_holds_more_blocks_in_the_same_memory(tiny_llama_dir, monkeypatch):

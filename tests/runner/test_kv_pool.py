@@ -26,12 +26,13 @@ def test_a_new_pool_is_zeros_writable_and_its_own(kv, compute):
     second = KVPool.allocate(3, BLOCK, 5, kv, compute, "cpu")
     assert first.values.shape == (3, 2, 5, *BLOCK)
     assert first.values.float().abs().max() == 0
-    assert (first.scales is None) == (kv == "auto")
-    if first.scales is not None:
-        assert first.scales.shape == (3, 2, 5, *BLOCK[:-1])
-        assert first.scales.abs().max() == 0
-        first.scales.fill_(0.5)
-        assert second.scales.abs().max() == 0
+    assert len(first.parts) == (1 if kv == "auto" else 2)  # 8-bit: values, then scales
+    if kv != "auto":
+        scales = first.parts[1]
+        assert scales.shape == (3, 2, 5, *BLOCK[:-1])
+        assert scales.abs().max() == 0
+        scales.fill_(0.5)
+        assert second.parts[1].abs().max() == 0
     first.values[1, 0, 3].fill_(1)
     assert first.values[1, 0, 3].float().min() == 1
     assert first.values.float().sum() == BLOCK[0] * BLOCK[1] * BLOCK[2]

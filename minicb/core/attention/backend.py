@@ -8,13 +8,14 @@ tokens are the last ``query_len`` of that context, so query ``j`` sits at absolu
 ``context_lens[i] - query_len + j`` and sees keys ``0 ..`` that position (causal).
 
 A backend has ``store_kv`` and ``attention``; the model calls only those two, so a backend
-can be swapped without touching it. Which one runs ("auto", "torch" or "triton") is chosen
-once, when the runner is built, in backend_choice.py; the "triton" backend, its kernels and
-its checks are in triton_backend.py, imported only when it is chosen.
+can be swapped without touching it. Which one runs is chosen once, when the runner is
+built, from the registry in backend_choice.py: torch is the core's own; an optional one
+(the Triton kernels, minicb/kernels/) registers there and is imported only when chosen.
 
-Under an 8-bit KV cache (``kv_cache_dtype`` int8 or fp8) each layer's ``k_cache`` and
-``v_cache`` are ``QuantizedCache(data, scale)`` pairs (minicb/quant/kv.py) instead of
-tensors: both backends quantise in ``store_kv`` and dequantise on read in ``attention``.
+``k_cache`` and ``v_cache`` are one layer's plain tensors, or in another KV format
+(``kv_cache_dtype``, kv_layer.py) objects that write and read themselves: the 8-bit one
+quantises in ``store_kv`` and dequantises on read in ``attention``, and the code here is
+the same for both (kv_slots.py hands them the work).
 """
 
 from __future__ import annotations

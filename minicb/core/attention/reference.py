@@ -2,9 +2,10 @@
 
 Cache layout (per layer): ``k_cache, v_cache`` of shape
 ``(num_blocks, block_size, num_kv_heads, head_dim)``; slot ``s`` is block ``s // block_size``,
-row ``s % block_size``. Under an 8-bit KV cache each is a ``QuantizedCache`` (8-bit values
-of that shape and one fp32 scale per token and KV head, minicb/quant/kv.py): stores
-quantise, reads dequantise to the query's dtype, and the attention is the same.
+row ``s % block_size``. In a KV format other than the plain tensor each is a layer object
+(kv_layer.py; the 8-bit one, minicb/quant/kv.py, holds 8-bit values of that shape and one
+fp32 scale per token and KV head): stores go through its ``write``, reads through its
+``read_blocks`` in the query's dtype, and the attention is the same.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from minicb.core.attention.kv_layer import KVCache
 from minicb.core.attention.kv_slots import read_blocks, storing, write_kv
-from minicb.quant.kv import QuantizedCache
 
 if TYPE_CHECKING:
     from minicb.core.attention.backend import AttentionMetadata
@@ -23,8 +24,8 @@ if TYPE_CHECKING:
 def store_kv(
     key: torch.Tensor,  # (T, num_kv_heads, head_dim)
     value: torch.Tensor,  # (T, num_kv_heads, head_dim)
-    k_cache: torch.Tensor | QuantizedCache,  # (num_blocks, block_size, num_kv_heads, head_dim)
-    v_cache: torch.Tensor | QuantizedCache,
+    k_cache: KVCache,  # (num_blocks, block_size, num_kv_heads, head_dim)
+    v_cache: KVCache,
     slot_mapping: torch.Tensor,  # (T,) int64; -1 marks tokens that are not stored
 ) -> None:
     """Write token i's key and value to cache slot ``slot_mapping[i]``; a static padding
@@ -34,10 +35,10 @@ def store_kv(
 
 
 def gather_kv(
-    cache, blocks: torch.Tensor, length: int, dtype: torch.dtype = torch.float32
+    cache: KVCache, blocks: torch.Tensor, length: int, dtype: torch.dtype = torch.float32
 ) -> torch.Tensor:
     """The first ``length`` tokens of one request: (length, num_kv_heads, head_dim).
-    ``dtype``: what an 8-bit cache is read back as; a full-precision cache comes as it is."""
+    ``dtype``: what a layer in another format is read back as; a plain one comes as it is."""
     return read_blocks(cache, blocks, dtype).flatten(0, 1)[:length]
 
 

@@ -7,9 +7,10 @@ token, and the masks. ``StepIndex`` holds those, built by the first layer and re
 rest (30 layers in the default model). Each layer then does one ``index_select`` of exactly
 the context tokens (not whole blocks) from the cache viewed as a flat row of slots, and one
 SDPA call for all the one-token rows (decodes) plus one per prompt chunk. The reference
-stays the definition; tests/kernels/test_torch_attention.py checks they agree. Under an
-8-bit KV cache the gathers read values and scales and dequantise what they gathered
-(minicb.core.attention.kv_slots.read_slots): only the step's context, never the whole cache.
+stays the definition; tests/kernels/test_torch_attention.py checks they agree. In another
+KV format (kv_layer.py) the gathers go through the layer's ``read``: an 8-bit one reads
+values and scales and dequantises what it gathered, only the step's context, never the
+whole cache.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from minicb.core.attention.kv_layer import KVCache
 from minicb.core.attention.kv_slots import read_slots
-from minicb.quant.kv import QuantizedCache
 
 if TYPE_CHECKING:
     from minicb.core.attention.backend import AttentionMetadata
@@ -103,9 +104,9 @@ def _chunks(meta: AttentionMetadata, block_size: int) -> list[ChunkIndex]:
 
 
 def gather_contexts(
-    cache: torch.Tensor | QuantizedCache,  # (num_blocks, block_size, num_kv_heads, head_dim)
+    cache: KVCache,  # (num_blocks, block_size, num_kv_heads, head_dim)
     index: DecodeIndex,
-    dtype: torch.dtype | None = None,  # an 8-bit cache is read back as this (the query's)
+    dtype: torch.dtype | None = None,  # another format is read back as this (the query's)
 ) -> torch.Tensor:  # (B, L, num_kv_heads, head_dim)
     """Each one-token row's context, padded to the longest: one gather of exactly its slots."""
     shape = (index.batch, index.length, *cache.shape[2:])

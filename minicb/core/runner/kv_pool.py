@@ -1,11 +1,12 @@
-"""KVPool: the paged KV cache's memory, values and (for an 8-bit cache) their scales.
+"""KVPool: the paged KV cache's memory, in whatever format ``kv_cache_dtype`` names.
 
-A pool is ``values`` of shape ``(num_layers, 2, num_blocks, block_size, num_kv_heads,
-head_dim)`` (2: keys, values) in the storage dtype, and, when the cache is 8-bit
-(minicb/quant/kv.py), ``scales`` of shape ``(num_layers, 2, num_blocks, block_size,
-num_kv_heads)`` in fp32, one per token and KV head. Both are indexed by the same block id,
-so a block is the same slice of each: whatever moves a block moves both (``copy_blocks``),
-and the block manager, which deals in block ids only, never knows scales exist.
+A pool is the tensors of its format (``parts``, minicb/core/attention/kv_layer.py), each of
+shape ``(num_layers, 2, num_blocks, ...)`` (2: keys, values) followed by that part's block
+row: for the plain format one part, the values ``(block_size, num_kv_heads, head_dim)`` in
+the compute dtype; an 8-bit format adds its scales beside them. Every part is indexed by
+the same block id, so a block is the same slice of each: whatever moves a block moves all
+of it (``copy_blocks``), and the block manager, which deals in block ids only, never knows
+what a format keeps.
 
 The runner holds one pool on the device and one in host memory for swapped-out blocks.
 """
@@ -19,13 +20,13 @@ from dataclasses import dataclass
 
 import torch
 
-from minicb.quant.kv import SCALE_DTYPE, QuantizedCache, bytes_per_token_head, storage_dtype
+from minicb.core.attention.kv_layer import KVCache, KVFormat, kv_format
 
 
 @dataclass(frozen=True)
 class KVPool:
-    values: torch.Tensor  # (num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim)
-    scales: torch.Tensor | None  # (num_layers, 2, num_blocks, block_size, num_kv_heads) fp32
+    parts: tuple[torch.Tensor, ...]  # each (num_layers, 2, num_blocks, *its block row)
+    kv_format: KVFormat  # what the parts hold, and how a layer is made of them
 
     @classmethod
     def allocate(
@@ -40,27 +41,30 @@ class KVPool:
     ) -> KVPool:
         """A zeroed pool of ``num_blocks`` blocks (``pin_memory``: page-locked host memory,
         for fast copies to and from a GPU)."""
-        shape = (num_layers, 2, num_blocks, *block)
-        dtype = storage_dtype(kv_cache_dtype, compute_dtype)
-        values = zeroed(shape, dtype, device, pin_memory)
-        scales = None
-        if dtype != compute_dtype:
-            scales = zeroed(shape[:-1], SCALE_DTYPE, device, pin_memory)
-        return cls(values, scales)
+        fmt = kv_format(kv_cache_dtype)
+        parts = tuple(
+            zeroed((num_layers, 2, num_blocks, *row), dtype, device, pin_memory)
+            for row, dtype in fmt.parts(block, compute_dtype)
+        )
+        return cls(parts, fmt)
+
+    @property
+    def values(self) -> torch.Tensor:
+        """The keys' and values' own numbers: (num_layers, 2, num_blocks, *block row)."""
+        return self.parts[0]
 
     @property
     def num_blocks(self) -> int:
         return self.values.shape[2]
 
-    def layers(self) -> list[tuple[torch.Tensor, torch.Tensor] | tuple[QuantizedCache, ...]]:
-        """Per layer (k_cache, v_cache), views into the pool: plain tensors, or for an 8-bit
-        pool ``QuantizedCache(values, scales)`` pairs, as the attention backends take them."""
-        if self.scales is None:
-            return [(layer[0], layer[1]) for layer in self.values]
-        return [
-            (QuantizedCache(v[0], s[0]), QuantizedCache(v[1], s[1]))
-            for v, s in zip(self.values, self.scales, strict=True)
-        ]
+    def layers(self) -> list[tuple[KVCache, KVCache]]:
+        """Per layer (k_cache, v_cache), views into the pool, as the attention backends take
+        them: plain tensors, or the format's layer objects."""
+
+        def view(layer: int, kv: int) -> KVCache:  # kv 0: the keys, 1: the values
+            return self.kv_format.layer(tuple(part[layer, kv] for part in self.parts))
+
+        return [(view(layer, 0), view(layer, 1)) for layer in range(self.values.shape[0])]
 
 
 def zeroed(
@@ -83,23 +87,20 @@ def bytes_per_block(
     kv_cache_dtype: str,
     compute_dtype: torch.dtype,
 ) -> int:
-    """Bytes one block takes in every layer, keys and values, scales included."""
-    block_size, num_kv_heads, head_dim = block
-    per_head = bytes_per_token_head(kv_cache_dtype, compute_dtype, head_dim)
-    return 2 * num_layers * block_size * num_kv_heads * per_head
+    """Bytes one block takes in every layer, keys and values, in every part of its format."""
+    parts = kv_format(kv_cache_dtype).parts(block, compute_dtype)
+    return 2 * num_layers * sum(math.prod(row) * dtype.itemsize for row, dtype in parts)
 
 
 def copy_blocks(src: KVPool, dst: KVPool, pairs: Sequence[tuple[int, int]]) -> None:
     """Copy block ``s`` of ``src`` into block ``d`` of ``dst`` for every (s, d) in ``pairs``,
-    in every layer, keys and values, and their scales: THE way a block moves between pools
-    (device and host, either way), so no copy can leave a block's scales behind."""
+    in every layer, keys and values, in every part: THE way a block moves between pools
+    (device and host, either way), so no copy can leave a part of a block behind."""
     if not pairs:
         return
+    assert src.kv_format == dst.kv_format, "blocks move between pools of one KV format"
     src_ids, dst_ids = (list(ids) for ids in zip(*pairs, strict=True))
-    for source, target in ((src.values, dst.values), (src.scales, dst.scales)):
-        if source is None or target is None:
-            assert source is None and target is None, "both pools must hold scales, or neither"
-            continue
+    for source, target in zip(src.parts, dst.parts, strict=True):
         # Advanced indexing has no fp8 kernels on CPU: move the bytes (same size, same bits).
         if source.element_size() == 1:
             source, target = source.view(torch.uint8), target.view(torch.uint8)

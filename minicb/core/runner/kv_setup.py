@@ -10,9 +10,9 @@ refused (naming the limit in bytes and blocks) if it does not fit the host's ava
 memory beside the other host pools: it is allocated at once but fills only as prefixes are
 evicted, so a tier too large would fail long after the start, in the middle of a run.
 Host pools are page-locked on a GPU, for fast copies.
-A block's bytes depend on the KV cache's format: an 8-bit block is about half a bf16 one
-(minicb/quant/kv.py), so a byte budget holds about twice as many. What a pool is, and the
-one way a block moves between pools: kv_pool.py.
+A block's bytes depend on the KV cache's format (minicb/core/attention/kv_layer.py): an
+8-bit block is about half a bf16 one, so a byte budget holds about twice as many. What a
+pool is, and the one way a block moves between pools: kv_pool.py.
 """
 
 from __future__ import annotations
