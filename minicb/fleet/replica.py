@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,14 @@ from minicb.telemetry.kv_state import KVState
 log = logging.getLogger(__name__)
 
 FINISHING_KINDS = ("finished", "aborted")
+
+
+@dataclass(frozen=True)
+class ReplicaModel:
+    """What the server reads of an engine's runner, here: the replica's vocabulary size (the
+    page's typed prompt is encoded within it)."""
+
+    vocab_size: int
 
 
 class Replica:
@@ -271,6 +280,7 @@ class Replica:
 
     def _take_ready(self, ready: dict[str, Any]) -> None:
         self._info = ready["describe"]
+        self.runner = ReplicaModel(ready["vocab_size"])
         self.inputs = InputProcessor(self.tokenizer, ready["vocab_size"])
         self.eos_token_ids = ready["eos_token_ids"]
 
