@@ -3,11 +3,12 @@ groups, and the commands rank 0 sends.
 
 Rank 0 (this process) runs the whole engine; ranks 1..N-1 run ``tp_worker.serve``, a
 loop that receives one command at a time and runs it on its shard. Every step rank 0
-broadcasts the StepPlan itself, pickled (``send_object``): the plan is a small pure-Python
-object, and each worker then builds the same ragged batch with the same ``step_inputs``
-(minicb.core.runner.step_inputs) as rank 0, so there is one piece of code that turns a plan into
-tensors and the workers keep no scheduler state at all. (Broadcasting the tensors instead
-would need a shape message first and one broadcast per tensor.)
+broadcasts the StepPlan itself, pickled (``send_object``, tp_messages.py): the plan is a
+small pure-Python object, and each worker then builds the same ragged batch with the same
+``step_inputs`` (minicb.core.runner.step_inputs) as rank 0, so there is one piece of code
+that turns a plan into tensors and the workers keep no scheduler state at all.
+(Broadcasting the tensors instead would need a shape message first and one broadcast per
+tensor.)
 
 Two process groups, because waiting for work and waiting for a peer are different waits:
 
@@ -40,11 +41,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import hashlib
-import hmac
 import logging
 import os
-import pickle
 import secrets
 import shutil
 import socket
@@ -58,18 +56,17 @@ import torch
 import torch.distributed as dist
 
 from minicb.parallel.tensor_parallel import CollectiveTimer, Shard
+from minicb.parallel.tp_messages import (
+    CONTROL_TIMEOUT,
+    TensorParallelError,
+    gather_statuses,
+    send_object,
+)
 
 log = logging.getLogger(__name__)
 
 COMPUTE_TIMEOUT_S = 120.0  # longest wait for a peer inside one step's collectives
-CONTROL_TIMEOUT = timedelta(days=30)  # workers wait this long for the next command
 DEATH_GRACE_S = 5.0  # after a failed collective, how long a dying worker may take to exit
-STATUS_BYTES = 512  # a worker's answer to "open": empty (ready) or why not, UTF-8, cut here
-TAG_BYTES = 32  # the HMAC-SHA256 tag before each command
-
-
-class TensorParallelError(RuntimeError):
-    """A tensor-parallel rank died or stopped answering; the message names it."""
 
 
 def loopback_sockets() -> None:
@@ -252,50 +249,6 @@ class TPGroup:
 
 def _broken(why: str) -> str:
     return f"tensor-parallel worker {why}; this engine cannot step again: build a new one"
-
-
-def _tag(secret: bytes, data: bytes) -> bytes:
-    return hmac.new(secret, data, hashlib.sha256).digest()
-
-
-def send_object(obj: Any, group: Any, timeout: timedelta, secret: bytes) -> None:
-    """Rank 0: broadcast ``obj`` pickled, after its HMAC under ``secret`` (the length, then
-    tag and bytes), waiting at most ``timeout`` for each part: a receiver that has stopped
-    answering raises, never hangs."""
-    data = pickle.dumps(obj)
-    payload = torch.frombuffer(bytearray(_tag(secret, data) + data), dtype=torch.uint8)
-    for tensor in (torch.tensor([payload.numel()], dtype=torch.int64), payload):
-        dist.broadcast(tensor, src=0, group=group, async_op=True).wait(timeout)
-
-
-def receive_object(group: Any, secret: bytes) -> Any:
-    """Ranks 1..N-1: the next object ``send_object`` broadcasts (waits as long as the
-    group's timeout allows). Its tag is checked before a byte is unpickled: pickle runs
-    whatever code its bytes name, so only rank 0's commands are read."""
-    size = torch.zeros(1, dtype=torch.int64)
-    dist.broadcast(size, src=0, group=group)
-    payload = torch.empty(int(size.item()), dtype=torch.uint8)
-    dist.broadcast(payload, src=0, group=group)
-    return pickle.loads(checked(payload.numpy().tobytes(), secret))
-
-
-def checked(signed: bytes, secret: bytes) -> bytes:
-    """The bytes after the tag, if the tag is theirs under ``secret``; else the error."""
-    tag, data = signed[:TAG_BYTES], signed[TAG_BYTES:]
-    if not hmac.compare_digest(tag, _tag(secret, data)):
-        raise TensorParallelError("a command failed its signature check: it is not rank 0's")
-    return data
-
-
-def gather_statuses(status: str, world: int, group: Any) -> list[str]:
-    """Every rank's status (rank order): UTF-8 bytes in a fixed-size tensor, so nothing
-    a rank sends is unpickled by another."""
-    data = status.encode("utf-8")[:STATUS_BYTES]
-    mine = torch.zeros(STATUS_BYTES, dtype=torch.uint8)
-    mine[: len(data)] = torch.tensor(list(data), dtype=torch.uint8)
-    every = [torch.zeros(STATUS_BYTES, dtype=torch.uint8) for _ in range(world)]
-    dist.all_gather(every, mine, group=group)
-    return [bytes(t.numpy()).rstrip(b"\0").decode("utf-8", "replace") for t in every]
 
 
 _current: TPGroup | None = None

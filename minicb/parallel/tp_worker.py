@@ -2,7 +2,7 @@
 
 The worker holds no scheduler, no requests and no sampler: only its shard of the weights
 and its own paged KV cache per runner, with the same block ids as rank 0's. The commands
-(sent by minicb.parallel.tp_group.TPGroup):
+(sent by minicb.parallel.tp_group.TPGroup, in tp_messages.py's signed form):
 
 - ``("open", handle, path, config, shared)``: build the shard of a runner (a new one, or
   one sharing the weights of runner ``shared``, as static batching shares continuous's),
@@ -26,6 +26,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from minicb.parallel.tensor_parallel import CollectiveTimer, Shard
+from minicb.parallel.tp_messages import CONTROL_TIMEOUT, gather_statuses, receive_object
+
 log = logging.getLogger(__name__)
 
 
@@ -39,8 +42,6 @@ def main(
     secret: bytes,
 ) -> None:
     """Entry point of a spawned worker process; ``secret`` signs rank 0's commands."""
-    from minicb.parallel.tp_group import CONTROL_TIMEOUT
-
     torch.set_num_threads(threads)
     if backend == "nccl":
         torch.cuda.set_device(rank % torch.cuda.device_count())
@@ -53,11 +54,13 @@ def main(
 def serve(rank: int, world: int, control: Any, secret: bytes) -> None:
     """The worker loop: until ``stop``, or until rank 0 is gone (or a command fails its
     signature check)."""
-    # A spawned worker is a fresh interpreter: every feature registers at its seam here, as
-    # rank 0's did, so that this rank's runner holds its weights in the same forms.
-    import minicb.features  # noqa: F401
-    from minicb.parallel.tensor_parallel import CollectiveTimer, Shard
-    from minicb.parallel.tp_group import receive_object
+    # A spawned worker is a fresh interpreter: the features a shard's runner looks up must
+    # register here as they did on rank 0, so that it attends, stores KV and holds its weights
+    # as rank 0 does: the attention backends (kernels), the 8-bit KV formats (quant) and the
+    # packed weights (packing; int8 weights and batch invariance refuse tensor parallelism).
+    import minicb.kernels  # noqa: F401
+    import minicb.packing  # noqa: F401
+    import minicb.quant  # noqa: F401
 
     shard = Shard(rank, world, timer=CollectiveTimer())
     runners: dict[int, Any] = {}
@@ -80,8 +83,6 @@ def _run(msg: tuple, runners: dict[int, Any], shard: Any, control: Any) -> None:
     if kind == "open":
         _, _, path, config, shared = msg
         model = runners[shared].model if shared is not None else None
-        from minicb.parallel.tp_group import gather_statuses
-
         status = ""
         try:
             runners[handle] = _open(path, config, model, shard)

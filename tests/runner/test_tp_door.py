@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from minicb.parallel import tp_group
+from minicb.parallel import tp_group, tp_messages
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 
@@ -63,9 +63,9 @@ def test_a_command_is_unpickled_only_under_the_groups_secret():
             return (pytest.fail, ("a stranger's pickle was loaded",))
 
     data = pickle.dumps(("step", 0, None))
-    signed = tp_group._tag(b"k" * 32, data) + data
-    assert tp_group.checked(signed, b"k" * 32) == data
+    signed = tp_messages.sign(b"k" * 32, data) + data
+    assert tp_messages.checked(signed, b"k" * 32) == data
     forged = pickle.dumps(Boom())
-    for attempt in (tp_group._tag(b"guess", forged) + forged, b"\0" * 32 + forged, forged):
-        with pytest.raises(tp_group.TensorParallelError, match="signature check"):
-            tp_group.checked(attempt, b"k" * 32)
+    for attempt in (tp_messages.sign(b"guess", forged) + forged, b"\0" * 32 + forged, forged):
+        with pytest.raises(tp_messages.TensorParallelError, match="signature check"):
+            tp_messages.checked(attempt, b"k" * 32)
