@@ -9,6 +9,7 @@ import torch
 
 from minicb.core.attention import backend_choice
 from minicb.core.attention.backend_choice import BACKENDS, BackendEntry, get_backend
+from minicb.core.registry import FeatureNotLoaded
 
 CPU = torch.device("cpu")
 
@@ -25,8 +26,9 @@ def test_auto_on_cpu_takes_torch_saying_why():
 
 def test_a_backend_nobody_registered_names_import_minicb_features(monkeypatch):
     monkeypatch.delitem(BACKENDS, "triton")
-    with pytest.raises(ValueError, match=r"'triton' is not registered .*import minicb.features"):
+    with pytest.raises(FeatureNotLoaded, match="import minicb.features") as refused:
         get_backend("triton", CPU)
+    assert (refused.value.seam, refused.value.name) == ("attention backend", "triton")
     assert get_backend("auto", CPU).reason == (
         "auto: the core's own backend, no other is registered"
     )

@@ -30,9 +30,11 @@ def test_a_format_nobody_registered_names_import_minicb_features(monkeypatch):
     """The core's KV layer seam knows only the plain format; 8-bit registers from
     minicb/quant/__init__.py, and a pool asked for an unregistered one says what to import."""
     from minicb.core.attention.kv_layer import KV_FORMATS
+    from minicb.core.registry import FeatureNotLoaded
     from minicb.core.runner.kv_pool import KVPool
 
     monkeypatch.delitem(KV_FORMATS, "int8")
-    with pytest.raises(ValueError, match=r"'int8' is not registered .*import minicb.features"):
+    with pytest.raises(FeatureNotLoaded, match="import minicb.features") as refused:
         KVPool.allocate(2, (4, 2, 8), 3, "int8", torch.float32, "cpu")
+    assert (refused.value.seam, refused.value.name) == ("KV format", "int8")
     assert KVPool.allocate(2, (4, 2, 8), 3, "auto", torch.float32, "cpu").values.shape[2] == 3

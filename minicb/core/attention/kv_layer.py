@@ -14,7 +14,8 @@ part is indexed by the same block id, so moving a block moves all of it
 
 ``kv_cache_dtype`` names the format in ``KV_FORMATS``: "auto" (plain) is the core's; the
 others register a factory there when their package is imported (``import minicb.features``
-registers them all), and the factory imports the format's module only when it is used.
+registers them all; a name nobody registered: ``FeatureNotLoaded``, minicb/core/registry.py),
+and the factory imports the format's module only when it is used.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, Union
+
+from minicb.core.registry import lookup
 
 if TYPE_CHECKING:  # the registry itself needs no torch: a feature registers for free
     import torch
@@ -77,12 +80,6 @@ KV_FORMATS: dict[str, Callable[[], KVFormat]] = {"auto": PlainKV}
 
 
 def kv_format(kv_cache_dtype: str) -> KVFormat:
-    """The format registered for ``kv_cache_dtype``, or a clear error if none is."""
-    build = KV_FORMATS.get(kv_cache_dtype)
-    if build is None:
-        raise ValueError(
-            f"kv_cache_dtype {kv_cache_dtype!r} is not registered (registered: "
-            f"{', '.join(KV_FORMATS)}). Optional formats register when their package is "
-            "imported: `import minicb.features` registers them all (`import minicb` does it)"
-        )
+    """The format registered for ``kv_cache_dtype`` (``FeatureNotLoaded`` if none is)."""
+    build = lookup(KV_FORMATS, "KV format", kv_cache_dtype, f"kv_cache_dtype={kv_cache_dtype!r}")
     return build()
