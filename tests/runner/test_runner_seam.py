@@ -30,7 +30,8 @@ from minicb.core.runner.model_runner import build_runner
 config = EngineConfig(device="cpu", dtype="float32", num_kv_blocks=8)
 runner = build_runner({path!r}, config)  # use_cuda_graphs is on, but this is a CPU
 assert type(runner).__name__ == "ModelRunner", runner
-for option in (dict(measure_utilisation=True), dict(batch_invariant=True)):
+for option in (dict(measure_utilisation=True), dict(weight_dtype="int8"),
+               dict(batch_invariant=True)):
     try:
         build_runner({path!r}, config.with_(**option))
     except ValueError as err:
@@ -38,7 +39,7 @@ for option in (dict(measure_utilisation=True), dict(batch_invariant=True)):
     else:
         raise AssertionError(f"{{option}} without its package: no error")
 loaded = [m for m in sys.modules if m.startswith("minicb.") and m.split(".")[1] in
-          ("parallel", "cuda_graphs", "utilisation", "packing", "kernels")]
+          ("parallel", "cuda_graphs", "utilisation", "packing", "kernels", "quant")]
 assert not loaded, loaded
 """
 
