@@ -17,9 +17,10 @@ serve --replicas N --router POLICY`` serves one). ``Fleet`` is imported on first
 that the router alone stays pure Python. Disaggregated prefill and decode, real:
 ``disagg_fleet.py`` (``DisaggregatedFleet``: P prefill and D decode engine processes, one
 engine-shaped face for the server; its engines' group in ``disagg_engines.py``, the
-requests' hand-offs in ``disagg_handoff.py``) and ``kv_link.py`` (their sides of a KV
-transfer over torch.distributed). The router bench on real replicas through
-the API is the performance lab's (perflab/chat_bench.py): it drives the whole server.
+requests' hand-offs in ``disagg_handoff.py``) and ``kv_link.py`` (their group and the
+prefill side of a KV transfer over torch.distributed; the decode side in ``kv_receive.py``).
+The router bench on real replicas through the API is the performance lab's
+(perflab/chat_bench.py): it drives the whole server.
 
 Simulated replicas at data-centre scale (SIMULATED, virtual time, no torch):
 ``simulated.py`` (``SimulatedFleet``: engines on simulated GPUs behind the same router,

@@ -1,10 +1,11 @@
 """The disaggregated fleet's engines: P prefill and D decode processes in one process group.
 
 Rank r < P is a prefill engine ("prefill0", ...), the others decode engines ("decode0",
-...); each is a replica process (replica.py) given its role (kv_link.py), so it joins the
-group, builds its engine with its role's scheduler and answers the transfer commands. The
-group meets through a file store in a directory only this user can read, on loopback
-sockets (tp_group.py's rules): gloo on CPU, NCCL when every rank has a GPU of its own.
+...); each is a replica process (replica.py) given its role (kv_link.py's PrefillRole,
+kv_receive.py's DecodeRole), so it joins the group, builds its engine with its role's
+scheduler and answers the transfer commands. The group meets through a file store in a
+directory only this user can read, on loopback sockets (tp_group.py's rules): gloo on
+CPU, NCCL when every rank has a GPU of its own.
 DisaggregatedFleet (disagg_fleet.py) starts them here and stops them here.
 """
 
@@ -14,7 +15,8 @@ import shutil
 from typing import Any
 
 from minicb.core.config import EngineConfig
-from minicb.fleet.kv_link import DecodeRole, Group, PrefillRole, private_store
+from minicb.fleet.kv_link import Group, PrefillRole, private_store
+from minicb.fleet.kv_receive import DecodeRole
 from minicb.fleet.replica import Replica
 from minicb.fleet.router import ReplicaLoad
 

@@ -6,16 +6,17 @@ with its own model copy and KV pool, the KV cache moving between them over torch
         outs = fleet.generate(["Hello", "The capital of France is"], SamplingParams(max_tokens=8))
         outs[0].token_ids, outs[0].transfer   # bytes, blocks, seconds of its KV's move
 
-The engines are replicas (replica.py, replica_worker.py) given a role (kv_link.py): their
-schedulers are the simulated cluster's ``PrefillScheduler`` and ``DecodeScheduler``, so the
-same decisions (a prefill engine holds the KV of a request after its first token; a decode
-engine takes a request when its pool has room, else the request waits, its KV held on the
-prefill side) run here on real engines and bytes. This object is the coordinator, in the
-caller's thread (as the simulated cluster's event loop): it routes each request to a
-prefill engine (the fleet's ``Router``, least loaded), told ``max_tokens=1``; when the
-first token comes (from the prefill engine), it hands the request, prompt plus that token,
-to a decode engine; when that engine has allocated blocks ("receiving"), it tells the
-prefill engine to send; the decode engine lands the bytes and decodes to the end.
+The engines are replicas (replica.py, replica_worker.py) given a role (kv_link.py,
+kv_receive.py): their schedulers are the simulated cluster's ``PrefillScheduler`` and
+``DecodeScheduler``, so the same decisions (a prefill engine holds the KV of a request
+after its first token; a decode engine takes a request when its pool has room, else the
+request waits, its KV held on the prefill side) run here on real engines and bytes. This
+object is the coordinator, in the caller's thread (as the simulated cluster's event loop):
+it routes each request to a prefill engine (the fleet's ``Router``, least loaded), told
+``max_tokens=1``; when the first token comes (from the prefill engine), it hands the
+request, prompt plus that token, to a decode engine; when that engine has allocated blocks
+("receiving"), it tells the prefill engine to send; the decode engine lands the bytes and
+decodes to the end.
 
 Every transfer is a ``kv_transfer`` event on the decode engine's bus (``bus``: every
 engine's, as the fleet's): waiting (with the reason), receiving, done (bytes, seconds) or

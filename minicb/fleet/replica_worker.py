@@ -18,11 +18,11 @@ the step published on its bus. Messages, parent to replica:
 - ``("stop",)``: leave;
 - a role's own commands (``role.commands``), where the replica has a role (below).
 
-A replica may be given a ``role`` (a picklable object, e.g. minicb/fleet/kv_link.py's prefill
-and decode sides of disaggregated serving): it builds the engine (``build``), answers its
-own commands (``command``), looks at what happened outside the steps before each turn
-(``poll``: a transfer that completed) and says whether a step has work (``has_work``) and
-how long an idle turn may wait for a command (``idle_wait_s``).
+A replica may be given a ``role`` (a picklable object, e.g. the prefill and decode sides of
+disaggregated serving, minicb/fleet/kv_link.py's and kv_receive.py's): it builds the engine
+(``build``), answers its own commands (``command``), looks at what happened outside the
+steps before each turn (``poll``: a transfer that completed) and says whether a step has
+work (``has_work``) and how long an idle turn may wait for a command (``idle_wait_s``).
 
 Replica to parent: ``("reply", value, load)`` or ``("refused", words, load)`` to the
 command just run; ``("events", events, load)`` after each step (and after a command that
