@@ -5,8 +5,9 @@
   export, and ``--serve``: the visualizer fed from the trace, with no model loaded;
 - ``demo`` and ``serve`` (minicb.server.demo_command and serve_command) and ``bench``
   (minicb.bench.suite);
-- ``scenario list|check|export`` (minicb.scenarios.command): the classroom's lessons;
-- ``lab student|check`` (minicb.lab.command): graded labs, the student notebooks and their checker.
+- ``scenario list|check|export`` (minicb.scenarios.scenario_command): the classroom's lessons;
+- ``lab student|check`` (minicb.graded_labs.lab_command): graded labs, the student
+  notebooks and their checker.
 
 Each subcommand's parser sets ``func``, the function that runs it. Building the parser
 imports nothing heavy: torch and the model load when a command runs. ``format_summary``
@@ -25,8 +26,8 @@ from typing import Any
 
 from minicb.bench import suite
 from minicb.engine_options import add_engine_options, describe_choices, engine_kwargs
-from minicb.lab import command as lab_command
-from minicb.scenarios import command as scenario_command
+from minicb.graded_labs import lab_command
+from minicb.scenarios import scenario_command
 from minicb.server import demo_command, launch, serve_command
 from minicb.telemetry.trace import add_trace_option, traced
 from minicb.telemetry.trace_reader import read_trace

@@ -18,7 +18,7 @@ The probes of this machine's copy bandwidth and matmul FLOP/s and the per-step u
 measured against them stay in the package (minicb/utilisation/probes.py, occupancy.py): the
 demo's utilisation chart reads them, and a ``minicb`` installed from a wheel draws it.
 
-Why ``perflab`` and not ``lab``: ``minicb/lab/`` is the students' graded labs (``minicb
+Why ``perflab`` and not ``lab``: ``minicb/graded_labs/`` is the students' graded labs (``minicb
 lab``), a different thing; and not ``scripts/``, which holds stand-alone scripts, while
 these modules import each other and are imported by their tests (tests/perflab/) and by
 ``minicb bench``. The package's wheel includes ``minicb*`` only (pyproject.toml), so this

@@ -6,7 +6,7 @@ Builds the demo exactly as ``minicb demo`` does (its engines, its workload feede
 defaults; any demo option may be passed), runs its engine loop with no browser until every
 request of the burst has finished on both engines, and prints per engine the iterations,
 output tokens/s over the drain and TTFT p50, on the own clock (the page's definition,
-minicb/scenarios/metrics.py's SideRecord) and on the wall clock. Compare the two engines of
+minicb/scenarios/side_figures.py's SideRecord) and on the wall clock. Compare the two engines of
 the same run: the machine is shared.
 
     PYTHONPATH=. python scripts/demo_own_clock.py [--burst 24] [demo options...]
@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 
 from minicb.cli import build_parser
-from minicb.scenarios.metrics import SideRecord, side_metric
+from minicb.scenarios.side_figures import SideRecord, side_metric
 from minicb.server.demo_command import build_demo
 
 

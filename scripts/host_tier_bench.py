@@ -47,7 +47,7 @@ def build_engine(args: argparse.Namespace, offload: int, shared: Any) -> tuple[L
     )
     if args.simulate:
         from minicb.core.runner import VirtualClock
-        from minicb.sim.runner import SimulatedRunner
+        from minicb.sim.simulated_runner import SimulatedRunner
 
         clock = VirtualClock(0.0)
         runner = SimulatedRunner(args.simulate, config, clock=clock)

@@ -36,7 +36,7 @@ PURE_MODULES = [
     "minicb.core.runner.fake",
     "minicb.scenarios",
     "minicb.scenarios.player",
-    "minicb.scenarios.metrics",
+    "minicb.scenarios.side_figures",
     "minicb.workload",
     "minicb.chat_workload",
     "minicb.fleet.router",

@@ -169,7 +169,7 @@ CORRECTIONS: dict[str, tuple[str, list[tuple[str, list[str], list[str]]]]] = {
           "Orca ran each prompt whole", "Orca 整段跑每个提示词"]),
     ]),
     "N17": ("fairness.py's docstring: fewer than 12 waiting, the long prompt at iteration 5", [
-        ("minicb/lab/fairness.py", ["fewer than 12 wait", "at iteration 5 "],
+        ("minicb/graded_labs/fairness.py", ["fewer than 12 wait", "at iteration 5 "],
          ["whenever fewer than ``queue`` wait", "at iteration ``long_at``"]),
     ]),
     "N18": ("1.51x fewer prompt tokens", [

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from minicb.bench.workloads import fixed_lengths
+from minicb.bench.recipes import fixed_lengths
 from minicb.workload import (
     Arrivals,
     RequestSpec,

@@ -36,13 +36,13 @@ from dataclasses import replace
 from typing import Any
 
 from minicb.bench import run_minicb
-from minicb.bench.workloads import MINICB_CONFIGS
+from minicb.bench.recipes import MINICB_CONFIGS
 from minicb.core.config import EngineConfig, SamplingParams
 from minicb.core.engine import LLMEngine
 from minicb.core.runner import VirtualClock
 from minicb.cost_model.step_time import Efficiency, GPUSpec, ModelShape, StepTimeModel
 from minicb.sim.markdown_table import markdown_table
-from minicb.sim.runner import SimulatedRunner
+from minicb.sim.simulated_runner import SimulatedRunner
 from minicb.sim.step_rows import STEP_TOTALS, step_row
 from minicb.workload import Workload
 

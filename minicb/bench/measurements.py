@@ -31,9 +31,9 @@ from minicb.bench import (
     performance_lab,
     ratio_table,
 )
+from minicb.bench.recipes import MINICB, BenchPlan, sweep_workload
 from minicb.bench.sanity import check_ratios
 from minicb.bench.systems import Systems, compare_prefix_caching, kv_blocks_for, sibling
-from minicb.bench.workloads import MINICB, BenchPlan, sweep_workload
 from minicb.core.config import EngineConfig, SamplingParams
 from minicb.core.engine import LLMEngine
 from minicb.core.runner.fake import FakeRunner

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from minicb.bench.workloads import MINICB
+from minicb.bench.recipes import MINICB
 
 if TYPE_CHECKING:
     from minicb.bench.run_records import RunRecord

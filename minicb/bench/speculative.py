@@ -30,8 +30,8 @@ from typing import Any
 
 import minicb.speculation  # noqa: F401  the n-gram drafter registers at the scheduler's hooks
 from minicb.bench import RunRecord, paired_ratio, run_minicb, spread
+from minicb.bench.recipes import FULL, QUICK, make_workloads
 from minicb.bench.systems import sibling
-from minicb.bench.workloads import FULL, QUICK, make_workloads
 from minicb.core.engine import LLMEngine
 from minicb.sim.markdown_table import markdown_table
 from minicb.workload import RequestSpec, Workload

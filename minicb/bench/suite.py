@@ -26,11 +26,7 @@ from typing import Any
 
 from minicb.bench import calibration, performance_lab
 from minicb.bench.measurements import Suite, count_runs
-from minicb.bench.systems import (
-    Systems,
-    build_systems,
-)
-from minicb.bench.workloads import (
+from minicb.bench.recipes import (
     FULL,
     MINICB,
     QUICK,
@@ -38,6 +34,10 @@ from minicb.bench.workloads import (
     BenchPlan,
     cache_workloads,
     make_workloads,
+)
+from minicb.bench.systems import (
+    Systems,
+    build_systems,
 )
 from minicb.core.config import DTYPES
 from minicb.core.runner.loader import load_hf_config, resolve_model_path

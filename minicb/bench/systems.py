@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from minicb.bench import RunRecord, SLOs, performance_lab, run_minicb
+from minicb.bench.recipes import MINICB, MINICB_CONFIGS, BenchPlan
 from minicb.bench.sanity import ImplausibleFigure
 from minicb.bench.transformers_systems import run_hf_continuous, run_hf_padded
-from minicb.bench.workloads import MINICB, MINICB_CONFIGS, BenchPlan
 from minicb.core.config import EngineConfig
 from minicb.core.engine import LLMEngine
 from minicb.core.runner.loader import resolve_model_path

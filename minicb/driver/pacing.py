@@ -1,6 +1,6 @@
 """Pacer: simulated engines held to the wall clock, times a speed factor, for watching.
 
-An engine on a simulated GPU (minicb/sim/runner.py) reads a ``VirtualClock`` that
+An engine on a simulated GPU (minicb/sim/simulated_runner.py) reads a ``VirtualClock`` that
 moves only by its steps' predicted times. Left alone, the engine loop would run it as fast
 as Python can, and a second of H100 time would flash by in a blink (or crawl, at scale).
 The pacer keeps a target time instead: each round it moves on by the wall time since the

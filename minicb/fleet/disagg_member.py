@@ -21,7 +21,7 @@ from minicb.core.runner import VirtualClock
 from minicb.cost_model.step_time import StepTimeModel
 from minicb.fleet.kv_transfer import DecodeScheduler, PrefillScheduler
 from minicb.fleet.router import ReplicaLoad
-from minicb.sim.runner import SimulatedRunner
+from minicb.sim.simulated_runner import SimulatedRunner
 from minicb.telemetry.metrics import MetricsCollector
 
 TokenFn = Callable[[int, int], int]  # (request number in the run, token index) -> token

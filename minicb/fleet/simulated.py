@@ -1,6 +1,6 @@
 """A fleet of SIMULATED replicas behind the router, on virtual time: data-centre scale.
 
-Each replica is the real engine on a ``SimulatedRunner`` (minicb/sim/runner.py) with its
+Each replica is the real engine on a ``SimulatedRunner`` (minicb/sim/simulated_runner.py) with its
 own ``VirtualClock``, as ``minicb.sim.run`` drives one; the fleet runs them together in
 time order: of the next arrival, the next autoscaling look and the earliest end of a
 replica's step, it does whichever comes first (a discrete-event simulation: a replica's
@@ -42,7 +42,7 @@ from minicb.cost_model.catalogue import load_profile, read_catalogue
 from minicb.cost_model.step_time import StepTimeModel
 from minicb.fleet.autoscale import Autoscaler, FleetState, ScaleDecision
 from minicb.fleet.router import ReplicaLoad, Route, Router
-from minicb.sim.runner import SimulatedRunner
+from minicb.sim.simulated_runner import SimulatedRunner
 from minicb.telemetry.metrics import MetricsCollector
 from minicb.workload import RequestSpec
 

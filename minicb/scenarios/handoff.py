@@ -36,7 +36,7 @@ from minicb.core.request_events import KVTransfer
 from minicb.core.runner import VirtualClock
 from minicb.fleet.kv_transfer import DecodeScheduler, PrefillScheduler, link
 from minicb.scenarios.scenario import DECODE, PREFILL, Scenario
-from minicb.sim.runner import SimulatedRunner
+from minicb.sim.simulated_runner import SimulatedRunner
 
 if TYPE_CHECKING:
     from minicb.core.engine import LLMEngine

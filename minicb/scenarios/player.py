@@ -30,8 +30,8 @@ import minicb.features  # noqa: F401  a lesson's sides may turn on any optional 
 from minicb.core.config import EngineConfig
 from minicb.fleet.router import ReplicaLoad, Route, Router
 from minicb.scenarios.handoff import Handoffs
-from minicb.scenarios.metrics import SideRecord, arrived_transfers
 from minicb.scenarios.scenario import PREFILL, Scenario
+from minicb.scenarios.side_figures import SideRecord, arrived_transfers
 from minicb.workload import Arrivals, RequestSpec
 
 if TYPE_CHECKING:

@@ -116,7 +116,7 @@ class Scenario:
 
     def _check_names(self) -> None:
         """Every side, request group and metric named elsewhere in the file exists."""
-        from minicb.scenarios.metrics import METRICS, REQUEST_METRICS
+        from minicb.scenarios.side_figures import METRICS, REQUEST_METRICS
 
         sides = {s.name for s in self.sides}
         groups = {r.name for r in self.requests}

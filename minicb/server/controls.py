@@ -43,10 +43,10 @@ from minicb.core.config import (
 )
 from minicb.cost_model.catalogue import read_catalogue
 from minicb.server.control_fields import ControlError, boolean, choice, number, only
+from minicb.server.demo_feeder import LENGTHS, PRESETS, WorkloadSpec, encode_prompt
 from minicb.server.engine_rebuild import rebuild_engines
 from minicb.server.lesson import PANELS
 from minicb.server.redaction import text_free
-from minicb.server.workload import LENGTHS, PRESETS, WorkloadSpec, encode_prompt
 
 if TYPE_CHECKING:
     from minicb.driver.engine_loop import EngineLoop

@@ -14,8 +14,8 @@ import argparse
 from typing import TYPE_CHECKING
 
 from minicb.engine_options import add_engine_options, describe_choices, engine_kwargs
+from minicb.server.demo_feeder import LENGTHS, PRESETS
 from minicb.server.launch import add_server_options, build_app, run_server, server_guard
-from minicb.server.workload import LENGTHS, PRESETS
 from minicb.telemetry.trace import add_trace_option
 from minicb.telemetry.trace_files import record_traces, trace_paths
 
@@ -151,7 +151,7 @@ def build_demo(args: argparse.Namespace) -> tuple[EngineLoop, FastAPI]:
     """The engine loop (not started) and the app of a demo, from parsed options."""
     from minicb.driver.engine_loop import EngineLoop
     from minicb.driver.pacing import MAX_TICK_S, Pacer
-    from minicb.server.workload import WorkloadFeeder, WorkloadSpec
+    from minicb.server.demo_feeder import WorkloadFeeder, WorkloadSpec
 
     guard = server_guard(args)  # before the model loads: a refused host costs no wait
     if args.scenario:

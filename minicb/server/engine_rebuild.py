@@ -14,7 +14,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from minicb.server.control_fields import ControlError
-from minicb.server.workload import WorkloadFeeder
+from minicb.server.demo_feeder import WorkloadFeeder
 
 if TYPE_CHECKING:
     from minicb.driver.engine_loop import EngineLoop

@@ -37,7 +37,7 @@ def runners(scenario: Scenario, real: Runner | None) -> dict[str, tuple[Runner, 
     """Each panel's runner and clock for ``scenario``: a simulated GPU of its own with a
     virtual clock, or ``real`` (the model, loaded once) with the wall clock."""
     from minicb.cost_model.catalogue import load_profile
-    from minicb.sim.runner import SimulatedRunner
+    from minicb.sim.simulated_runner import SimulatedRunner
 
     out = {}
     profile = load_profile(scenario.runner) if scenario.simulated else None

@@ -33,7 +33,7 @@ from minicb.core.request import RequestOutput
 from minicb.driver.command_queue import EngineStopped
 from minicb.driver.engine_loop import EngineLoop
 from minicb.driver.request_stream import RequestStream
-from minicb.fleet.metrics import FleetMetrics
+from minicb.fleet.fleet_prometheus import FleetMetrics
 from minicb.server.api_error import APIError, error_handler, invalid
 from minicb.server.guard import CONTROLLER, VIEWER, Guard, check_hosts
 from minicb.server.openai_params import (

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, Response
 
 from minicb.driver.command_queue import EngineStopped
 from minicb.driver.engine_loop import EngineLoop
-from minicb.fleet.metrics import FleetMetrics
+from minicb.fleet.fleet_prometheus import FleetMetrics
 from minicb.fleet.replica import ReplicaDied
 from minicb.server.redaction import text_free
 from minicb.telemetry.prometheus import PrometheusMetrics

@@ -2,11 +2,11 @@
 picker's choices, and rebuilding both engines on another GPU.
 
 ``minicb demo --simulate GPU:MODEL`` (minicb/server/demo_command.py) runs the demo on
-SimulatedRunner (minicb/sim/runner.py): no weights, the KV pool of that GPU, predicted step
-times. Each engine has its own simulated GPU and its own VirtualClock, as two machines side
-by side would; the engine loop's Pacer (minicb/driver/pacing.py) holds both to the wall
-clock. The page's picker (minicb/server/controls.py's ``simulate``) moves both to another
-catalogue profile.
+SimulatedRunner (minicb/sim/simulated_runner.py): no weights, the KV pool of that GPU,
+predicted step times. Each engine has its own simulated GPU and its own VirtualClock, as two
+machines side by side would; the engine loop's Pacer (minicb/driver/pacing.py) holds both to
+the wall clock. The page's picker (minicb/server/controls.py's ``simulate``) moves both to
+another catalogue profile.
 
 With a host-time model (``host_time``: minicb/sim/host_time.py, the demo measures this
 engine's own on start) each step also costs the host's seconds for its rows, so the page's
@@ -25,7 +25,7 @@ from minicb.core.engine import LLMEngine
 from minicb.core.runner import VirtualClock
 from minicb.cost_model.catalogue import load_profile, read_catalogue
 from minicb.sim.host_time import HostTime
-from minicb.sim.runner import SimulatedRunner
+from minicb.sim.simulated_runner import SimulatedRunner
 
 if TYPE_CHECKING:
     from minicb.core.config import EngineConfig

@@ -35,7 +35,7 @@ from minicb.core.runner.fake import FakeRunner
 from minicb.core.scheduler.block_manager import blocks_needed
 from minicb.core.scheduler.plan import StepPlan
 from minicb.cost_model.step_time import StepTimeModel
-from minicb.sim.runner import SimulatedRunner
+from minicb.sim.simulated_runner import SimulatedRunner
 from minicb.sim.step_rows import step_row
 from minicb.telemetry.metrics import MetricsCollector
 from minicb.workload import RequestSpec, feed

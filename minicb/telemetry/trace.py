@@ -89,7 +89,7 @@ def trace_header(engine: Any = None, **extra: Any) -> dict[str, Any]:
         header["config"] = described["config"]
         header["model"] = described["model"]
         header["hardware"].update(described["runner"])
-        # A run on a simulated GPU (minicb/sim/runner.py) is no measurement: say so.
+        # A run on a simulated GPU (minicb/sim/simulated_runner.py) is no measurement: say so.
         header["simulated"] = bool(header["hardware"].get("simulated"))
     header.update(extra)
     return header

@@ -2,8 +2,8 @@
 
 The demo writes FILE for the continuous engine and FILE's stem + ``.static.jsonl`` for the
 static one; ``serve --replicas`` one per replica. ``minicb replay FILE`` finds them all, and
-so does ``minicb scenario export`` (minicb/scenarios/command.py): the names live here, below
-every command that writes or reads them.
+so does ``minicb scenario export`` (minicb/scenarios/scenario_command.py): the names
+live here, below every command that writes or reads them.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ much longer than under the reference (no starvation); and the whole workload tak
 as many iterations as under the reference.
 """
 
-from minicb.lab.coding import AdmissionView
+from minicb.graded_labs.coding import AdmissionView
 
 
 def admit(view: AdmissionView) -> list[int]:

@@ -7,7 +7,7 @@ that does not fit. Stopping there, rather than skipping it, is what keeps a long
 from starving: the blocks that running requests free accumulate for it.
 """
 
-from minicb.lab.coding import AdmissionView
+from minicb.graded_labs.coding import AdmissionView
 
 
 def admit(view: AdmissionView) -> list[int]:

@@ -10,7 +10,7 @@ from minicb.bench.calibration import (
     step_errors,
     step_kind,
 )
-from minicb.bench.workloads import capped_exponential
+from minicb.bench.recipes import capped_exponential
 from minicb.core.config import EngineConfig
 from minicb.cost_model.catalogue import load_profile
 from minicb.cost_model.step_time import step_totals

@@ -122,8 +122,8 @@ def test_without_the_performance_lab_the_roofline_section_says_where_it_is(monke
 
     from minicb.bench import NO_LAB, performance_lab
     from minicb.bench.measurements import count_runs
+    from minicb.bench.recipes import QUICK
     from minicb.bench.report import roofline_section
-    from minicb.bench.workloads import QUICK
 
     assert performance_lab("roofline") is not None  # the repository's checkout has it
     monkeypatch.setitem(sys.modules, "perflab", None)  # as if it were not there

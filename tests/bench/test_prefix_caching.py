@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 from minicb import EngineConfig, FakeRunner, LLMEngine
 from minicb.bench.measurements import Suite, count_runs
+from minicb.bench.recipes import QUICK, cache_workloads
 from minicb.bench.report import prefix_caching_section
 from minicb.bench.systems import Systems
-from minicb.bench.workloads import QUICK, cache_workloads
 
 
 def test_suite_runs_prefix_workloads_off_and_on_and_reports_them():

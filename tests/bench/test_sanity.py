@@ -14,6 +14,7 @@ import torch
 
 from minicb.bench import RunRecord, run_record
 from minicb.bench.measurements import Suite
+from minicb.bench.recipes import QUICK, SYSTEMS, make_workloads
 from minicb.bench.sanity import (
     OTHER_KERNELS_SLACK,
     SAME_KERNELS_SLACK,
@@ -24,7 +25,6 @@ from minicb.bench.sanity import (
 )
 from minicb.bench.systems import build_systems
 from minicb.bench.transformers_systems import _batch_events
-from minicb.bench.workloads import QUICK, SYSTEMS, make_workloads
 from minicb.core.runner.loader import load_hf_config
 from minicb.workload import RequestSpec, Workload
 

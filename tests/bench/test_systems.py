@@ -9,9 +9,9 @@ import torch
 
 from minicb import EngineConfig, FakeRunner, LLMEngine, VirtualClock
 from minicb.bench import measure_events, run_minicb
+from minicb.bench.recipes import MINICB, QUICK, capped_exponential
 from minicb.bench.systems import Systems, build_systems, minicb_siblings, sibling
 from minicb.bench.transformers_systems import _batch_events, run_hf_continuous, run_hf_padded
-from minicb.bench.workloads import MINICB, QUICK, capped_exponential
 from minicb.workload import RequestSpec, Workload
 
 

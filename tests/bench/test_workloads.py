@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from minicb.bench.workloads import (
+from minicb.bench.recipes import (
     capped_exponential,
     fixed_lengths,
     nanovllm_replica,

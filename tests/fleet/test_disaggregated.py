@@ -16,7 +16,7 @@ from minicb.core.runner import VirtualClock
 from minicb.fleet.disagg_reproduction import DISAGG_SYSTEMS, disaggregation
 from minicb.fleet.disaggregated import DisaggregatedCluster
 from minicb.fleet.kv_transfer import DecodeScheduler, link
-from minicb.sim.runner import SimulatedRunner
+from minicb.sim.simulated_runner import SimulatedRunner
 from minicb.workload import Arrivals, RequestSpec
 
 PROFILE = "H100:llama-3.1-8b"

@@ -15,8 +15,8 @@ from typing import Any
 
 import nbformat
 
-from minicb.lab.checker import check_answers, harvest
-from minicb.lab.exercises import find_exercises
+from minicb.graded_labs.checker import check_answers, harvest
+from minicb.graded_labs.exercises import find_exercises
 
 ROOT = Path(__file__).resolve().parents[2]
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")

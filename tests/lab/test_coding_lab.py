@@ -1,4 +1,4 @@
-"""The coding lab (minicb/lab/coding/): a student's admission policy in the real engine,
+"""The coding lab (minicb/graded_labs/coding/): a student's admission policy in the real engine,
 judged by behaviour on held-back workloads.
 
 Fast tests run the child's side (``measure``) in this process on the fake runner, so each
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from minicb.lab.coding import AdmissionView, WaitingRequest
-from minicb.lab.coding.grader import PROPERTIES, judge, measure, submissions_in
-from minicb.lab.coding.plug import ChoiceRefused, broken_limit, checked_ids
-from minicb.lab.coding.workloads import draw_all, run
+from minicb.graded_labs.coding import AdmissionView, WaitingRequest
+from minicb.graded_labs.coding.grader import PROPERTIES, judge, measure, submissions_in
+from minicb.graded_labs.coding.hidden_workloads import draw_all, run
+from minicb.graded_labs.coding.plug import ChoiceRefused, broken_limit, checked_ids
 
 ROOT = Path(__file__).resolve().parents[2]
 TEACHER = ROOT / "teacher" / "coding_lab"

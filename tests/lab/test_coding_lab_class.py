@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from minicb.lab.coding.grader import PROPERTIES
+from minicb.graded_labs.coding.grader import PROPERTIES
 from tests.lab.test_coding_lab import LEAKY, SHORTEST_FIRST, TEACHER
 
 pytestmark = pytest.mark.slow

@@ -1,7 +1,7 @@
-"""The fairness lab's admission (minicb/lab/fairness.py): skipping starves the long prompt
+"""The fairness lab's admission (minicb/graded_labs/fairness.py): skipping starves the long prompt
 that head-of-line admission serves, and aging or a reserve bounds its wait again."""
 
-from minicb.lab.fairness import starvation_run
+from minicb.graded_labs.fairness import starvation_run
 
 SEEDS = range(4)
 

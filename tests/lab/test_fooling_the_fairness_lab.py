@@ -15,7 +15,7 @@ import pytest
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
 
-from minicb.lab.checker import grade  # noqa: E402
+from minicb.graded_labs.checker import grade  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -13,12 +13,12 @@ import pytest
 
 nbformat = pytest.importorskip("nbformat")
 
-from minicb.lab.answers import decode, encode, harvest_source, inject_source, read_harvest  # noqa: E402
-from minicb.lab.checker import copied_solutions, students_run  # noqa: E402
-from minicb.lab.exercises import find_exercises  # noqa: E402
-from minicb.lab.isolated import IsolatedFunction, call_each  # noqa: E402
-from minicb.lab.student import student_version  # noqa: E402
-from minicb.lab.verdict import Wrong, correct, expect, expect_int, expect_ints  # noqa: E402
+from minicb.graded_labs.answers import decode, encode, harvest_source, inject_source, read_harvest  # noqa: E402
+from minicb.graded_labs.checker import copied_solutions, students_run  # noqa: E402
+from minicb.graded_labs.exercises import find_exercises  # noqa: E402
+from minicb.graded_labs.isolated import IsolatedFunction, call_each  # noqa: E402
+from minicb.graded_labs.student import student_version  # noqa: E402
+from minicb.graded_labs.verdict import Wrong, correct, expect, expect_int, expect_ints  # noqa: E402
 
 from .toy import toy_teacher  # noqa: E402
 

@@ -15,8 +15,8 @@ nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
-from minicb.lab.checker import grade  # noqa: E402
-from minicb.lab.student import student_version  # noqa: E402
+from minicb.graded_labs.checker import grade  # noqa: E402
+from minicb.graded_labs.student import student_version  # noqa: E402
 
 from .toy import toy_teacher  # noqa: E402
 

@@ -16,8 +16,8 @@ import pytest
 
 nbformat = pytest.importorskip("nbformat")
 
-from minicb.lab.exercises import find_exercises  # noqa: E402
-from minicb.lab.student import student_version, write_student_versions  # noqa: E402
+from minicb.graded_labs.exercises import find_exercises  # noqa: E402
+from minicb.graded_labs.student import student_version, write_student_versions  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 LABS = [*(ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"), *(ROOT / "notebooks").glob("lab_*.ipynb")]

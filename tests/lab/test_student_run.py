@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("nbclient")
 
-from minicb.lab.checker import grade  # noqa: E402
+from minicb.graded_labs.checker import grade  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -36,8 +36,8 @@ def toy_teacher() -> nbformat.NotebookNode:
         v4.new_markdown_cell("# Toy"),
         v4.new_code_cell(
             "import random\n"
-            "from minicb.lab.isolated import call_each\n"
-            "from minicb.lab.verdict import correct, expect, expect_int, expect_ints\n"
+            "from minicb.graded_labs.isolated import call_each\n"
+            "from minicb.graded_labs.verdict import correct, expect, expect_int, expect_ints\n"
             "xs = [3, 1, 4, 1, 5]"
         ),
     ]

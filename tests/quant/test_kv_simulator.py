@@ -13,7 +13,7 @@ from minicb.core.runner import VirtualClock
 from minicb.core.runner.kv_pool import bytes_per_block
 from minicb.cost_model.catalogue import load_profile
 from minicb.sim.run import run_simulated
-from minicb.sim.runner import SimulatedRunner
+from minicb.sim.simulated_runner import SimulatedRunner
 from minicb.workload import from_lengths
 
 

@@ -10,8 +10,8 @@ engine's virtual clock, never the wall clock.
 import pytest
 
 from minicb.scenarios import load_scenario, scenario_names
-from minicb.scenarios.metrics import check_claim, request_metric, side_metric
 from minicb.scenarios.player import arrivals, build_engines, play
+from minicb.scenarios.side_figures import check_claim, request_metric, side_metric
 
 TEST_PROFILE = "L4:llama-3.1-8b"  # prefill of a few hundred tokens is compute-bound here
 
@@ -86,7 +86,7 @@ def test_the_metrics_read_the_events(runs):
 def test_a_sides_own_clock_leaves_out_the_other_sides_steps():
     from types import SimpleNamespace as NS
 
-    from minicb.scenarios.metrics import SideRecord
+    from minicb.scenarios.side_figures import SideRecord
 
     record = SideRecord({})
     # Its steps ran 0-1 and 3-4 on the shared wall clock; the other side ran 1-3.

@@ -14,9 +14,9 @@ import pytest
 from minicb.fleet.kv_transfer import link
 from minicb.scenarios import ScenarioError, load_scenario
 from minicb.scenarios.handoff import ROLES
-from minicb.scenarios.metrics import request_metric, side_metric
 from minicb.scenarios.player import arrivals, build_engines, play
 from minicb.scenarios.scenario import HERE, Scenario
+from minicb.scenarios.side_figures import request_metric, side_metric
 from minicb.telemetry.kv_state import KVState
 
 COLOCATED, APART = "12-colocated-prefill-decode", "12b-disaggregated-prefill-decode"

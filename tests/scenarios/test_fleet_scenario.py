@@ -13,9 +13,9 @@ import pytest
 
 from minicb.fleet.router import Router
 from minicb.scenarios import ScenarioError, load_scenario
-from minicb.scenarios.metrics import side_metric
 from minicb.scenarios.player import arrivals, build_engines, play
 from minicb.scenarios.scenario import HERE, Scenario
+from minicb.scenarios.side_figures import side_metric
 
 NAMES = {"round-robin": "11-fleet-round-robin", "prefix-aware": "11b-fleet-prefix-aware"}
 

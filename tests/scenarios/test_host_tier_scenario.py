@@ -12,8 +12,8 @@ from collections import defaultdict
 import pytest
 
 from minicb.scenarios import load_scenario
-from minicb.scenarios.metrics import request_metric, side_metric
 from minicb.scenarios.player import build_engines, play
+from minicb.scenarios.side_figures import request_metric, side_metric
 
 NAME = "10-prefix-host-tier"
 HISTORY = 448  # tokens of each conversation's history (its prefix)

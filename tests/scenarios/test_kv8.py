@@ -15,8 +15,8 @@ from minicb.core.runner.build_model import model_config
 from minicb.core.runner.kv_pool import bytes_per_block
 from minicb.core.runner.loader import load_hf_config, resolve_model_path
 from minicb.scenarios import load_scenario
-from minicb.scenarios.metrics import side_metric
 from minicb.scenarios.player import build_engines, play
+from minicb.scenarios.side_figures import side_metric
 
 NAME = "09-kv-cache-8bit"
 KV_MIB = 72

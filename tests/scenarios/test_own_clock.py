@@ -4,7 +4,7 @@ scenarios' figures and a joining page's request times read from it, never the sh
 
 from minicb import EngineConfig, FakeRunner, LLMEngine, SamplingParams
 from minicb.core.runner import VirtualClock
-from minicb.scenarios.metrics import SideRecord, side_metric
+from minicb.scenarios.side_figures import SideRecord, side_metric
 
 PARAMS = SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True)
 

@@ -14,9 +14,9 @@ from minicb import EngineConfig, FakeRunner, LLMEngine
 from minicb.driver.engine_loop import EngineLoop
 from minicb.server.app import create_app
 from minicb.server.broadcast import read_message
+from minicb.server.demo_feeder import WorkloadFeeder, WorkloadSpec
 from minicb.server.guard import Guard
 from minicb.server.openai_api import install_openai_routes
-from minicb.server.workload import WorkloadFeeder, WorkloadSpec
 from tests.api.live import live_server
 
 

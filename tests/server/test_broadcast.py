@@ -17,7 +17,7 @@ from minicb import SamplingParams
 from minicb.driver.engine_loop import EngineLoop
 from minicb.server import broadcast
 from minicb.server.app import create_app
-from minicb.server.workload import WorkloadFeeder, WorkloadSpec
+from minicb.server.demo_feeder import WorkloadFeeder, WorkloadSpec
 from tests.api.live import LOCAL
 from tests.server.conftest import fake_engine, message
 

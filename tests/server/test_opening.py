@@ -10,7 +10,7 @@ import statistics
 
 from minicb import EngineConfig, FakeRunner, LLMEngine
 from minicb.server import demo_command
-from minicb.server.workload import WorkloadFeeder, WorkloadSpec
+from minicb.server.demo_feeder import WorkloadFeeder, WorkloadSpec
 
 
 def demo_args(*extra: str) -> argparse.Namespace:

@@ -16,9 +16,9 @@ from fastapi.testclient import TestClient
 from minicb import SamplingParams
 from minicb.driver.engine_loop import EngineLoop
 from minicb.server.app import create_app
+from minicb.server.demo_feeder import WorkloadFeeder, WorkloadSpec
 from minicb.server.engine_rebuild import rebuild_engines
 from minicb.server.openai_api import install_openai_routes
-from minicb.server.workload import WorkloadFeeder, WorkloadSpec
 from minicb.telemetry.trace_files import record_traces, trace_paths
 from minicb.telemetry.trace_reader import read_trace
 from tests.api.live import LOCAL, metric

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from minicb import EngineConfig, LLMEngine, SamplingParams, VirtualClock
 from minicb.driver.engine_loop import EngineLoop
 from minicb.server.app import create_app
-from minicb.sim.runner import SimulatedRunner
+from minicb.sim.simulated_runner import SimulatedRunner
 from minicb.telemetry.kv_state import KVState
 from minicb.telemetry.trace import record_trace
 from minicb.telemetry.trace_reader import read_trace

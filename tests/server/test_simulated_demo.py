@@ -23,8 +23,8 @@ from minicb.driver.engine_loop import EngineLoop
 from minicb.driver.pacing import MAX_TICK_S, Pacer
 from minicb.server import demo_command
 from minicb.server.app import create_app
+from minicb.server.demo_feeder import WorkloadFeeder, WorkloadSpec
 from minicb.server.replay_view import replay_info
-from minicb.server.workload import WorkloadFeeder, WorkloadSpec
 from minicb.sim.demo import SIMULATED_WORKLOAD, simulated_engines
 from minicb.telemetry.trace import TraceWriter, trace_header
 from minicb.telemetry.trace_reader import read_trace

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from minicb.driver.engine_loop import EngineLoop
 from minicb.server.app import create_app
-from minicb.server.workload import WorkloadFeeder, WorkloadSpec
+from minicb.server.demo_feeder import WorkloadFeeder, WorkloadSpec
 from tests.api.live import LOCAL
 from tests.server.conftest import control, fake_engine, message
 
@@ -71,7 +71,7 @@ def test_requests_refused_anyway_are_said_once_and_the_burst_is_not_resent(caplo
     """Engines built too small for the workload, past every check: the feeder's own guard."""
     engines = {"static": fake_engine("static", num_kv_blocks=1), "continuous": fake_engine()}
     feeder = WorkloadFeeder(OPENING, short=(4, 12), long=(24, 48))
-    with caplog.at_level(logging.WARNING, logger="minicb.server.workload"):
+    with caplog.at_level(logging.WARNING, logger="minicb.server.demo_feeder"):
         for _ in range(200):  # rounds: the old feeder re-sent the refused burst every one
             feeder(engines)
             for engine in engines.values():

@@ -12,7 +12,7 @@ from minicb import EngineConfig, LLMEngine, SamplingParams
 from minicb.driver.engine_loop import EngineLoop
 from minicb.server.app import create_app
 from minicb.server.broadcast import read_message
-from minicb.server.workload import WorkloadFeeder, WorkloadSpec
+from minicb.server.demo_feeder import WorkloadFeeder, WorkloadSpec
 from minicb.telemetry.kv_state import KVState
 from minicb.telemetry.trace_reader import Trace
 from tests.api.live import LOCAL

@@ -6,7 +6,7 @@ from minicb.core.config import EngineConfig
 from minicb.core.runner import VirtualClock
 from minicb.core.scheduler.plan import StepPlan
 from minicb.cost_model.catalogue import read_catalogue
-from minicb.sim.runner import SimulatedRunner
+from minicb.sim.simulated_runner import SimulatedRunner
 
 
 def test_each_offloaded_or_reloaded_block_costs_its_bytes_over_the_host_link():

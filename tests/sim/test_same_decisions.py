@@ -7,7 +7,7 @@ import pytest
 
 from minicb import LLMEngine, SamplingParams, VirtualClock
 from minicb.core.config import EngineConfig
-from minicb.sim.runner import SimulatedRunner
+from minicb.sim.simulated_runner import SimulatedRunner
 from minicb.telemetry.event_json import plan_to_dict
 from tests.helpers import mixed_prompts
 

@@ -6,7 +6,7 @@ import pytest
 from minicb import LLMEngine, SamplingParams, VirtualClock
 from minicb.core.config import EngineConfig
 from minicb.cost_model.catalogue import load_profile
-from minicb.sim.runner import SimulatedRunner
+from minicb.sim.simulated_runner import SimulatedRunner
 
 
 def test_the_pool_is_the_gpus_unless_the_config_fixes_it():

@@ -7,7 +7,7 @@ import pytest
 from minicb import LLMEngine, SamplingParams, VirtualClock
 from minicb.core.config import EngineConfig
 from minicb.cost_model.step_time import Efficiency, GPUSpec, ModelShape, StepTimeModel
-from minicb.sim.runner import SimulatedRunner
+from minicb.sim.simulated_runner import SimulatedRunner
 from minicb.telemetry.event_json import from_dict, to_dict
 
 # Round numbers: 1,000 B/s and 1,000 FLOP/s at half efficiency, 0.1 s overhead per step.

@@ -14,7 +14,7 @@ from minicb.core.config import EngineConfig
 from minicb.core.runner import VirtualClock
 from minicb.cost_model.catalogue import read_catalogue
 from minicb.cost_model.step_time import GIB
-from minicb.sim.runner import GPU_MEMORY_UTILIZATION, SimulatedRunner
+from minicb.sim.simulated_runner import GPU_MEMORY_UTILIZATION, SimulatedRunner
 
 
 def llama_8b_bytes(weights: str) -> tuple[int, int]:

@@ -11,7 +11,7 @@ import pytest
 from minicb import SamplingParams
 from minicb.core.events import EngineReset
 from minicb.core.request import RequestMetrics
-from minicb.scenarios.metrics import SideRecord
+from minicb.scenarios.side_figures import SideRecord
 from minicb.server.frames import StepFolder
 from minicb.telemetry.kv_state import KVState
 from minicb.telemetry.metrics import MetricsCollector

@@ -10,7 +10,7 @@ not know or care:
   Triton attention, CUDA graphs;
 - ``FakeRunner`` (minicb.core.runner.fake): no model and no torch; deterministic tokens, for
   tests and for timing the scheduler alone;
-- ``SimulatedRunner`` (minicb.sim.runner): FakeRunner with a named GPU's KV pool and
+- ``SimulatedRunner`` (minicb.sim.simulated_runner): FakeRunner with a named GPU's KV pool and
   a step-time model of that GPU (docs/simulation.md): data-centre scale, simulated.
 
 A runner also tells the engine what it was built with: how many KV and swap blocks exist,

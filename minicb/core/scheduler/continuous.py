@@ -181,7 +181,7 @@ class ContinuousScheduler(SchedulerBase):
         """The waiting requests to try this iteration, in order, with ``budget`` tokens
         left: admission takes them one by one and stops at the first that does not fit
         (a slot, the budget, its blocks). The one seam for another admission policy: a
-        subclass returns its own choice (the coding lab's, minicb/lab/coding/). Here: the
+        subclass returns its own choice (the coding lab's, minicb/graded_labs/coding/). Here: the
         whole queue in policy order (FCFS: by arrival), so a long prompt holds the line."""
         return self.ordered(self.waiting)
 

@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_student(args: argparse.Namespace) -> int:
-    from minicb.lab.student import write_student_versions
+    from minicb.graded_labs.student import write_student_versions
 
     for path in write_student_versions(args.notebooks, args.out):
         print(path)
@@ -47,7 +47,7 @@ def run_student(args: argparse.Namespace) -> int:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from minicb.lab.checker import grade, teachers_notebook
+    from minicb.graded_labs.checker import grade, teachers_notebook
 
     for path in args.notebooks:  # every name checked before the first kernel starts
         if not path.is_file():
@@ -93,7 +93,7 @@ def write_csv(graded: list, path: Path) -> None:
 def run_grade_code(args: argparse.Namespace) -> int:
     """One line per submission (passed, then ok / -- per property, blank where it was not
     judged because the runs failed), then what each failed property saw."""
-    from minicb.lab.coding.grader import PROPERTIES, grade_code
+    from minicb.graded_labs.coding.grader import PROPERTIES, grade_code
 
     graded = grade_code(args.submissions, args.teacher, args.seed)
     width = max(len(str(g.path)) for g in graded)

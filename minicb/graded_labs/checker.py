@@ -5,14 +5,14 @@ Two runs, and the student's code never runs beside a check:
 1. **The student's run**, a fresh kernel per submission: the teacher's notebook with, for
    each exercise, the cells between its heading and its check replaced by the
    submission's cells there (the student's answers). The checks are left out; a last cell
-   reads each exercise's answers as data (``minicb.lab.answers``).
+   reads each exercise's answers as data (``minicb.graded_labs.answers``).
 2. **The checks' run**, one fresh kernel per teacher's notebook, however many submissions:
    the teacher's notebook without its worked solutions, so every fixture is computed by
    the teacher's code. At each check, for one submission after another, a cell sets that
    exercise's answers from their data, the check runs, and the answers are deleted again.
    A check sees only its own answers (one that read another exercise's answer fails in
    the teacher's own run), and a function answer runs in a process of its own
-   (``minicb.lab.isolated``).
+   (``minicb.graded_labs.isolated``).
 
 An exercise is right only when its check's reply was "ok" *and* it printed ``correct:``.
 A submission that contains a teacher's worked solution (the same code, whatever its
@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from minicb.lab.answers import harvest_source, inject_source, read_harvest
-from minicb.lab.exercises import Exercise, find_exercises
-from minicb.lab.kernel import run_notebook
+from minicb.graded_labs.answers import harvest_source, inject_source, read_harvest
+from minicb.graded_labs.exercises import Exercise, find_exercises
+from minicb.graded_labs.kernel import run_notebook
 
 ROOT = Path(__file__).resolve().parents[2]
 

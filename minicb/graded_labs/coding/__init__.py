@@ -9,6 +9,6 @@ never sees (docs/coding-lab.md).
   reference engine and the teacher's reference policy.
 """
 
-from minicb.lab.coding.contract import AdmissionView, WaitingRequest
+from minicb.graded_labs.coding.contract import AdmissionView, WaitingRequest
 
 __all__ = ["AdmissionView", "WaitingRequest"]

@@ -1,7 +1,7 @@
 """``minicb lab grade-code``: a student's admission policy in the real engine, graded by
 what it does on workloads the student never sees.
 
-Each submission runs in a fresh Python process (``python -m minicb.lab.coding.grader``),
+Each submission runs in a fresh Python process (``python -m minicb.graded_labs.coding.grader``),
 never in the grader's: the child loads the file, plugs its ``admit`` into the real
 continuous scheduler (plug.py), serves every held-back workload (workloads.py) and sends
 back what it measured as data. The grader judges that data against two runs of its own:
@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from minicb.lab.coding.workloads import Workload, draw_all, run
+from minicb.graded_labs.coding.hidden_workloads import Workload, draw_all, run
 
 PROPERTIES = ("runs", "limits", "greedy tokens", "KV blocks returned", "bounded wait",
               "performance")  # fmt: skip
@@ -125,7 +125,7 @@ def measure_in_child(path: Path, workloads: list[Workload], caps: list[int],
     request = {"submission": str(Path(path).resolve()), "caps": caps, "model": model,
                "workloads": [w.to_data() for w in workloads]}  # fmt: skip
     try:
-        done = subprocess.run([sys.executable, "-m", "minicb.lab.coding.grader"],
+        done = subprocess.run([sys.executable, "-m", "minicb.graded_labs.coding.grader"],
                               input=json.dumps(request), capture_output=True, text=True,
                               timeout=TIMEOUT_S, cwd=tempfile.gettempdir())  # fmt: skip
     except subprocess.TimeoutExpired:
@@ -213,7 +213,7 @@ def _waits(runs: list[dict], reference: list[dict], named: list[str]) -> str | N
 # ---- the child's side ----------------------------------------------------------------
 def measure(request: dict[str, Any]) -> dict[str, Any]:
     """Load the submission, run it on every workload; measurements or what failed."""
-    from minicb.lab.coding.plug import ChoiceRefused, broken_limit
+    from minicb.graded_labs.coding.plug import ChoiceRefused, broken_limit
 
     path = request["submission"]
     try:

@@ -8,7 +8,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from minicb.lab.exercises import find_exercises
+from minicb.graded_labs.exercises import find_exercises
 
 STUDENT_DIR = "student"  # beside the teacher's notebooks: notebooks/student/
 NOTE = (

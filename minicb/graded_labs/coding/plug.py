@@ -23,7 +23,7 @@ from typing import Any
 
 from minicb.core.request import Request
 from minicb.core.scheduler import ContinuousScheduler
-from minicb.lab.coding.contract import AdmissionView, WaitingRequest
+from minicb.graded_labs.coding.contract import AdmissionView, WaitingRequest
 
 Admit = Callable[[AdmissionView], Sequence[int]]
 OnChoice = Callable[[AdmissionView, list[int]], None]

@@ -94,7 +94,7 @@ def run(workload: Workload, admit: Any = None, *, model: str | None = None,
     from minicb.core.engine import LLMEngine
     from minicb.core.runner import VirtualClock
     from minicb.core.runner.fake import FakeRunner
-    from minicb.lab.coding.plug import policy_engine
+    from minicb.graded_labs.coding.plug import policy_engine
 
     config = EngineConfig(max_num_seqs=workload.max_num_seqs, block_size=workload.block_size,
                           max_num_batched_tokens=workload.max_num_batched_tokens,

@@ -10,7 +10,7 @@ in that child, never beside the check. In a student's own notebook the function 
 function and ``call_each`` just calls it.
 
 The inputs travel by pickle (the check's own objects, into the child); the results come
-back as JSON (``minicb.lab.answers``), never by pickle, since they are the student's.
+back as JSON (``minicb.graded_labs.answers``), never by pickle, since they are the student's.
 """
 
 from __future__ import annotations
@@ -44,13 +44,13 @@ def call_each(fn: Any, cases: list[tuple]) -> list[Any]:
     """``[fn(*case) for case in cases]``, in one child process when ``fn`` is isolated."""
     if not isinstance(fn, IsolatedFunction):
         return [fn(*case) for case in cases]
-    from minicb.lab.answers import decode
-    from minicb.lab.verdict import Wrong
+    from minicb.graded_labs.answers import decode
+    from minicb.graded_labs.verdict import Wrong
 
     try:
-        done = subprocess.run([sys.executable, "-m", "minicb.lab.isolated"], timeout=TIMEOUT_S,
-                              input=pickle.dumps((fn.source, fn.name, cases)),
-                              capture_output=True)  # fmt: skip
+        done = subprocess.run([sys.executable, "-m", "minicb.graded_labs.isolated"],
+                              timeout=TIMEOUT_S, capture_output=True,
+                              input=pickle.dumps((fn.source, fn.name, cases)))  # fmt: skip
     except subprocess.TimeoutExpired as e:
         raise Wrong(f"your function {fn.name} did not return within {TIMEOUT_S} s") from e
     try:
@@ -64,7 +64,7 @@ def call_each(fn: Any, cases: list[tuple]) -> list[Any]:
 
 def _child() -> None:
     """The child's side: define the function, call it on each case, print the results."""
-    from minicb.lab.answers import encode
+    from minicb.graded_labs.answers import encode
 
     source, name, cases = pickle.load(sys.stdin.buffer)
     out = os.fdopen(os.dup(1), "w")

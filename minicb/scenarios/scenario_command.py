@@ -61,7 +61,7 @@ def _play(args: argparse.Namespace, listeners: dict[str, Any] | None = None) -> 
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from minicb.scenarios.metrics import check_claim
+    from minicb.scenarios.side_figures import check_claim
 
     scenario, result = _play(args)
     failed = 0

@@ -6,7 +6,7 @@ to write), the worked solution (a cell that starts ``# Solution``, filling in th
 only when it is still ``None``) and the check (the next code cell). The check's first line
 names the answers it reads, ``# Check (answers: answer_padding_rows)``: those, and only
 those, are what the grader carries to it from the student's kernel. It compares them with
-what the engine did and ends in ``correct: ...`` or a ``Wrong`` (``minicb.lab.verdict``).
+what the engine did and ends in ``correct: ...`` or a ``Wrong`` (``minicb.graded_labs.verdict``).
 """
 
 from __future__ import annotations

@@ -85,14 +85,15 @@ def report_answers(namespace: dict[str, Any], names: list[str]) -> None:
 
 def harvest_source(names: list[str]) -> str:
     """The cell the grader appends to a student's run to read the answers."""
-    return f"from minicb.lab.answers import report_answers\nreport_answers(globals(), {names!r})"
+    return ("from minicb.graded_labs.answers import report_answers\n"
+            f"report_answers(globals(), {names!r})")
 
 
 def inject_source(answers: dict[str, Any]) -> str:
     """A cell of the checks' kernel that sets each answer from its data (a string literal:
     nothing of the student's is code here)."""
-    lines = ["from minicb.lab.answers import decode as _decode",
-             "from minicb.lab.isolated import IsolatedFunction as _Function"]
+    lines = ["from minicb.graded_labs.answers import decode as _decode",
+             "from minicb.graded_labs.isolated import IsolatedFunction as _Function"]
     lines += [f"{name} = _decode(__import__('json').loads({json.dumps(data)!r}), "
               "make_function=_Function)"
               for name, data in answers.items()]  # fmt: skip
