@@ -7,8 +7,10 @@ decoder's linear layers, computed by torch's own CPU kernel; fewer bytes per dec
 
 Importing this package registers the 8-bit KV formats at the core's KV layer seam
 (``KV_FORMATS`` in minicb/core/attention/kv_layer.py) under their ``kv_cache_dtype`` names,
-and nothing more: the factory imports kv.py, and with it torch, only when a pool of that
-format is allocated.
+and the int8 weights as a weight form at the model build's seam
+(minicb/core/runner/wrappers.py), and nothing more: each factory imports kv.py or weights.py,
+and with it torch, only when a pool of that format is allocated or ``weight_dtype="int8"``
+asks for int8 weights.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 from functools import partial
 
 from minicb.core.attention.kv_layer import KV_FORMATS
+from minicb.core.runner.wrappers import register_weight_form
 
 
 def _eight_bit(name: str):
@@ -26,3 +29,12 @@ def _eight_bit(name: str):
 
 for _name in ("int8", "fp8"):
     KV_FORMATS[_name] = partial(_eight_bit, _name)
+
+
+def _int8_weights():
+    from minicb.quant.weights import Int8Weights
+
+    return Int8Weights()
+
+
+register_weight_form("int8_weights", _int8_weights)
