@@ -101,7 +101,7 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         "--speculative",
         default="off",
         choices=SPECULATIVE_MODES,
-        help="speculative decoding: 'ngram' drafts tokens by prompt lookup (greedy requests)",
+        help="speculative decoding: 'ngram' drafts tokens by prompt lookup (any temperature)",
     )
     g.add_argument("--num-speculative-tokens", type=int, default=4, help="drafts per step, at most")
     g.add_argument("--ngram-min", type=int, default=1, help="shortest n-gram the lookup matches")

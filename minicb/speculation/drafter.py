@@ -3,18 +3,22 @@
 A decode row normally brings one token (the last one generated) and gets one new token back.
 With a draft of ``d`` guessed tokens it brings ``1 + d``, the runner samples at every one of
 those positions in the same ragged forward pass as everyone else's work (a query of
-``1 + d`` tokens at the end of the context: the chunked-prefill attention path), and greedy
-acceptance keeps the longest prefix of the draft that equals the model's own greedy choices,
+``1 + d`` tokens at the end of the context: the chunked-prefill attention path), and
+acceptance keeps the longest prefix of the draft that equals the model's own tokens there,
 plus the model's token after it (the "bonus"): between 1 and ``1 + d`` tokens per step, and
 exactly the tokens the model would have produced one step at a time.
+
+That holds at any temperature. A greedy row's tokens are its argmaxes. A sampled row's are
+drawn at each position from the filtered distribution there, each from the generator of
+its token index when the request is seeded; keeping them while they equal the draft is
+rejection sampling for a draft that is a point mass (rejection.py says why), so the kept
+tokens have the model's distribution, and a seeded request's are the ones it would get
+with speculation off.
 
 ``Drafter`` fills the core's drafter hooks (minicb/core/scheduler/hooks.py). Who guesses is
 a ``Proposer``: it gets every row to draft for at once (a draft model runs them as one
 batch) and returns up to each row's ``max_tokens`` guesses. The n-gram proposer is in
-ngram.py. Only greedy requests draft: for a request that samples, drafts would need
-rejection sampling to keep its distribution exact, and its seeded tokens reproducible;
-minicb gives it none. Pure Python, no torch: the scheduler calls it while it builds the
-StepPlan.
+ngram.py. Pure Python, no torch: the scheduler calls it while it builds the StepPlan.
 """
 
 from __future__ import annotations
@@ -56,10 +60,11 @@ class Proposer(Protocol):
 
 
 def accept_greedy(draft: Sequence[int], verified: Sequence[int]) -> list[int]:
-    """The tokens a verified row yields: ``verified[i]`` is the model's greedy token after
-    the row's ``i``-th input (``i = 0``: after the last real token; ``i > 0``: after draft
-    token ``i - 1``). Keep the model's tokens while the draft agreed with them, then the
-    first one where it did not (or the bonus token after a fully accepted draft)."""
+    """The tokens a verified row yields: ``verified[i]`` is the model's token after the
+    row's ``i``-th input (``i = 0``: after the last real token; ``i > 0``: after draft token
+    ``i - 1``), its argmax or, for a sampled row, its draw. Keep the model's tokens while the
+    draft agreed with them, then the first one where it did not (or the bonus token after a
+    fully accepted draft)."""
     m = 0
     while m < len(draft) and m + 1 < len(verified) and draft[m] == verified[m]:
         m += 1
@@ -96,7 +101,7 @@ class _Ask:
 
 
 class Drafter:
-    """Adds drafts to a plan's greedy decode rows, within what nobody else needs: the
+    """Adds drafts to a plan's decode rows, within what nobody else needs: the
     scheduler calls it last, with the budget that running requests, swap-ins and admissions
     left over."""
 
@@ -112,7 +117,7 @@ class Drafter:
         self.held: dict[int, int] = {}  # request id -> blocks it held before this step's draft
 
     def draft(self, plan: StepPlan, requests: dict[int, Request], budget: int) -> None:
-        """Lengthen each greedy decode row by its draft, out of what is left of the token
+        """Lengthen each decode row by its draft, out of what is left of the token
         budget and of the unkeyed free blocks, so that a draft never preempts, evicts or
         delays anyone. The proposer is asked once, for every row, each within the whole
         budget; the drafts then take the budget in the plan's order, and one that the rows
@@ -123,9 +128,8 @@ class Drafter:
             return
         asks: list[_Ask] = []
         for row in plan.scheduled:
-            req = requests[row.request_id]
-            if row.phase == DECODE and req.params.greedy:
-                ask = self._ask(row, req, budget)
+            if row.phase == DECODE:
+                ask = self._ask(row, requests[row.request_id], budget)
                 if ask.request.max_tokens > ask.guessing:  # room for one draft token at least
                     asks.append(ask)
         if not asks:

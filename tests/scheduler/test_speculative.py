@@ -189,15 +189,19 @@ def test_drafts_never_evict_a_cached_prefix():
     assert len(engine.kv_snapshot().cached_blocks) == 2
 
 
-def test_sampling_requests_get_no_drafts():
+def test_sampling_requests_draft_too():
+    """A sampled row's draws are kept while they match its draft (rejection sampling for a
+    point-mass draft: minicb/speculation/rejection.py), so it drafts like a greedy one."""
     engine = fake_engine(speculative="ngram")
     engine.runner.token_fn = lambda rid, i: 5
     greedy = engine.add_request([5] * 4, SamplingParams(max_tokens=8, temperature=0.0))
     sampled = engine.add_request([5] * 4, SamplingParams(max_tokens=8, temperature=0.8, seed=1))
-    drafted = set()
+    drafted, accepted = set(), set()
     while engine.has_unfinished():
-        drafted |= {r.request_id for r in engine.step().plan.scheduled if r.num_draft_tokens}
-    assert drafted == {greedy} and sampled not in drafted
+        rows = engine.step().plan.scheduled
+        drafted |= {r.request_id for r in rows if r.num_draft_tokens}
+        accepted |= {r.request_id for r in rows if r.num_accepted_tokens}
+    assert drafted == accepted == {greedy, sampled}
 
 
 def test_rejected_drafts_give_their_blocks_back():

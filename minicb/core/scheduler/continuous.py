@@ -15,7 +15,7 @@ Order of business each iteration, under a token budget and a slot limit:
    (``kv_reservation``, a hook: hooks.py) may set more aside at once than the step
    writes (the reservation baselines, minicb/reservation/); a request that outgrows it
    grows paged, and the plan says so; ``paged`` itself sets nothing aside;
-4. with speculative decoding on, the drafter hook (hooks.py) gives greedy decode rows
+4. with speculative decoding on, the drafter hook (hooks.py) gives decode rows
    drafts last, from what is left of the budget and of the unkeyed free blocks, so a
    draft never delays, preempts or evicts anyone (and there are none in an iteration that
    preempted).
