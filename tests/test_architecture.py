@@ -20,6 +20,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests import import_graph
+
 ROOT = Path(__file__).resolve().parent.parent
 # The engine (its step, its overlapped step, the views and controls LLMEngine inherits) and
 # the scheduler.
@@ -236,3 +238,115 @@ def test_the_simulator_scheduler_request_plan_events_and_metrics_never_import_to
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             cwd=ROOT)  # fmt: skip
     assert result.returncode == 0, result.stderr
+
+
+# The floors of the house, lowest first (docs/architecture.md draws them): a module may
+# import its own floor and the floors below, never one above. The core is the engine a
+# student reads; features enter it through its seams; the surface is what outsiders call;
+# the products stand on all of it.
+FLOORS = {
+    "core": 0,
+    **dict.fromkeys(("overlap", "speculation", "reservation", "host_tier", "parallel",
+                     "cuda_graphs", "utilisation", "packing", "cost_model", "kernels",
+                     "quant", "features"), 1),  # fmt: skip
+    **dict.fromkeys(("telemetry", "llm", "workload", "chat_workload", "engine_options", ""), 2),
+    **dict.fromkeys(("sim", "driver"), 3),
+    **dict.fromkeys(("bench", "fleet"), 4),
+    **dict.fromkeys(("scenarios", "graded_labs"), 5),
+    "server": 6,
+    "cli": 7,
+}
+
+def floor_of(module: str) -> int | None:
+    room = module.split(".")[1] if "." in module else ""  # "" is the package's own __init__
+    return FLOORS.get(room)
+
+
+def upward_imports() -> set[tuple[str, str]]:
+    return {
+        (edge.importer, edge.imported)
+        for edge in import_graph.edges()
+        if floor_of(edge.imported) > floor_of(edge.importer)
+    }
+
+
+def test_every_module_stands_on_a_floor():
+    unplaced = sorted(m for m in import_graph.modules() if floor_of(m) is None)
+    assert not unplaced, f"place these in FLOORS (and in docs/architecture.md): {unplaced}"
+
+
+def test_the_core_imports_only_the_core_and_no_floor_imports_a_higher_one():
+    upward = sorted(upward_imports())
+    assert not upward, "imports from a lower floor to a higher one:\n" + "\n".join(
+        f"{a} -> {b}" for a, b in upward
+    )
+
+
+def test_the_floor_check_sees_an_upward_import_at_any_depth():
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from minicb.overlap.pipeline import OverlapPipeline\n"
+        "def f():\n"
+        "    from minicb.core import events\n"
+        "    import minicb.server.app\n"
+    )
+    tree = ast.parse(source)
+    hidden = import_graph._type_checking_nodes(tree)
+    seen = [(t, id(node) not in hidden) for node in ast.walk(tree)
+            for t in import_graph._targets(node, import_graph.modules())
+            if t.startswith("minicb")]  # fmt: skip
+    assert seen == [
+        ("minicb.overlap.pipeline", False),
+        ("minicb.core.events", True),
+        ("minicb.server.app", True),
+    ]
+    assert floor_of("minicb.core.events") < floor_of("minicb.overlap.pipeline")
+    assert floor_of("minicb.fleet.fleet") < floor_of("minicb.server.app")
+
+
+def test_no_import_cycle_closes_at_run_time():
+    pairs = {
+        (edge.importer, edge.imported)
+        for edge in import_graph.edges()
+        if edge.run_time and edge.importer != edge.imported
+    }
+    assert import_graph.cycles(pairs) == []
+    assert import_graph.cycles({("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")}) == [
+        ["a", "b", "c"]
+    ]
+
+
+def test_a_plain_engine_built_and_stepped_loads_nothing_outside_the_core(tiny_llama_dir):
+    code = (
+        "import sys\n"
+        "from minicb.core.config import EngineConfig, SamplingParams\n"
+        "from minicb.core.engine import LLMEngine\n"
+        f"engine = LLMEngine({str(tiny_llama_dir)!r},\n"
+        "                   EngineConfig(num_kv_blocks=16, block_size=4, dtype='float32'))\n"
+        "engine.add_request([3, 4, 5, 6, 7], SamplingParams(max_tokens=4, temperature=0.0))\n"
+        "while engine.has_unfinished():\n"
+        "    engine.step()\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('minicb.')\n"
+        "                      and not m.startswith('minicb.core'))))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            cwd=ROOT, timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [], f"a plain engine loads {result.stdout.split()}"
+
+
+def test_the_floors_drawn_in_docs_are_the_floors_held_here():
+    """docs/architecture.md draws the house as a block of lines ``floor N: room room``;
+    each room is a folder or a root module of minicb/ (``minicb`` is the package's own
+    ``__init__``). The picture and FLOORS must agree."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("## The house", 1)[1].split("\n## ", 1)[0]
+    drawn = {}
+    for line in section.splitlines():
+        if line.startswith("floor "):
+            number, rooms = line[len("floor ") :].split(":", 1)
+            drawn |= {room.strip("`/").removesuffix(".py"): int(number)
+                      for room in rooms.split()}  # fmt: skip
+    held = {room or "minicb": floor for room, floor in FLOORS.items()}
+    assert drawn == held

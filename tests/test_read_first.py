@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "minicb"
 READ_NOT_RUN = {"minicb/core/runner/__init__.py"}  # the Runner protocol: the seam, no code runs
 ROW = re.compile(r"^\| *(\d+) *\| `(minicb/[\w/]+\.py)` \| ([\d,]+) \|")
-TOTAL = re.compile(r"^\| *\| \*\*the path\*\* \| \*\*([\d,]+)\*\* \|")
+TOTAL = re.compile(r"^\| *\| \*\*(?:the path|the core)\*\* \| \*\*([\d,]+)\*\* \|")
 
 
 def walk_of_one_request(tmp_path: Path) -> set[str]:
@@ -57,16 +57,16 @@ def walk_of_one_request(tmp_path: Path) -> set[str]:
     return crossed
 
 
-def read_first_table() -> tuple[list[tuple[str, int]], int]:
+def read_first_table(heading: str = "## Read these first") -> tuple[list[tuple[str, int]], int]:
     text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
-    section = text.split("## Read these first", 1)[1].split("\n## ", 1)[0]
+    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
     rows, total = [], None
     for line in section.splitlines():
         if m := ROW.match(line):
             rows.append((m.group(2), int(m.group(3).replace(",", ""))))
         elif m := TOTAL.match(line):
             total = int(m.group(1).replace(",", ""))
-    assert rows and total is not None, "the read-first table is missing or malformed"
+    assert rows and total is not None, f"the table under {heading!r} is missing or malformed"
     return rows, total
 
 
@@ -86,3 +86,18 @@ def test_the_read_first_path_is_the_walk_of_one_request(tmp_path):
     sizes = {name: lines_of(name) for name in listed}
     assert dict(rows) == sizes, "a file's size in the table is not its size today"
     assert total == sum(sizes.values())
+
+
+def test_the_core_table_lists_every_file_of_the_core_at_its_size():
+    """docs/architecture.md's "The core" lists every file of minicb/core/, once, with its
+    size today and the total: the read a student is promised is the folder itself."""
+    rows, total = read_first_table("## The core")
+    listed = [name for name, _ in rows]
+    core = sorted(p.relative_to(ROOT).as_posix() for p in (PACKAGE / "core").rglob("*.py"))
+    assert len(listed) == len(set(listed)), "a file is listed twice"
+    assert sorted(listed) == core, (
+        f"listed but not in core: {sorted(set(listed) - set(core))}; "
+        f"in core but not listed: {sorted(set(core) - set(listed))}"
+    )
+    assert dict(rows) == {name: lines_of(name) for name in listed}
+    assert total == sum(size for _, size in rows)
