@@ -46,6 +46,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+import minicb.features  # noqa: F401  (a product may run engines with any feature)
 from minicb.bench.run_records import FIGURES, RunRecord
 from minicb.bench.sanity import check_run
 from minicb.core.events import Event, StepEvent

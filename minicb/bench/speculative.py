@@ -28,7 +28,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import minicb.speculation  # noqa: F401  the n-gram drafter registers at the scheduler's hooks
 from minicb.bench import RunRecord, paired_ratio, run_minicb, spread
 from minicb.bench.recipes import FULL, QUICK, make_workloads
 from minicb.bench.systems import sibling

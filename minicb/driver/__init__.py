@@ -7,3 +7,5 @@ their clocks to the wall clock (``pacing.py``). The server and the fleet both dr
 engines through it, so it imports the core and nothing above: no server, fleet, simulator,
 benchmark or command line.
 """
+
+import minicb.features  # noqa: F401  (a product may run engines with any feature)

@@ -36,6 +36,8 @@ colocated against disaggregated, ``python -m minicb.fleet.disagg_report``).
 
 from typing import Any
 
+import minicb.features  # noqa: F401  (a product may run engines with any feature)
+
 
 def __getattr__(name: str) -> Any:
     if name == "Fleet":

@@ -61,7 +61,6 @@ def main(
     description) or why not, then serve until ``stop`` or until the parent is gone."""
     import torch
 
-    import minicb.features  # noqa: F401  a fresh interpreter: the config's features register
     from minicb.core.engine import LLMEngine
 
     torch.set_num_threads(threads)

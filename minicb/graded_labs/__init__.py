@@ -13,3 +13,5 @@
 
 Needs nbformat, nbclient and ipykernel (the dev extra: ``make setup`` installs them).
 """
+
+import minicb.features  # noqa: F401  (a product may run engines with any feature)

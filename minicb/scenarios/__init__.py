@@ -6,6 +6,7 @@ Chinese and the claims about the run that the text makes. ``load_scenario`` read
 checks a file; ``player`` builds its engines, feeds its requests and fires its narration.
 """
 
+import minicb.features  # noqa: F401  (a product may run engines with any feature)
 from minicb.scenarios.scenario import Scenario, load_scenario, scenario_names
 from minicb.scenarios.schema import ScenarioError
 

@@ -26,7 +26,6 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import minicb.features  # noqa: F401  a lesson's sides may turn on any optional feature
 from minicb.core.config import EngineConfig
 from minicb.fleet.router import ReplicaLoad, Route, Router
 from minicb.scenarios.handoff import Handoffs

@@ -6,3 +6,5 @@ openai_request, openai_params, openai_reply, tokenizer_queue, waiting_gate and a
 /health and /metrics in status_routes), the door to all of them (guard), and what the
 ``demo``, ``serve`` and ``replay --serve`` commands start (launch, demo_command,
 serve_command)."""
+
+import minicb.features  # noqa: F401  (a product may run engines with any feature)

@@ -29,3 +29,5 @@ runs every reproduction as one report (minicb/bench/all_reproductions.py).
 
 Nothing here imports torch: the simulator runs on any laptop.
 """
+
+import minicb.features  # noqa: F401  (a product may run engines with any feature)

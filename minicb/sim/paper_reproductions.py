@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import minicb.reservation  # noqa: F401  Orca's reservations (max, pow2, oracle) register
 from minicb.core.config import EngineConfig
 from minicb.cost_model.catalogue import load_profile
 from minicb.cost_model.step_time import StepTimeModel
