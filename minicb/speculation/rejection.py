@@ -75,7 +75,7 @@ def row_uniforms(
 
 
 def rejection_sample(
-    draft: torch.Tensor,  # (N, k) proposed tokens
+    draft: torch.Tensor,  # (N, k) proposed tokens, k >= 1
     q: torch.Tensor,  # (N, k, vocab) the proposer's distribution each was drawn from
     p: torch.Tensor,  # (N, k + 1, vocab) the target's filtered distributions
     uniforms: torch.Tensor,  # (N, k + 1, 2) in [0, 1): acceptance test, draw
@@ -89,12 +89,12 @@ def rejection_sample(
     q_d = q.gather(-1, draft[..., None])[..., 0]  # > 0: each d_i was drawn from q_i
     accept = uniforms[:, :k, 0] < (p_d / q_d).clamp(max=1.0)
     accepted = accept.long().cumprod(-1).sum(-1)  # up to the first rejection
-    # Where the emitted token comes from: (p - q)+ at the rejected position; at k, q is
-    # taken as 0, so the residual is p_k+1 itself (the bonus).
+    # Where the emitted token comes from: (p - q)+ at the rejected position; after all k
+    # were accepted, q is taken as 0, so the residual is p_k+1 itself (the bonus).
     rows = torch.arange(n, device=draft.device)
-    q_none = torch.zeros_like(p[:, :1])
     target = p[rows, accepted]
-    residual = (target - torch.cat([q, q_none], dim=1)[rows, accepted]).clamp(min=0.0)
+    rejected = (accepted < k)[:, None]
+    residual = (target - q[rows, accepted.clamp(max=k - 1)] * rejected).clamp(min=0.0)
     # A rejection where p <= q everywhere can only be rounding (p == q accepts at ratio 1):
     # its residual is empty, and p is what it should have been.
     residual = torch.where(residual.sum(-1, keepdim=True) > 0, residual, target)

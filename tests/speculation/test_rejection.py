@@ -1,7 +1,7 @@
 """The rejection sampler (minicb/speculation/rejection.py) keeps the target's distribution
 whatever the draft's: on synthetic (p, q) pairs, the first emitted token's empirical
 distribution approaches p as the draws grow (total variation under 0.01 at 200,000 draws;
-measured 0.0009 to 0.0015 over these pairs), and a sampler with a wrong residual (p instead
+measured 0.0005 to 0.0018 over these pairs), and a sampler with a wrong residual (p instead
 of (p - q)+) stays far from it. A point-mass draft (the n-gram's) is accepted with
 probability p(d), and drawing at each position and keeping the matching prefix (what the
 engine does) gives the same distribution; a draft equal to the target is always accepted;
@@ -84,12 +84,13 @@ def test_first_token_follows_the_target_and_the_distance_falls_with_draws():
     gen = torch.Generator().manual_seed(0)
     distances = []
     for p, q in pairs():
-        tv = [total_variation(first_tokens(p, q, n, gen), p[0]) for n in COUNTS]
+        tokens = first_tokens(p, q, COUNTS[-1], gen)  # the smaller counts: its first draws
+        tv = [total_variation(tokens[:n], p[0]) for n in COUNTS]
         distances.append(tv)
         assert tv[2] < BOUND, (tv, p, q)
     means = [sum(d[i] for d in distances) / len(distances) for i in range(len(COUNTS))]
     assert means[0] > means[1] > means[2], means  # each 10x more draws: about 3x closer
-    assert max(d[2] for d in distances) < 0.002  # it measured 0.0015 at most (docs say so)
+    assert max(d[2] for d in distances) < 0.0025  # it measured 0.0018 at most (the docs say)
 
 
 def test_a_wrong_residual_fails_the_bound():
