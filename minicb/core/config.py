@@ -45,7 +45,7 @@ class EngineConfig:
     # copied back on a later hit. 0: off (an evicted prefix is forgotten).
     kv_offload_blocks: int = 0
     preemption_mode: str = "recompute"
-    # KV cache given at admission (continuous batching; see scheduler/reservation.py):
+    # KV cache given at admission (continuous batching; see minicb/reservation/modes.py):
     # "paged" (nothing ahead, blocks as tokens come), or prompt + "max" (max_tokens),
     # "pow2" (the expected output rounded up to a power of two), "oracle" (exactly it).
     kv_reservation: str = "paged"
@@ -77,9 +77,10 @@ class EngineConfig:
     # engine, ranks 1..N-1 run their shard of every layer (minicb/parallel/tp_group.py).
     tensor_parallel_size: int = 1
     seed: int = 0
-    # Speculative decoding (minicb/speculation/ngram.py): "ngram" lets a greedy decode
-    # propose up to num_speculative_tokens tokens that followed an earlier occurrence of its
-    # last ngram_min..ngram_max tokens, verified in the same forward pass as everyone else.
+    # Speculative decoding (minicb/speculation/): "ngram" lets a decode row (at any
+    # temperature: the draws keep the model's distribution, docs/speculative.md) propose up
+    # to num_speculative_tokens tokens that followed an earlier occurrence of its last
+    # ngram_min..ngram_max tokens, verified in the same forward pass as everyone else.
     speculative: str = "off"
     num_speculative_tokens: int = 4
     ngram_min: int = 1
