@@ -35,6 +35,7 @@ from typing import Any
 
 from minicb.core.config import EngineConfig, SamplingParams
 from minicb.core.latency import distribution
+from minicb.core.request import RequestMetrics
 from minicb.cost_model.catalogue import load_profile
 from minicb.cost_model.step_time import StepTimeModel
 from minicb.fleet.disagg_member import Member, TokenFn, build_member, member_load
@@ -42,20 +43,22 @@ from minicb.fleet.kv_transfer import DecodeScheduler, PrefillScheduler, Transfer
 from minicb.fleet.router import Router
 from minicb.fleet.simulated import ArrivalSource, merge_metrics
 from minicb.telemetry.records import RequestRecord
+from minicb.telemetry.request_times import continued
 from minicb.workload import RequestSpec
 
 
 @dataclass
 class Journey:
-    """What one request did across the cluster."""
+    """What one request did across the cluster: its tokens, each token's time (for the
+    gaps between them), and its times, the one record of them (``RequestMetrics``): the
+    prefill engine's output's once it has its first token, joined to the decode engine's
+    (``continued``) once it has ended there."""
 
     spec: RequestSpec
-    arrival: float
     prefill: int
     token_ids: list[int] = field(default_factory=list)
     token_times: list[float] = field(default_factory=list)
-    admitted: float | None = None
-    finished: float | None = None
+    times: RequestMetrics | None = None
     decode: int | None = None
 
 
@@ -170,7 +173,7 @@ class DisaggregatedCluster:
         member.numbers[rid] = number
         if spec.output_tokens == 1 and spec.stops_early:  # its only token is EOS, as colocated
             member.runner.output_lengths[rid] = 1
-        self.journeys.append(Journey(spec, now, member.index))
+        self.journeys.append(Journey(spec, member.index))
 
     def _step_prefill(self, member: Member) -> None:
         result = member.engine.step()
@@ -183,7 +186,7 @@ class DisaggregatedCluster:
             journey = self.journeys[number]
             journey.token_ids.extend(out.token_ids)
             journey.token_times.append(now)
-            journey.admitted = out.metrics.first_scheduled_time
+            journey.times = out.metrics
             if journey.spec.output_tokens == 1:  # nothing to decode: done here
                 self._done(journey, now)
                 self._act(now, 0, "release", (member.index, out.request_id))
@@ -239,10 +242,10 @@ class DisaggregatedCluster:
         for out in result.finished:
             journey = self.journeys[member.numbers.pop(out.request_id)]
             journey.token_ids.extend(out.token_ids)
+            journey.times = continued(journey.times, out.metrics)
             self._done(journey, now)
 
     def _done(self, journey: Journey, now: float) -> None:
-        journey.finished = now
         if self._answered is not None:  # the next turn sends back what the model said
             self._answered(journey.spec, now, journey.token_ids)
 
@@ -280,11 +283,4 @@ class DisaggregatedCluster:
 
 def _record(journey: Journey) -> RequestRecord:
     """One request's record across both sides, as a MetricsCollector keeps it."""
-    return RequestRecord(
-        arrival=journey.arrival,
-        admitted=journey.admitted,
-        token_times=list(journey.token_times),
-        finished=journey.finished,
-        num_prompt_tokens=len(journey.spec.prompt),
-        num_output_tokens=len(journey.token_ids),
-    )
+    return RequestRecord(journey.times, list(journey.token_times))

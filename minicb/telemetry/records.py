@@ -12,32 +12,12 @@ from minicb.core.request import RequestMetrics
 
 class RequestRecord:
     """What the collector keeps of one request: its times (``times``: the one record of
-    them, as the collector of the events fills it, request_times.py), each of its tokens'
+    them, as the collector of the events fills it, request_times.py, or as a request's
+    journey across two engines joins it, fleet/disaggregated.py), each of its tokens'
     times (for the gaps between them), whether it was aborted, and how long it waited."""
 
-    def __init__(
-        self,
-        times: RequestMetrics | None = None,
-        token_times: list[float] | None = None,
-        *,
-        arrival: float | None = None,
-        admitted: float | None = None,
-        finished: float | None = None,
-        num_prompt_tokens: int = 0,
-        num_output_tokens: int = 0,
-    ) -> None:
-        """``times``: the collector's record; without it, the record is made of the figures
-        given (a request followed elsewhere: fleet/disaggregated.py's journeys)."""
+    def __init__(self, times: RequestMetrics, token_times: list[float] | None = None) -> None:
         self.token_times = [] if token_times is None else token_times
-        if times is None:
-            times = RequestMetrics(
-                arrival,
-                first_scheduled_time=admitted,
-                first_token_time=self.token_times[0] if self.token_times else None,
-                finished_time=finished,
-                num_prompt_tokens=num_prompt_tokens,
-                num_generated_tokens=num_output_tokens,
-            )
         self.times = times
         self.aborted = False
         self.wait_from: float | None = None  # start of the current wait; None while running

@@ -136,9 +136,11 @@ def continued(first: RequestMetrics, later: RequestMetrics) -> RequestMetrics:
     """The whole journey of a request that went on in another engine (disaggregated
     serving: ``first`` is its record on the prefill engine, ``later`` on the decode
     engine): its arrival, prompt, first admission and first token are the first engine's,
-    its end and counts the other's."""
+    its end and counts the other's, but for its tokens: those of both engines (the decode
+    engine was given the first token as part of its prompt, so it counts only the rest)."""
     return replace(
         later,
+        num_generated_tokens=first.num_generated_tokens + later.num_generated_tokens,
         arrival_time=first.arrival_time,
         first_scheduled_time=first.first_scheduled_time,
         first_token_time=first.first_token_time,

@@ -85,7 +85,15 @@ def test_same_tokens_as_colocated_and_every_block_freed(p, d, link_name, caching
     assert all(not m.role.held for m in cluster.prefill)
     # TTFT is the prefill side's first token; the decode side's tokens come after it.
     for j in cluster.journeys:
-        assert j.token_times == sorted(j.token_times) and j.token_times[0] > j.arrival
+        assert j.token_times == sorted(j.token_times) and j.token_times[0] > j.times.arrival_time
+        # Its one record, joined over both sides, tells what the cluster's clock saw: its
+        # first token, its end (the last token's step) and every token of both sides.
+        assert (j.times.first_token_time, j.times.finished_time) == (
+            j.token_times[0], j.token_times[-1]
+        )  # fmt: skip
+        assert (j.times.num_prompt_tokens, j.times.num_generated_tokens) == (
+            len(j.spec.prompt), len(j.token_ids)
+        )  # fmt: skip
     # In time order: a transfer starts after its hand-off, the second token after it lands.
     for t in cluster.transfers:
         journey = cluster.journeys[t.request]
@@ -112,10 +120,10 @@ def test_chat_turns_follow_their_answers_through_both_sides():
     assert result["summary"]["requests"]["finished"] == 12
     for i in range(len(convs)):
         turns = sorted((j for j in cluster.journeys if j.spec.group == f"chat-{i}"),
-                       key=lambda j: j.arrival)  # fmt: skip
+                       key=lambda j: j.times.arrival_time)  # fmt: skip
         assert len(turns) == 3
         for a, b in zip(turns, turns[1:], strict=False):
-            assert b.arrival > a.finished
+            assert b.times.arrival_time > a.times.finished_time
             # the next turn sends back what both sides generated for the previous one
             sent_back = [*a.spec.prompt, *a.token_ids]
             assert b.spec.prompt[: len(sent_back)] == sent_back
