@@ -41,7 +41,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from minicb.core.config import SamplingParams
-from minicb.core.engine import LLMEngine
+from minicb.core.engine_like import RoutingFleet, SteppedEngine
 from minicb.driver.command_queue import CommandQueue
 from minicb.driver.open_streams import OpenStreams
 from minicb.driver.pacing import Pacer
@@ -50,18 +50,19 @@ from minicb.driver.request_stream import RequestStream
 log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 0.05  # how long an idle loop sleeps between looks at its command queue
-Feeder = Callable[[dict[str, LLMEngine]], None]
+Feeder = Callable[[dict[str, SteppedEngine]], None]
 
 
 class EngineLoop:
     def __init__(
         self,
-        engines: dict[str, LLMEngine],
+        engines: dict[str, SteppedEngine],
         feeder: Feeder | None = None,
-        fleets: dict[str, Any] | None = None,
+        fleets: dict[str, RoutingFleet] | None = None,
     ) -> None:
         """``feeder(engines)``, if given, runs in this thread before every round;
-        ``fleets``: name -> a fleet whose replicas are among ``engines`` (minicb.fleet)."""
+        ``fleets``: name -> a fleet whose replicas are among ``engines`` (minicb.fleet).
+        Both are drawn in minicb/core/engine_like.py: engines are stepped, fleets route."""
         self.engines = engines
         self.feeder = feeder
         self.fleets = fleets or {}
@@ -180,7 +181,7 @@ class EngineLoop:
         """``abort`` from a plain function (a closing generator cannot await): queued."""
         return self.call(functools.partial(self.streams.abort, stream))
 
-    def replace_engine(self, name: str, engine: LLMEngine) -> None:
+    def replace_engine(self, name: str, engine: SteppedEngine) -> None:
         """Put ``engine`` (from ``old.rebuilt(config)``) under ``name``; in the engine thread.
 
         It must share the old engine's bus: every subscriber (streams, browsers, metrics,
@@ -242,7 +243,7 @@ class EngineLoop:
             if self.delay_s > 0:
                 self._commands.run(self.delay_s)
 
-    def _step(self, name: str, engine: LLMEngine) -> None:
+    def _step(self, name: str, engine: SteppedEngine) -> None:
         """One iteration (its events feed the streams). A step that fails ends every stream
         of the engine with "error"."""
         try:

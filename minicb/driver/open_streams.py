@@ -11,13 +11,13 @@ runs in the engine thread.
 
 from __future__ import annotations
 
-from minicb.core.engine import LLMEngine
+from minicb.core.engine_like import SteppedEngine
 from minicb.core.request import RequestOutput
 from minicb.driver.request_stream import STREAM_KINDS, RequestStream, StreamFeed
 
 
 class OpenStreams:
-    def __init__(self, engines: dict[str, LLMEngine]) -> None:
+    def __init__(self, engines: dict[str, SteppedEngine]) -> None:
         """``engines``: the loop's own dict (name -> engine), read at each abort, so an
         engine put in an old one's place (``EngineLoop.replace_engine``) is the one asked."""
         self.engines = engines

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from minicb.core.runner import VirtualClock
 
 if TYPE_CHECKING:
-    from minicb.core.engine import LLMEngine
+    from minicb.core.engine_like import SteppedEngine
 
 MAX_TICK_S = 0.25  # wall seconds a round may add to the target
 
@@ -48,7 +48,7 @@ class Pacer:
         """The simulated time the engines are held to (the feeder's clock)."""
         return self.target or 0.0
 
-    def advance(self, engines: dict[str, LLMEngine]) -> None:
+    def advance(self, engines: dict[str, SteppedEngine]) -> None:
         """Move the target on by this round's wall time, at most one tick past the slowest
         busy engine; bring idle engines up to it."""
         paced = {n: e for n, e in engines.items() if isinstance(e.clock, VirtualClock)}
@@ -64,7 +64,7 @@ class Pacer:
             if not engine.has_unfinished():
                 engine.clock.advance(max(0.0, self.target - engine.clock.now))
 
-    def due(self, busy: list[tuple[str, LLMEngine]]) -> list[tuple[str, LLMEngine]]:
+    def due(self, busy: list[tuple[str, SteppedEngine]]) -> list[tuple[str, SteppedEngine]]:
         """The busy engines that may step now: those behind the target, or on wall time."""
         target = self.now()
         return [
@@ -73,7 +73,7 @@ class Pacer:
             if not isinstance(e.clock, VirtualClock) or e.clock.now < target
         ]
 
-    def wait_s(self, busy: list[tuple[str, LLMEngine]]) -> float:
+    def wait_s(self, busy: list[tuple[str, SteppedEngine]]) -> float:
         """Wall seconds until the first held engine is due (0 when none is held)."""
         ahead = [e.clock.now - self.now() for _, e in busy if isinstance(e.clock, VirtualClock)]
         return max(0.0, min(ahead, default=0.0)) / self.speed
