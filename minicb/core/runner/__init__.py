@@ -6,8 +6,9 @@ drafts (``num_draft_tokens > 0``), the tokens sampled at each of its last ``1 + 
 positions, as a list. Who the runner is, the engine does
 not know or care:
 
-- ``ModelRunner`` (minicb.core.runner.model_runner): the real model, paged KV tensors, torch or
-  Triton attention, CUDA graphs;
+- ``ModelRunner`` (minicb.core.runner.model_runner): the real model, paged KV tensors, an
+  attention backend; a feature may wrap it (tensor parallelism, CUDA graphs, utilisation:
+  wrappers.py, seam 3), and a wrapped runner answers the same call;
 - ``FakeRunner`` (minicb.core.runner.fake): no model and no torch; deterministic tokens, for
   tests and for timing the scheduler alone;
 - ``SimulatedRunner`` (minicb.sim.simulated_runner): FakeRunner with a named GPU's KV pool and

@@ -5,7 +5,7 @@ requests): their ids and positions, the flat KV slot each one is stored to (-1 f
 static batch's padding rows, which store nothing), and which of them are sampled (a row's
 last token, and each speculative draft before it). The attention metadata (query and
 context lengths, block tables) comes with them. Rank 0 and every tensor-parallel worker
-build the same batch from the same plan here (minicb.parallel.tp_group).
+build the same batch from the same plan here (tensor parallelism: minicb/parallel/).
 """
 
 from __future__ import annotations
