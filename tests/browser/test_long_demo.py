@@ -11,6 +11,8 @@ thousands of steps. And a page opened late gets the story so far: the first burs
 
 from __future__ import annotations
 
+import time
+
 from tests.browser.conftest import js, next_frame, server, shot, wait_for
 
 PANELS = "window.minicb.panels"
@@ -58,6 +60,20 @@ MAX_POINTS = 1500  # a line's points in the window before it is thinned (viz/cha
 NARROWED = f"Math.abs(window.minicb.scale.x1 - window.minicb.scale.x0 - {NARROW_S}) < 1e-6"
 
 
+def wait_until_steps_settle(page, steps: str, quiet_s: float = 1.0, timeout_s: float = 30.0):
+    """Pausing stops each engine after the step it is in, and that step's frame can reach
+    the page after `paused` is set (CI saw the chart caught up, then one more step arrive
+    before the panels were read). Wait until no panel's last step has moved for quiet_s."""
+    deadline = time.monotonic() + timeout_s
+    seen, since = js(page, steps), time.monotonic()
+    while time.monotonic() - since < quiet_s:
+        assert time.monotonic() < deadline, f"steps still moving after pause: {seen}"
+        page.wait_for_timeout(100)
+        now = js(page, steps)
+        if now != seen:
+            seen, since = now, time.monotonic()
+
+
 def test_both_panels_and_both_lines_stay_in_view_after_three_minutes_of_iterations(
     tab, tiny_llama_dir
 ):
@@ -75,6 +91,7 @@ def test_both_panels_and_both_lines_stay_in_view_after_three_minutes_of_iteratio
         wait_for(page, seconds, 240)
         page.click("#pause")
         wait_for(page, "window.minicb.paused === true")
+        wait_until_steps_settle(page, steps)
         wait_for(page, CAUGHT_UP, 30)  # the chart redraws a few times a second
         next_frame(page)
         sides = js(page, IN_VIEW)
