@@ -20,7 +20,7 @@ PREEMPTION_MODES = ("recompute", "swap")
 KV_RESERVATIONS = ("paged", "max", "pow2", "oracle")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-SPECULATIVE_MODES = ("off", "ngram")
+SPECULATIVE_MODES = ("off", "ngram", "draft", "early_exit")
 KV_CACHE_DTYPES = ("auto", "int8", "fp8")
 WEIGHT_DTYPES = ("auto", "int8")
 
@@ -85,6 +85,11 @@ class EngineConfig:
     num_speculative_tokens: int = 4
     ngram_min: int = 1
     ngram_max: int = 4
+    # "draft": a draft model (a model folder with the target's tokenizer, or the default
+    # model's name) proposes the tokens; "early_exit": the target's first draft_layers
+    # layers and its LM head do (self-speculation).
+    draft_model: str | None = None
+    draft_layers: int | None = None
     # The real model runner reports each step's bandwidth and FLOP utilisation against this
     # machine's measured copy bandwidth and matmul FLOP/s (minicb/utilisation/occupancy.py); the
     # probes take a few seconds, once per process. On in the demo and serve, off elsewhere.
@@ -118,6 +123,8 @@ class EngineConfig:
         self._check_positive("num_speculative_tokens")
         self._check_positive("ngram_min")
         self._check_positive("ngram_max")
+        if self.draft_layers is not None:
+            self._check_positive("draft_layers")
         if self.ngram_min > self.ngram_max:
             raise ValueError(
                 f"ngram_min ({self.ngram_min}) must not exceed ngram_max ({self.ngram_max})"
