@@ -50,6 +50,10 @@ FLEET = "fleet"  # the name requests are sent to; the loop routes them to a repl
 class Fleet:
     """``Fleet(model=None, replicas=2, router="round-robin", **engine_options)``."""
 
+    # Each replica's handle: an engine in a local process; minicb/fleet/ray/ places them on
+    # a Ray cluster with a handle of the same shape.
+    replica_class: type[Replica] = Replica
+
     def __init__(
         self,
         model: str | None = None,
@@ -81,7 +85,7 @@ class Fleet:
         path = str(resolve_model_path(model))
         config = _sharing_gpus(self.config, replicas)
         started = [
-            Replica(i, path, config, threads=threads, silent_after_s=silent_after_s)
+            self.replica_class(i, path, config, threads=threads, silent_after_s=silent_after_s)
             for i in self.router.replicas
         ]
         try:

@@ -66,6 +66,10 @@ class Replica:
     """One replica's engine-shaped handle (see the module doc): ``child`` is its process,
     ``inbox`` what the process sends."""
 
+    # What runs the engine and carries its messages: a local process here; a Ray actor in
+    # minicb/fleet/ray/ (same commands, same events, so everything above it is unchanged).
+    process_class: type[ReplicaProcess] = ReplicaProcess
+
     # The engine's own definitions, read against this handle's ``inputs`` (the tokenizer
     # here, the vocabulary size the replica said when it was ready).
     tokenize = LLMEngine.tokenize
@@ -104,7 +108,7 @@ class Replica:
         self._info: dict[str, Any] = {}
         self._closed = False
         self._fresh_map()
-        self.child = ReplicaProcess(
+        self.child = self.process_class(
             index, self.name, (model, config, threads, role),
             stall_timeout_s=stall_timeout_s, silent_after_s=silent_after_s,
             holding=lambda: bool(self.in_flight), died=self._died,
