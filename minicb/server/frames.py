@@ -21,6 +21,8 @@ What a frame keeps and what it folds:
   the timeline is rebuilt exactly from its changes;
 - where a step has few rows (the real demo's 8 slots), each row's detail (``rows``) and
   the request events of every token, as before;
+- the rows that verified a speculative draft (``drafts``: guesses and accepted), at any
+  batch size: a few numbers for each row that drafted, nothing in a step that did not;
 - the KV map: where the pool is small enough to draw block by block, each digest carries
   its step's ``kv_ops`` (exact: block ids); at a GPU's scale the frame carries a
   ``kv_grid`` a few times a second instead, one cell for several blocks.
@@ -62,7 +64,7 @@ STEP_FIELDS = (
     "slots_limit", "kv_used", "kv_free", "kv_total", "kv_swapped", "kv_cached", "kv_shared",
     "prefix_query_tokens", "prefix_hit_tokens", "kv_host_cached", "prefix_host_hit_tokens",
     "num_waiting", "num_swapped", "notes", "admitted", "preempted", "swapped_out",
-    "swapped_in", "drafted", "finished",
+    "swapped_in", "drafted", "proposer", "finished",
 )  # fmt: skip
 CLOCK_FIELDS = ("wall_start", "wall_end", "busy_s", "device_start")
 TIMING_FIELDS = (
@@ -137,6 +139,7 @@ class StepFolder:
         rows: dict[int, int] = {}
         detail = len(plan.scheduled) <= DETAIL_ROWS
         details = []
+        drafts = []  # [request id, guesses, accepted] of each row that verified a draft
         for row in plan.scheduled:
             code = PHASE_CODES.get(row.phase, 2)
             rows[row.request_id] = code
@@ -148,11 +151,10 @@ class StepFolder:
             useful += 1
             prefill_tokens += row.num_tokens if code == 1 else 0
             generated += (1 + row.num_accepted_tokens) if row.samples else 0
+            if row.num_draft_tokens:
+                drafts.append([row.request_id, row.num_draft_tokens, row.num_accepted_tokens])
             if detail:
-                details.append(
-                    [row.request_id, row.num_tokens, row.context_len, row.num_draft_tokens,
-                     row.num_accepted_tokens]
-                )  # fmt: skip
+                details.append([row.request_id, row.num_tokens, row.context_len])
         changes = [[rid, code] for rid, code in rows.items() if self.rows.get(rid) != code]
         changes += [[rid, NOT_SCHEDULED] for rid in self.rows if rid not in rows]
         self.rows = rows
@@ -164,6 +166,8 @@ class StepFolder:
         )  # fmt: skip
         if detail:
             data["rows"] = details
+        if drafts:  # at any batch size: a step's drafts cost what it drafted
+            data["drafts"] = drafts
         self.kv.apply(plan.kv_ops)
         if self.exact:  # a small pool: its changes, block by block
             data["kv_ops"] = kv_ops_copy(plan.kv_ops)

@@ -119,7 +119,8 @@ STEP_FIGURES = (
     "device_start", "prepare_s", "process_s",  # the host's and the device's lanes
     # a frame's digest of a step (server/frames.py): counts, and rows as lists of numbers
     "useful_rows", "padding_rows", "num_tokens", "padding_tokens", "prefill_tokens",
-    "generated", "row_changes", "rows",
+    "generated", "row_changes", "rows", "drafts",
+    "proposer",  # the word of EngineConfig.speculative: a setting, never text
 )  # fmt: skip
 DECISIONS = ("admitted", "preempted", "swapped_out", "swapped_in", "drafted", "finished")
 

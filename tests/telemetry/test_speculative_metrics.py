@@ -48,6 +48,11 @@ def test_rows_and_the_finished_event_carry_the_counts():
         (0, 0),
         (1, 1),
     ]
+    # a fully accepted draft ends in a bonus token; the proposer is named where rows drafted
+    assert [r.num_bonus_tokens for r in rows] == [0, 0, 0, 1]
+    steps = [e for e in events if e.kind == "step"]
+    assert [e.plan.proposer for e in steps] == [None, "ngram", None, "ngram"]
+    assert [from_dict(to_dict(e)).plan.proposer for e in steps] == [None, "ngram", None, "ngram"]
     finished = next(e for e in events if e.kind == "finished")
     assert (finished.num_draft_tokens, finished.num_accepted_tokens) == (4, 3)
     assert (out.metrics.num_draft_tokens, out.metrics.num_accepted_tokens) == (4, 3)

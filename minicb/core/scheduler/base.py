@@ -94,6 +94,7 @@ class SchedulerBase:
         # None when speculation is off; else it adds drafts to the decode rows of a plan
         # and says which were kept (the hooks of seam 1, hooks.py).
         self.drafter = make_drafter(config, self.blocks, max_model_len)
+        self.proposer = config.speculative if self.drafter is not None else None
         self.requests: dict[int, Request] = {}
         self.waiting: list[Request] = []
         self.running: list[Request] = []
@@ -199,6 +200,14 @@ class SchedulerBase:
                 self.drafter.settle(row, req, kept)
             got_token.append(req)
         return got_token
+
+    def _draft(self, plan: StepPlan, budget: int) -> None:
+        """Let the drafter lengthen the plan's decode rows within ``budget``; a plan whose
+        rows drafted names the proposer, for the step event (and what counts per proposer)."""
+        assert self.drafter is not None
+        self.drafter.draft(plan, self.requests, budget)
+        if plan.num_draft_tokens:
+            plan.proposer = self.proposer
 
     def _accepted(self, row: ScheduledRequest, sampled: int | list[int]) -> list[int]:
         """The new tokens of a sampling row: one, or what the drafter accepts of its drafts

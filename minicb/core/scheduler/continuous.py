@@ -68,7 +68,7 @@ class ContinuousScheduler(SchedulerBase):
         if self.config.enable_chunked_prefill:
             budget = self._admit(plan, budget, chunked=True)
         if self.drafter is not None:  # last: drafts spend only what nobody else needs
-            self.drafter.draft(plan, self.requests, budget)
+            self._draft(plan, budget)
 
     # ---- 1. running requests -----------------------------------------------------------
     def _schedule_running(self, plan: StepPlan, budget: int) -> int:

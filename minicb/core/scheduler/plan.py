@@ -48,6 +48,14 @@ class ScheduledRequest:
     # Tokens generated so far: the index of the token drawn next (seeded sampling).
     num_output_tokens: int = field(default=0, compare=False, metadata=RUNNER_ONLY)
 
+    @property
+    def num_bonus_tokens(self) -> int:
+        """1 when every guess was accepted: the row's last token is then the model's own
+        token after the draft, a bonus no guess paid for; 0 otherwise (its last token then
+        replaced the first rejected guess). Follows from the two counts, so it is not a field
+        of the event: a reader of a trace works it out the same way."""
+        return int(0 < self.num_draft_tokens == self.num_accepted_tokens)
+
 
 @dataclass
 class Decision:
@@ -74,6 +82,9 @@ class StepPlan:
     swapped_out: list[Decision] = field(default_factory=list)
     swapped_in: list[Decision] = field(default_factory=list)
     drafted: list[Decision] = field(default_factory=list)  # speculative drafts, and whence
+    # The proposer whose drafts this step's rows verify (the word of EngineConfig.speculative:
+    # "ngram", "draft", "early_exit"); None in a step that drafted nothing.
+    proposer: str | None = None
     finished: list[Decision] = field(default_factory=list)  # filled after the step ran
     notes: list[str] = field(default_factory=list)  # other reasons: why nobody was admitted
     # (device block, cpu block) copies before the step; (cpu block, device block) after those.

@@ -54,7 +54,7 @@ class StaticScheduler(SchedulerBase):
             row = self._padding_row(req) if req.finished else self._row(req, 1)
             plan.scheduled.append(row)
         if self.drafter is not None:  # drafts fit in the reserved blocks: only budget limits
-            self.drafter.draft(plan, self.requests, budget=self._budget_left(plan))
+            self._draft(plan, self._budget_left(plan))
 
     def _padding_row(self, req: Request) -> ScheduledRequest:
         """A finished static-batch member's row: recompute its last token, keep nothing."""
