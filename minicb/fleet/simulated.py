@@ -17,6 +17,13 @@ seconds plus its weights read at the catalogue's rate) and costs from the moment
 added; a removed one is taken out of the router first. Cost is GPU-hours (replica-seconds
 x GPUs per replica) at the catalogue's illustrative price.
 
+With a ``FairQueue`` (minicb/fleet/tenancy/) requests do not go to a replica as they arrive:
+they wait in the queue, each under its tenant (``RequestSpec.group``), and one leaves it
+whenever a ready replica has fewer than ``max_in_flight`` requests, at the time it has
+room (a busy replica's next step, an idle one's readiness), routed among the replicas
+with room. Its TTFT counts the wait, from its arrival. Refused requests (a full queue, a
+tenant over its rate) are counted in ``refused``.
+
 Each routing decision is also a ``routed`` event (``RequestRouted``) on the fleet's own
 ``bus``, stamped with the virtual time, as the real fleet publishes them.
 
@@ -28,6 +35,7 @@ every scaling decision with its reason. Pure Python: no torch.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import deque
 from dataclasses import dataclass, field, fields
@@ -42,6 +50,8 @@ from minicb.cost_model.catalogue import load_profile, read_catalogue
 from minicb.cost_model.step_time import StepTimeModel
 from minicb.fleet.autoscale import Autoscaler, FleetState, ScaleDecision
 from minicb.fleet.router import ReplicaLoad, Route, Router
+from minicb.fleet.tenancy.fair_queue import FairQueue, Refused
+from minicb.fleet.tenancy.uncached import uncached_tokens
 from minicb.sim.simulated_runner import SimulatedRunner
 from minicb.telemetry.metrics import MetricsCollector
 from minicb.workload import RequestSpec
@@ -105,7 +115,13 @@ class SimulatedFleet:
         startup_s: float | None = None,
         ttft_slo: float = 1.0,
         tpot_slo: float = 0.1,
+        queue: FairQueue | None = None,
+        max_in_flight: int = 8,
     ) -> None:
+        """``queue``: hold requests in this fair queue until a replica has fewer than
+        ``max_in_flight`` (None: route each as it arrives, no bound)."""
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
         if isinstance(profile, str):
             profile = load_profile(profile, config.tensor_parallel_size)
         if isinstance(router, str):
@@ -121,6 +137,11 @@ class SimulatedFleet:
         self.scaling: list[dict[str, Any]] = []  # each decision, its time and the count
         self._outcomes: deque[tuple[float, bool]] = deque()  # (finish time, met both)
         self._next_id = 0
+        self.queue, self.max_in_flight = queue, max_in_flight
+        self.refused: list[tuple[RequestSpec, Refused]] = []
+        # every request placed: (it, its replica's index, its id there), for per-tenant figures
+        self.placed: list[tuple[RequestSpec, int, int]] = []
+        self._now = 0.0
 
     def _replica(self, index: int, added: float, ready_at: float) -> SimulatedReplica:
         clock = VirtualClock(ready_at)
@@ -142,15 +163,19 @@ class SimulatedFleet:
         """Every request of ``source`` through the fleet; the figures (``summary``)."""
         interval = self.autoscaler.interval_s if self.autoscaler else math.inf
         next_look = interval
-        while source or any(r.engine.has_unfinished() for r in self.active):
+        while source or self.queue or any(r.engine.has_unfinished() for r in self.active):
             busy = [r for r in self.active if r.engine.has_unfinished()]
             t_step = min((r.clock() for r in busy), default=math.inf)
             t_arrival = source.next_time if source.next_time is not None else math.inf
-            if min(t_arrival, t_step, next_look) == math.inf:
+            t_room = self._room_time()
+            if min(t_arrival, t_step, next_look, t_room) == math.inf:
                 break  # nothing can happen (a closed loop waiting on nothing)
-            if t_arrival <= t_step and t_arrival <= next_look:
+            self._now = min(t_arrival, t_step, next_look, t_room)
+            if t_arrival <= t_step and t_arrival <= next_look and t_arrival <= t_room:
                 for request in source.due(t_arrival):
-                    self._route(request, t_arrival)
+                    self._arrive(request, t_arrival)
+            elif t_room <= t_step and t_room <= next_look:
+                self._dispatch(t_room)
             elif next_look <= t_step:
                 self._look(next_look)
                 next_look += interval
@@ -158,9 +183,47 @@ class SimulatedFleet:
                 self._step(min(busy, key=lambda r: (r.clock(), r.index)), source)
         return self.summary()
 
-    def _route(self, request: RequestSpec, now: float) -> None:
+    def _arrive(self, request: RequestSpec, now: float) -> None:
+        if self.queue is None:
+            return self._route(request, now)
+        prompt = list(request.prompt)
+        cost = uncached_tokens(self.router, prompt)
+        try:
+            self.queue.push(request, request.group, cost, len(prompt) + request.max_tokens, now)
+        except Refused as refused:
+            self.refused.append((request, refused))
+
+    def _has_room(self, replica: SimulatedReplica, now: float) -> bool:
+        return replica.ready_at <= now and len(replica.requests) < self.max_in_flight
+
+    def _room_time(self) -> float:
+        """When the queue can next send a request: the earliest time a replica has room
+        (a busy one at its next step, an idle one once ready), never before now."""
+        if self.queue is None or not len(self.queue):
+            return math.inf
+        times = [max(self._now, r.clock() if r.engine.has_unfinished() else r.ready_at)
+                 for r in self.active if len(r.requests) < self.max_in_flight]  # fmt: skip
+        return min(times, default=math.inf)
+
+    def _dispatch(self, now: float) -> None:
+        """The fair queue's next request, routed among the replicas with room now."""
+        assert self.queue is not None
+        entry = self.queue.pop()
+        assert entry is not None
+        full = {r.index for r in self.active if not self._has_room(r, now)}
+        self._route(entry.item, now, arrival=entry.arrival, full=full)
+
+    def _route(
+        self,
+        request: RequestSpec,
+        now: float,
+        arrival: float | None = None,
+        full: set[int] = frozenset(),  # type: ignore[assignment]
+    ) -> None:
         request_id, self._next_id = self._next_id, self._next_id + 1
         loads = [r.load(now) for r in self.active]
+        # a replica without room is not there for this decision
+        loads = [dataclasses.replace(x, alive=False) if x.replica in full else x for x in loads]
         prompt = list(request.prompt)
         route = self.router.route(request_id, prompt, loads)
         self.routes.append(route)
@@ -172,12 +235,13 @@ class SimulatedFleet:
             replica.clock.advance(now - replica.clock())  # idle until now
         replica.idle_from = None
         rid = replica.engine.add_request(
-            prompt, request.params(), arrival_time=now,
+            prompt, request.params(), arrival_time=now if arrival is None else arrival,
             expected_output_tokens=request.output_tokens,
         )  # fmt: skip
         if request.stops_early:
             replica.runner.output_lengths[rid] = request.output_tokens
         replica.requests[rid] = request
+        self.placed.append((request, replica.index, rid))
 
     def _step(self, replica: SimulatedReplica, source: ArrivalSource) -> None:
         answers = {out.request_id: out.token_ids for out in replica.engine.step().finished}
