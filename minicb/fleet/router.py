@@ -41,8 +41,8 @@ stored and removed (kv_events.py), and the router keeps one index of them (kv_in
   run of the prompt's leading blocks, by the index (ties: the least loaded); the same
   balance exception as ``prefix-aware``, but no new-prefix rule: the approximate router
   spreads a prompt whose recorded match is short because the record may be wrong, while
-  a short run the index reports is there to reuse. A replica whose stream had a gap, or that restarted, counts no block
-  until its snapshot is in, and the reason says so.
+  a short run the index reports is there to reuse. A replica whose stream had a gap, or
+  that restarted, counts no block until its snapshot is in, and the reason says so.
 - ``cost``: as Dynamo's KV router. Each replica's cost is ``w x`` the prompt's blocks it
   does not hold (prefill to compute) ``+`` its running requests (decode load); the lowest
   wins at temperature 0, and above 0 a replica is drawn with probability proportional to
@@ -280,7 +280,6 @@ class Router:
             f"of {prompt_len} prompt tokens, under {self.cache_threshold:.0%}); the smallest "
             f"prefix record ({len(self.records[roomiest.replica])} blocks)"
         )
-
 
     def _precise_prefix(
         self, live: list[ReplicaLoad], keys: list[int], prompt_len: int
