@@ -77,13 +77,15 @@ COUNTERS = (
     ("prefix_tier_hits", "minicb:prefix_cache_hits_by_tier",
      "Prompt tokens found in the prefix cache, by tier (device or host memory)."),
     ("iterations", "minicb:iterations", "Engine iterations."),
-    # As vLLM's spec_decode counters: acceptance rate = accepted / draft tokens.
+    # As vLLM's spec_decode counters, by proposer (ngram, draft, early_exit): over any
+    # window, acceptance rate = accepted / draft tokens, and mean accepted length (tokens a
+    # drafted row gets a round) = 1 + accepted / drafts.
     ("spec_drafts", "minicb:spec_decode_num_drafts",
-     "Decode rows that verified speculative drafts."),
+     "Decode rows that verified speculative drafts, by proposer."),
     ("spec_draft_tokens", "minicb:spec_decode_num_draft_tokens",
-     "Speculative tokens proposed and verified."),
+     "Speculative tokens proposed and verified, by proposer."),
     ("spec_accepted_tokens", "minicb:spec_decode_num_accepted_tokens",
-     "Speculative tokens kept as output."),
+     "Speculative tokens kept as output, by proposer."),
     ("success", "minicb:request_success", "Finished requests."),  # by finished_reason
     ("rejected", "minicb:request_rejected", "Requests refused at the door."),
     # set by the server (a step that raises emits no event): note_failures
@@ -100,7 +102,11 @@ HISTOGRAMS = (
     ("queue", "minicb:request_queue_time_seconds", "Arrival to admission.", E2E_BUCKETS),
 )  # fmt: skip
 # counters with a label beside model_name
-LABELLED = {"success": "finished_reason", "prefix_tier_hits": "tier"}
+LABELLED = {
+    "success": "finished_reason",
+    "prefix_tier_hits": "tier",
+    **dict.fromkeys(("spec_drafts", "spec_draft_tokens", "spec_accepted_tokens"), "proposer"),
+}
 
 
 class PrometheusMetrics(HandlerListener):
@@ -200,9 +206,10 @@ class PrometheusMetrics(HandlerListener):
             self.prefix_tier_hits.inc(plan.prefix_hit_tokens - host, label="device")
             self.prefix_tier_hits.inc(host, label="host")
         if rows.draft_tokens:
-            self.spec_drafts.inc(rows.drafted_rows)
-            self.spec_draft_tokens.inc(rows.draft_tokens)
-            self.spec_accepted_tokens.inc(rows.accepted_tokens)
+            proposer = plan.proposer or ""  # a trace written before plans named it: ""
+            self.spec_drafts.inc(rows.drafted_rows, label=proposer)
+            self.spec_draft_tokens.inc(rows.draft_tokens, label=proposer)
+            self.spec_accepted_tokens.inc(rows.accepted_tokens, label=proposer)
 
     # Request counts follow each request's own events, so they are right between steps too
     # (an arrival, an abort) and after the last step; requests that arrived before this

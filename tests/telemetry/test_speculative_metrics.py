@@ -77,10 +77,33 @@ def test_the_summary_gives_acceptance_rate_and_tokens_per_row():
 def test_prometheus_counts_drafts_and_accepted_tokens():
     _, _, prom, _ = _run()
     s = samples(prom)
-    assert s["minicb:spec_decode_num_drafts_total"] == 2
-    assert s["minicb:spec_decode_num_draft_tokens_total"] == 4
-    assert s["minicb:spec_decode_num_accepted_tokens_total"] == 3
+    drafts = s["minicb:spec_decode_num_drafts_total{proposer=ngram}"]
+    draft_tokens = s["minicb:spec_decode_num_draft_tokens_total{proposer=ngram}"]
+    accepted = s["minicb:spec_decode_num_accepted_tokens_total{proposer=ngram}"]
+    assert (drafts, draft_tokens, accepted) == (2, 4, 3)
     assert s["minicb:generation_tokens_total"] == 7
+    # what a dashboard works out from them: the acceptance rate, and the mean accepted
+    # length (tokens a drafted row got a round: 3 at step 2, 2 at step 4)
+    assert accepted / draft_tokens == pytest.approx(3 / 4)
+    assert 1 + accepted / drafts == pytest.approx((3 + 2) / 2)
+
+
+def test_prometheus_keeps_each_proposers_counts_apart():
+    """The same steps, once as n-gram drafts and once as a draft model's (relabelled):
+    two series per counter, each with its own proposer's counts."""
+    _, _, _, events = _run()
+    prom = PrometheusMetrics()
+    for e in events:
+        prom([e])
+        if e.kind == "step" and e.plan.proposer:
+            twin = from_dict(to_dict(e))
+            twin.plan.proposer = "draft"
+            prom([twin])
+    s = samples(prom)
+    for proposer in ("ngram", "draft"):
+        assert s[f"minicb:spec_decode_num_drafts_total{{proposer={proposer}}}"] == 2
+        assert s[f"minicb:spec_decode_num_draft_tokens_total{{proposer={proposer}}}"] == 4
+        assert s[f"minicb:spec_decode_num_accepted_tokens_total{{proposer={proposer}}}"] == 3
 
 
 def test_without_speculation_every_decode_row_gives_one_token():
