@@ -1,10 +1,10 @@
 """Speculative decoding's benchmark: where n-gram drafts help, and where they cost.
 
 ``python -m minicb.bench.speculative [--quick]`` runs two workloads on minicb continuous,
-each with speculation off and on, at light load (one slot: a single stream, the batch of
-one where a decode step is all weight reads and drafts ride along almost free) and at a
-full batch (every request at once: the step is busier, drafts lengthen every row, and the
-gain shrinks or turns into a cost):
+each with speculation off and on, at batch 1, 4 and 16 (``max_num_seqs``) in the same run:
+at one slot a decode step is all weight reads and drafts ride along almost free; the
+bigger the batch, the busier the step, the more drafts lengthen every row, and the gain
+shrinks or turns into a cost:
 
 - ``copy``: rewrite or repeat code and text given in the prompt (chat-templated when the
   model has a tokenizer): the output copies much of the input, the case prompt lookup is
@@ -17,6 +17,16 @@ share the weights (a fresh KV pool each); figures are medians over the repeats a
 on/off ratios are paired repeat by repeat, so a slow spell on a shared machine falls on both.
 Greedy, ``ignore_eos``, exact lengths: both modes do the same work and, by the oracle, emit
 the same tokens. Prints markdown; ``--out`` also writes the figures as JSON.
+
+**The break-even rule**, printed beside each batch: a round (one step with drafts) gives a
+row ``tokens a row a round`` (``tokens_per_decode_row``, 1 + accepted guesses) and costs
+``round cost`` plain steps (a step's seconds on over off: schedule, forward and sample);
+speculation pays when the first exceeds the second, and the rule's speed-up is their ratio
+(the measured one also carries the prefill steps, which speculation does not shorten).
+minicb/sim/speculation.py predicts the same rule at GPU scale. Before a ratio is made the
+figures are checked (``check_figures``): every run passed the suite's checks (its events
+within the run, exact token counts: minicb.bench.sanity), its steps' seconds add up to no
+more than the run, and no ratio is taken over a zero.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ from typing import Any
 
 from minicb.bench import RunRecord, paired_ratio, run_minicb, spread
 from minicb.bench.recipes import FULL, QUICK, make_workloads
+from minicb.bench.sanity import CLOCK_SLACK, CLOCK_SLACK_S, ImplausibleFigure
 from minicb.bench.systems import sibling
 from minicb.core.engine import LLMEngine
 from minicb.sim.markdown_table import markdown_table
@@ -50,9 +61,10 @@ ASKS = [
     "Rewrite the following, keeping every line, and add nothing:\n\n",
 ]
 FIGURES = (
-    "output_tok_s", "tpot_p50", "steps", "mean_forward_s", "acceptance_rate",
+    "output_tok_s", "tpot_p50", "steps", "mean_forward_s", "mean_step_s", "acceptance_rate",
     "tokens_per_decode_row",
 )  # fmt: skip
+BATCHES = (1, 4, 16)  # max_num_seqs of each comparison
 
 
 def copy_workload(engine: LLMEngine, n: int, max_tokens: int) -> Workload:
@@ -76,24 +88,61 @@ def copy_workload(engine: LLMEngine, n: int, max_tokens: int) -> Workload:
 
 def _figures(record: RunRecord) -> dict[str, float | None]:
     spec, batch = record.summary.get("speculative", {}), record.summary.get("batch", {})
+    parts = [batch.get(k) for k in ("mean_schedule_s", "mean_forward_s", "mean_sample_s")]
     return {
         "output_tok_s": record.figures.get("output_tok_s"),
         "tpot_p50": record.figures.get("tpot_p50"),
         "steps": batch.get("steps"),  # iterations: exact, whatever the machine's load
         "mean_forward_s": batch.get("mean_forward_s"),  # the price of one (longer) step
+        # a step's own seconds: what a round costs (None when the run had no step)
+        "mean_step_s": None if None in parts else sum(parts),
         "acceptance_rate": spec.get("acceptance_rate"),
         "tokens_per_decode_row": spec.get("tokens_per_decode_row"),
     }
 
 
+def check_figures(rec: RunRecord) -> None:
+    """Raise ``ImplausibleFigure`` where a figure the rule reads cannot be right: steps whose
+    seconds add up to more than the run lasted, a step of no time, a row with no token."""
+    f = _figures(rec)
+    steps, step_s, tokens = f["steps"], f["mean_step_s"], f["tokens_per_decode_row"]
+    where = f"{rec.system} on {rec.workload}"
+    if not steps or not step_s or step_s <= 0:
+        raise ImplausibleFigure(f"{where}: {steps} steps of {step_s} s each: no step to price")
+    if steps * step_s > rec.wall_s * (1 + CLOCK_SLACK) + CLOCK_SLACK_S:
+        raise ImplausibleFigure(
+            f"{where}: {steps} steps of {step_s:.3g} s add up to more than the run's "
+            f"{rec.wall_s:.3g} s: a duration outside the run"
+        )
+    if tokens is None or tokens < 1:
+        raise ImplausibleFigure(f"{where}: {tokens} tokens a decode row: every row gives one")
+
+
+def break_even(runs: dict[str, list[RunRecord]]) -> dict[str, Any]:
+    """The rule, repeat by repeat: tokens a row a round (on), a round's cost in plain steps
+    (a step's seconds, on over off) and the speed-up the rule gives (tokens over cost)."""
+    tokens, cost, rule = [], [], []
+    for on, off in zip(runs["on"], runs["off"], strict=True):
+        t = _figures(on)["tokens_per_decode_row"]
+        c = _figures(on)["mean_step_s"] / _figures(off)["mean_step_s"]  # both checked > 0
+        tokens.append(t)
+        cost.append(c)
+        rule.append(t / c)
+    return {"tokens_per_round": spread(tokens), "round_cost_steps": spread(cost),
+            "rule_speedup": spread(rule)}  # fmt: skip
+
+
 def compare(engine: LLMEngine, workload: Workload, slots: int, repeats: int) -> dict[str, Any]:
-    """``workload`` with speculation off and on, ``slots`` requests at a time."""
+    """``workload`` with speculation off and on, ``slots`` requests at a time; every run's
+    figures are checked (``check_figures``) before a ratio is made of them."""
     runs: dict[str, list[RunRecord]] = {"off": [], "on": []}
     for r in range(repeats):
         for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
             spec = "ngram" if mode == "on" else "off"
             eng = sibling(engine, speculative=spec, max_num_seqs=slots)
             runs[mode].append(run_minicb(eng, workload, f"minicb-spec-{mode}"))
+    for rec in runs["off"] + runs["on"]:
+        check_figures(rec)
     figures = {
         mode: {k: spread(_figures(rec)[k] for rec in recs) for k in FIGURES}
         for mode, recs in runs.items()
@@ -103,13 +152,14 @@ def compare(engine: LLMEngine, workload: Workload, slots: int, repeats: int) -> 
         "figures": figures,
         "throughput_on_over_off": paired_ratio(runs["on"], runs["off"], "output_tok_s"),
         "tpot_on_over_off": paired_ratio(runs["on"], runs["off"], "tpot_p50"),
+        "break_even": break_even(runs),
     }
 
 
 def run_bench(engine: LLMEngine, quick: bool, repeats: int | None = None) -> dict[str, Any]:
-    """Both workloads at one slot and at a full batch (one slot per request)."""
+    """Both workloads at each of BATCHES slots (16 requests: the last batch holds them all)."""
     plan = QUICK if quick else FULL
-    n, max_tokens = (4, 48) if quick else (8, 96)
+    n, max_tokens = (16, 32) if quick else (16, 96)
     headline = make_workloads(plan, engine.runner.vocab_size)[0]
     # as many requests as the copy workload, under the headline's own name
     headline = replace(headline.head(n, max_tokens=max_tokens), name=headline.name)
@@ -121,8 +171,7 @@ def run_bench(engine: LLMEngine, quick: bool, repeats: int | None = None) -> dic
     for w in (copy_workload(engine, n, max_tokens), headline):
         results["workloads"][w.name] = {
             "definition": w.describe(),
-            "batch_1": compare(engine, w, 1, repeats),
-            "full_batch": compare(engine, w, n, repeats),
+            **{f"batch_{b}": compare(engine, w, b, repeats) for b in BATCHES},
         }
     return results
 
@@ -136,32 +185,34 @@ def _ms(value: dict[str, float] | None) -> str:
 
 
 def render(results: dict[str, Any]) -> str:
-    """A markdown table: one line per workload and load, off against on."""
-    header = ["workload", "load", "tok/s off", "tok/s on", "on / off", "TPOT p50 off (s)",
+    """A markdown table: one line per workload and batch, off against on, with the rule."""
+    header = ["workload", "batch", "tok/s off", "tok/s on", "on / off", "TPOT p50 off (s)",
               "TPOT p50 on (s)", "on / off", "steps off -> on",
-              "forward per step off -> on (ms)", "acceptance", "tokens per decode row"]  # fmt: skip
+              "forward per step off -> on (ms)", "acceptance", "tokens a row a round",
+              "round cost (steps)", "rule: pays?", "rule's speed-up"]  # fmt: skip
     rows = []
     for name, w in results["workloads"].items():
-        for load in ("batch_1", "full_batch"):
+        for load in (k for k in w if k.startswith("batch_")):
             c = w[load]
-            off, on = c["figures"]["off"], c["figures"]["on"]
-            label = "1 slot" if load == "batch_1" else f"{c['slots']} slots, all at once"
+            off, on, rule = c["figures"]["off"], c["figures"]["on"], c["break_even"]
+            tokens, cost = rule["tokens_per_round"]["median"], rule["round_cost_steps"]["median"]
             rows.append([
-                name, label, _median(off["output_tok_s"], ".1f"),
+                name, str(c["slots"]), _median(off["output_tok_s"], ".1f"),
                 _median(on["output_tok_s"], ".1f"),
                 f"{_median(c['throughput_on_over_off'], '.2f')}x",
                 _median(off["tpot_p50"], ".3f"), _median(on["tpot_p50"], ".3f"),
                 f"{_median(c['tpot_on_over_off'], '.2f')}x",
                 f"{_median(off['steps'], '.0f')} -> {_median(on['steps'], '.0f')}",
                 f"{_ms(off['mean_forward_s'])} -> {_ms(on['mean_forward_s'])}",
-                _median(on["acceptance_rate"], ".0%"), _median(on["tokens_per_decode_row"], ".2f"),
+                _median(on["acceptance_rate"], ".0%"), f"{tokens:.2f}", f"{cost:.2f}",
+                "yes" if tokens > cost else "no", f"{_median(rule['rule_speedup'], '.2f')}x",
             ])  # fmt: skip
     return "\n".join(markdown_table(header, rows))
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m minicb.bench.speculative", description=__doc__)
-    p.add_argument("--quick", action="store_true", help="4 requests of 48 tokens, one repeat")
+    p.add_argument("--quick", action="store_true", help="16 requests of 32 tokens, one repeat")
     p.add_argument("--model", default=None, help="model folder (default: embedded SmolLM2-135M)")
     p.add_argument("--device", default="auto", help="cpu, cuda, or auto")
     p.add_argument("--dtype", default="auto", help="float32, bfloat16, float16 or auto")
@@ -175,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     from minicb.core.config import EngineConfig
 
     torch.set_num_threads(args.threads)
-    config = EngineConfig(
+    config = EngineConfig.from_kwargs(
         device=args.device,
         dtype=args.dtype,
         num_kv_blocks=512,

@@ -1,8 +1,14 @@
 """The speculative-decoding benchmark runs end to end on a tiny model and reports paired
-ratios (no timing is asserted: the figures are the benchmark's, not the test's)."""
+ratios and the break-even rule (no timing is asserted: the figures are the benchmark's, not
+the test's), and refuses figures no correct run gives."""
+
+from dataclasses import replace
+
+import pytest
 
 from minicb import LLM
-from minicb.bench.speculative import compare, copy_workload, render
+from minicb.bench.sanity import ImplausibleFigure
+from minicb.bench.speculative import check_figures, compare, copy_workload, render
 
 
 def test_compare_reports_both_modes_and_paired_ratios(tiny_llama_dir):
@@ -16,5 +22,24 @@ def test_compare_reports_both_modes_and_paired_ratios(tiny_llama_dir):
     assert figures["off"]["tokens_per_decode_row"]["median"] == 1.0
     assert figures["on"]["tokens_per_decode_row"]["median"] >= 1.0
     assert result["throughput_on_over_off"]["n"] == 2 and result["tpot_on_over_off"]["n"] == 2
-    table = render({"workloads": {"copy": {"batch_1": result, "full_batch": result}}})
-    assert table.count("\n| copy |") == 2 and "2 slots, all at once" in table
+    rule = result["break_even"]
+    assert rule["tokens_per_round"]["n"] == rule["round_cost_steps"]["n"] == 2
+    assert rule["tokens_per_round"]["median"] == figures["on"]["tokens_per_decode_row"]["median"]
+    assert rule["round_cost_steps"]["median"] > 0
+    table = render({"workloads": {"copy": {"batch_1": result, "batch_4": result}}})
+    assert table.count("\n| copy |") == 2 and "round cost (steps)" in table
+    assert "| yes |" in table or "| no |" in table
+
+
+def test_a_step_time_outside_the_run_is_refused_before_any_ratio(tiny_llama_dir):
+    from minicb.bench import run_minicb
+
+    engine = LLM(dtype="float32", model=tiny_llama_dir, num_kv_blocks=128, num_swap_blocks=0).engine
+    rec = run_minicb(engine, copy_workload(engine, 2, 8), "minicb-spec-off")
+    check_figures(rec)  # a real run passes
+    with pytest.raises(ImplausibleFigure, match="outside the run"):
+        check_figures(replace(rec, wall_s=rec.wall_s / 100))
+    batch = {**rec.summary["batch"], "mean_forward_s": 0.0, "mean_schedule_s": 0.0,
+             "mean_sample_s": 0.0}  # fmt: skip
+    with pytest.raises(ImplausibleFigure, match="no step to price"):
+        check_figures(replace(rec, summary={**rec.summary, "batch": batch}))
