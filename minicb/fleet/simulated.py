@@ -24,6 +24,10 @@ room (a busy replica's next step, an idle one's readiness), routed among the rep
 with room. Its TTFT counts the wait, from its arrival. Refused requests (a full queue, a
 tenant over its rate) are counted in ``refused``.
 
+Each replica publishes its KV events (kv_events.py) as a real replica does, and the fleet
+hands each record to the router's index (``deliver_kv``: a test drops some there); a
+replica the index wants a snapshot of gets it at the next arrival.
+
 Each routing decision is also a ``routed`` event (``RequestRouted``) on the fleet's own
 ``bus``, stamped with the virtual time, as the real fleet publishes them.
 
@@ -49,6 +53,7 @@ from minicb.core.runner import VirtualClock
 from minicb.cost_model.catalogue import load_profile, read_catalogue
 from minicb.cost_model.step_time import StepTimeModel
 from minicb.fleet.autoscale import Autoscaler, FleetState, ScaleDecision
+from minicb.fleet.kv_events import KVEventBatch, KVEventPublisher
 from minicb.fleet.router import ReplicaLoad, Route, Router
 from minicb.fleet.tenancy.fair_queue import FairQueue, Refused
 from minicb.fleet.tenancy.uncached import uncached_tokens
@@ -92,6 +97,7 @@ class SimulatedReplica:
     requests: dict[int, RequestSpec] = field(default_factory=dict)  # engine id -> request
     idle_from: float | None = None
     removed: float | None = None
+    kv_events: KVEventPublisher = field(init=False)  # what it publishes of its prefix cache
 
     @property
     def clock(self) -> VirtualClock:
@@ -152,7 +158,15 @@ class SimulatedFleet:
         )  # fmt: skip
         replica.engine.bus.subscribe(replica.metrics)
         replica.engine.bus.subscribe(replica.finished.extend, kinds=["finished"])
+        replica.kv_events = KVEventPublisher(
+            replica.engine, lambda record: self.deliver_kv(index, record)
+        )
         return replica
+
+    def deliver_kv(self, replica: int, record: KVEventBatch) -> None:
+        """A replica's KV event record reaches the router's index (at once: the simulated
+        link loses nothing unless a test makes it)."""
+        self.router.index.apply(replica, record)
 
     @property
     def active(self) -> list[SimulatedReplica]:
@@ -221,6 +235,9 @@ class SimulatedFleet:
         full: set[int] = frozenset(),  # type: ignore[assignment]
     ) -> None:
         request_id, self._next_id = self._next_id, self._next_id + 1
+        active = {r.index: r for r in self.active}
+        for index in self.router.index.wanted(active.__contains__):  # resync: a snapshot
+            self.router.index.install(index, active[index].kv_events.snapshot())
         loads = [r.load(now) for r in self.active]
         # a replica without room is not there for this decision
         loads = [dataclasses.replace(x, alive=False) if x.replica in full else x for x in loads]
