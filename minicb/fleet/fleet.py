@@ -14,6 +14,12 @@ for the request, so a page that draws the replicas side by side draws the router
 beside them. From there on the request is that replica's: its stream, its abort (which
 frees KV in that replica's pool), its metrics.
 
+Each replica also publishes its KV events (the blocks its prefix cache stored and removed,
+kv_events.py) on its own stream of the pipe (replica_link.py); before each decision the
+fleet hands what came to the router's index (kv_index.py) and asks each replica the index
+has lost track of (a gap, a restart) for a snapshot, which comes on the same stream a
+moment later. The ``precise-prefix`` and ``cost`` routers read that index.
+
 No replica can hold the others hostage (replica.py): each has its own I/O threads, a
 round trip publishes the other replicas' events while it waits, and a replica silent for
 ``silent_after_s`` (3 s: it beats every 0.5 s) is out of rotation at once (``loads`` says
@@ -154,6 +160,7 @@ class Fleet:
         ids = self.tokenize(prompt) if prompt_token_ids is None else list(prompt_token_ids)
         now = self.clock() if arrival_time is None else arrival_time
         while True:
+            self._hear_kv_events()
             try:
                 route = self.router.route(next(self._decisions), ids, self.loads())
             except RuntimeError as err:  # none is serving
@@ -172,11 +179,25 @@ class Fleet:
     def set_policy(self, policy: str) -> None:
         """Route from now on with ``policy``: a new router over the live replicas (its
         prefix record starts empty). Call it in the engine thread, or while it is idle."""
-        router = Router(policy, max(self._by_index) + 1, block_size=self.config.block_size)
+        router = Router(
+            policy, max(self._by_index) + 1, block_size=self.config.block_size,
+            index=self.router.index,  # what the replicas reported holds whatever the policy
+        )  # fmt: skip
         for replica in self.replicas.values():
             if replica.dead is not None:
                 router.remove(replica.index)
         self.router = router
+
+    def _hear_kv_events(self) -> None:
+        """The replicas' KV event records since the last decision, into the router's
+        index; a snapshot asked of each replica the index lost track of."""
+        index = self.router.index
+        for replica in self.replicas.values():
+            records = replica.child.link.kv_events
+            while not records.empty():
+                index.apply(replica.index, records.get_nowait())
+        for lost in index.wanted(lambda i: i in self._by_index and self._by_index[i].serving):
+            self._by_index[lost].child.link.send(("kv_snapshot",))
 
     def loads(self) -> list[ReplicaLoad]:
         """Each replica's load as of its latest message (swapped-out requests wait too);

@@ -21,7 +21,7 @@ snapshot (a number at or below it) are duplicates and are dropped.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from minicb.fleet.kv_events import KVEventBatch, KVEventSnapshot
@@ -84,11 +84,12 @@ class KVIndex:
         for key in snapshot.keys:
             self.holders.setdefault(key, set()).add(replica)
 
-    def wanted(self) -> list[int]:
-        """The resyncing replicas not asked for a snapshot yet; each is marked asked."""
+    def wanted(self, reachable: Callable[[int], bool] = lambda replica: True) -> list[int]:
+        """The resyncing replicas to ask for a snapshot now: those not asked yet that
+        ``reachable`` says can be asked; each is marked asked."""
         out = []
         for replica, stream in self.streams.items():
-            if stream.resyncing is not None and not stream.asked:
+            if stream.resyncing is not None and not stream.asked and reachable(replica):
                 stream.asked = True
                 out.append(replica)
         return out

@@ -9,9 +9,11 @@ to send) and notes when it came (so silence is measured whatever the engine thre
 doing); the writer thread sends what it is given (so a caller never waits to send). The
 engine thread only looks at ``inbox``, with a deadline of its own choosing.
 
-The replica's heartbeats (replica_worker.py, every HEARTBEAT_S) only move ``heard``; every
-other message goes to ``inbox`` in the order it came, then ``CLOSED`` once the pipe has
-ended (the process exited or was killed).
+The replica's heartbeats (replica_worker.py, every HEARTBEAT_S) only move ``heard``; its KV
+event records (``kv_events``: the blocks it stored and removed, kv_events.py) go to
+``kv_events``, in order, for the router's index, which the fleet reads when it routes (not
+when the replica's turn comes); every other message goes to ``inbox`` in the order it came,
+then ``CLOSED`` once the pipe has ended (the process exited or was killed).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class ReplicaLink:
     def __init__(self, conn: Connection, name: str) -> None:
         self.conn = conn
         self.inbox: queue.SimpleQueue[tuple] = queue.SimpleQueue()
+        self.kv_events: queue.SimpleQueue[Any] = queue.SimpleQueue()  # KV event records
         self._outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.heard = time.monotonic()  # when the latest message came (a heartbeat counts)
         self.closed = False  # the pipe has ended (CLOSED is in the inbox)
@@ -65,7 +68,9 @@ class ReplicaLink:
             while True:
                 msg = self.conn.recv()
                 self.heard = time.monotonic()
-                if msg[0] != "alive":
+                if msg[0] == "kv_events":
+                    self.kv_events.put(msg[1])
+                elif msg[0] != "alive":
                     self.inbox.put(msg)
         except (EOFError, OSError, TypeError):  # TypeError: closed under our feet
             pass

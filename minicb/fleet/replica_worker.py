@@ -16,6 +16,8 @@ the step published on its bus. Messages, parent to replica:
 - ``("abort", request_id)``, ``("abort_all",)``: the reply is ``abort_request``'s answer;
 - ``("view", name)``: the reply is one of the engine's views (VIEWS), e.g. ``describe``;
 - ``("stop",)``: leave;
+- ``("kv_snapshot",)``: no reply; a ``("kv_events", snapshot, None)`` message instead, all
+  the KV blocks it holds (kv_events.py), after the records it includes;
 - a role's own commands (``role.commands``), where the replica has a role (below).
 
 A replica may be given a ``role`` (a picklable object, e.g. the prefill and decode sides of
@@ -29,8 +31,9 @@ command just run; ``("events", events, load)`` after each step (and after a comm
 published some), every event the engine's bus carried, in order; ``("failed", words,
 load)`` when a step raised (the engine undid it; the parent ends those requests with an
 error, and the replica aborts them, as the engine loop does for an engine in its own
-process). ``load`` is
-``queue_sizes()`` just after: what the router reads. A reply always comes before the
+process); ``("kv_events", record, None)``, a plain replica's (no role) KV event record, as
+soon as a step or a command changed its prefix cache (the router's index reads them).
+``load`` is ``queue_sizes()`` just after: what the router reads. A reply always comes before the
 events its command published, so the fleet can announce where it routed a request (its
 ``routed`` event) before the replica's own ``arrived``.
 
@@ -46,6 +49,8 @@ import logging
 import threading
 from multiprocessing.connection import Connection
 from typing import Any
+
+from minicb.fleet.kv_events import KVEventPublisher
 
 log = logging.getLogger(__name__)
 
@@ -79,11 +84,14 @@ def main(
         "eos_token_ids": list(engine.eos_token_ids),
     }
     pipe = _Locked(conn)  # from here on two threads send: the loop and the heartbeat
+    kv = None  # a role's engine (disaggregated serving) is not routed by prefix
+    if role is None:
+        kv = KVEventPublisher(engine, lambda record: pipe.send(("kv_events", record, None)))
     pipe.send(("reply", ready, engine.queue_sizes()))
     stop = threading.Event()
     threading.Thread(target=_beat, args=(pipe, stop), name="minicb-heartbeat", daemon=True).start()
     try:
-        serve(pipe, engine, outbox, role)
+        serve(pipe, engine, outbox, role, kv)
     except (EOFError, OSError):  # the parent is gone: nothing is left to serve
         log.warning("replica: the fleet closed its pipe; stopping")
     finally:
@@ -112,8 +120,9 @@ def _beat(conn: _Locked, stop: threading.Event) -> None:
             return
 
 
-def serve(conn: Any, engine: Any, outbox: list[Any], role: Any = None) -> None:
-    """Commands between steps; a step whenever the engine has work."""
+def serve(conn: Any, engine: Any, outbox: list[Any], role: Any = None, kv: Any = None) -> None:
+    """Commands between steps; a step whenever the engine has work. ``kv``: the engine's
+    KV event publisher, whose snapshot ``kv_snapshot`` asks for."""
     while True:
         if role is not None:
             role.poll(engine)
@@ -124,6 +133,9 @@ def serve(conn: Any, engine: Any, outbox: list[Any], role: Any = None) -> None:
             msg = conn.recv()
             if msg[0] == "stop":
                 return
+            if msg[0] == "kv_snapshot" and kv is not None:  # answered on the KV stream
+                conn.send(("kv_events", kv.snapshot(), None))
+                continue
             _answer(conn, engine, msg, outbox, role)
             _flush(conn, engine, outbox)
             wait = 0.0
