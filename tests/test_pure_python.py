@@ -41,6 +41,7 @@ PURE_MODULES = [
     "minicb.chat_workload",
     "minicb.fleet.router",
     "minicb.fleet.autoscale",
+    "minicb.fleet.sla_planner",
     "minicb.fleet.simulated",
 ]
 

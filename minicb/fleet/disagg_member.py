@@ -40,6 +40,11 @@ class Member:
     metrics: MetricsCollector = field(default_factory=MetricsCollector)  # its steps
     numbers: dict[int, int] = field(default_factory=dict)  # engine id -> request number
     stalled: bool = False  # a prefill engine whose last step ran nothing: wait for a change
+    # A planner's engine (sla_planner.py): asked for at ``added`` (it costs from then),
+    # routed to from ``ready_at`` (its start-up), taken out of the router at ``removed``.
+    added: float = 0.0
+    ready_at: float = 0.0
+    removed: float | None = None
 
     @property
     def clock(self) -> VirtualClock:
@@ -81,6 +86,6 @@ def build_member(
     return member
 
 
-def member_load(member: Member) -> ReplicaLoad:
-    """What the router reads of a member."""
-    return ReplicaLoad.of(member.index, member.engine.queue_sizes())
+def member_load(member: Member, now: float) -> ReplicaLoad:
+    """What the router reads of a member at ``now`` (one still starting is not alive)."""
+    return ReplicaLoad.of(member.index, member.engine.queue_sizes(), alive=member.ready_at <= now)

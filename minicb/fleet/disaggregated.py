@@ -34,14 +34,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from minicb.core.config import EngineConfig, SamplingParams
-from minicb.core.latency import distribution
+from minicb.core.latency import distribution, tpot
 from minicb.core.request import RequestMetrics
 from minicb.cost_model.catalogue import load_profile
 from minicb.cost_model.step_time import StepTimeModel
+from minicb.fleet.autoscale import ScaleDecision
 from minicb.fleet.disagg_member import Member, TokenFn, build_member, member_load
 from minicb.fleet.kv_transfer import DecodeScheduler, PrefillScheduler, Transfer, link
 from minicb.fleet.router import Router
-from minicb.fleet.simulated import ArrivalSource, merge_metrics
+from minicb.fleet.simulated import ArrivalSource, gpu_price, merge_metrics, replica_startup_s
+from minicb.fleet.sla_planner import Pool, PoolsState, SLAPlanner
 from minicb.telemetry.records import RequestRecord
 from minicb.telemetry.request_times import continued
 from minicb.workload import RequestSpec
@@ -78,6 +80,8 @@ class DisaggregatedCluster:
         ttft_slo: float = 1.0,
         tpot_slo: float = 0.1,
         token_fn: TokenFn | None = None,
+        planner: SLAPlanner | None = None,
+        startup_s: float | None = None,
     ) -> None:
         """``config``: the prefill engines' settings (and the decode engines' unless
         ``decode_config``); ``token_fn``: every request's tokens by its number in the run
@@ -93,6 +97,18 @@ class DisaggregatedCluster:
                                     token_fn, 1) for i in range(num_decode)]  # fmt: skip
         self.route_prefill = Router(router, num_prefill, block_size=config.block_size)
         self.route_decode = Router(router, num_decode, block_size=decode_config.block_size)
+        self.config, self.decode_config, self.token_fn = config, decode_config, token_fn
+        # With a planner, each pool grows and shrinks: an added engine takes its start-up
+        # delay (the colocated fleet's, simulated.py) and costs from the moment it is asked for.
+        self.planner = planner
+        self.startup_s = replica_startup_s(profile) if startup_s is None else startup_s
+        self.scaling: list[dict[str, Any]] = []  # each decision, its time, pool and sizes
+        # What the planner is told of the interval since its last look: each arrival's
+        # prompt length, each first token's TTFT, each finished request's ITL and length.
+        self._prompts: list[int] = []
+        self._ttfts: list[float] = []
+        self._itls: list[float] = []
+        self._outputs: list[int] = []
         self.journeys: list[Journey] = []
         self.transfers: list[Transfer] = []
         self._ready: dict[tuple[int, int], float] = {}  # (decode, id) -> when handed over
@@ -126,6 +142,8 @@ class DisaggregatedCluster:
     def run(self, source: ArrivalSource) -> dict[str, Any]:
         """Every request of ``source`` through the cluster; the figures (``summary``)."""
         self._answered = getattr(source, "answered", None)  # a closed loop's next turns
+        interval = self.planner.interval_s if self.planner else math.inf
+        next_look = interval
         while source or self._actions or any(m.engine.has_unfinished() for m in self.members):
             t_arrival = source.next_time if source.next_time is not None else math.inf
             t_action = self._actions[0][0] if self._actions else math.inf
@@ -133,7 +151,7 @@ class DisaggregatedCluster:
             t_prefill = prefill.clock() if prefill else math.inf
             t_decode, decode = min(self._decode_ready(), key=lambda x: (x[0], x[1].index),
                                    default=(math.inf, None))  # fmt: skip
-            t = min(t_arrival, t_action, t_prefill, t_decode)
+            t = min(t_arrival, t_action, t_prefill, t_decode, next_look)
             if t == math.inf:
                 raise RuntimeError(f"the cluster is stuck with work left: {self._state()}")
             if t_arrival == t:
@@ -141,6 +159,9 @@ class DisaggregatedCluster:
                     self._arrive(spec, t)
             elif t_action == t:
                 self._act(*heapq.heappop(self._actions))
+            elif next_look == t:
+                self._look(t)
+                next_look += interval
             elif t_prefill == t:
                 self._step_prefill(prefill)
             else:
@@ -164,7 +185,8 @@ class DisaggregatedCluster:
 
     def _arrive(self, spec: RequestSpec, now: float) -> None:
         number = len(self.journeys)
-        loads = [member_load(m) for m in self.prefill]
+        self._prompts.append(len(spec.prompt))
+        loads = [member_load(m, now) for m in self.prefill]
         member = self.prefill[self.route_prefill.route(number, list(spec.prompt), loads).replica]
         member.catch_up(now)
         member.stalled = False
@@ -187,6 +209,7 @@ class DisaggregatedCluster:
             journey.token_ids.extend(out.token_ids)
             journey.token_times.append(now)
             journey.times = out.metrics
+            self._ttfts.append(now - out.metrics.arrival_time)
             if journey.spec.output_tokens == 1:  # nothing to decode: done here
                 self._done(journey, now)
                 self._act(now, 0, "release", (member.index, out.request_id))
@@ -203,7 +226,7 @@ class DisaggregatedCluster:
             return
         number, prefill, prefill_rid = what  # hand_off: to the least loaded decode engine
         journey = self.journeys[number]
-        loads = [member_load(m) for m in self.decode]
+        loads = [member_load(m, now) for m in self.decode]
         route = self.route_decode.route(number, list(journey.spec.prompt), loads)
         member = self.decode[route.replica]
         member.catch_up(now)
@@ -243,11 +266,69 @@ class DisaggregatedCluster:
             journey = self.journeys[member.numbers.pop(out.request_id)]
             journey.token_ids.extend(out.token_ids)
             journey.times = continued(journey.times, out.metrics)
+            decoded = journey.token_times[1:]  # the gaps on the decode side: its ITL
+            if len(decoded) >= 2:
+                self._itls.append(tpot(decoded[0], decoded[-1], len(decoded)))
+            self._outputs.append(len(journey.token_ids))
             self._done(journey, now)
 
     def _done(self, journey: Journey, now: float) -> None:
         if self._answered is not None:  # the next turn sends back what the model said
             self._answered(journey.spec, now, journey.token_ids)
+
+    # ---- the planner ---------------------------------------------------------------------
+    def _look(self, now: float) -> None:
+        """The planner's look at ``now`` at the interval since the last one, done."""
+        assert self.planner is not None
+
+        def pool(side: list[Member]) -> Pool:
+            live = [m for m in side if m.removed is None]
+            ready = [m for m in live if m.ready_at <= now]
+            held = {m.index: len(m.numbers) for m in ready}
+            return Pool(len(ready), len(live) - len(ready), held)
+
+        state = PoolsState(
+            now=now, arrived=len(self._prompts), prompt_tokens=sum(self._prompts),
+            ttft_s=self._ttfts, itl_s=self._itls, output_tokens=self._outputs,
+            decode_running=sum(m.engine.queue_sizes()["running"] for m in self.decode
+                               if m.removed is None and m.ready_at <= now),
+            prefill=pool(self.prefill), decode=pool(self.decode),
+        )  # fmt: skip
+        self._prompts, self._ttfts, self._itls, self._outputs = [], [], [], []
+        for side, decision in self.planner.decide(state):
+            self._scale(side, decision, now)
+
+    def _scale(self, side: str, decision: ScaleDecision, now: float) -> None:
+        members = self.prefill if side == "prefill" else self.decode
+        router = self.route_prefill if side == "prefill" else self.route_decode
+        if decision.action == "add":
+            index = router.add()  # the next index: its place in ``members``
+            if side == "prefill":
+                member = build_member(index, self.profile, self.config, PrefillScheduler,
+                                      self.token_fn, 0)  # fmt: skip
+            else:
+                member = build_member(index, self.profile, self.decode_config,
+                                      self._decode_scheduler(index), self.token_fn, 1)  # fmt: skip
+            member.added, member.ready_at = now, now + self.startup_s
+            member.catch_up(member.ready_at)
+            members.append(member)
+        else:  # out of the router now; it drains what it holds
+            index = decision.replica
+            router.remove(index)
+            members[index].removed = now
+        live = {name: sum(m.removed is None for m in pool)
+                for name, pool in (("prefill", self.prefill), ("decode", self.decode))}  # fmt: skip
+        self.scaling.append({"time": now, "pool": side, "action": decision.action,
+                             "replica": index, "reason": decision.reason, **live})  # fmt: skip
+
+    def engine_seconds(self, end: float) -> float:
+        """GPU-seconds of every engine from when it was asked for to ``end``, or to when a
+        removed one had drained what it held."""
+        busy = 0.0
+        for m in self.members:
+            stop = end if m.removed is None else min(end, max(m.removed, m.clock()))
+            busy += max(0.0, stop - m.added)
+        return busy * self.profile.tp
 
     # ---- the figures -----------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:
@@ -258,6 +339,9 @@ class DisaggregatedCluster:
         records = merged.requests  # each request once, as its journey over both sides
         records.clear()
         records.update({(0, i): _record(j) for i, j in enumerate(self.journeys)})
+        gpu_s = self.engine_seconds(merged.t_max or 0.0)
+        dollars = gpu_s / 3600 * gpu_price(self.profile)
+        out_tokens = sum(len(j.token_ids) for j in self.journeys)
         return {
             "simulated": True,
             "profile": self.profile.name,
@@ -265,6 +349,9 @@ class DisaggregatedCluster:
             "decode_engines": len(self.decode),
             "link": f"{self.link.name} ({self.link.gb_s:g} GB/s x {self.link.efficiency:g})",
             "summary": merged.summary(self.ttft_slo, self.tpot_slo),
+            "gpu_hours": gpu_s / 3600,
+            "usd_per_m_output_tokens": dollars / out_tokens * 1e6 if out_tokens else None,
+            "scaling": self.scaling,
             "transfers": {
                 "count": len(self.transfers),
                 "bytes": sum(t.nbytes for t in self.transfers),

@@ -77,8 +77,42 @@ def autoscale_section(r: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _spans(starts: list[float], bin_s: float) -> str:
+    """Bins that start at ``starts`` as ranges of seconds: "60-90 s, 120-130 s"."""
+    spans: list[list[float]] = []
+    for t in starts:
+        if spans and spans[-1][1] == t:
+            spans[-1][1] = t + bin_s
+        else:
+            spans.append([t, t + bin_s])
+    return ", ".join(f"{a:.0f}-{b:.0f} s" for a, b in spans) or "never"
+
+
+def planner_section(r: dict[str, Any]) -> list[str]:
+    lines = _head("planner", "Two autoscalers on a load that ramps up and down", r)
+    header = ["system", "SLO attainment", "TTFT met", "TTFT p90 over target", "TPOT met",
+              "TPOT p90 over target", "TTFT p50 / p99", "TPOT p50 / p99", "GPU-hours",
+              "most GPUs"]  # fmt: skip
+    bin_s = r["bin_s"]
+    cells = [[
+        row["system"], _pct(row["slo_attainment"]), _pct(row["ttft_met"]),
+        f"{row['ttft_over_s']:.0f} s ({_spans(row['ttft_over_at'], bin_s)})",
+        _pct(row["tpot_met"]), f"{row['tpot_over_s']:.0f} s ({_spans(row['tpot_over_at'], bin_s)})",
+        f"{_ms(row['ttft_p50_s'])} / {_ms(row['ttft_p99_s'])}",
+        f"{_ms(row['tpot_p50_s'])} / {_ms(row['tpot_p99_s'])}",
+        f"{row['gpu_hours']:.3f}", str(row["replicas_max"]),
+    ] for row in r["rows"]]  # fmt: skip
+    lines += markdown_table(header, cells)
+    for row in r["rows"]:
+        lines += ["", f"{row['system']}: its decisions (simulated seconds):", ""]
+        lines += [f"- {s['time']:.0f} s: {s['action']} {s.get('pool', 'replica')} "
+                  f"{s['replica']} ({s['reason']})"
+                  for s in row["scaling"]] or ["- none"]  # fmt: skip
+    return [*lines, ""]
+
+
 SECTIONS = {"router": router_section, "replicas": replicas_section,
-            "autoscale": autoscale_section}  # fmt: skip
+            "autoscale": autoscale_section, "planner": planner_section}  # fmt: skip
 
 
 def figures(results: dict[str, dict[str, Any]]) -> list[go.Figure]:
@@ -101,4 +135,10 @@ def figures(results: dict[str, dict[str, Any]]) -> list[go.Figure]:
         series = r["replicas_over_time"]
         fig.add_scatter(name="replicas", x=series["t"], y=series["replicas"], line_shape="hv")
         out.append(titled(fig, r, "Autoscaled replicas over time", "simulated seconds", "replicas"))
+    if "planner" in results:
+        r, fig = results["planner"], go.Figure()
+        for name, series in r["gpus_over_time"].items():
+            fig.add_scatter(name=name, x=series["t"], y=series["gpus"], line_shape="hv")
+        out.append(titled(fig, r, "GPUs over time on a ramp: queue-length against SLA planner",
+                          "simulated seconds", "GPUs"))  # fmt: skip
     return out

@@ -11,7 +11,10 @@ the real router) on a workload of the one workload module; ``minicb bench --simu
 - ``replicas``: N replicas of one GPU against one engine over N GPUs (tensor parallel, one
   big batch) at the same GPU count and the same load;
 - ``autoscale``: a load that doubles halfway, on a fixed fleet sized for the first half,
-  a fixed fleet sized for the peak, and an autoscaled one (goodput, cost).
+  a fixed fleet sized for the peak, and an autoscaled one (goodput, cost);
+- ``planner``: a load that ramps up and down, on the queue-length autoscaler's colocated
+  fleet and on a disaggregated one whose prefill and decode pools the SLA planner
+  (sla_planner.py) sizes apart: when each one is over its targets, and the GPUs it used.
 
 ``size`` scales the request counts (1.0 for the docs, smaller for tests). ``PUBLISHED``
 holds what each source claims, DistServe's too (disagg_reproduction.py runs that one).
@@ -19,15 +22,19 @@ holds what each source claims, DistServe's too (disagg_reproduction.py runs that
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from typing import Any
 
 from minicb.chat_workload import ChatSessions, chat_conversations
 from minicb.core.config import EngineConfig
+from minicb.core.latency import percentile, tpot, ttft
 from minicb.cost_model.catalogue import load_profile
 from minicb.fleet.autoscale import Autoscaler
+from minicb.fleet.disaggregated import DisaggregatedCluster
 from minicb.fleet.router import POLICIES
 from minicb.fleet.simulated import SimulatedFleet
+from minicb.fleet.sla_planner import PerformanceModel, SLAPlanner
 from minicb.workload import (
     Arrivals,
     RequestSpec,
@@ -168,6 +175,104 @@ def autoscale(size: float = 1.0, profile: str = "L4:llama-3.1-8b", rate: float =
     }
 
 
+# ---- two autoscalers on a load that ramps up and down ---------------------------------------
+def ramp_times(low: float, peak: float, duration: float, seed: int) -> list[float]:
+    """Arrival times of a Poisson load whose rate climbs from ``low`` to ``peak`` req/s
+    over the first half of ``duration`` and falls back over the second (drawn at the peak
+    rate and each kept with probability rate(t) / peak: thinning)."""
+    rng, t, times = random.Random(seed), 0.0, []
+    while True:
+        t += rng.expovariate(peak)
+        if t >= duration:
+            return times
+        rate = low + (peak - low) * (1 - abs(2 * t / duration - 1))
+        if rng.random() < rate / peak:
+            times.append(t)
+
+
+def over_target(journeys: list[tuple[float, list[float]]], bin_s: float) -> dict[str, Any]:
+    """Per ``bin_s`` of arrival time, the p90 TTFT and TPOT of the requests that arrived
+    then (``journeys``: each request's arrival and its tokens' times), the bins whose p90
+    was over each target, and the share of requests that met each target."""
+    bins: dict[int, list[tuple[float, float]]] = {}
+    for arrival, times in journeys:
+        late = tpot(times[0], times[-1], len(times)) if len(times) > 1 else 0.0
+        bins.setdefault(int(arrival // bin_s), []).append((ttft(arrival, times[0]), late))
+    series = {"t": [], "ttft_p90_s": [], "tpot_p90_s": []}
+    for b in sorted(bins):
+        series["t"].append(b * bin_s)
+        for i, key in enumerate(("ttft_p90_s", "tpot_p90_s")):
+            series[key].append(percentile(sorted(x[i] for x in bins[b]), 90))
+    every = [x for rows in bins.values() for x in rows]
+    out: dict[str, Any] = {"series": series}
+    for i, (key, target) in enumerate((("ttft", TTFT_SLO_S), ("tpot", TPOT_SLO_S))):
+        over = [t for t, v in zip(series["t"], series[f"{key}_p90_s"], strict=True) if v > target]
+        out[f"{key}_over_s"] = len(over) * bin_s
+        out[f"{key}_over_at"] = over
+        out[f"{key}_met"] = sum(x[i] <= target for x in every) / len(every)
+    return out
+
+
+def planner(size: float = 1.0, profile: str = "L4:llama-3.1-8b", low: float = 2.0,
+            peak: float = 14.0, bin_s: float = 10.0):  # fmt: skip
+    """A load that ramps from ``low`` to ``peak`` req/s and back over four minutes: the
+    queue-length autoscaler on colocated replicas (from 2), and the SLA planner on a
+    disaggregated fleet (from one prefill and one decode engine), on the same requests;
+    each planner look every 10 s with a trend predictor, and once with a constant one."""
+    duration = 240.0 * max(size, 0.1)
+    times = ramp_times(low, peak, duration, seed=31)
+    prompts = lognormal_lengths(len(times), 512, 1.0, 2048, 32)
+    outs = lognormal_lengths(len(times), 128, 1.0, 1024, 33)
+    reqs = with_arrivals(from_lengths(prompts, outs), times)
+    config = EngineConfig(max_num_seqs=256, max_num_batched_tokens=2048)
+    model = PerformanceModel.of(load_profile(profile), config)
+    scaler = Autoscaler(min_replicas=2, max_replicas=8, max_waiting_per_replica=4.0,
+                        min_attainment=0.9, idle_s=30.0, interval_s=5.0, window_s=20.0)  # fmt: skip
+    colocated = _fleet(profile, config, "least-loaded", 2, autoscaler=scaler)
+    clusters = {
+        f"SLA planner ({p} predictor), disaggregated": DisaggregatedCluster(
+            profile, 1, 1, config, ttft_slo=TTFT_SLO_S, tpot_slo=TPOT_SLO_S,
+            planner=SLAPlanner(model, TTFT_SLO_S, TPOT_SLO_S, interval_s=10.0, predictor=p,
+                               lookahead_s=colocated.startup_s),
+        )
+        for p in ("trend", "constant")
+    }  # fmt: skip
+    rows, over_time = [], {}
+    result = colocated.run(Arrivals(reqs))
+    journeys = [(rec.arrival, rec.token_times) for r in colocated.replicas
+                for rec in r.metrics.requests.values()]  # fmt: skip
+    name = "queue-length autoscaler, colocated"
+    over_time[name] = {"t": [0.0] + [x["time"] for x in colocated.scaling],
+                       "gpus": colocated.replica_counts()}  # fmt: skip
+    rows.append({"system": name, "scaling": colocated.scaling, **_figures(result),
+                 **over_target(journeys, bin_s)})  # fmt: skip
+    for name, cluster in clusters.items():
+        result = cluster.run(Arrivals(reqs))
+        journeys = [(j.times.arrival_time, j.token_times) for j in cluster.journeys]
+        gpus = [2] + [x["prefill"] + x["decode"] for x in cluster.scaling]
+        over_time[name] = {"t": [0.0] + [x["time"] for x in cluster.scaling], "gpus": gpus}
+        rows.append({"system": name, "scaling": cluster.scaling,
+                     **_figures({**result, "replicas_max": max(gpus)}),
+                     **over_target(journeys, bin_s)})  # fmt: skip
+    return {
+        "setup": f"{profile}, {len(reqs)} requests, lognormal lengths (means 512 in / 128 "
+        f"out, shape 1.0, within 2,048 and 1,024), Poisson from {low:g} req/s rising to "
+        f"{peak:g} at {duration / 2:.0f} s and back to {low:g} at {duration:.0f} s; targets "
+        f"TTFT {TTFT_SLO_S:g} s, TPOT {TPOT_SLO_S * 1000:.0f} ms. Queue-length autoscaler: "
+        "colocated replicas routed least-loaded, 2 to 8, add when over 4 waiting per ready "
+        "replica or attainment under 90 % over 20 s (looked at every 5 s, one start at a "
+        "time, a 20 s window to settle), remove after 30 s idle. SLA planner: a prefill and "
+        "a decode pool of 1 to 8 engines each over NVLink 4, looked at every 10 s, its model "
+        "the step-time model's, corrections smoothed by half. Start-up "
+        f"{colocated.startup_s:.0f} s either way; over target: a {bin_s:g} s bin of "
+        "arrivals whose p90 is over the target",
+        "profile": load_profile(profile).name,
+        "rows": rows,
+        "bin_s": bin_s,
+        "gpus_over_time": over_time,
+    }
+
+
 PUBLISHED = {
     "router": "SGLang v0.4 (LMSYS blog, December 2024): its cache-aware load balancer "
     "against round-robin across data-parallel workers on a workload of shared-prefix "
@@ -175,6 +280,10 @@ PUBLISHED = {
     "replicas": "no single published figure: the trade-off is the textbook one (replicas "
     "scale throughput and isolate failures; tensor parallelism cuts each step's latency "
     "and pools memory into one larger batch, paying for collectives)",
+    "planner": "no published figure: NVIDIA Dynamo's SLA planner (docs/architecture/"
+    "sla_planner.md, v1.7) predicts the next interval's load, corrects its profiled TTFT and "
+    "ITL by observed / expected, and sets prefill replicas = ceil(predicted load / "
+    "profiled throughput) and decode replicas from ITL against batch",
     "autoscale": "no published figure: the common shape of production autoscalers "
     "(Kubernetes HPA on a queue metric, KServe/Knative on concurrency); the trade-off is "
     "SLO attainment against GPU-hours",
@@ -191,4 +300,5 @@ REPRODUCTIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "router": router,
     "replicas": replicas,
     "autoscale": autoscale,
+    "planner": planner,
 }
