@@ -7,6 +7,10 @@ Tenant keys (``--tenant-key``) open /v1 and nothing else (not /ws, /metrics, the
 and each is its own tenant of the prefix cache: every request it makes is salted with its
 identity (``tenant``: an HMAC of the key under a random per-server secret, never the key
 itself), so one tenant cannot learn from cached-token counts or timings what another sent.
+Named tenants (``serve --tenant NAME:KEY:PRIORITY``) are tenant keys with a name: the
+fair queue (tenant_gate.py) queues their requests under it; an unnamed tenant key's
+requests queue under its identity, and the controller's (or, with no key, anyone's)
+under ``default``.
 
 ``LOOPBACK`` names the hosts a server with no key may listen on (launch.server_guard).
 """
@@ -26,6 +30,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 
+from minicb.fleet.tenancy.tenant import DEFAULT_TENANT
 from minicb.server.api_error import APIError
 
 CONTROLLER, VIEWER = "controller", "viewer"
@@ -82,6 +87,8 @@ class Guard:
     allowed_hosts: tuple[str, ...] = ()  # names beyond loopback and IP addresses
     guesses: GuessLimit = field(default_factory=GuessLimit, compare=False)
     tenant_keys: tuple[str, ...] = ()
+    # (key, name) of the named tenants; their keys are among tenant_keys
+    tenant_names: tuple[tuple[str, str], ...] = ()
     # Keys the tenants' identities: random per server, so nobody can compute one.
     _tenant_secret: bytes = field(
         default_factory=lambda: secrets.token_bytes(32), compare=False, repr=False
@@ -105,6 +112,17 @@ class Guard:
                 digest = hmac.new(self._tenant_secret, given, hashlib.sha256).hexdigest()
                 return "key:" + digest[:32]
         return None
+
+    def tenant_name(self, key: str | None, identity: str | None) -> str:
+        """The name the fair queue knows a request by: a named tenant's name, else the
+        tenant key's ``identity`` (Guard.tenant), else DEFAULT_TENANT."""
+        if identity is None or key is None:
+            return DEFAULT_TENANT
+        given = key.encode("utf-8", "replace")
+        for secret, name in self.tenant_names:
+            if hmac.compare_digest(given, secret.encode("utf-8")):
+                return name
+        return identity
 
     def role(self, key: str | None, who: str | None = None) -> str | None:
         """CONTROLLER, VIEWER, or None for a key that opens nothing. ``who``: the client's
@@ -176,7 +194,9 @@ class Guard:
 
         async def check(request: Request) -> None:
             who = request.client.host if request.client else None
-            request.state.tenant = self.tenant(self.key_of(request), who)
+            key = self.key_of(request)
+            request.state.tenant = self.tenant(key, who)
+            request.state.tenant_name = self.tenant_name(key, request.state.tenant)
             if request.state.tenant is None:
                 await controller(request)
 

@@ -6,7 +6,8 @@
 A request goes: the Guard (guard) -> body and schema (openai_request) -> parameter checks
 and sampling settings (openai_params) -> the prompt tokenized (the chat template applied)
 in the tokenizer's own thread, after a bound on its length and on that thread's queue
-(tokenizer_queue) -> the waiting-queue gate (waiting_gate) ->
+(tokenizer_queue) -> the fair queue by tenant, if the server has one (tenant_gate) -> the
+waiting-queue gate (waiting_gate) ->
 ``EngineLoop.submit`` -> its token stream, returned whole or as server-sent events
 (openai_reply). Every refusal is an APIError (api_error). Handlers only await; model work
 runs in the engine thread and tokenizing in the tokenizer's, so a slow step never stalls
@@ -22,6 +23,7 @@ figures with ``replica``, and /health names each replica's state (503 once none 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +36,8 @@ from minicb.driver.command_queue import EngineStopped
 from minicb.driver.engine_loop import EngineLoop
 from minicb.driver.request_stream import RequestStream
 from minicb.fleet.fleet_prometheus import FleetMetrics
+from minicb.fleet.tenancy.fair_queue import FairQueue
+from minicb.fleet.tenancy.tenant import DEFAULT_TENANT
 from minicb.server.api_error import APIError, error_handler, invalid
 from minicb.server.guard import CONTROLLER, VIEWER, Guard, check_hosts
 from minicb.server.openai_params import (
@@ -52,6 +56,7 @@ from minicb.server.openai_request import (
     read_request,
 )
 from minicb.server.status_routes import StatusRoutes
+from minicb.server.tenant_gate import TenantGate, released_after
 from minicb.server.tokenizer_queue import MAX_TOKENIZING_CHARS, TokenizerQueue
 from minicb.server.waiting_gate import WaitingGate
 from minicb.telemetry.prometheus import PrometheusMetrics
@@ -70,6 +75,7 @@ class OpenAIRoutes:
     max_body_bytes: int
     # The tokenizer's thread, beside the engine's, and the bounds at its door.
     tokenizer: TokenizerQueue = field(default_factory=TokenizerQueue)
+    tenants: TenantGate | None = None  # the fair queue by tenant (serve --tenant ...)
 
     @property
     def engine(self) -> Any:
@@ -138,25 +144,44 @@ class OpenAIRoutes:
         chat = isinstance(req, ChatCompletionRequest)
         usage = bool(req.stream_options and req.stream_options.include_usage)
         reply = Reply(chat, self.model_name, usage, req.return_token_ids)
-        with self.gate.admit() as queued:
-            try:
-                stream = await self.loop.submit(
-                    self.engine_name, prompt, params, req.priority, queued, token_ids
-                )
-            except ValueError as err:  # the engine's refusal already names the limit
-                why = str(err)
-                about_length = "max_tokens" in why and "prompt of" not in why
-                param = "max_tokens" if about_length else "messages" if chat else "prompt"
-                raise APIError(why, param=param) from err
+        release = await self._turn(request, token_ids, params.max_tokens)
+        try:
+            with self.gate.admit() as queued:
+                try:
+                    stream = await self.loop.submit(
+                        self.engine_name, prompt, params, req.priority, queued, token_ids
+                    )
+                except ValueError as err:  # the engine's refusal already names the limit
+                    why = str(err)
+                    about_length = "max_tokens" in why and "prompt of" not in why
+                    param = "max_tokens" if about_length else "messages" if chat else "prompt"
+                    raise APIError(why, param=param) from err
+        except BaseException:
+            release()
+            raise
         headers = {"X-Request-Id": reply.id, "X-Minicb-Request-Id": str(stream.request_id)}
         if req.stream:
             body = sse_stream(stream, reply, lambda: self.loop.abort_soon(stream))
             headers.update(SSE_HEADERS)
+            body = released_after(body, release)
             return StreamingResponse(body, media_type="text/event-stream", headers=headers)
-        out = await self._final(request, stream)
+        try:
+            out = await self._final(request, stream)
+        finally:
+            release()
         if out.finish_reason == "error":
             raise APIError(out.text, 500, type="server_error", code="engine_error")
         return JSONResponse(reply.full(out), headers=headers)
+
+    async def _turn(
+        self, request: Request, token_ids: list[int], max_tokens: int
+    ) -> Callable[[], None]:
+        """Wait in the fair queue, if the server has one, under the request's tenant
+        (guard.py names it); returns what gives its place back when its reply ends."""
+        if self.tenants is None:
+            return lambda: None
+        tenant = getattr(request.state, "tenant_name", None) or DEFAULT_TENANT
+        return await self.tenants.enter(request, tenant, token_ids, max_tokens)
 
     async def _final(self, request: Request, stream: RequestStream) -> RequestOutput:
         """The final output; a client that hangs up meanwhile gets its request aborted
@@ -217,13 +242,17 @@ def install_openai_routes(
     max_body_bytes: int = 1 << 20,
     max_tokenizing_chars: int = MAX_TOKENIZING_CHARS,
     guard: Guard | None = None,
+    fair_queue: FairQueue | None = None,
+    max_in_flight: int | None = None,
 ) -> OpenAIRoutes:
     """Add the OpenAI routes, /health and /metrics for one engine of ``engine_loop``.
 
     ``guard`` (no key: open) holds /v1/* for the controller's key, and /metrics too unless
     it is public (scrapers often cannot send a key); /health stays open. The Prometheus
     metrics and the waiting-queue gate listen to the engine's bus, which a rebuilt engine
-    keeps, so they go on counting across a demo's rebuilds.
+    keeps, so they go on counting across a demo's rebuilds. ``fair_queue``: requests wait
+    in it by tenant until fewer than ``max_in_flight`` (default: the slots) are in flight
+    per replica (tenant_gate.py).
     """
     fleet = engine_loop.fleets.get(engine_name)
     if fleet is not None:  # each replica counted on its own, shown with a replica label
@@ -234,11 +263,15 @@ def install_openai_routes(
     # the queue bound: a fleet's waiting requests, all replicas together (Fleet.bus)
     engines = engine_loop.fleets if fleet is not None else engine_loop.engines
     gate = WaitingGate(engines, engine_name, max_waiting)
+    tenants = None
+    if fair_queue is not None:  # default room: each replica's slots
+        room = max_in_flight or (fleet or engine_loop.engines[engine_name]).config.max_num_seqs
+        tenants = TenantGate(engine_loop, engine_name, fair_queue, room)
     routes = OpenAIRoutes(
         engine_loop, engine_name, model_name, gate, max_body_bytes,
-        TokenizerQueue(max_tokenizing_chars),
+        TokenizerQueue(max_tokenizing_chars), tenants,
     )  # fmt: skip
-    status = StatusRoutes(engine_loop, engine_name, model_name, prometheus)
+    status = StatusRoutes(engine_loop, engine_name, model_name, prometheus, tenants)
     app.state.openai = routes
     for error in (APIError, Exception):
         app.add_exception_handler(error, error_handler)

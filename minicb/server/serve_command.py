@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from minicb.engine_options import add_engine_options, describe_choices, engine_kwargs
 from minicb.fleet.router import POLICIES
+from minicb.fleet.tenancy.fair_queue import QUANTUM
+from minicb.fleet.tenancy.tenant import DEFAULT_TENANT, MAX_QUEUED, Tenant, parse_tenant
 from minicb.server.launch import add_server_options, build_app, run_server, server_guard
 from minicb.telemetry.trace import add_trace_option, traced
 from minicb.telemetry.trace_files import record_traces, replica_trace_paths
@@ -73,6 +75,41 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="P prefill and D decode engines, each its own process, the KV cache sent between "
         "them over torch.distributed (minicb/fleet/disagg_fleet.py); not with --replicas",
     )
+    t = p.add_argument_group("tenants and the fair queue (minicb/fleet/tenancy/)")
+    t.add_argument(
+        "--tenant",
+        action="append",
+        default=[],
+        metavar="NAME:KEY:PRIORITY[:TOKENS_PER_S]",
+        help="a tenant: its key opens /v1 (needs --api-key), its requests wait in its own "
+        "queue, in band PRIORITY (lower first), at most TOKENS_PER_S of prompt + max_tokens; "
+        "repeat for each tenant; turns the fair queue on",
+    )
+    t.add_argument(
+        "--fair-queue",
+        action="store_true",
+        help="hold requests in a fair queue by tenant until a replica has room (on with "
+        "--tenant; with no tenants, all traffic is one tenant, 'default')",
+    )
+    t.add_argument(
+        "--max-in-flight",
+        type=int,
+        help="requests sent to each replica at once; the rest wait in the fair queue "
+        "(default: --max-num-seqs, the replica's slots)",
+    )
+    t.add_argument(
+        "--tenant-quantum",
+        type=int,
+        default=QUANTUM,
+        help=f"uncached prompt tokens a tenant's turn adds in deficit round robin "
+        f"(default {QUANTUM})",
+    )
+    t.add_argument(
+        "--tenant-max-queued",
+        type=int,
+        default=MAX_QUEUED,
+        help=f"requests a tenant may have waiting before a 429 (default {MAX_QUEUED})",
+    )
     add_engine_options(p)
     p.set_defaults(measure_utilisation=True)
     add_trace_option(p)
@@ -97,6 +134,7 @@ def build_serve(args: argparse.Namespace) -> tuple[FastAPI, EngineLoop, LLMEngin
                 f"--max-tokenizing-chars must be at least 1, got {args.max_tokenizing_chars}"
             )
         api["max_tokenizing_chars"] = args.max_tokenizing_chars
+    guard = with_tenants(args, guard, api)
     if getattr(args, "disaggregate", None):
         return build_disaggregated(args, guard, api)
     if getattr(args, "replicas", 1) != 1:
@@ -105,6 +143,36 @@ def build_serve(args: argparse.Namespace) -> tuple[FastAPI, EngineLoop, LLMEngin
     name = served_name(args)
     loop = EngineLoop({SERVE_ENGINE: engine})
     return build_app(loop, "serve", SERVE_ENGINE, name, guard, **api), loop, engine, name
+
+
+def with_tenants(args: argparse.Namespace, guard: Guard, api: dict[str, Any]) -> Guard:
+    """The guard knowing the ``--tenant`` keys, and the fair queue put in ``api``
+    (when asked for)."""
+    import dataclasses
+
+    from minicb.fleet.tenancy.fair_queue import FairQueue
+
+    specs = getattr(args, "tenant", [])
+    if not specs and not getattr(args, "fair_queue", False):
+        return guard
+    if args.tenant_max_queued < 1:
+        raise ValueError(f"--tenant-max-queued must be at least 1, got {args.tenant_max_queued}")
+    named = [parse_tenant(spec, args.tenant_max_queued) for spec in specs]
+    names = [tenant.name for tenant, _ in named]
+    if len(set(names)) != len(names) or DEFAULT_TENANT in names:
+        raise ValueError(f"--tenant names must differ from each other and from "
+                         f"{DEFAULT_TENANT!r}, got {names}")  # fmt: skip
+    api["fair_queue"] = FairQueue(
+        [tenant for tenant, _ in named],
+        quantum=args.tenant_quantum,
+        default=Tenant(DEFAULT_TENANT, max_queued=args.tenant_max_queued),
+    )
+    api["max_in_flight"] = args.max_in_flight
+    return dataclasses.replace(
+        guard,
+        tenant_keys=guard.tenant_keys + tuple(key for _, key in named),
+        tenant_names=tuple((key, tenant.name) for tenant, key in named),
+    )
 
 
 def served_name(args: argparse.Namespace) -> str:

@@ -22,6 +22,7 @@ from minicb.driver.engine_loop import EngineLoop
 from minicb.fleet.fleet_prometheus import FleetMetrics
 from minicb.fleet.replica import ReplicaDied
 from minicb.server.redaction import text_free
+from minicb.server.tenant_gate import TenantGate, prometheus_lines
 from minicb.telemetry.prometheus import PrometheusMetrics
 
 METRICS_READ_TIMEOUT_S = 2.0
@@ -35,6 +36,7 @@ class StatusRoutes:
     engine_name: str
     model_name: str
     prometheus: PrometheusMetrics | FleetMetrics
+    tenants: TenantGate | None = None  # the fair queue, if the server has one
 
     async def health(self) -> JSONResponse:
         """200 while a request can be served; 503 with the reason whenever one could not
@@ -77,6 +79,8 @@ class StatusRoutes:
                 self.loop.failed_steps.get(name, 0), error and text_free(error)
             )
         body = self.prometheus.exposition() + _viewer_lines(request)
+        if self.tenants is not None:
+            body += prometheus_lines(self.tenants)
         return Response(body, media_type=self.prometheus.content_type)
 
 

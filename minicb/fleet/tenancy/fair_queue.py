@@ -39,6 +39,7 @@ from minicb.fleet.tenancy.tenant import DEFAULT_TENANT, Tenant
 from minicb.fleet.tenancy.token_bucket import TokenBucket
 
 QUANTUM = 512  # uncached prompt tokens a tenant's turn adds to its deficit
+REFUSAL_REASONS = ("queue_full", "rate_limited", "too_large")
 
 
 class Refused(Exception):
