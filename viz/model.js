@@ -26,7 +26,9 @@ class Req {
     // requests then cost nothing per iteration.
     this.cells = [];
     this.cellsFrom = null;
-    this.produced = []; // tokens a speculative decode cell produced (1 + accepted drafts), by k - startStep
+    // A speculative decode cell's draft, by k - startStep: [guesses, accepted, proposer]
+    // (it produced 1 + accepted tokens; all accepted: the last is the model's bonus token)
+    this.drafts = [];
     this.state = PHASE.waiting; // what it is doing when not scheduled
     this.arrival = null; // seconds on the engine's clock
     this.arrivalOwn = null; // seconds on the side's own clock (PanelModel.ownNow)
@@ -230,9 +232,11 @@ export class PanelModel {
         if (code < 0) this.rowCode.delete(rid); else this.rowCode.set(rid, code);
       }
       for (const [rid, code] of this.rowCode) this.req(rid).setCell(k, code);
-      for (const [rid, , contextLen, drafts, accepted] of e.rows || []) { // a small batch's detail
+      for (const [rid, , contextLen] of e.rows || []) { // a small batch's detail
         this.written.set(String(rid), Math.ceil(contextLen / (e.block_size || 16)));
-        if (drafts) { const r = this.req(rid); r.produced[k - r.startStep] = 1 + (accepted || 0); }
+      }
+      for (const [rid, guesses, accepted] of e.drafts || []) { // at any batch size
+        const r = this.req(rid); r.drafts[k - r.startStep] = [guesses, accepted, e.proposer];
       }
       for (const id of this.live) { // everyone else still here shows what it waits as
         if (this.rowCode.has(id)) continue;

@@ -102,8 +102,8 @@ export class Timeline {
         ctx.fillRect(x0, y, Math.max(x1 - x0, 0.5), Math.max(rowH - gap, 0.25));
         k = j + 1;
       }
-      if (rowH >= 9 && r.produced.length) {
-        this.drawProduced(ctx, model, scale, r, y, rowH, Math.max(r.startStep, kFrom), last, px);
+      if (r.drafts.length) {
+        this.drawDrafts(ctx, model, scale, r, y, rowH - gap, Math.max(r.startStep, kFrom), last, px);
       }
       if ((r.mine || r.lit) && rowH >= 3) { // typed in this tab, or named by the narration
         ctx.strokeStyle = r.lit ? "#f59e0b" : "#1d4ed8"; ctx.lineWidth = r.lit ? 2.5 : 1.5;
@@ -114,16 +114,27 @@ export class Timeline {
     this.drawAxis(ctx, w, h, scale);
   }
 
-  // Speculative decoding: a decode cell that produced more than one token (accepted drafts
-  // plus the model's own) shows how many, where the cell is wide enough for a digit.
-  drawProduced(ctx, model, scale, r, y, rowH, from, last, px) {
-    ctx.fillStyle = "#ffffff"; ctx.font = `${Math.min(rowH - 3, 11)}px system-ui, sans-serif`;
+  // Speculative decoding: a decode cell that verified a draft gets a white bar along its
+  // foot, as long as the share of the guesses the model kept (full: all kept, and the
+  // model's bonus token after them), or a dark stub when it kept none; it reads at any row
+  // height, 256 rows included. Where the cell is tall and wide enough it also says
+  // "accepted/guesses".
+  drawDrafts(ctx, model, scale, r, y, cellH, from, last, px) {
+    const barH = Math.max(1, Math.min(3, cellH / 3));
+    const words = cellH >= 9;
+    ctx.font = `${Math.min(cellH - 2, 11)}px system-ui, sans-serif`;
     ctx.textBaseline = "middle"; ctx.textAlign = "center";
     for (let k = from; k <= last; k++) {
-      const n = r.produced[k - r.startStep];
-      if (!(n > 1)) continue;
-      const [a, b] = span(model, k, scale), x0 = px(a), x1 = px(b);
-      if (x1 - x0 >= 8) ctx.fillText(String(n), (x0 + x1) / 2, y + rowH / 2);
+      const d = r.drafts[k - r.startStep];
+      if (!d) continue;
+      const [guesses, accepted] = d;
+      const [a, b] = span(model, k, scale), x0 = px(a), x1 = px(b), wide = x1 - x0;
+      ctx.fillStyle = accepted ? "#ffffff" : "#111827";
+      ctx.fillRect(x0, y + cellH - barH, Math.max(wide * Math.max(accepted / guesses, 0.2), 0.5), barH);
+      const label = `${accepted}/${guesses}`;
+      if (words && wide >= ctx.measureText(label).width + 2) {
+        ctx.fillStyle = "#ffffff"; ctx.fillText(label, (x0 + x1) / 2, y + (cellH - barH) / 2);
+      }
     }
     ctx.textAlign = "start";
   }

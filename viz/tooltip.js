@@ -43,6 +43,12 @@ export function showTooltip(ev, panel, r, cursor) {
   const ttft = r.firstTokenStep != null && r.firstTokenStep <= cursor ? r.ttft() : null;
   el.append(line(t("ttft"), ttft == null ? "–" : `${(ttft * 1000).toFixed(0)} ms`));
   el.append(line(t("arrivedAt"), r.startStep));
+  const draft = r.drafts[cursor - r.startStep];
+  if (draft) { // the cell under the cursor verified a speculative draft
+    const [guesses, accepted, proposer] = draft;
+    const bonus = accepted === guesses ? ` + ${t("bonusToken")}` : "";
+    el.append(line(t("draftAt"), `${accepted}/${guesses} ${t("accepted")}${bonus} · ${proposer ?? "–"}`));
+  }
   if (r.endStep != null && r.endStep <= cursor) el.append(line(t("left"), r.endStep));
   const reasons = r.reasons.filter(([k]) => k <= cursor).slice(-6);
   if (reasons.length) {
