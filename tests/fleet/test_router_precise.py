@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from minicb import EngineConfig, FakeRunner, LLMEngine, SamplingParams
-from minicb.chat_workload import ChatSessions, chat_conversations
+from minicb.chat_workload import ChatSessions
 from minicb.fleet.kv_events import (
     KVEventBatch,
     KVEventPublisher,
@@ -18,6 +18,7 @@ from minicb.fleet.kv_events import (
 )
 from minicb.fleet.kv_index import KVIndex
 from minicb.fleet.router import ReplicaLoad, Router
+from minicb.fleet.router_hit_rates import chat, chat_fleet, hit_rates
 from minicb.fleet.simulated import SimulatedFleet
 
 PROMPT = list(range(128))  # 8 blocks of 16
@@ -163,27 +164,12 @@ def test_salted_prompts_are_not_published():
 
 
 # ---- a simulated fleet with evictions ---------------------------------------------------------
-PROFILE = "L4:smollm2-135m"
-# A shared-prefix chat whose pool (128 blocks of 16 per replica) cannot keep every
-# conversation: 8 system prompts of 128 tokens, answers of mean 64 tokens.
-CHAT = dict(turns=4, system_len=128, num_system_prompts=8, user_mean=24, answer_mean=64,
-            rate=8.0, think_mean_s=0.2, seed=3)  # fmt: skip
-CONFIG = EngineConfig(max_num_seqs=16, max_num_batched_tokens=512, num_kv_blocks=128)
-
-
 def run_chat(policy: str, fleet_hook=None) -> tuple[SimulatedFleet, dict]:
-    fleet = SimulatedFleet(PROFILE, CONFIG, policy, 2)
-    deliver, fleet.removed = fleet.deliver_kv, 0
-
-    def counting(replica: int, record: KVEventBatch) -> None:
-        fleet.removed += len(record.removed)
-        deliver(replica, record)
-
-    fleet.deliver_kv = counting  # type: ignore[method-assign]
+    """router_hit_rates' chat (pools of 128 blocks: they evict) on 2 simulated replicas."""
+    fleet = chat_fleet(policy)
     if fleet_hook is not None:
         fleet_hook(fleet)
-    result = fleet.run(ChatSessions(chat_conversations(24, **CHAT)))
-    return fleet, result
+    return fleet, fleet.run(chat())
 
 
 def assert_index_true(fleet: SimulatedFleet) -> None:
@@ -195,15 +181,15 @@ def assert_index_true(fleet: SimulatedFleet) -> None:
 
 
 def test_precise_hit_rate_is_at_least_the_approximate_one_with_evictions():
-    hit = {}
-    for policy in ("prefix-aware", "precise-prefix", "cost"):
-        fleet, result = run_chat(policy)
-        hit[policy] = result["summary"]["prefix_cache"]["hit_rate"]
-        assert result["summary"]["requests"]["finished"] == 96
-        assert fleet.removed > 0  # the pools evicted
-        assert_index_true(fleet)
-    assert hit["precise-prefix"] >= hit["prefix-aware"], hit
+    rows = hit_rates()  # the same conversations under each router, in this one run
+    for row in rows.values():
+        assert row["finished"] == 96 and row["blocks_removed"] > 0  # the pools evicted
+    hit = {policy: row["hit_rate"] for policy, row in rows.items()}
+    assert hit["precise-prefix"] >= hit["prefix-aware"] > hit["round-robin"], hit
     assert hit["cost"] >= hit["prefix-aware"], hit
+    for policy in ("prefix-aware", "precise-prefix", "cost"):
+        fleet, _ = run_chat(policy)
+        assert_index_true(fleet)  # and no block leaked in any replica
 
 
 def test_dropped_events_are_found_and_the_index_resyncs():
@@ -243,7 +229,7 @@ def test_a_restarted_replica_is_resynced_and_routed_to_by_what_it_holds():
     now = max(r.clock() for r in fleet.active)
     fleet.replicas[0] = fleet._replica(0, now, now)
     assert fleet.replicas[0].kv_events.epoch != old.kv_events.epoch
-    fleet.run(ChatSessions(chat_conversations(24, **CHAT), start=now))
+    fleet.run(ChatSessions(chat().conversations, start=now))
     assert index.resyncs >= 1
     for replica in index.wanted():
         index.install(replica, fleet.active[replica].kv_events.snapshot())
