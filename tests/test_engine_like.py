@@ -15,11 +15,12 @@ from __future__ import annotations
 import ast
 import inspect
 import textwrap
+import time
 from typing import Any, Protocol
 
 import pytest
 
-from minicb import EngineConfig, FakeRunner, LLMEngine
+from minicb import EngineConfig, FakeRunner, LLMEngine, SamplingParams
 from minicb.core.engine_like import EngineLike, RoutingFleet, SteppedEngine
 from minicb.core.runner import VirtualClock
 from minicb.fleet.disagg_fleet import DisaggregatedFleet
@@ -162,3 +163,131 @@ def test_a_class_that_lacks_a_member_or_takes_other_arguments_fails(engine):
     assert any(p.startswith("Incomplete.add_request:") for p in found), found
     assert any(p.startswith("Incomplete.apply_chat_template:") for p in found), found
     assert problems(Incomplete, RoutingFleet)  # nor is it a fleet (no replicas, no health)
+
+
+# ---- the one replica contract, by behaviour --------------------------------------------------
+# The same conformance tests run against every kind of replica a fleet can route to: an
+# engine in this process, an engine in a replica process (minicb/fleet/replica.py) and a
+# simulated replica (an engine on the simulated runner, minicb/fleet/simulated.py). A Ray
+# actor (issue 56, minicb/fleet/ray/) joins as one more entry in REPLICA_KINDS: a builder
+# that returns the engine-shaped handle and a closer.
+GREEDY = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
+PROMPTS = [[5, 6, 7, 8] * 5, [9, 10, 11]]
+CONTRACT = dict(dtype="float32", num_kv_blocks=32, max_num_seqs=4)
+
+
+def _in_process(model: str) -> tuple[Any, Any]:
+    return LLMEngine(model, EngineConfig.from_kwargs(**CONTRACT)), None
+
+
+def _replica_process(model: str) -> tuple[Any, Any]:
+    replica = Replica(0, model, EngineConfig.from_kwargs(**CONTRACT), threads=1).ready()
+    return replica, replica.close
+
+
+def _simulated(model: str) -> tuple[Any, Any]:
+    from minicb.fleet.simulated import SimulatedFleet
+
+    config = EngineConfig(num_kv_blocks=32, max_num_seqs=4)
+    return SimulatedFleet("L4:smollm2-135m", config, "round-robin", 1).replicas[0].engine, None
+
+
+# name -> (builder, whether its tokens are the model's: the simulated runner makes its own)
+REPLICA_KINDS = {
+    "in-process": (_in_process, True),
+    "replica-process": (_replica_process, True),
+    "simulated": (_simulated, False),
+}
+
+
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param(k, marks=pytest.mark.slow) if k == "replica-process" else k
+        for k in REPLICA_KINDS
+    ],  # fmt: skip
+)
+def replica(request, tiny_llama_dir):
+    build, real_tokens = REPLICA_KINDS[request.param]
+    handle, close = build(tiny_llama_dir)
+    try:
+        yield request.param, handle, real_tokens
+    finally:
+        if close is not None:
+            close()
+
+
+@pytest.fixture(scope="module")
+def greedy_reference(tiny_llama_dir) -> list[list[int]]:
+    engine = LLMEngine(tiny_llama_dir, EngineConfig.from_kwargs(**CONTRACT))
+    ids = [engine.add_request(p, GREEDY) for p in PROMPTS]
+    tokens: dict[int, list[int]] = {i: [] for i in ids}
+
+    def listen(evs):
+        for e in evs:
+            for d in e.deltas():
+                tokens[d.request_id].append(d.token_id)
+
+    engine.bus.subscribe(listen, kinds=["tokens"])
+    while engine.has_unfinished():
+        engine.step()
+    return [tokens[i] for i in ids]
+
+
+def _drive(handle: Any, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while handle.has_unfinished():
+        assert time.monotonic() < deadline, "the replica never finished its requests"
+        handle.step()
+
+
+def _pool_is_free(handle: Any) -> None:
+    kv = handle.kv_snapshot()
+    assert kv.block_tables == {} and kv.num_free == kv.num_blocks, "a block leaked"
+    assert handle.queue_sizes() == {"waiting": 0, "running": 0, "swapped": 0}
+
+
+def test_contract_requests_run_to_their_end_and_free_their_blocks(replica, greedy_reference):
+    kind, handle, real_tokens = replica
+    tokens: dict[int, list[int]] = {}
+    finished: list[int] = []
+
+    def listen(evs):
+        for e in evs:
+            if e.kind == "finished":
+                finished.append(e.request_id)
+            else:
+                for d in e.deltas():
+                    tokens.setdefault(d.request_id, []).append(d.token_id)
+
+    handle.bus.subscribe(listen, kinds=["tokens", "finished"])
+    try:
+        ids = [handle.add_request(p, GREEDY) for p in PROMPTS]
+        assert handle.has_unfinished()
+        _drive(handle)
+    finally:
+        handle.bus.unsubscribe(listen)
+    assert sorted(finished) == sorted(ids)
+    assert [len(tokens[i]) for i in ids] == [GREEDY.max_tokens] * len(ids)
+    if real_tokens:  # greedy: the same tokens whichever kind runs the model
+        assert [tokens[i] for i in ids] == greedy_reference, kind
+    _pool_is_free(handle)
+    assert isinstance(handle.describe(), dict)
+
+
+def test_contract_an_abort_frees_the_request_at_once(replica):
+    _, handle, _ = replica
+    rid = handle.add_request(PROMPTS[0], SamplingParams(max_tokens=40, ignore_eos=True))
+    assert [r for r in handle.live_requests() if r["request_id"] == rid]
+    handle.step()
+    assert handle.abort_request(rid) is True
+    _drive(handle)
+    _pool_is_free(handle)
+    assert handle.abort_request(rid) is False  # gone: nothing to abort
+
+
+def test_contract_a_prompt_that_can_never_fit_is_refused(replica):
+    _, handle, _ = replica
+    with pytest.raises(ValueError):
+        handle.add_request([1] * (handle.max_model_len + 1), GREEDY)
+    _pool_is_free(handle)
