@@ -1,9 +1,10 @@
 """The router: which replica gets a request, and why, in words.
 
-Three policies, one ``Router``; it decides the same way for real replicas (processes
+Five policies, one ``Router``; it decides the same way for real replicas (processes
 behind the server) and simulated ones (engines on the simulated runner), because all it
-reads is what it is told at each call: the prompt's token ids and each replica's load
-(``ReplicaLoad``: waiting and running requests, alive or not).
+reads is what it is told: at each call, the prompt's token ids and each replica's load
+(``ReplicaLoad``: waiting and running requests, alive or not); and, for the last two
+below, what the replicas reported they hold (``index``, which their fleet feeds).
 
 - ``round-robin``: the next live replica in turn. Blind to load and to prompts.
 - ``least-loaded``: the lowest load score, ``waiting x 4 + running``, as vLLM's
