@@ -49,6 +49,7 @@ from minicb.fleet.disagg_engines import check_sizes, loads, start_engines, stop_
 from minicb.fleet.disagg_handoff import Handoffs, Journey
 from minicb.fleet.fleet import FLEET  # the name the server's requests are sent to
 from minicb.fleet.fleet_bus import FleetBus
+from minicb.fleet.kv_link import Group
 from minicb.fleet.replica import Replica, ReplicaDied
 
 
@@ -68,6 +69,11 @@ class Completion:
 
 class DisaggregatedFleet:
     """``DisaggregatedFleet(model=None, prefill=1, decode=1, **engine_options)``."""
+
+    # Where the engines run and how their KV travels: local processes over
+    # torch.distributed; minicb/fleet/ray/ray_disagg.py: Ray actors, Ray's object store.
+    replica_class: type[Replica] = Replica
+    make_group: Any = staticmethod(Group)
 
     def __init__(
         self,
@@ -94,7 +100,8 @@ class DisaggregatedFleet:
         self.decode_config = self.config.with_(**(decode_options or {}))
         check_sizes(prefill, decode, self.config, self.decode_config)
         engines, self._store = start_engines(
-            model, prefill, decode, self.config, self.decode_config, threads, transfer_timeout_s
+            model, prefill, decode, self.config, self.decode_config, threads, transfer_timeout_s,
+            replica_class=self.replica_class, make_group=self.make_group,
         )
         self.engines = {e.name: e for e in engines}
         self.prefill, self.decode = engines[:prefill], engines[prefill:]

@@ -70,6 +70,18 @@ class Group:
         """Where the bytes travel from: the pool's device under NCCL, host memory (gloo)."""
         return pool.values.device if self.backend == "nccl" else torch.device("cpu")
 
+    # The link itself, one layer's bytes at a time: the prefill side sends each layer in
+    # order, the decode side posts one receive per layer in the same order. Another link
+    # (minicb/fleet/ray/object_link.py: Ray's object store) overrides these two, ``join``
+    # and ``wire_device``.
+    def send(self, data: torch.Tensor, dst: int, tag: int) -> None:
+        dist.send(data, dst, tag=tag)
+
+    def irecv(self, buffer: torch.Tensor, src: int, tag: int) -> Any:
+        """A receive into ``buffer``; its ``wait()`` returns once the bytes are there and
+        raises RuntimeError if they never come (the peer died, or timed out)."""
+        return dist.irecv(buffer, src, tag=tag)
+
 
 def _wire(tensor: torch.Tensor) -> torch.Tensor:
     """The same memory as bytes (contiguous): what a send or receive carries."""
@@ -136,7 +148,7 @@ class PrefillRole:
             for part in pool.parts:
                 for layer in part:  # (2, num_blocks, ...) -> the request's (2, n, ...)
                     data = _wire(layer[:, ids].to(device))
-                    dist.send(data, dst, tag=tag)
+                    self.group.send(data, dst, tag)
                     nbytes += data.numel()
                     if delay_s:
                         time.sleep(delay_s)

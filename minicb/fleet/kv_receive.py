@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from minicb.core.request_events import KVTransfer
 from minicb.core.runner.kv_pool import KVPool, copy_blocks
@@ -146,7 +145,7 @@ class DecodeRole:
 
         staging = KVPool(tuple(like(part) for part in pool.parts), pool.kv_format)
         works = [
-            dist.irecv(layer.view(torch.uint8), source, tag=tag)
+            self.group.irecv(layer.view(torch.uint8), source, tag)
             for part in staging.parts
             for layer in part
         ]
