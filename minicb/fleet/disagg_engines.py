@@ -12,6 +12,7 @@ DisaggregatedFleet (disagg_fleet.py) starts them here and stops them here.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from typing import Any
 
 from minicb.core.config import EngineConfig
@@ -47,9 +48,14 @@ def start_engines(
     decode_config: EngineConfig,
     threads: int,
     transfer_timeout_s: float,
+    *,
+    replica_class: type[Replica] = Replica,
+    make_group: Callable[..., Group] = Group,
 ) -> tuple[list[Replica], str]:
     """Every engine, started and its model loaded (prefill ranks first), and the group's
-    store directory (``stop_engines`` removes it)."""
+    store directory (``stop_engines`` removes it). ``replica_class`` and ``make_group``:
+    where the engines run and how their KV travels (local processes over torch.distributed
+    by default; minicb/fleet/ray/ passes Ray actors and its object store)."""
     import torch
 
     from minicb.core.runner.loader import resolve_model_path
@@ -62,7 +68,7 @@ def start_engines(
     names = tuple([f"prefill{i}" for i in range(prefill)] + [f"decode{i}" for i in range(decode)])
     loopback_sockets()  # before the engines start: they inherit the environment
     store, init = private_store()
-    group = Group(init, world, backend, transfer_timeout_s, names)
+    group = make_group(init, world, backend, transfer_timeout_s, names)
     path = str(resolve_model_path(model))
     roles: list[Any] = [PrefillRole(group, r) for r in range(prefill)]
     roles += [DecodeRole(group, r) for r in range(prefill, world)]
@@ -70,8 +76,8 @@ def start_engines(
     try:
         for rank, role in enumerate(roles):
             side = config if rank < prefill else decode_config
-            engines.append(Replica(rank, path, side, threads=threads, role=role,
-                                   name=names[rank]))  # fmt: skip
+            engines.append(replica_class(rank, path, side, threads=threads, role=role,
+                                         name=names[rank]))  # fmt: skip
         for engine in engines:
             engine.ready()
     except BaseException:
