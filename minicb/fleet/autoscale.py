@@ -18,7 +18,9 @@ metric, KServe/Knative on concurrency): it looks every ``interval_s`` at the fle
 
 ``Autoscaler.decide`` is a pure function of a ``FleetState``: the simulated fleet
 (minicb/fleet/simulated.py) calls it on virtual time, and a real fleet could call it on
-the wall clock. Pure Python.
+the wall clock. It reacts to symptoms; sla_planner.py sizes a disaggregated fleet's two
+pools from a performance model instead, and pool_autoscale.py runs this one on each pool
+of that fleet, so the two can be compared there (the ``planner`` reproduction). Pure Python.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ from minicb.fleet.disagg_member import Member, TokenFn, build_member, member_loa
 from minicb.fleet.kv_transfer import DecodeScheduler, PrefillScheduler, Transfer, link
 from minicb.fleet.router import Router
 from minicb.fleet.simulated import ArrivalSource, gpu_price, merge_metrics, replica_startup_s
-from minicb.fleet.sla_planner import Pool, PoolsState, SLAPlanner
+from minicb.fleet.sla_planner import Pool, PoolScaler, PoolsState
 from minicb.telemetry.records import RequestRecord
 from minicb.telemetry.request_times import continued
 from minicb.workload import RequestSpec
@@ -80,7 +80,7 @@ class DisaggregatedCluster:
         ttft_slo: float = 1.0,
         tpot_slo: float = 0.1,
         token_fn: TokenFn | None = None,
-        planner: SLAPlanner | None = None,
+        planner: PoolScaler | None = None,
         startup_s: float | None = None,
     ) -> None:
         """``config``: the prefill engines' settings (and the decode engines' unless
@@ -285,7 +285,10 @@ class DisaggregatedCluster:
             live = [m for m in side if m.removed is None]
             ready = [m for m in live if m.ready_at <= now]
             held = {m.index: len(m.numbers) for m in ready}
-            return Pool(len(ready), len(live) - len(ready), held)
+            waiting = sum(member_load(m, now).waiting for m in ready)
+            added = [m.ready_at for m in ready if m.added > 0]
+            since = now - max(added) if added else None
+            return Pool(len(ready), len(live) - len(ready), held, waiting, since)
 
         state = PoolsState(
             now=now, arrived=len(self._prompts), prompt_tokens=sum(self._prompts),

@@ -13,8 +13,9 @@ the real router) on a workload of the one workload module; ``minicb bench --simu
 - ``autoscale``: a load that doubles halfway, on a fixed fleet sized for the first half,
   a fixed fleet sized for the peak, and an autoscaled one (goodput, cost);
 - ``planner``: a load that ramps up and down, on the queue-length autoscaler's colocated
-  fleet and on a disaggregated one whose prefill and decode pools the SLA planner
-  (sla_planner.py) sizes apart: when each one is over its targets, and the GPUs it used.
+  fleet, and on a disaggregated one whose prefill and decode pools are sized apart by the
+  queue-length autoscaler run on each (pool_autoscale.py) or by the SLA planner
+  (sla_planner.py): when each one is over its targets, and the GPUs it used.
 
 ``size`` scales the request counts (1.0 for the docs, smaller for tests). ``PUBLISHED``
 holds what each source claims, DistServe's too (disagg_reproduction.py runs that one).
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from minicb.chat_workload import ChatSessions, chat_conversations
@@ -32,6 +34,7 @@ from minicb.core.latency import percentile, tpot, ttft
 from minicb.cost_model.catalogue import load_profile
 from minicb.fleet.autoscale import Autoscaler
 from minicb.fleet.disaggregated import DisaggregatedCluster
+from minicb.fleet.pool_autoscale import PoolAutoscalers
 from minicb.fleet.router import POLICIES
 from minicb.fleet.simulated import SimulatedFleet
 from minicb.fleet.sla_planner import PerformanceModel, SLAPlanner
@@ -215,10 +218,11 @@ def over_target(journeys: list[tuple[float, list[float]]], bin_s: float) -> dict
 
 def planner(size: float = 1.0, profile: str = "L4:llama-3.1-8b", low: float = 2.0,
             peak: float = 14.0, bin_s: float = 10.0):  # fmt: skip
-    """A load that ramps from ``low`` to ``peak`` req/s and back over four minutes: the
-    queue-length autoscaler on colocated replicas (from 2), and the SLA planner on a
-    disaggregated fleet (from one prefill and one decode engine), on the same requests;
-    each planner look every 10 s with a trend predictor, and once with a constant one."""
+    """A load that ramps from ``low`` to ``peak`` req/s and back over four minutes, the
+    same requests on: the queue-length autoscaler on colocated replicas (from 2); a
+    disaggregated fleet (from one prefill and one decode engine) under the queue-length
+    autoscaler on each pool; and the same fleet under the SLA planner, looking every 10 s,
+    with a trend predictor and with a constant one."""
     duration = 240.0 * max(size, 0.1)
     times = ramp_times(low, peak, duration, seed=31)
     prompts = lognormal_lengths(len(times), 512, 1.0, 2048, 32)
@@ -229,7 +233,11 @@ def planner(size: float = 1.0, profile: str = "L4:llama-3.1-8b", low: float = 2.
     scaler = Autoscaler(min_replicas=2, max_replicas=8, max_waiting_per_replica=4.0,
                         min_attainment=0.9, idle_s=30.0, interval_s=5.0, window_s=20.0)  # fmt: skip
     colocated = _fleet(profile, config, "least-loaded", 2, autoscaler=scaler)
-    clusters = {
+    per_pool = PoolAutoscalers(replace(scaler, min_replicas=1), TTFT_SLO_S, TPOT_SLO_S)
+    clusters = {"queue-length autoscaler per pool, disaggregated": DisaggregatedCluster(
+        profile, 1, 1, config, ttft_slo=TTFT_SLO_S, tpot_slo=TPOT_SLO_S, planner=per_pool,
+    )}  # fmt: skip
+    clusters |= {
         f"SLA planner ({p} predictor), disaggregated": DisaggregatedCluster(
             profile, 1, 1, config, ttft_slo=TTFT_SLO_S, tpot_slo=TPOT_SLO_S,
             planner=SLAPlanner(model, TTFT_SLO_S, TPOT_SLO_S, interval_s=10.0, predictor=p,
@@ -261,9 +269,11 @@ def planner(size: float = 1.0, profile: str = "L4:llama-3.1-8b", low: float = 2.
         f"TTFT {TTFT_SLO_S:g} s, TPOT {TPOT_SLO_S * 1000:.0f} ms. Queue-length autoscaler: "
         "colocated replicas routed least-loaded, 2 to 8, add when over 4 waiting per ready "
         "replica or attainment under 90 % over 20 s (looked at every 5 s, one start at a "
-        "time, a 20 s window to settle), remove after 30 s idle. SLA planner: a prefill and "
-        "a decode pool of 1 to 8 engines each over NVLink 4, looked at every 10 s, its model "
-        "the step-time model's, corrections smoothed by half. Start-up "
+        "time, a 20 s window to settle), remove after 30 s idle; per pool: the same on each "
+        "pool of the disaggregated fleet, 1 to 8 engines, attainment of the pool's own "
+        "target (TTFT for prefill, ITL for decode). SLA planner: a prefill and a decode pool "
+        "of 1 to 8 engines each over NVLink 4, looked at every 10 s, its model the step-time "
+        "model's, corrections smoothed by half. Start-up "
         f"{colocated.startup_s:.0f} s either way; over target: a {bin_s:g} s bin of "
         "arrivals whose p90 is over the target",
         "profile": load_profile(profile).name,

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from minicb.core.config import EngineConfig
 from minicb.cost_model.step_time import StepTimeModel
@@ -124,6 +125,8 @@ class Pool:
     ready: int
     starting: int
     held: dict[int, int]  # ready engine -> requests it holds (the one to remove: the fewest)
+    waiting: int = 0  # requests waiting for a slot on the ready engines
+    since_ready_s: float | None = None  # since its newest added engine became ready
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,15 @@ class PoolsState:
     decode_running: int  # requests decoding on ready decode engines now
     prefill: Pool
     decode: Pool
+
+
+class PoolScaler(Protocol):
+    """What a disaggregated fleet calls every ``interval_s``: this planner, or the
+    queue-length autoscaler run on each pool (pool_autoscale.py)."""
+
+    interval_s: float
+
+    def decide(self, state: PoolsState) -> list[tuple[str, ScaleDecision]]: ...
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """The SLA planner (minicb/fleet/sla_planner.py), SIMULATED: its arithmetic on a known cost
 model (more load, more engines; a correction over 1, more engines; a prompt-heavy load
 grows the prefill pool and a decode-heavy one the decode pool), its measured corrections,
-its slow way down, a disaggregated cluster that grows and shrinks under it, and the ramp
-reproduction's figures beside the queue-length autoscaler's."""
+its slow way down, a disaggregated cluster that grows and shrinks under it, the
+queue-length autoscaler run on each pool (pool_autoscale.py), and the ramp reproduction's
+figures with both."""
 
 import math
 
@@ -11,7 +12,9 @@ import pytest
 from minicb.bench.all_reproductions import render, render_html, run_all
 from minicb.core.config import EngineConfig
 from minicb.cost_model.catalogue import load_profile
+from minicb.fleet.autoscale import Autoscaler
 from minicb.fleet.disaggregated import DisaggregatedCluster
+from minicb.fleet.pool_autoscale import PoolAutoscalers
 from minicb.fleet.sla_planner import PerformanceModel, Pool, PoolsState, SLAPlanner
 from minicb.workload import Arrivals, from_lengths, with_arrivals
 
@@ -26,8 +29,11 @@ def model():
 
 def state(now=10.0, arrived=0, prompt=512, ttft=(), itl=(), outputs=(), running=0,
           prefill=(1, 0), decode=(1, 0)):  # fmt: skip
-    def pool(ready, starting):
-        return Pool(ready, starting, dict.fromkeys(range(ready), 0))
+    """``prefill``, ``decode``: (ready, starting[, requests each ready engine holds[,
+    waiting]])."""
+
+    def pool(ready, starting, held=0, waiting=0):
+        return Pool(ready, starting, dict.fromkeys(range(ready), held), waiting)
 
     return PoolsState(now, arrived, arrived * prompt, list(ttft), list(itl), list(outputs),
                       running, pool(*prefill), pool(*decode))  # fmt: skip
@@ -136,6 +142,27 @@ def test_a_cluster_under_the_planner_grows_serves_and_shrinks(model):
     assert result["gpu_hours"] > fixed["gpu_hours"]  # it paid for the engines it added
 
 
+def test_the_queue_length_autoscaler_runs_on_each_pool_on_its_own_symptoms():
+    scaler = Autoscaler(min_replicas=1, max_replicas=4, max_waiting_per_replica=4.0,
+                        min_attainment=0.9, idle_s=20.0, interval_s=10.0,
+                        window_s=20.0)  # fmt: skip
+    pools = PoolAutoscalers(scaler, ttft_target_s=1.0, itl_target_s=0.1)
+    # prefill: most first tokens late; decode: a queue of 9 on one engine
+    ((p1, d1), (p2, d2)) = pools.decide(state(now=10.0, ttft=[2.0] * 8 + [0.5] * 2,
+                                              itl=[0.05] * 10, prefill=(1, 0, 3),
+                                              decode=(1, 0, 9, 9)))  # fmt: skip
+    assert (p1, d1.action, p2, d2.action) == ("prefill", "add", "decode", "add")
+    assert d1.reason.startswith("prefill: SLO attainment 20.0%")
+    assert d2.reason.startswith("decode: 9 waiting on 1 ready")
+    # later, a prefill engine empty at three looks, 20 s apart from the first: removed
+    quiet = dict(ttft=[0.2], itl=[0.05], prefill=(2, 0, 0), decode=(2, 0, 1))
+    assert pools.decide(state(now=40.0, **quiet)) == []
+    assert pools.decide(state(now=50.0, **quiet)) == []
+    ((pool, decision),) = pools.decide(state(now=60.0, **quiet))
+    assert (pool, decision.action, decision.replica) == ("prefill", "remove", 1)
+    assert "idle for 20 s" in decision.reason
+
+
 @pytest.fixture(scope="module")
 def ramp():
     return run_all(["planner"], "H100:llama-3.1-8b", size=0.5)
@@ -153,11 +180,17 @@ def test_the_ramp_reproduction_figures(ramp):
         assert 0 <= row["ttft_over_s"] <= 120 and 0 <= row["tpot_over_s"] <= 120
         assert row["replicas_max"] >= 2
     queue = rows["queue-length autoscaler, colocated"]
+    per_pool = rows["queue-length autoscaler per pool, disaggregated"]
     planner = rows["SLA planner (trend predictor), disaggregated"]
-    # the planner meets both targets for more requests, on more GPU-hours (docs/reproductions.md)
-    assert planner["slo_attainment"] > queue["slo_attainment"]
-    assert planner["tpot_over_s"] < queue["tpot_over_s"]
-    assert planner["gpu_hours"] > queue["gpu_hours"]
+    # the planner meets both targets for more requests, on more GPU-hours; on the same
+    # disaggregated fleet it meets TTFT more often too (docs/reproductions.md says why the
+    # colocated fleet holds TTFT and misses TPOT instead)
+    for other in (queue, per_pool):
+        assert planner["slo_attainment"] > other["slo_attainment"]
+        assert planner["tpot_over_s"] < other["tpot_over_s"]
+        assert planner["gpu_hours"] > other["gpu_hours"]
+    assert planner["ttft_met"] > per_pool["ttft_met"]
+    assert planner["ttft_over_s"] <= per_pool["ttft_over_s"]
     markdown = render(ramp)
     assert "Two autoscalers on a load that ramps" in markdown and "(SIMULATED, " in markdown
     assert "Dynamo" in markdown and "measured correction" in markdown
