@@ -26,12 +26,14 @@ Simulated replicas at data-centre scale (SIMULATED, virtual time, no torch):
 ``simulated.py`` (``SimulatedFleet``: engines on simulated GPUs behind the same router,
 goodput under TTFT/TPOT targets, cost per million tokens), ``autoscale.py`` (when to add or
 remove a replica, with its reason), ``fleet_reproductions.py`` and ``fleet_report.py`` (prefix-aware
-against round-robin, replicas against one big batch, autoscaling against a doubled load;
-``minicb bench --simulate ... --reproduce router replicas autoscale``). Disaggregated,
-simulated: ``kv_transfer.py`` (the two sides' schedulers and the link, shared with the real
-fleet), ``disaggregated.py`` (the P+D cluster on virtual time, its engines in
-``disagg_member.py``), ``disagg_reproduction.py`` and ``disagg_report.py`` (DistServe's
-colocated against disaggregated, ``python -m minicb.fleet.disagg_report``).
+against round-robin, replicas against one big batch, autoscaling against a doubled load, two
+autoscalers on a ramp; ``minicb bench --simulate ... --reproduce router replicas autoscale
+planner``). Disaggregated, simulated: ``kv_transfer.py`` (the two sides' schedulers and the
+link, shared with the real fleet), ``disaggregated.py`` (the P+D cluster on virtual time, its
+engines in ``disagg_member.py``; its pools sized apart by ``sla_planner.py``, Dynamo's SLA
+planner from a performance model, or by ``pool_autoscale.py``, the queue-length autoscaler on
+each pool), ``disagg_reproduction.py`` and ``disagg_report.py`` (DistServe's colocated against
+disaggregated, ``python -m minicb.fleet.disagg_report``).
 """
 
 from typing import Any
