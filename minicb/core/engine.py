@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Self
 
 from minicb.core import events, request_events
@@ -38,6 +38,7 @@ from minicb.core.step_strategy import StepStrategy, build_step_strategy
 
 if TYPE_CHECKING:
     from minicb.core.runner import Runner
+    from minicb.core.scheduler.prefix_cache import CachedBlock
 
 
 def _check_pool_sizes(config: EngineConfig, runner: Runner) -> None:
@@ -258,6 +259,9 @@ class LLMEngine:
 
     def block_table(self, request_id: int) -> list[int]:
         return self.views.block_table(request_id)
+
+    def cached_prefixes(self, blocks: Iterable[int]) -> tuple[int, dict[int, CachedBlock]]:
+        return self.views.cached_prefixes(blocks)
 
     def queue_sizes(self) -> dict[str, int]:
         return self.views.queue_sizes()

@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any
 from minicb.core import events
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     from minicb.core.config import EngineConfig
     from minicb.core.runner import Runner
     from minicb.core.scheduler import SchedulerBase
+    from minicb.core.scheduler.prefix_cache import CachedBlock
     from minicb.core.step_clock import StepClock
 
 
@@ -100,6 +101,13 @@ class EngineViews:
     def block_table(self, request_id: int) -> list[int]:
         """The device blocks of one request, in order ([] if it holds none)."""
         return list(self.scheduler.blocks.block_table(request_id))
+
+    def cached_prefixes(self, blocks: Iterable[int]) -> tuple[int, dict[int, CachedBlock]]:
+        """What the prefix cache holds in each of ``blocks`` that is keyed now (its key, its
+        parent's key, its tokens), and the parent key of an unsalted first block (the
+        cache's root): a replica's KV events are read from these (minicb/fleet/kv_events.py)."""
+        cache = self.scheduler.blocks.cache
+        return cache.root, {b: cache.info[b] for b in blocks if b in cache.info}
 
     def queue_sizes(self) -> dict[str, int]:
         """Requests waiting, running (holding a batch slot) and swapped out."""

@@ -17,12 +17,16 @@ that must start again (kv_index.py).
 
 Derived at the cost of what a step changed, not of the pool: the step event carries the
 block manager's journal (``plan.kv_ops``, see block_manager.KVChange), and the publisher
-reads only what the journal names plus, for each request holding blocks, whether its chain
-of keyed blocks (``BlockManager.chains``) grew. A journal's ``uncache`` of a block the
-publisher announced, which no longer holds that key, is a removal (an evicted block; a
-cache hit that took an evictable block back keeps its key and is not one); a chain's new
-link whose block the cache keys is a stored block. ``free`` and ``swap_out`` end a
-request's chain (a swapped-in request builds a new one).
+looks only at the blocks the journal names, through one engine view
+(``cached_prefixes``: what the prefix cache holds in given blocks). A block appended to a
+table is *pending* until the cache keys it (its KV written), which may be steps later (a
+chunked prefill, a decode filling its last block); the publisher then announces it as
+stored, its public key computed from its parent's and its tokens. A journal's ``uncache``
+of an announced block that no longer holds that key is a removal (an evicted block; a hit
+that took an evictable block back keeps its key and is not one). A block its request gave
+back unkeyed (``free``, ``trim``, ``swap_out``) is no longer pending: the publisher keeps
+each request's table from the journal for that. So the work of a step is the blocks it
+appended, evicted or freed, plus the pending ones: at most the unkeyed blocks in tables.
 
 Two things are left out, both on purpose. A salted prompt's blocks (``cache_salt``) hang
 from a root of their own that only requests with that salt can reach: a router keyed on
@@ -78,14 +82,13 @@ class KVEventPublisher:
     ``KVEventBatch`` (see the module doc)."""
 
     def __init__(self, engine: Any, send: Callable[[KVEventBatch], None]) -> None:
-        self.blocks = engine.scheduler.blocks
-        self.requests = engine.scheduler.requests
-        self.send = send
+        self.engine, self.send = engine, send
         self.epoch = secrets.randbits(62)
         self.seq = 0
         self.held: dict[int, tuple[int, int]] = {}  # block -> (engine's key, public key)
-        # request id -> public keys of its chain's links seen so far, in order
-        self.chains: dict[int, list[int]] = {}
+        self.public: dict[int, int] = {}  # engine's key -> public key, of the held blocks
+        self.pending: set[int] = set()  # blocks in tables the cache has not keyed yet
+        self.tables: dict[int, list[int]] = {}  # request id -> its device blocks (journal)
         engine.bus.subscribe(self._on_events, kinds=["step", "kv_changes"])
 
     def snapshot(self) -> KVEventSnapshot:
@@ -97,46 +100,55 @@ class KVEventPublisher:
     def _on_events(self, batch: Sequence[Any]) -> None:
         for event in batch:
             ops = event.kv_ops if event.kind == "kv_changes" else event.plan.kv_ops
-            removed = self._removed(ops)
-            stored = self._stored()
+            recheck = self._read_journal(ops)
+            root, keyed = self.engine.cached_prefixes(recheck | self.pending)
+            removed = self._removed(recheck, keyed)
+            stored = self._stored(root, keyed)
             if stored or removed:
                 self.seq += 1
                 self.send(KVEventBatch(self.epoch, self.seq, tuple(stored), tuple(removed)))
 
-    def _removed(self, ops: Sequence[list]) -> list[int]:
-        removed = []
-        info = self.blocks.cache.info
-        for kind, request_id, blocks in ops:
-            if kind in ("free", "swap_out"):
-                self.chains.pop(request_id, None)
+    def _read_journal(self, ops: Sequence[list]) -> set[int]:
+        """Follow the tables; returns the announced blocks an ``uncache`` named."""
+        recheck = set()
+        for kind, request_id, arg in ops:
+            if kind == "append":
+                self.tables.setdefault(request_id, []).extend(arg)
+                self.pending.update(arg)
+            elif kind == "swap_in":
+                self.tables[request_id] = list(arg)
+                self.pending.update(arg)
+            elif kind == "trim":
+                table = self.tables.get(request_id, [])
+                self.pending.difference_update(table[arg:])
+                del table[arg:]
+            elif kind in ("free", "swap_out"):
+                self.pending.difference_update(self.tables.pop(request_id, ()))
             elif kind == "uncache":
-                for block in blocks:
-                    known = self.held.get(block)
-                    now = info.get(block)
-                    if known is not None and (now is None or now.key != known[0]):
-                        removed.append(known[1])
-                        del self.held[block]
+                recheck.update(b for b in arg if b in self.held)
+        return recheck
+
+    def _removed(self, recheck: set[int], keyed: dict[int, Any]) -> list[int]:
+        removed = []
+        for block in recheck:
+            key, public = self.held[block]
+            now = keyed.get(block)
+            if now is None or now.key != key:
+                removed.append(public)
+                del self.held[block], self.public[key]
         return removed
 
-    def _stored(self) -> list[int]:
+    def _stored(self, root: int, keyed: dict[int, Any]) -> list[int]:
         stored = []
-        info, bs = self.blocks.cache.info, self.blocks.block_size
-        for request_id, chain in self.blocks.chains.items():
-            seen = self.chains.setdefault(request_id, [])
-            if len(chain) <= len(seen):
-                continue
-            request = self.requests.get(request_id)
-            if request is None or request.params.cache_salt is not None:
-                continue
-            table = self.blocks.block_tables[request_id]
-            for i in range(len(seen), len(chain)):
-                tokens = request.token_slice(i * bs, (i + 1) * bs)
-                seen.append(chain_key(seen[-1] if seen else 0, tokens))
-                block = table[i]
-                keyed = info.get(block)
-                # The block this link names, unless another block held the prefix first
-                # (then that one was announced when it was stored).
-                if keyed is not None and keyed.key == chain[i] and block not in self.held:
-                    self.held[block] = (chain[i], seen[-1])
-                    stored.append(seen[-1])
+        # Parents first: a parent is keyed before its child, and keys only grow.
+        for block in sorted(self.pending & keyed.keys(), key=lambda b: keyed[b].key):
+            self.pending.discard(block)
+            info = keyed[block]
+            parent = 0 if info.parent == root else self.public.get(info.parent)
+            if parent is None or block in self.held:
+                continue  # a salted chain (its own root), or announced already
+            public = chain_key(parent, info.tokens)
+            self.held[block] = (info.key, public)
+            self.public[info.key] = public
+            stored.append(public)
         return stored
