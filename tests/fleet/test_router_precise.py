@@ -96,6 +96,17 @@ def test_the_precise_router_follows_the_index_and_says_whose_blocks_it_left_out(
     assert router.route(2, PROMPT, idle(3)).replica == 1
 
 
+def test_a_removed_or_rejoined_replica_leaves_nothing_in_the_index():
+    router = Router("precise-prefix", 2)
+    router.index.apply(0, KVEventBatch(1, 1, tuple(KEYS), ()))
+    router.index.apply(1, KVEventBatch(2, 1, tuple(KEYS[:3]), ()))
+    router.remove(0)  # died: its pool went with it
+    assert router.index.matched(0, KEYS) == 0 and router.index.holders[KEYS[0]] == {1}
+    router.rejoin(0)  # a fresh process: its first record starts a fresh stream
+    router.index.apply(0, KVEventBatch(5, 1, (KEYS[0],), ()))
+    assert router.index.matched(0, KEYS) == 1 and router.index.resyncing([0]) == {}
+
+
 def test_the_precise_router_keeps_the_balance_exception():
     router = Router("precise-prefix", 2, balance_abs=32, balance_rel=1.5)
     router.index.apply(0, KVEventBatch(1, 1, tuple(KEYS), ()))
