@@ -13,8 +13,8 @@ figures are the merged metrics' prefix-cache hit rate (prompt tokens found cache
 prompt tokens), the blocks the replicas' KV events reported removed (evictions) and how
 many times the index had to resync. The last row is the precise router again with one
 record in ``LOSE_EVERY`` lost on the way (a stale index): each loss is found at that
-replica's next record, and until the snapshot is in, the router counts none of that
-replica's blocks.
+replica's next record, its snapshot comes a decision after it is asked for, and until it is
+in, the router counts none of that replica's blocks.
 """
 
 from __future__ import annotations

@@ -26,7 +26,9 @@ tenant over its rate) are counted in ``refused``.
 
 Each replica publishes its KV events (kv_events.py) as a real replica does, and the fleet
 hands each record to the router's index (``deliver_kv``: a test drops some there); a
-replica the index wants a snapshot of gets it at the next arrival.
+replica the index lost track of is asked for a snapshot at the next decision and answers
+by the one after (a round trip, as over a real pipe): the decision in between counts none
+of its blocks.
 
 Each routing decision is also a ``routed`` event (``RequestRouted``) on the fleet's own
 ``bus``, stamped with the virtual time, as the real fleet publishes them.
@@ -143,6 +145,7 @@ class SimulatedFleet:
         self.scaling: list[dict[str, Any]] = []  # each decision, its time and the count
         self._outcomes: deque[tuple[float, bool]] = deque()  # (finish time, met both)
         self._next_id = 0
+        self._asked: list[int] = []  # replicas asked for a snapshot at the last decision
         self.queue, self.max_in_flight = queue, max_in_flight
         self.refused: list[tuple[RequestSpec, Refused]] = []
         # every request placed: (it, its replica's index, its id there), for per-tenant figures
@@ -236,8 +239,10 @@ class SimulatedFleet:
     ) -> None:
         request_id, self._next_id = self._next_id, self._next_id + 1
         active = {r.index: r for r in self.active}
-        for index in self.router.index.wanted(active.__contains__):  # resync: a snapshot
-            self.router.index.install(index, active[index].kv_events.snapshot())
+        for index in self._asked:  # the snapshots asked for at the last decision
+            if index in active:
+                self.router.index.install(index, active[index].kv_events.snapshot())
+        self._asked = self.router.index.wanted(active.__contains__)
         loads = [r.load(now) for r in self.active]
         # a replica without room is not there for this decision
         loads = [dataclasses.replace(x, alive=False) if x.replica in full else x for x in loads]
