@@ -14,6 +14,7 @@ import { showSimulation } from "./simulation.js";
 import { showTooltip, hideTooltip } from "./tooltip.js";
 import { onNarration, renderLesson, scenarioLabel, showScenario, wireLesson } from "./narration.js";
 import { fleetTitle, noteRouted } from "./fleet.js";
+import { watchTenants } from "./tenants.js";
 import { forgetTransfers, noteTransfer, transferTitle } from "./transfers.js";
 import { drawLanes, watchLanes } from "./lanes.js";
 import { connect, takeKeyFromAddress } from "./socket.js";
@@ -82,6 +83,7 @@ function legend() {
 // ---- messages from the server ------------------------------------------------------------
 function onHello(msg) {
   app.mode = msg.mode; app.role = msg.role;
+  if (msg.mode === "serve") watchTenants(); // the fair queue's panel, if the server has one
   document.body.className = msg.mode;
   document.body.classList.toggle("viewer", msg.role === "viewer"); // read-only: no controls
   $("mode").textContent = t(`${msg.mode}Mode`);

@@ -56,7 +56,7 @@ from minicb.server.openai_request import (
     read_request,
 )
 from minicb.server.status_routes import StatusRoutes
-from minicb.server.tenant_gate import TenantGate, released_after
+from minicb.server.tenant_gate import TenantGate, install_tenant_route, released_after
 from minicb.server.tokenizer_queue import MAX_TOKENIZING_CHARS, TokenizerQueue
 from minicb.server.waiting_gate import WaitingGate
 from minicb.telemetry.prometheus import PrometheusMetrics
@@ -292,6 +292,7 @@ def install_openai_routes(
     scrape = [Depends(guard.http_check(CONTROLLER, VIEWER))]
     scrape = [] if guard.metrics_public else scrape
     app.add_api_route("/metrics", status.metrics, methods=["GET"], dependencies=scrape)
+    install_tenant_route(app, tenants, scrape)  # the page's tenants panel
     # The API's description, for the controller only (create_app serves none of its own).
     app.add_api_route(
         "/openapi.json",

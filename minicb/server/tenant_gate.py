@@ -20,15 +20,20 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from fastapi import Request
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 
+from minicb.core.latency import percentile
 from minicb.driver.engine_loop import EngineLoop
 from minicb.fleet.tenancy.fair_queue import REFUSAL_REASONS, FairQueue, Queued, Refused
 from minicb.fleet.tenancy.uncached import uncached_tokens
 from minicb.server.api_error import APIError
+
+KEEP_WAITS = 1000  # waits remembered per tenant, for its percentiles
 
 
 class TenantGate:
@@ -40,6 +45,8 @@ class TenantGate:
         self.loop, self.engine_name = loop, engine_name
         self.queue, self.max_in_flight = queue, max_in_flight
         self.in_flight = 0
+        # each tenant's latest waits in the queue (seconds): what the queue itself costs it
+        self.waits: dict[str, deque[float]] = {}
         self._waiters: dict[Queued, asyncio.Future[None]] = {}
 
     def capacity(self) -> int:
@@ -101,15 +108,34 @@ class TenantGate:
                 return
             self.in_flight += 1
             self._waiters.pop(entry).set_result(None)
+            waited = asyncio.get_running_loop().time() - entry.arrival
+            self.waits.setdefault(entry.tenant, deque(maxlen=KEEP_WAITS)).append(waited)
 
     def _release(self) -> None:
         self.in_flight -= 1
         self._dispatch()
 
     def snapshot(self) -> dict[str, Any]:
-        """The queue by tenant, and the fleet's room (the page and /metrics read it)."""
-        return {"in_flight": self.in_flight, "capacity": self.capacity(),
-                "tenants": self.queue.snapshot()}  # fmt: skip
+        """The queue by tenant (with the p50 and p99 of its latest waits in it), and the
+        fleet's room (the page and /metrics read it)."""
+        tenants = self.queue.snapshot()
+        for name, waits in self.waits.items():
+            ordered = sorted(waits)
+            tenants[name]["wait_p50_s"] = percentile(ordered, 50)
+            tenants[name]["wait_p99_s"] = percentile(ordered, 99)
+        return {"in_flight": self.in_flight, "capacity": self.capacity(), "tenants": tenants}
+
+
+def install_tenant_route(app: FastAPI, gate: TenantGate | None, reader: list[Any]) -> None:
+    """``GET /fleet/tenants``: the snapshot as JSON, for the page's tenants panel
+    (viz/tenants.js), behind the same key as /metrics (``reader``: its dependencies);
+    ``{"tenants": null}`` from a server with no fair queue. Tenant names only, never keys."""
+
+    async def tenants() -> JSONResponse:
+        body = {"tenants": None} if gate is None else gate.snapshot()
+        return JSONResponse(body, headers={"Cache-Control": "no-store"})
+
+    app.add_api_route("/fleet/tenants", tenants, methods=["GET"], dependencies=reader)
 
 
 def prometheus_lines(gate: TenantGate) -> bytes:

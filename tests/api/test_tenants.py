@@ -27,7 +27,7 @@ def served(tiny_llama_dir):
     argv += ["--no-measure-utilisation", "--api-key", CONTROLLER, "--max-in-flight", "1"]
     argv += ["--tenant", f"light:{LIGHT}:0", "--tenant", f"heavy:{HEAVY}:0"]
     argv += ["--tenant", f"capped:{CAPPED}:1:1", "--tenant-max-queued", "3"]
-    argv += ["--tenant-quantum", "2"]
+    argv += ["--tenant-quantum", "64"]
     args: argparse.Namespace = build_parser().parse_args(argv)
     app, loop, engine, name = build_serve(args)
     loop.start()
@@ -63,7 +63,8 @@ def ids(answer: httpx.Response) -> int:
 
 
 def test_requests_wait_by_tenant_and_a_flood_does_not_go_first(served):
-    """One request in flight at a time (--max-in-flight 1), quantum 2 tokens: one heavy
+    """One request in flight at a time (--max-in-flight 1), quantum 64 tokens (a request's
+    least cost: one request a turn): one heavy
     request runs, three wait (its bound), a fourth is refused; a light request that comes
     after them all is the second to run after the one in flight."""
     url, loop, gate, model = served

@@ -94,8 +94,8 @@ def test_rate_limit_refuses_with_the_seconds_until_the_bucket_holds_enough():
 
 def test_a_cancelled_request_leaves_and_gives_its_tokens_back():
     q = FairQueue([Tenant("a", tokens_per_s=10, burst_tokens=100)])
-    entry = q.push("x", "a", 50, 100, 0.0)
-    assert q.snapshot()["a"]["queued_tokens"] == 50
+    entry = q.push("x", "a", 80, 100, 0.0)
+    assert q.snapshot()["a"]["queued_tokens"] == 80
     assert q.remove(entry) and not q.remove(entry)
     assert len(q) == 0 and q.pop() is None
     assert q.snapshot()["a"] == {
@@ -106,7 +106,16 @@ def test_a_cancelled_request_leaves_and_gives_its_tokens_back():
         "dispatched": 0,
         "rejected": {},
     }
-    q.push("y", "a", 50, 100, 0.0)  # the bucket was given its 100 back
+    q.push("y", "a", 80, 100, 0.0)  # the bucket was given its 100 back
+
+
+def test_a_flood_of_cached_prompts_still_pays_for_its_turns():
+    """Fully cached requests cost min_cost, not 0: their tenant's turn ends."""
+    q = FairQueue(quantum=128, min_cost=64)
+    for i in range(10):
+        q.push(f"cached{i}", "a", 0, 10, 0.0)
+    q.push("light", "b", 100, 100, 0.0)
+    assert drain(q).index("light") == 2
 
 
 def test_token_bucket_refills_at_its_rate_up_to_its_burst():

@@ -18,8 +18,10 @@ own queues stay short and WHO goes next is decided here, by two rules:
 
 A request's cost is the prefill it will cause, its uncached prompt tokens (uncached.py:
 the prompt's length less what the router expects cached), because prefill is what makes
-the others wait for their first token. A tenant whose queue empties forgets its deficit
-(it cannot save up turns while idle).
+the others wait for their first token; but at least ``min_cost``, because every request
+holds a slot and computes at least its last prompt token: a tenant whose prompts are all
+cached would otherwise cost nothing, and its turn would never end. A tenant whose queue
+empties forgets its deficit (it cannot save up turns while idle).
 
 Two refusals at the door, each naming its limit (``Refused``): a tenant's queue is full
 (``max_queued`` requests waiting), or its token bucket (token_bucket.py) is short (with
@@ -39,6 +41,7 @@ from minicb.fleet.tenancy.tenant import DEFAULT_TENANT, Tenant
 from minicb.fleet.tenancy.token_bucket import TokenBucket
 
 QUANTUM = 512  # uncached prompt tokens a tenant's turn adds to its deficit
+MIN_COST = 64  # what a request costs at least, however much of its prompt is cached
 REFUSAL_REASONS = ("queue_full", "rate_limited", "too_large")
 
 
@@ -88,11 +91,12 @@ class FairQueue:
         tenants: Iterable[Tenant] = (),
         *,
         quantum: int = QUANTUM,
+        min_cost: int = MIN_COST,
         default: Tenant | None = None,
     ) -> None:
         if quantum < 1:
             raise ValueError(f"the fair queue's quantum must be at least 1 token, got {quantum}")
-        self.quantum = quantum
+        self.quantum, self.min_cost = quantum, min_cost
         self.default = default or Tenant(DEFAULT_TENANT)
         self.lanes: dict[str, Lane] = {}
         self._bands: dict[int, deque[Lane]] = {}  # band -> its lanes with requests, in turn
@@ -120,7 +124,8 @@ class FairQueue:
     # ---- in: the door ------------------------------------------------------------------
     def push(self, item: Any, tenant: str, cost: int, asked: int, now: float) -> Queued:
         """Queue ``item`` for ``tenant``; Refused (counted) if its queue is full or its
-        rate is spent. ``cost``: uncached prompt tokens; ``asked``: prompt + max_tokens."""
+        rate is spent. ``cost``: uncached prompt tokens (charged at least ``min_cost``);
+        ``asked``: prompt + max_tokens."""
         lane = self.lane(tenant)
         t = lane.tenant
         if len(lane.queue) >= t.max_queued:
@@ -144,7 +149,7 @@ class FairQueue:
                               f"{t.tokens_per_s:g} tokens/s (prompt + max_tokens; burst "
                               f"{lane.bucket.burst:.0f}); {asked} tokens asked",
                               max(1, math.ceil(wait)))  # fmt: skip
-        entry = Queued(item, tenant, max(0, cost), asked, now)
+        entry = Queued(item, tenant, max(self.min_cost, cost), asked, now)
         if not lane.queue:
             self._bands.setdefault(t.priority, deque()).append(lane)
         lane.queue.append(entry)
