@@ -34,7 +34,12 @@ function draw(snap) {
   table.style.borderCollapse = "collapse";
   const cols = ["tenant", "band", "queued", "queued tokens", "dispatched", "refused", "rate (tok/s)"];
   const tr = el("tr");
-  for (const c of cols) tr.append(el("th", c));
+  for (const c of cols) {
+    const cell = el("th", c);
+    cell.style.padding = "1px 10px 1px 0";
+    cell.style.textAlign = "left";
+    tr.append(cell);
+  }
   table.append(tr);
   const rows = Object.entries(snap.tenants).sort((a, b) => a[1].priority - b[1].priority || a[0].localeCompare(b[0]));
   for (const [name, t] of rows) {
