@@ -1,11 +1,13 @@
 """The ``TenantGate``: the fair queue (minicb/fleet/tenancy/) at the API's door.
 
 With ``serve --tenant ...`` (or ``--fair-queue``), a request that passed every check waits
-here, in its tenant's lane, until the fleet has room: fewer than ``max_in_flight``
-requests per serving replica (its slots, by default: then the replicas' own waiting
-queues stay empty and the order in which requests start is the fair queue's, not each
-engine's first come, first served). A request holds its place from dispatch until its
-reply ends (finished, aborted, failed, or its client gone), then the next one goes.
+here, in its tenant's lane, until the fleet has room: fewer than ``max_in_flight`` (a
+replica's slots, by default) times its serving replicas in flight. Then the router picks
+the replica, as for any request (least-loaded keeps each one's share even), the replicas'
+own waiting queues stay short, and the order in which requests start is the fair
+queue's, not each engine's first come, first served. A request holds its place from
+dispatch until its reply ends (finished, aborted, failed, or its client gone), then the
+next one goes.
 
 It lives on the event loop, beside the handlers: waiting is an awaited future, so a
 queued request costs no thread, and a client that hangs up while queued leaves the queue
