@@ -16,14 +16,13 @@ from minicb.core.config import (
     ATTENTION_BACKENDS,
     BATCHING_MODES,
     DTYPES,
-    KV_CACHE_DTYPES,
-    KV_RESERVATIONS,
     POLICIES,
     PREEMPTION_MODES,
-    SPECULATIVE_MODES,
     STATIC_ORDERS,
-    WEIGHT_DTYPES,
 )
+from minicb.quant.settings import KV_CACHE_DTYPES, WEIGHT_DTYPES
+from minicb.reservation.settings import KV_RESERVATIONS
+from minicb.speculation.settings import SPECULATIVE_MODES
 
 
 def add_engine_options(parser: argparse.ArgumentParser) -> None:

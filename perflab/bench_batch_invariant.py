@@ -45,7 +45,7 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     blocks = max(args.batches) * (-(-(args.prompt_len + args.steps + 3) // 16)) + 32
-    base = EngineConfig(
+    base = EngineConfig.from_kwargs(
         dtype="float32",
         attention_backend="torch",
         kv_cache_dtype=args.kv,

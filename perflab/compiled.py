@@ -82,6 +82,8 @@ from minicb.core.runner.model_runner import ModelRunner, build_runner
 from minicb.core.runner.step_inputs import StepInputs
 from minicb.core.scheduler.plan import StepPlan
 from minicb.packing.packed import PACKED_FOR_ROWS, PackedLinear
+from minicb.parallel.settings import ParallelSettings
+from minicb.quant.settings import QuantSettings
 
 log = logging.getLogger(__name__)
 
@@ -368,7 +370,8 @@ class CompiledRunner:
         self.decode: CompiledDecode | None = None
         # Eager under tensor parallelism, and with an 8-bit KV cache: the compiled step
         # stores and reads the cache's values as they are, with no scales.
-        if inner.config.tensor_parallel_size == 1 and inner.config.kv_cache_dtype == "auto":
+        ranks = ParallelSettings.of(inner.config).tensor_parallel_size
+        if ranks == 1 and QuantSettings.of(inner.config).kv_cache_dtype == "auto":
             options = {} if backend is None else {"backend": backend}
             self.decode = decode or CompiledDecode(inner.model, **options)
 

@@ -82,7 +82,7 @@ def matmul_flops(dtype: torch.dtype, n: int, repeats: int = 5) -> tuple[float, f
 def probe_engine(dtype: str, widest: int, compile: str = "off", **options) -> LLMEngine:
     """An engine on the embedded default model with room for the probe's widest batch;
     ``compile="on"``: on the lab's compiled runner (perflab.compiled)."""
-    config = EngineConfig(
+    config = EngineConfig.from_kwargs(
         dtype=dtype, device="cpu", max_num_seqs=widest, num_kv_blocks=widest * 4 + 1,
         num_swap_blocks=0, **options,
     )  # fmt: skip

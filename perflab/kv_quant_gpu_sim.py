@@ -54,7 +54,7 @@ def main() -> None:
     print("  ".join(f"{h:>10}" for h in header))
     base = None
     for weights, kv in [(w, k) for w in ("auto", "int8") for k in ("auto", "int8")]:
-        config = EngineConfig(
+        config = EngineConfig.from_kwargs(
             max_num_seqs=args.max_num_seqs,
             max_num_batched_tokens=args.max_num_batched_tokens,
             kv_cache_dtype=kv,

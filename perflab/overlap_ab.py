@@ -39,7 +39,7 @@ from minicb.core.runner.loader import make_tiny_model_dir
 def engines(model: str | None, dtype: str, requests: int, **spec) -> dict[str, LLMEngine]:
     """Overlap off and on, on one copy of the weights (each engine its own KV cache);
     ``spec``: the speculative decoding settings of both."""
-    config = EngineConfig(dtype=dtype, max_num_seqs=requests, num_kv_blocks=256, **spec)
+    config = EngineConfig.from_kwargs(dtype=dtype, max_num_seqs=requests, num_kv_blocks=256, **spec)
     off = LLMEngine(model, config)
     on_config = config.with_(overlap_scheduling=True)
     on = LLMEngine(config=on_config, runner=off.runner.with_config(on_config))

@@ -37,7 +37,7 @@ from minicb.core.engine import LLMEngine
 
 def build_engine(args: argparse.Namespace, offload: int, shared: Any) -> tuple[LLMEngine, Any]:
     """An engine with ``offload`` host blocks over ``shared`` (a runner to reuse) or new."""
-    config = EngineConfig(
+    config = EngineConfig.from_kwargs(
         num_kv_blocks=args.num_kv_blocks,
         block_size=args.block_size,
         kv_offload_blocks=offload,

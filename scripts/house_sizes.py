@@ -4,7 +4,8 @@
 
 Prints: the package's modules and lines; the core folder's; the walk of one greedy request
 (the files tests/test_read_first.py traces, and their lines); the body of
-``LLMEngine.step()``; the core config's fields; and the files of ``minicb/`` over 300 lines.
+``LLMEngine.step()``; the core config's fields (and the feature records beside them); and
+the files of ``minicb/`` over 300 lines.
 Lines are every line of a file, docstrings and blanks included, as ``wc -l`` counts them.
 """
 
@@ -51,7 +52,12 @@ def main() -> None:
     print(f"walk of one greedy request: {len(walk)} files, {walked:,} lines; "
           f"outside core: {outside}")  # fmt: skip
     print(f"LLMEngine.step() body: {step_body_lines()} lines")
-    print(f"core EngineConfig fields: {len(dataclasses.fields(EngineConfig))}")
+    import minicb.features  # noqa: F401  (every feature's settings record registered)
+    from minicb.core.feature_settings import OPTIONS, RECORDS
+
+    print(f"core EngineConfig fields: {len(dataclasses.fields(EngineConfig))} (the last one, "
+          f"features, holds the feature records: {len(RECORDS)} records, "
+          f"{len(OPTIONS)} options)")  # fmt: skip
     print(f"files over 300 lines: {len(over)}")
     for n, name in over:
         print(f"  {n:4d} {name}")

@@ -78,10 +78,10 @@ def fake_engine(
     tokenizer=None,
     **options,
 ) -> LLMEngine:
-    """LLMEngine(config=EngineConfig(**options)) over FakeRunner on a VirtualClock at
+    """LLMEngine(config=EngineConfig.from_kwargs(**options)) over FakeRunner on a VirtualClock at
     ``start``; each step takes the next of ``step_times`` (then ``step_time``) seconds.
     Without a ``tokenizer``, prompts are token ids and output texts are ""."""
-    config = EngineConfig(**options)
+    config = EngineConfig.from_kwargs(**options)
     clock = VirtualClock(start)
     runner = FakeRunner(
         num_kv_blocks=num_kv_blocks,

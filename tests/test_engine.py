@@ -249,7 +249,7 @@ def test_an_outputs_times_are_those_its_events_carry(overlap):
     on every read, so a time taken anywhere else in the step would differ."""
     ticks = iter(range(1, 1_000_000))
     engine = LLMEngine(
-        config=EngineConfig(max_num_seqs=3, overlap_scheduling=overlap),
+        config=EngineConfig.from_kwargs(max_num_seqs=3, overlap_scheduling=overlap),
         runner=FakeRunner(num_kv_blocks=64),
         clock=lambda: next(ticks) / 1000,
     )

@@ -61,7 +61,7 @@ def test_hub_id_without_network():
 )
 def test_bad_engine_options(options, message):
     with pytest.raises(ValueError, match=message):
-        EngineConfig(**options)
+        EngineConfig.from_kwargs(**options)
 
 
 def test_unknown_engine_option_is_named():

@@ -27,7 +27,7 @@ def chat(runner, offload: int, turns: int, convs: list[list[int]], max_tokens: i
     """Every conversation's turns in rotation, one request at a time, on an engine over
     ``runner``'s weights: (each turn's tokens, prompt tokens computed, found on the host)."""
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
-    config = EngineConfig(kv_offload_blocks=offload, **options)
+    config = EngineConfig.from_kwargs(kv_offload_blocks=offload, **options)
     engine = LLMEngine(config=config, runner=runner.with_config(config))
     steps: list = []
     engine.bus.subscribe(steps.extend, kinds=["step"])

@@ -215,7 +215,8 @@ def test_the_perfetto_export_draws_the_host_and_device_lanes():
     for overlap in (False, True):
         runner = FakeRunner(step_time=0.002)  # no virtual clock: the engine reads the wall
         runner.execute = _sleeping(runner.execute, 0.002)
-        engine = LLMEngine(config=EngineConfig(overlap_scheduling=overlap), runner=runner)
+        config = EngineConfig.from_kwargs(overlap_scheduling=overlap)
+        engine = LLMEngine(config=config, runner=runner)
         events = []
         engine.bus.subscribe(events.extend, kinds=["step"])
         for n in (3, 5, 8):

@@ -279,7 +279,7 @@ def test_the_option_on_the_command_line():
     assert EngineConfig().enable_prefix_caching is True  # on by default, as in vLLM V1
     assert engine_kwargs(parser.parse_args([]))["enable_prefix_caching"] is True
     off = engine_kwargs(parser.parse_args(["--no-enable-prefix-caching"]))
-    assert EngineConfig(**off).enable_prefix_caching is False
+    assert EngineConfig.from_kwargs(**off).enable_prefix_caching is False
 
 
 def test_every_reason_of_a_cached_run_has_a_chinese_pattern():

@@ -113,7 +113,7 @@ def build_systems(
     shared by all, graphs included."""
     compiled = options.pop("compile", "off") == "on"
     blocks = kv_blocks_for(workloads, plan.max_num_seqs, plan.block_size)
-    config = EngineConfig(
+    config = EngineConfig.from_kwargs(
         batching="continuous", max_num_seqs=plan.max_num_seqs, **options,
         max_num_batched_tokens=plan.max_num_batched_tokens, block_size=plan.block_size,
         num_kv_blocks=blocks, num_swap_blocks=0, seed=plan.seed,  # recompute: no swap space

@@ -10,24 +10,36 @@ minicb/engine_options.py.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any
+import sys
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, TypeVar
+
+from minicb.core.feature_settings import (
+    OPTIONS,
+    RECORDS,
+    FeatureSettings,
+    check_choice,
+    check_positive,
+)
+from minicb.core.registry import FeatureNotLoaded
 
 BATCHING_MODES = ("continuous", "static")
 POLICIES = ("fcfs", "priority")
 STATIC_ORDERS = ("arrival", "length")
 PREEMPTION_MODES = ("recompute", "swap")
-KV_RESERVATIONS = ("paged", "max", "pow2", "oracle")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-SPECULATIVE_MODES = ("off", "ngram", "draft", "early_exit")
-KV_CACHE_DTYPES = ("auto", "int8", "fp8")
-WEIGHT_DTYPES = ("auto", "int8")
+
+S = TypeVar("S", bound=FeatureSettings)
 
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Scheduling limits and engine choices. See README for what each one teaches."""
+    """Scheduling limits and engine choices. See README for what each one teaches.
+
+    Each optional feature's settings are a record of its own in ``features``
+    (feature_settings.py); build a config from flat option names, the core's and the
+    features' alike, with ``from_kwargs`` and change one with ``with_``."""
 
     batching: str = "continuous"
     policy: str = "fcfs"
@@ -40,15 +52,7 @@ class EngineConfig:
     # Share the KV blocks of common prompt prefixes (continuous batching only: the static
     # baseline stands for a padded generate, which has no prefix cache).
     enable_prefix_caching: bool = True
-    # A second tier for the prefix cache (minicb/host_tier/tier.py): cached blocks the
-    # device pool evicts are copied to this many host blocks, found by the same keys and
-    # copied back on a later hit. 0: off (an evicted prefix is forgotten).
-    kv_offload_blocks: int = 0
     preemption_mode: str = "recompute"
-    # KV cache given at admission (continuous batching; see minicb/reservation/modes.py):
-    # "paged" (nothing ahead, blocks as tokens come), or prompt + "max" (max_tokens),
-    # "pow2" (the expected output rounded up to a power of two), "oracle" (exactly it).
-    kv_reservation: str = "paged"
     # How the static baseline picks a new batch from the queue: "arrival" (the policy's
     # order) or "length" (similar max_tokens together, so less padding).
     static_order: str = "arrival"
@@ -57,133 +61,96 @@ class EngineConfig:
     aging_steps: int = 16
     attention_backend: str = "auto"
     dtype: str = "auto"
-    # How keys and values are stored (minicb/quant/kv.py): "auto" in the compute dtype;
-    # "int8" or "fp8" (float8_e4m3fn) in one byte each with a scale per token and KV head,
-    # so the same memory holds about twice the blocks (and the batch can grow).
-    kv_cache_dtype: str = "auto"
-    # How the decoder's linear weights are held (minicb/quant/weights.py): "auto" in the
-    # compute dtype; "int8" weight-only, a scale per output channel (a quarter of fp32's
-    # bytes). Activations and arithmetic stay in the compute dtype; LM head untouched.
-    weight_dtype: str = "auto"
     device: str = "auto"
     max_model_len: int | None = None  # None: the model's own context length
     # The share of free memory the KV pool may take when sized automatically.
     kv_memory_fraction: float = 0.5
-    use_cuda_graphs: bool = True
-    # bfloat16 on CPU: linear layers read weights packed once for oneDNN
-    # (minicb.packing.packed); False keeps plain nn.Linear, the reference.
-    packed_weights: bool = True
-    # Ranks the model is split over (Megatron-style tensor parallelism): rank 0 runs the
-    # engine, ranks 1..N-1 run their shard of every layer (minicb/parallel/tp_group.py).
-    tensor_parallel_size: int = 1
     seed: int = 0
-    # Speculative decoding (minicb/speculation/): "ngram" lets a decode row (at any
-    # temperature: the draws keep the model's distribution, docs/speculative.md) propose up
-    # to num_speculative_tokens tokens that followed an earlier occurrence of its last
-    # ngram_min..ngram_max tokens, verified in the same forward pass as everyone else.
-    speculative: str = "off"
-    num_speculative_tokens: int = 4
-    ngram_min: int = 1
-    ngram_max: int = 4
-    # "draft": a draft model (a model folder with the target's tokenizer, or the default
-    # model's name) proposes the tokens; "early_exit": the target's first draft_layers
-    # layers and its LM head do (self-speculation).
-    draft_model: str | None = None
-    draft_layers: int | None = None
-    # The real model runner reports each step's bandwidth and FLOP utilisation against this
-    # machine's measured copy bandwidth and matmul FLOP/s (minicb/utilisation/occupancy.py); the
-    # probes take a few seconds, once per process. On in the demo and serve, off elsewhere.
-    measure_utilisation: bool = False
-    # Overlap scheduling (minicb/overlap/): plan iteration N+1 while the runner executes N,
-    # with N's tokens as placeholders; finishes are learnt one iteration late and the extra
-    # row is discarded. With speculative decoding, a plan that verifies drafts is waited for
-    # before the next is planned (its accepted count places the next rows).
-    overlap_scheduling: bool = False
-    # Batch-invariant arithmetic (minicb/kernels/batch_invariant.py): linears in fixed row
-    # tiles and attention for each token alone in fixed key tiles, so a token's numbers never
-    # depend on its batch. Slower; what makes an 8-bit KV cache's greedy tokens equal across
-    # batch sizes, chunk sizes and preemption. Torch attention, one process.
-    batch_invariant: bool = False
+    # The records of the features this config turns on (each differs from its defaults),
+    # sorted by name; a feature not here runs with its defaults (``Record.of(config)``).
+    features: tuple[FeatureSettings, ...] = ()
 
     def __post_init__(self) -> None:
-        self._check_choice("batching", BATCHING_MODES)
-        self._check_choice("policy", POLICIES)
-        self._check_choice("preemption_mode", PREEMPTION_MODES)
-        self._check_choice("kv_reservation", KV_RESERVATIONS)
-        self._check_choice("static_order", STATIC_ORDERS)
-        self._check_choice("attention_backend", ATTENTION_BACKENDS)
-        self._check_choice("dtype", DTYPES)
-        self._check_choice("kv_cache_dtype", KV_CACHE_DTYPES)
-        self._check_choice("weight_dtype", WEIGHT_DTYPES)
-        self._check_choice("speculative", SPECULATIVE_MODES)
-        self._check_positive("max_num_seqs")
-        self._check_positive("max_num_batched_tokens")
-        self._check_positive("block_size")
-        self._check_positive("aging_steps")
-        self._check_positive("num_speculative_tokens")
-        self._check_positive("ngram_min")
-        self._check_positive("ngram_max")
-        if self.draft_layers is not None:
-            self._check_positive("draft_layers")
-        if self.ngram_min > self.ngram_max:
-            raise ValueError(
-                f"ngram_min ({self.ngram_min}) must not exceed ngram_max ({self.ngram_max})"
-            )
-        self._check_positive("tensor_parallel_size")
-        if self.weight_dtype != "auto" and self.tensor_parallel_size > 1:
-            raise ValueError("weight_dtype int8 is not built for tensor_parallel_size > 1")
-        if self.batch_invariant and self.attention_backend == "triton":
-            raise ValueError(
-                "batch_invariant attention is built on torch: use attention_backend torch or "
-                "auto (it takes torch then), not triton"
-            )
-        if self.batch_invariant and self.tensor_parallel_size > 1:
-            raise ValueError("batch_invariant is not built for tensor_parallel_size > 1")
-        if not isinstance(self.measure_utilisation, bool):
-            raise ValueError(
-                f"measure_utilisation must be True or False, got {self.measure_utilisation!r}"
-            )
+        check_choice("batching", self.batching, BATCHING_MODES)
+        check_choice("policy", self.policy, POLICIES)
+        check_choice("preemption_mode", self.preemption_mode, PREEMPTION_MODES)
+        check_choice("static_order", self.static_order, STATIC_ORDERS)
+        check_choice("attention_backend", self.attention_backend, ATTENTION_BACKENDS)
+        check_choice("dtype", self.dtype, DTYPES)
+        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "aging_steps"):
+            check_positive(name, getattr(self, name))
         if self.num_kv_blocks is not None:
-            self._check_positive("num_kv_blocks")
+            check_positive("num_kv_blocks", self.num_kv_blocks)
         if self.num_swap_blocks is not None and self.num_swap_blocks < 0:
             raise ValueError(f"num_swap_blocks must be >= 0, got {self.num_swap_blocks}")
-        offload = self.kv_offload_blocks
-        if not isinstance(offload, int) or isinstance(offload, bool) or offload < 0:
-            raise ValueError(f"kv_offload_blocks must be >= 0, got {self.kv_offload_blocks!r}")
-        if self.kv_offload_blocks and not self.enable_prefix_caching:
-            raise ValueError(
-                "kv_offload_blocks is a second tier of the prefix cache: it needs "
-                "enable_prefix_caching on"
-            )
         if self.max_model_len is not None:
-            self._check_positive("max_model_len")
+            check_positive("max_model_len", self.max_model_len)
         if not 0.0 < self.kv_memory_fraction <= 1.0:
             raise ValueError(f"kv_memory_fraction must be in (0, 1], got {self.kv_memory_fraction}")
+        # One record per feature, defaults left out, in name order: two configs that say
+        # the same are equal (and hash alike) however they were built.
+        records = {record.name: record for record in self.features}
+        if len(records) != len(self.features):
+            raise ValueError("features holds two records of the same feature")
+        kept = tuple(r for _, r in sorted(records.items()) if r != type(r)())
+        object.__setattr__(self, "features", kept)
+        for record in kept:
+            record.check(self)
 
-    def _check_choice(self, name: str, allowed: tuple[str, ...]) -> None:
-        value = getattr(self, name)
-        if value not in allowed:
-            raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(allowed)}")
+    def feature(self, record: type[S]) -> S:
+        """The ``record`` this config holds, or that record's defaults."""
+        for held in self.features:
+            if isinstance(held, record):
+                return held
+        return record()
 
-    def _check_positive(self, name: str) -> None:
-        value = getattr(self, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    def answer(self, seam: str, default: Any) -> Any:
+        """What a record this config holds answers for ``seam`` (its ``answers``), or
+        ``default`` when none does: how a seam learns its choice without naming a feature.
+        (A feature at its defaults is not held, and leaves the seam its default.)"""
+        for record in self.features:
+            attribute = record.answers.get(seam)
+            if attribute is not None and getattr(record, attribute) is not None:
+                return getattr(record, attribute)
+        return default
 
     @classmethod
-    def from_kwargs(cls, **kwargs: Any) -> EngineConfig:
-        """Build from keyword arguments, naming any that EngineConfig does not know."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(kwargs) - known)
-        if unknown:
-            raise TypeError(f"unknown engine option(s): {', '.join(unknown)}")
-        return cls(**kwargs)
+    def from_kwargs(cls, **options: Any) -> EngineConfig:
+        """Build from flat option names (the core's and the loaded features'), naming any
+        that nobody knows."""
+        return cls().with_(**options)
 
-    def with_(self, **changes: Any) -> EngineConfig:
-        return replace(self, **changes)
+    def with_(self, **options: Any) -> EngineConfig:
+        """This config with some flat options changed, each in the record that owns it."""
+        core = {f.name for f in fields(self)} - {"features"}
+        _refuse_unknown({n: v for n, v in options.items() if n not in core and n not in OPTIONS})
+        changes: dict[type[FeatureSettings], dict[str, Any]] = {}
+        for name in set(options) - core:
+            changes.setdefault(OPTIONS[name], {})[name] = options[name]
+        changed = {record.name: replace(self.feature(record), **c) for record, c in changes.items()}
+        records = {record.name: record for record in self.features} | changed
+        kept = {name: value for name, value in options.items() if name in core}
+        return replace(self, **kept, features=tuple(records.values()))
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every option flat, the core's and every loaded feature's: the words a trace, the
+        page and a scenario file use."""
+        flat = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "features"}
+        for record in RECORDS.values():
+            held = self.feature(record)
+            flat |= {f.name: getattr(held, f.name) for f in fields(held)}  # type: ignore[arg-type]
+        return flat
+
+
+def _refuse_unknown(unknown: dict[str, Any]) -> None:
+    """Names no loaded record owns: a typo once every feature is loaded (TypeError, as a
+    wrong keyword is), else perhaps a feature nobody imported (FeatureNotLoaded)."""
+    if not unknown:
+        return
+    if "minicb.features" in sys.modules:
+        raise TypeError(f"unknown engine option(s): {', '.join(sorted(unknown))}")
+    asked = ", ".join(f"{name}={value!r}" for name, value in sorted(unknown.items()))
+    raise FeatureNotLoaded("engine option", min(unknown), asked, OPTIONS)
 
 
 # A temperature below this is greedy (as in vLLM's sampler). Dividing fp32 logits by a

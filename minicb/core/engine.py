@@ -97,7 +97,7 @@ class LLMEngine:
             self.scheduler.finish,
             self.scheduler.requests.get,
         )
-        self.step_clock = StepClock(self.clock, self.config.tensor_parallel_size)
+        self.step_clock = StepClock(self.clock)
         self.views = EngineViews(self.config, runner, self.scheduler, self.clock, self.step_clock)
         self.controls = EngineControls(
             self.scheduler, self.outputs, self.bus, self.clock, self._step_in_flight

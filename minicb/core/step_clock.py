@@ -69,9 +69,8 @@ class StepLap:
 class StepClock:
     """The engine's own clock (``busy_s``) and the step events built from finished laps."""
 
-    def __init__(self, clock: Callable[[], float], tensor_parallel_size: int = 1) -> None:
+    def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
-        self.tensor_parallel_size = tensor_parallel_size
         self.busy_s = 0.0  # seconds spent in this engine's own steps
 
     def lap(self) -> StepLap:
@@ -104,7 +103,7 @@ class StepClock:
             schedule_s,
             out.forward_s,
             out.sample_s,
-            tensor_parallel_size=self.tensor_parallel_size,
+            tensor_parallel_size=out.tensor_parallel_size,
             collective_s=out.collective_s,
             bandwidth_util=out.bandwidth_util,
             flop_util=out.flop_util,

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from minicb.core.registry import lookup
 
 if TYPE_CHECKING:
-    from minicb.core.config import EngineConfig
     from minicb.core.engine import LLMEngine
     from minicb.core.output_processor import StepResult
 
@@ -48,15 +47,10 @@ def register_step_strategy(name: str, factory: Callable[[LLMEngine], StepStrateg
     STEP_STRATEGIES[name] = factory
 
 
-def strategy_name(config: EngineConfig) -> str | None:
-    """The step strategy ``config`` asks for; None: the plain loop. (The config says it with
-    one flag today; a field naming the strategy would replace this function.)"""
-    return "overlap" if config.overlap_scheduling else None
-
-
 def build_step_strategy(engine: LLMEngine) -> StepStrategy | None:
-    """The strategy ``engine``'s config asks for, built; None for the plain loop."""
-    name = strategy_name(engine.config)
+    """The strategy ``engine``'s config asks for (a feature's record answers the "step
+    strategy" seam, feature_settings.py), built; None for the plain loop."""
+    name = engine.config.answer("step strategy", None)
     if name is None:
         return None
     return lookup(STEP_STRATEGIES, "step strategy", name, "the config")(engine)

@@ -20,6 +20,7 @@ from minicb.fleet.kv_link import Group, PrefillRole, private_store
 from minicb.fleet.kv_receive import DecodeRole
 from minicb.fleet.replica import Replica
 from minicb.fleet.router import ReplicaLoad
+from minicb.parallel.settings import ParallelSettings
 
 
 def check_sizes(
@@ -30,11 +31,11 @@ def check_sizes(
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"{what} engines must be a positive integer, got {n!r}")
     for name, side in (("prefill", config), ("decode", decode_config)):
-        if side.batching != "continuous" or side.tensor_parallel_size != 1:
+        ranks = ParallelSettings.of(side).tensor_parallel_size
+        if side.batching != "continuous" or ranks != 1:
             raise ValueError(
                 f"disaggregated {name} engines run continuous batching on one rank each; "
-                f"got batching={side.batching!r}, "
-                f"tensor_parallel_size={side.tensor_parallel_size}"
+                f"got batching={side.batching!r}, tensor_parallel_size={ranks}"
             )
     if config.block_size != decode_config.block_size:
         raise ValueError("the prefill and decode engines must have the same block_size")

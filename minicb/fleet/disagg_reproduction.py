@@ -53,7 +53,7 @@ def disaggregation(
     each of ``decode_pools`` blocks (backpressure); on four GPUs at ``split_rate`` (twice
     the requests), each split of prefill and decode engines."""
     profile, n = load_profile(DISAGG_PROFILE), max(24, round(150 * size))
-    engine = EngineConfig(**PAPER_ENGINE)
+    engine = EngineConfig.from_kwargs(**PAPER_ENGINE)
 
     def run(system: str, rate: float, gpus: int = 2, prefill: int = 1,
             link_name: str = "NVLink 4",

@@ -44,6 +44,7 @@ from minicb.fleet.kv_transfer import DecodeScheduler, PrefillScheduler, Transfer
 from minicb.fleet.router import Router
 from minicb.fleet.simulated import ArrivalSource, gpu_price, merge_metrics, replica_startup_s
 from minicb.fleet.sla_planner import Pool, PoolScaler, PoolsState
+from minicb.parallel.settings import ParallelSettings
 from minicb.telemetry.records import RequestRecord
 from minicb.telemetry.request_times import continued
 from minicb.workload import RequestSpec
@@ -87,7 +88,7 @@ class DisaggregatedCluster:
         ``decode_config``); ``token_fn``: every request's tokens by its number in the run
         and the token's index (default: the simulated runner's constant token)."""
         if isinstance(profile, str):
-            profile = load_profile(profile, config.tensor_parallel_size)
+            profile = load_profile(profile, ParallelSettings.of(config).tensor_parallel_size)
         self.profile, self.link = profile, link(link_name)
         self.ttft_slo, self.tpot_slo = ttft_slo, tpot_slo
         self.prefill = [build_member(i, profile, config, PrefillScheduler, token_fn, 0)

@@ -59,6 +59,7 @@ from minicb.fleet.kv_events import KVEventBatch, KVEventPublisher
 from minicb.fleet.router import ReplicaLoad, Route, Router
 from minicb.fleet.tenancy.fair_queue import FairQueue, Refused
 from minicb.fleet.tenancy.uncached import uncached_tokens
+from minicb.parallel.settings import ParallelSettings
 from minicb.sim.simulated_runner import SimulatedRunner
 from minicb.telemetry.metrics import MetricsCollector
 from minicb.workload import RequestSpec
@@ -131,7 +132,7 @@ class SimulatedFleet:
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
         if isinstance(profile, str):
-            profile = load_profile(profile, config.tensor_parallel_size)
+            profile = load_profile(profile, ParallelSettings.of(config).tensor_parallel_size)
         if isinstance(router, str):
             router = Router(router, num_replicas, block_size=config.block_size)
         self.profile, self.config, self.router = profile, config, router

@@ -7,7 +7,9 @@ and nothing more: the factory imports tier.py only when a block manager builds t
 
 from __future__ import annotations
 
+from minicb.core.feature_settings import register_settings
 from minicb.core.scheduler.cache_tier import CACHE_TIERS, DeviceSide
+from minicb.host_tier.settings import HostTierSettings
 
 
 def _host_tier(num_blocks: int, device: DeviceSide):
@@ -16,4 +18,5 @@ def _host_tier(num_blocks: int, device: DeviceSide):
     return HostTier(num_blocks, device)
 
 
+register_settings(HostTierSettings)
 CACHE_TIERS["host"] = _host_tier

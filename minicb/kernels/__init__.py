@@ -13,7 +13,9 @@ Triton is not installed.
 from __future__ import annotations
 
 from minicb.core.attention.backend_choice import BACKENDS, BackendEntry, package_missing
+from minicb.core.feature_settings import register_settings
 from minicb.core.runner.wrappers import register_weight_form
+from minicb.kernels.settings import BatchInvariantSettings
 
 TRITON_HINT = (
     "Triton publishes wheels for Linux only: `pip install triton` there, "
@@ -57,4 +59,9 @@ def _row_tiles():
 
 
 BACKENDS["batch_invariant"] = BackendEntry(_batch_invariant_backend)  # ``batch_invariant``
-register_weight_form("batch_invariant", _row_tiles)
+register_settings(BatchInvariantSettings)
+register_weight_form(
+    "batch_invariant",
+    _row_tiles,
+    lambda config, device, dtype: BatchInvariantSettings.of(config).batch_invariant,
+)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from minicb.core.feature_settings import register_settings
 from minicb.core.step_strategy import register_step_strategy
+from minicb.overlap.settings import OverlapSettings
 
 if TYPE_CHECKING:
     from minicb.core.engine import LLMEngine
@@ -22,4 +24,5 @@ def _overlap_step(engine: LLMEngine) -> OverlapStep:
     return OverlapStep(engine)
 
 
+register_settings(OverlapSettings)
 register_step_strategy("overlap", _overlap_step)

@@ -1,7 +1,7 @@
 """Overlap scheduling: the next iteration is planned while the runner computes this one.
 
 Without it, the device waits while the host schedules, prepares and processes outputs, and
-the host waits while the device computes. With ``EngineConfig.overlap_scheduling`` the
+the host waits while the device computes. With ``overlap_scheduling`` (settings.py) the
 engine keeps one plan in flight on a worker thread (torch releases the GIL in its ops; on
 CUDA its kernels are asynchronous anyway), the idea of SGLang's zero-overhead scheduler
 and of vLLM's async scheduling. ``OverlapStep`` is a step strategy (seam 5,

@@ -2,7 +2,9 @@
 build's seam (minicb/core/runner/wrappers.py), whose factory imports packed.py only when
 ``packed_weights`` asks for it in bfloat16 on a CPU."""
 
+from minicb.core.feature_settings import register_settings
 from minicb.core.runner.wrappers import register_weight_form
+from minicb.packing.settings import PackingSettings
 
 
 def _packed_weights():
@@ -11,4 +13,13 @@ def _packed_weights():
     return PackedWeights()
 
 
-register_weight_form("packed_weights", _packed_weights)
+def _wanted(config, device, dtype) -> bool:
+    return (
+        PackingSettings.of(config).packed_weights
+        and device.type == "cpu"
+        and str(dtype) == "torch.bfloat16"
+    )
+
+
+register_settings(PackingSettings)
+register_weight_form("packed_weights", _packed_weights, _wanted)

@@ -9,7 +9,7 @@ the packed copy; the plain ``weight`` parameter stays (state dict, tied embeddin
 and is what the reference path and transformers read. Results equal ``F.linear``'s up to
 bf16 rounding (oneDNN may block a long input differently); tests check greedy tokens.
 
-Used where ``EngineConfig.packed_weights`` allows it, the device is CPU, the dtype is
+Used where ``packed_weights`` (settings.py) allows it, the device is CPU, the dtype is
 bfloat16 and torch was built with oneDNN; fp32 keeps MKL's ``linear`` (faster at batch 1).
 """
 

@@ -5,7 +5,9 @@ Rank 0's runner (tp_runner.py's ``TensorParallelRunner``) is registered at the r
 ``tensor_parallel_size`` > 1 asks for it.
 """
 
+from minicb.core.feature_settings import register_settings
 from minicb.core.runner.wrappers import register_wrapper
+from minicb.parallel.settings import ParallelSettings
 
 
 def _tensor_parallel_runner():
@@ -14,4 +16,9 @@ def _tensor_parallel_runner():
     return TensorParallelRunner
 
 
-register_wrapper("tensor_parallel", _tensor_parallel_runner)
+register_settings(ParallelSettings)
+register_wrapper(
+    "tensor_parallel",
+    _tensor_parallel_runner,
+    lambda config, device: ParallelSettings.of(config).tensor_parallel_size > 1,
+)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from minicb.core.runner.model_runner import resolve_device
 from minicb.core.runner.wrappers import Forward, RunnerWrapper, find_layer
+from minicb.parallel.settings import ParallelSettings
 from minicb.parallel.tp_group import TPGroup, get_group
 
 if TYPE_CHECKING:
@@ -50,17 +51,19 @@ class TensorParallelRunner(RunnerWrapper):
     @classmethod
     def part(cls, config: EngineConfig, device: torch.device) -> Shard:
         """Rank 0's shard of the process's group (started on first use)."""
-        return get_group(config.tensor_parallel_size, device).shard
+        return get_group(ParallelSettings.of(config).tensor_parallel_size, device).shard
 
     @classmethod
     def wrap(cls, inner: Runner, config: EngineConfig, sibling: Runner | None) -> Runner:
         like = find_layer(sibling, cls)
-        group = get_group(config.tensor_parallel_size, resolve_device(config.device))
+        size = ParallelSettings.of(config).tensor_parallel_size
+        group = get_group(size, resolve_device(config.device))
         return cls(inner, group, like.tp_handle if like is not None else None)
 
     def execute(self, plan: StepPlan, *, forward: Forward | None = None) -> RunnerOutput:
         self.tp.command(("step", self.tp_handle, plan))
         out = self.inner.execute(plan, forward=lambda batch: self._logits(batch, forward))
+        out.tensor_parallel_size = self.tp.world
         out.collective_s = self.tp.shard.timer.take()
         return out
 
@@ -70,4 +73,5 @@ class TensorParallelRunner(RunnerWrapper):
             return (forward or self.inner.logits)(batch)
 
     def describe(self) -> dict[str, Any]:
-        return self.inner.describe() | {"tensor_parallel_backend": self.tp.backend}
+        ranks = {"tensor_parallel_size": self.tp.world, "tensor_parallel_backend": self.tp.backend}
+        return self.inner.describe() | ranks

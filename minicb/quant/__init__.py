@@ -18,7 +18,9 @@ from __future__ import annotations
 from functools import partial
 
 from minicb.core.attention.kv_layer import KV_FORMATS
+from minicb.core.feature_settings import register_settings
 from minicb.core.runner.wrappers import register_weight_form
+from minicb.quant.settings import QuantSettings
 
 
 def _eight_bit(name: str):
@@ -37,4 +39,9 @@ def _int8_weights():
     return Int8Weights()
 
 
-register_weight_form("int8_weights", _int8_weights)
+register_settings(QuantSettings)
+register_weight_form(
+    "int8_weights",
+    _int8_weights,
+    lambda config, device, dtype: QuantSettings.of(config).weight_dtype == "int8",
+)

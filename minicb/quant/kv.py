@@ -6,7 +6,7 @@ of two (bf16) or four (fp32) lets the same memory hold about twice (or four time
 blocks, hence about twice the requests; the price is a small rounding error in every key
 and value the attention reads back.
 
-The formats (``EngineConfig.kv_cache_dtype``):
+The formats (``kv_cache_dtype``, settings.py):
   "auto"  the model's compute dtype, no scale (the engine as it always was)
   "int8"  q = round(x / s) in [-127, 127], s = amax / 127, symmetric (no zero point:
           keys and values are centred near 0, and a zero point would cost a second number)

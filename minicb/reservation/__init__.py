@@ -7,7 +7,10 @@ core's own.
 
 from functools import partial
 
+from minicb.core.feature_settings import register_settings
 from minicb.core.scheduler.hooks import ADMISSION_SIZES
 from minicb.reservation.modes import ReservationMode
+from minicb.reservation.settings import ReservationSettings
 
+register_settings(ReservationSettings)
 ADMISSION_SIZES.update({mode: partial(ReservationMode, mode) for mode in ("max", "pow2", "oracle")})

@@ -34,19 +34,14 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from minicb.core.config import (
-    POLICIES,
-    PREEMPTION_MODES,
-    SPECULATIVE_MODES,
-    STATIC_ORDERS,
-    SamplingParams,
-)
+from minicb.core.config import POLICIES, PREEMPTION_MODES, STATIC_ORDERS, SamplingParams
 from minicb.cost_model.catalogue import read_catalogue
 from minicb.server.control_fields import ControlError, boolean, choice, number, only
 from minicb.server.demo_feeder import LENGTHS, PRESETS, WorkloadSpec, encode_prompt
 from minicb.server.engine_rebuild import rebuild_engines
 from minicb.server.lesson import PANELS
 from minicb.server.redaction import text_free
+from minicb.speculation.settings import SPECULATIVE_MODES
 
 if TYPE_CHECKING:
     from minicb.driver.engine_loop import EngineLoop

@@ -128,7 +128,7 @@ def demo_engines(args: argparse.Namespace) -> dict[str, LLMEngine]:
 
     kwargs = engine_kwargs(args)
     kwargs.pop("batching")
-    configs = {b: EngineConfig(batching=b, **kwargs) for b in ("static", "continuous")}
+    configs = {b: EngineConfig.from_kwargs(batching=b, **kwargs) for b in ("static", "continuous")}
     if args.simulate:
         from minicb.sim.demo import simulated_engines
 

@@ -120,7 +120,7 @@ STEP_FIGURES = (
     # a frame's digest of a step (server/frames.py): counts, and rows as lists of numbers
     "useful_rows", "padding_rows", "num_tokens", "padding_tokens", "prefill_tokens",
     "generated", "row_changes", "rows", "drafts",
-    "proposer",  # the word of EngineConfig.speculative: a setting, never text
+    "proposer",  # the word of the setting speculative (SpeculationSettings), never text
 )  # fmt: skip
 DECISIONS = ("admitted", "preempted", "swapped_out", "swapped_in", "drafted", "finished")
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from minicb.core.engine import LLMEngine
 from minicb.core.runner import VirtualClock
 from minicb.cost_model.catalogue import load_profile, read_catalogue
+from minicb.overlap.settings import OverlapSettings
 from minicb.sim.host_time import HostTime
 from minicb.sim.simulated_runner import SimulatedRunner
 
@@ -49,7 +50,7 @@ def simulated_engines(
     engines = {}
     for name, config in configs.items():
         clock = VirtualClock()
-        overlap = host_time is not None and config.overlap_scheduling
+        overlap = host_time is not None and OverlapSettings.of(config).overlap_scheduling
         if overlap:
             config = config.with_(overlap_scheduling=False)  # modelled by the runner instead
         runner = SimulatedRunner(profile, config, clock=clock, host=host_time, overlap=overlap)

@@ -63,7 +63,9 @@ def anyscale(size: float = 1.0, caps: tuple[int, ...] = (32, 128, 512, 1536)) ->
     """1,000 requests of 512 prompt tokens, outputs exponential (mean 128) capped at each
     cap, all at once; max_tokens is the cap (what a contiguous reservation must hold)."""
     profile, n = load_profile("A100-40GB:opt-13b"), max(8, round(1000 * size))
-    config = EngineConfig(max_num_batched_tokens=2048, enable_chunked_prefill=False, **PAPER_ENGINE)
+    config = EngineConfig.from_kwargs(
+        max_num_batched_tokens=2048, enable_chunked_prefill=False, **PAPER_ENGINE
+    )
     rows = []
     for cap in caps:
         outs = exponential_lengths(n, 128, cap, seed=cap)
@@ -125,7 +127,9 @@ def vllm(size: float = 1.0, rounds: int = 4) -> dict[str, Any]:
     that capacity)."""
     profile, n = load_profile("A100-40GB:opt-13b"), max(8, round(200 * size))
     reqs = sharegpt_like(n, seed=1)
-    config = EngineConfig(max_num_batched_tokens=2048, enable_chunked_prefill=False, **PAPER_ENGINE)
+    config = EngineConfig.from_kwargs(
+        max_num_batched_tokens=2048, enable_chunked_prefill=False, **PAPER_ENGINE
+    )
     rows = []
     for mode in VLLM_MODES:
         cfg = config.with_(kv_reservation=mode)
@@ -164,7 +168,7 @@ def sarathi(size: float = 1.0, loads: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8)) 
     prompts = lognormal_lengths(n, 1024, 0.6, 8192, seed=3)
     outs = lognormal_lengths(n, 256, 0.6, 1024, seed=4)
     reqs = from_lengths(prompts, outs)
-    base = EngineConfig(**PAPER_ENGINE)
+    base = EngineConfig.from_kwargs(**PAPER_ENGINE)
     capacity = _figures(run_simulated(profile, base.with_(max_num_batched_tokens=512), reqs))
     rows = []
     for load in loads:

@@ -37,6 +37,8 @@ from minicb.core.runner.fake import FakeRunner
 from minicb.core.scheduler.plan import StepPlan
 from minicb.cost_model.catalogue import load_profile
 from minicb.cost_model.step_time import StepTimeModel
+from minicb.parallel.settings import ParallelSettings
+from minicb.quant.settings import QuantSettings
 from minicb.sim.host_time import HostTime, step_lanes
 
 GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of device memory for weights + KV
@@ -68,15 +70,16 @@ class SimulatedRunner(FakeRunner):
         the host's time per step, if it is to be counted; ``overlap``: the host's time
         hidden behind the device's (overlap scheduling, modelled)."""
         config = config or EngineConfig()
-        tp = config.tensor_parallel_size
+        tp = ParallelSettings.of(config).tensor_parallel_size
+        quant = QuantSettings.of(config)
         if isinstance(profile, str):
             profile = load_profile(profile, tp)
         profile = replace(
             profile,
             elem_bytes=ELEM_BYTES[config.dtype],
             tp=tp,
-            kv_cache_dtype=config.kv_cache_dtype,
-            weight_dtype=config.weight_dtype,
+            kv_cache_dtype=quant.kv_cache_dtype,
+            weight_dtype=quant.weight_dtype,
         )
         if not 0.0 < gpu_memory_utilization <= 1.0:
             raise ValueError(
@@ -132,6 +135,7 @@ class SimulatedRunner(FakeRunner):
         out = super().execute(plan)
         out.bandwidth_util = self._terms["bandwidth_util"]
         out.flop_util = self._terms["flop_util"]
+        out.tensor_parallel_size = self.profile.tp
         if self._lanes is not None:  # a scripted step time (step_times) has no lanes
             out.forward_s, out.host_lanes = self._lanes
         return out

@@ -1,7 +1,8 @@
 """Speculative decoding: propose draft tokens, verify them in one step, keep the accepted.
 
-Importing this package registers its drafters at the scheduler's hook (seam 1,
-minicb/core/scheduler/hooks.py) under the words ``EngineConfig.speculative`` takes. The
+Importing this package registers its settings record (settings.py: ``SpeculationSettings``,
+its place in ``EngineConfig.features``) and its drafters at the scheduler's hook (seam 1,
+minicb/core/scheduler/hooks.py) under the words its setting ``speculative`` takes. The
 factory imports the drafter only when an engine asks for it: a proposer that runs a model
 will need torch, and ``import minicb.features`` must not.
 """
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from minicb.core.feature_settings import register_settings
 from minicb.core.scheduler.hooks import DRAFTERS
+from minicb.speculation.settings import SpeculationSettings
 
 if TYPE_CHECKING:
     from minicb.core.config import EngineConfig
@@ -22,8 +25,10 @@ def _ngram(config: EngineConfig, blocks: BlockManager, max_model_len: int) -> Dr
     from minicb.speculation.drafter import Drafter
     from minicb.speculation.ngram import NgramProposer
 
-    proposer = NgramProposer(config.ngram_min, config.ngram_max)
-    return Drafter(proposer, config.num_speculative_tokens, blocks, max_model_len)
+    settings = SpeculationSettings.of(config)
+    proposer = NgramProposer(settings.ngram_min, settings.ngram_max)
+    return Drafter(proposer, settings.num_speculative_tokens, blocks, max_model_len)
 
 
+register_settings(SpeculationSettings)
 DRAFTERS["ngram"] = _ngram

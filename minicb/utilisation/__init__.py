@@ -3,7 +3,9 @@ step by a runner wrapper (occupancy.py's ``UtilisationRunner``) registered at th
 (minicb/core/runner/wrappers.py); the factory imports it only when ``measure_utilisation``
 asks for it."""
 
+from minicb.core.feature_settings import register_settings
 from minicb.core.runner.wrappers import register_wrapper
+from minicb.utilisation.settings import UtilisationSettings
 
 
 def _utilisation_runner():
@@ -12,4 +14,9 @@ def _utilisation_runner():
     return UtilisationRunner
 
 
-register_wrapper("utilisation", _utilisation_runner)
+register_settings(UtilisationSettings)
+register_wrapper(
+    "utilisation",
+    _utilisation_runner,
+    lambda config, device: UtilisationSettings.of(config).measure_utilisation,
+)

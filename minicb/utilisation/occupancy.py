@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from minicb.core.runner.wrappers import Forward, RunnerWrapper, find_layer
 from minicb.cost_model.catalogue import model_shape
 from minicb.cost_model.step_time import ModelShape, plan_rows, step_totals
+from minicb.parallel.settings import ParallelSettings
 from minicb.utilisation.probes import MachineRates, copy_bytes, machine_rates
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ class UtilisationRunner(RunnerWrapper):
     def __init__(self, inner: Runner, rates: MachineRates | None = None) -> None:
         """``rates``: what to measure against (None: probe this machine, once per process)."""
         super().__init__(inner)
-        tp = inner.config.tensor_parallel_size
+        tp = ParallelSettings.of(inner.config).tensor_parallel_size
         self.occupancy = Occupancy.measure(
             Path(inner.model_path), inner.device, inner.dtype, tp, rates
         )

@@ -13,7 +13,7 @@ def tiny_engine(model_dir: str, **config) -> LLMEngine:
     exactly; bfloat16's greedy tokens may differ at near-ties)."""
     config.setdefault("num_kv_blocks", 256)
     config.setdefault("dtype", "float32")
-    return LLMEngine(model_dir, EngineConfig(**config))
+    return LLMEngine(model_dir, EngineConfig.from_kwargs(**config))
 
 
 @pytest.fixture(scope="module")

@@ -99,7 +99,9 @@ def test_a_step_above_the_probed_roofline_is_drawn_at_100_and_explained(
 ):
     # A probe that read very low (1 MB/s, 1 MFLOP/s: a machine busy at start-up) puts every
     # step of the tiny model far above it; replayed, the page caps the line and says why.
-    config = EngineConfig(device="cpu", dtype="float32", num_kv_blocks=32, measure_utilisation=True)
+    config = EngineConfig.from_kwargs(
+        device="cpu", dtype="float32", num_kv_blocks=32, measure_utilisation=True
+    )
     rates = MachineRates(copy_bandwidth=1e6, matmul_flops=1e6)
     runner = UtilisationRunner(ModelRunner(tiny_llama_dir, config), rates)
     engine = LLMEngine(config=config, runner=runner)

@@ -102,9 +102,9 @@ def test_every_linear_of_the_model_is_tiled_once(tiny_llama_dir):
 
 def test_batch_invariant_is_refused_where_it_is_not_built(tiny_llama_dir):
     with pytest.raises(ValueError, match="attention_backend torch or auto"):
-        EngineConfig(batch_invariant=True, attention_backend="triton")
+        EngineConfig.from_kwargs(batch_invariant=True, attention_backend="triton")
     with pytest.raises(ValueError, match="tensor_parallel_size"):
-        EngineConfig(batch_invariant=True, tensor_parallel_size=2)
+        EngineConfig.from_kwargs(batch_invariant=True, tensor_parallel_size=2)
     plain = LLM(model=tiny_llama_dir, dtype="float32", num_kv_blocks=16)
     config = plain.engine.config.with_(batch_invariant=True)
     with pytest.raises(ValueError, match="batch_invariant and plain"):

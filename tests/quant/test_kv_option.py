@@ -10,12 +10,13 @@ import torch
 
 from minicb.core.config import EngineConfig
 from minicb.engine_options import add_engine_options, engine_kwargs
+from minicb.quant.settings import QuantSettings
 
 
 def test_an_unknown_kv_cache_dtype_is_refused_naming_the_choices():
     with pytest.raises(ValueError, match="kv_cache_dtype 'int4'; choose one of auto, int8, fp8"):
-        EngineConfig(kv_cache_dtype="int4")
-    assert EngineConfig().kv_cache_dtype == "auto"
+        EngineConfig.from_kwargs(kv_cache_dtype="int4")
+    assert QuantSettings.of(EngineConfig()).kv_cache_dtype == "auto"
 
 
 @pytest.mark.parametrize("value", ["auto", "int8", "fp8"])
@@ -23,7 +24,7 @@ def test_the_command_line_option_reaches_the_config(value):
     parser = argparse.ArgumentParser()
     add_engine_options(parser)
     args = parser.parse_args(["--kv-cache-dtype", value])
-    assert EngineConfig.from_kwargs(**engine_kwargs(args)).kv_cache_dtype == value
+    assert QuantSettings.of(EngineConfig.from_kwargs(**engine_kwargs(args))).kv_cache_dtype == value
 
 
 def test_a_format_nobody_registered_names_import_minicb_features(monkeypatch):

@@ -23,7 +23,8 @@ def test_block_bytes_are_the_real_pools(kv):
     profile = load_profile("H100:smollm2-135m")
     m = profile.model
     real = bytes_per_block(m.num_layers, (16, m.num_kv_heads, m.head_dim), kv, torch.bfloat16)
-    runner = SimulatedRunner(profile, EngineConfig(kv_cache_dtype=kv), clock=VirtualClock())
+    config = EngineConfig.from_kwargs(kv_cache_dtype=kv)
+    runner = SimulatedRunner(profile, config, clock=VirtualClock())
     assert runner.describe()["bytes_per_block"] == real
     assert runner.describe()["kv_cache_dtype"] == kv
 
@@ -33,7 +34,7 @@ def test_the_same_memory_holds_the_blocks_of_smaller_tokens():
     bytes and a 4-byte scale: 256 / 132 as many blocks in what the weights leave."""
     runners = {
         kv: SimulatedRunner(
-            "H100:llama-3.1-8b", EngineConfig(kv_cache_dtype=kv), clock=VirtualClock()
+            "H100:llama-3.1-8b", EngineConfig.from_kwargs(kv_cache_dtype=kv), clock=VirtualClock()
         )
         for kv in ("auto", "int8")
     }

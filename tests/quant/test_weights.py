@@ -16,6 +16,7 @@ from minicb import LLM
 from minicb.core.config import EngineConfig
 from minicb.engine_options import add_engine_options, engine_kwargs
 from minicb.quant import weights
+from minicb.quant.settings import QuantSettings
 from minicb.quant.weights import (
     Int8Linear,
     dequantize,
@@ -68,13 +69,13 @@ def test_int8_linear_equals_the_dequantised_reference(dtype, bias, use_kernel, m
 
 def test_an_unknown_weight_dtype_is_refused_naming_the_choices():
     with pytest.raises(ValueError, match="weight_dtype 'int4'; choose one of auto, int8"):
-        EngineConfig(weight_dtype="int4")
+        EngineConfig.from_kwargs(weight_dtype="int4")
     with pytest.raises(ValueError, match="tensor_parallel_size"):
-        EngineConfig(weight_dtype="int8", tensor_parallel_size=2)
+        EngineConfig.from_kwargs(weight_dtype="int8", tensor_parallel_size=2)
     parser = argparse.ArgumentParser()
     add_engine_options(parser)
     args = parser.parse_args(["--weight-dtype", "int8"])
-    assert EngineConfig.from_kwargs(**engine_kwargs(args)).weight_dtype == "int8"
+    assert QuantSettings.of(EngineConfig.from_kwargs(**engine_kwargs(args))).weight_dtype == "int8"
 
 
 def llm(model_dir: str, **options) -> LLM:

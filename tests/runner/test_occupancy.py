@@ -51,7 +51,7 @@ def test_an_untimed_step_has_no_utilisation():
 def _engine(path: str, measure: bool, rates: MachineRates | None = RATES) -> LLMEngine:
     """With ``measure``: the model runner wrapped by hand, to give it ``rates``; without:
     the runner the engine builds itself for the config."""
-    config = EngineConfig(
+    config = EngineConfig.from_kwargs(
         device="cpu", dtype="float32", max_num_seqs=4, num_kv_blocks=32, measure_utilisation=measure
     )
     if not measure:

@@ -28,6 +28,7 @@ from minicb.core.runner.loader import (
 )
 from minicb.engine_options import add_engine_options, engine_kwargs
 from minicb.parallel import tp_group
+from minicb.parallel.settings import ParallelSettings
 from minicb.parallel.tensor_parallel import iter_shard, shard_config
 from tests.helpers import greedy_tokens, mixed_prompts
 
@@ -222,7 +223,8 @@ def test_the_degree_is_an_engine_option_and_a_command_line_option():
     parser = argparse.ArgumentParser()
     add_engine_options(parser)
     args = parser.parse_args(["--tensor-parallel-size", "2"])
-    assert EngineConfig.from_kwargs(**engine_kwargs(args)).tensor_parallel_size == 2
-    assert EngineConfig().tensor_parallel_size == 1
+    config = EngineConfig.from_kwargs(**engine_kwargs(args))
+    assert ParallelSettings.of(config).tensor_parallel_size == 2
+    assert ParallelSettings.of(EngineConfig()).tensor_parallel_size == 1
     with pytest.raises(ValueError, match="tensor_parallel_size must be a positive integer"):
-        EngineConfig(tensor_parallel_size=0)
+        EngineConfig.from_kwargs(tensor_parallel_size=0)

@@ -111,7 +111,8 @@ def test_a_worker_that_hangs_is_named_once_the_timeout_passes(tiny_llama_dir):
 
 
 def test_the_server_answers_with_the_error_instead_of_hanging(tiny_llama_dir):
-    engine = LLMEngine(tiny_llama_dir, EngineConfig(tensor_parallel_size=2, num_kv_blocks=64))
+    config = EngineConfig.from_kwargs(tensor_parallel_size=2, num_kv_blocks=64)
+    engine = LLMEngine(tiny_llama_dir, config)
     body = {"model": "tiny", "prompt": [5, 6], "max_tokens": 4, "ignore_eos": True}
     with api_server(engine, "tiny") as live:
         url = live.url + "/v1/completions"

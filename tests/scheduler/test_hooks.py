@@ -24,14 +24,14 @@ assert loaded == [], loaded
 
 for name, value in (("speculative", "ngram"), ("kv_reservation", "max")):
     try:
-        make_scheduler(EngineConfig(**{name: value}), num_kv_blocks=8, max_model_len=64)
+        make_scheduler(EngineConfig.from_kwargs(**{name: value}), num_kv_blocks=8, max_model_len=64)
     except FeatureNotLoaded as e:
         assert f"{name}={value!r}" in str(e) and "import minicb.features" in str(e), e
     else:
         raise AssertionError(f"{name}={value!r}: no error without the feature")
 
 import minicb.features
-both = make_scheduler(EngineConfig(speculative="ngram", kv_reservation="max"), 8, 64)
+both = make_scheduler(EngineConfig.from_kwargs(speculative="ngram", kv_reservation="max"), 8, 64)
 assert type(both.drafter).__module__ == "minicb.speculation.drafter"
 assert type(both.admission_size).__module__ == "minicb.reservation.modes"
 """

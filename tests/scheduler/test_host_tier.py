@@ -21,6 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from minicb import SamplingParams
 from minicb.core.scheduler import RequestRejected
+from minicb.host_tier.settings import HostTierSettings
 from minicb.telemetry.kv_state import KVState
 from tests.helpers import ShadowKV, fake_engine
 from tests.scheduler.test_engine_machine import POISON, FailingRunner, InjectedFailure
@@ -301,12 +302,12 @@ def test_the_option_is_validated_on_the_command_line_and_described():
     parser = argparse.ArgumentParser()
     add_engine_options(parser)
     kwargs = engine_kwargs(parser.parse_args(["--kv-offload-blocks", "12"]))
-    assert EngineConfig(**kwargs).kv_offload_blocks == 12
-    assert EngineConfig().kv_offload_blocks == 0  # off by default
+    assert HostTierSettings.of(EngineConfig.from_kwargs(**kwargs)).kv_offload_blocks == 12
+    assert HostTierSettings.of(EngineConfig()).kv_offload_blocks == 0  # off by default
     with pytest.raises(ValueError, match="kv_offload_blocks must be >= 0"):
-        EngineConfig(kv_offload_blocks=-1)
+        EngineConfig.from_kwargs(kv_offload_blocks=-1)
     with pytest.raises(ValueError, match="needs enable_prefix_caching"):
-        EngineConfig(kv_offload_blocks=4, enable_prefix_caching=False)
+        EngineConfig.from_kwargs(kv_offload_blocks=4, enable_prefix_caching=False)
     engine = fake_engine(kv_offload_blocks=5)
     assert engine.describe()["config"]["kv_offload_blocks"] == 5
     assert engine.scheduler.blocks.host.num_blocks == 5

@@ -176,7 +176,7 @@ def test_a_bad_hint_is_refused_and_nothing_is_queued(hint, words):
 
 def test_unknown_mode_names_the_choices():
     with pytest.raises(ValueError, match="kv_reservation 'huge'; choose one of paged, max"):
-        EngineConfig(kv_reservation="huge")
+        EngineConfig.from_kwargs(kv_reservation="huge")
 
 
 def test_command_line_option():

@@ -15,6 +15,7 @@ from minicb.core.runner.fake import FakeRunner
 from minicb.engine_options import add_engine_options, engine_kwargs
 from minicb.speculation.drafter import Draft, DraftRequest, accept_greedy
 from minicb.speculation.ngram import NgramProposer
+from minicb.speculation.settings import SpeculationSettings
 from tests.helpers import fake_engine
 
 
@@ -78,7 +79,7 @@ def test_greedy_acceptance(draft, verified, kept):
 
 # ---- scheduling ----------------------------------------------------------------------------
 def _spec_engine(text: str, **options) -> LLMEngine:
-    config = EngineConfig(speculative="ngram", **options)
+    config = EngineConfig.from_kwargs(speculative="ngram", **options)
     runner = FakeRunner(
         num_kv_blocks=options.get("num_kv_blocks", 64),
         tokenizer=CharTokenizer(),
@@ -269,7 +270,7 @@ def test_max_tokens_and_eos_are_checked_token_by_token():
 )
 def test_bad_settings_name_the_limit(options, words):
     with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
-        EngineConfig(**options)
+        EngineConfig.from_kwargs(**options)
 
 
 def test_command_line_options():
@@ -278,7 +279,7 @@ def test_command_line_options():
     args = parser.parse_args(["--speculative", "ngram", "--num-speculative-tokens", "3"])
     kwargs = engine_kwargs(args)
     assert kwargs["speculative"] == "ngram" and kwargs["num_speculative_tokens"] == 3
-    assert EngineConfig(**kwargs).ngram_max == 4
+    assert SpeculationSettings.of(EngineConfig.from_kwargs(**kwargs)).ngram_max == 4
 
 
 def test_every_draft_reason_has_a_chinese_pattern():

@@ -24,7 +24,7 @@ def fake_engine(batching: str = "continuous", **config) -> LLMEngine:
     """A real engine on a FakeRunner (no model): token i of every request is 10 + i."""
     config.setdefault("num_kv_blocks", 32)
     runner = FakeRunner(num_kv_blocks=config["num_kv_blocks"], token_fn=lambda rid, i: 10 + i)
-    return LLMEngine(config=EngineConfig(batching=batching, **config), runner=runner)
+    return LLMEngine(config=EngineConfig.from_kwargs(batching=batching, **config), runner=runner)
 
 
 def message(ws) -> dict:

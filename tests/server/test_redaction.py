@@ -40,7 +40,9 @@ def copying(rid: int, i: int) -> int:
 
 
 def speculative_engine() -> LLMEngine:
-    config = EngineConfig(num_kv_blocks=64, speculative="ngram", num_speculative_tokens=4)
+    config = EngineConfig.from_kwargs(
+        num_kv_blocks=64, speculative="ngram", num_speculative_tokens=4
+    )
     runner = FakeRunner(num_kv_blocks=64, tokenizer=CharTokenizer(), token_fn=copying)
     return LLMEngine(config=config, runner=runner)
 

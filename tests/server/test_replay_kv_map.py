@@ -31,7 +31,7 @@ PARAMS = SamplingParams(max_tokens=14, temperature=0.0, ignore_eos=True)
 
 def simulated_engine(**config) -> LLMEngine:
     clock = VirtualClock()
-    cfg = EngineConfig(**config)
+    cfg = EngineConfig.from_kwargs(**config)
     runner = SimulatedRunner("H100:llama-3.1-8b", cfg, clock=clock)
     return LLMEngine(config=cfg, runner=runner, clock=clock)
 

@@ -13,6 +13,7 @@ from minicb.driver.engine_loop import EngineLoop
 from minicb.server.app import create_app
 from minicb.server.broadcast import read_message
 from minicb.server.demo_feeder import WorkloadFeeder, WorkloadSpec
+from minicb.speculation.settings import SpeculationSettings
 from minicb.telemetry.kv_state import KVState
 from minicb.telemetry.trace_reader import Trace
 from tests.api.live import LOCAL
@@ -27,8 +28,8 @@ def demo(tiny_llama_dir):
     """A demo's pieces on the tiny model: two engines on one copy of the weights, an idle
     feeder, the app."""
     cfg = dict(num_kv_blocks=32, max_num_seqs=4)
-    continuous = LLMEngine(tiny_llama_dir, EngineConfig(**cfg))
-    static_cfg = EngineConfig(batching="static", **cfg)
+    continuous = LLMEngine(tiny_llama_dir, EngineConfig.from_kwargs(**cfg))
+    static_cfg = EngineConfig.from_kwargs(batching="static", **cfg)
     static = LLMEngine(config=static_cfg, runner=continuous.runner.with_config(static_cfg))
     feeder = WorkloadFeeder(WorkloadSpec(preset="off"))
     loop = EngineLoop({"static": static, "continuous": continuous}, feeder=feeder)
@@ -257,7 +258,7 @@ def test_settings_rebuild_both_engines_on_the_same_weights(demo):
             assert engine.config.batching == old[name].config.batching
             assert engine.config.preemption_mode == "swap"
             assert engine.config.enable_prefix_caching is False
-            assert engine.config.speculative == "ngram"
+            assert SpeculationSettings.of(engine.config).speculative == "ngram"
         add(loop, "continuous")
         resets = [n for n, e in events if e["type"] == "reset"]
         seen = events_until(ws, lambda n, e: e["type"] == "finished")

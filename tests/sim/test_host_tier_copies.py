@@ -10,7 +10,7 @@ from minicb.sim.simulated_runner import SimulatedRunner
 
 
 def test_each_offloaded_or_reloaded_block_costs_its_bytes_over_the_host_link():
-    config = EngineConfig(kv_offload_blocks=64, tensor_parallel_size=2)
+    config = EngineConfig.from_kwargs(kv_offload_blocks=64, tensor_parallel_size=2)
     runner = SimulatedRunner("H100:llama-3.1-8b", config, clock=VirtualClock(0.0))
     plain = StepPlan(1, "continuous", 16)
     copying = StepPlan(1, "continuous", 16, offload_map=[(0, 0), (1, 1)], reload_map=[(2, 3)])

@@ -58,7 +58,7 @@ def true_lengths(tiny_llama_dir):
 
 @pytest.mark.parametrize("name", CONFIGS)
 def test_the_simulator_makes_the_real_engines_decisions(name, tiny_llama_dir, true_lengths):
-    config = EngineConfig(**(dict(num_kv_blocks=64, block_size=16) | CONFIGS[name]))
+    config = EngineConfig.from_kwargs(**(dict(num_kv_blocks=64, block_size=16) | CONFIGS[name]))
     real_plans, lengths, stopped = run(LLMEngine(tiny_llama_dir, config), true_lengths)
     assert lengths == true_lengths
     assert stopped  # some requests really stopped early, so the forced lengths matter

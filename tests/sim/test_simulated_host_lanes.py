@@ -17,7 +17,9 @@ HOST = HostTime("by hand", per_step_s=0.001, per_row_s=50e-6, source="test", sch
 
 
 def _run(overlap: bool, host: HostTime | None = HOST):
-    config = EngineConfig(max_num_seqs=64, max_num_batched_tokens=512, overlap_scheduling=overlap)
+    config = EngineConfig.from_kwargs(
+        max_num_seqs=64, max_num_batched_tokens=512, overlap_scheduling=overlap
+    )
     engine = simulated_engines(PROFILE, {"c": config}, host_time=host)["c"]
     for i in range(80):
         engine.add_request(
@@ -75,7 +77,7 @@ def test_the_pickers_rebuild_keeps_the_host_model():
         def engine_infos(self):
             return [e.describe() for e in self.engines.values()]
 
-    config = EngineConfig(max_num_seqs=8, overlap_scheduling=True)
+    config = EngineConfig.from_kwargs(max_num_seqs=8, overlap_scheduling=True)
     loop = Loop(simulated_engines(PROFILE, {"c": config}, host_time=HOST))
     infos = resimulate(loop, "A100-80GB:llama-3.1-8b")
     assert infos[0]["runner"]["host_time"] == "by hand"

@@ -69,7 +69,7 @@ def test_the_simulator_never_loads_torch():
 
 
 def test_the_configs_tensor_parallel_degree_reaches_the_step_time_model():
-    config = EngineConfig(tensor_parallel_size=2)
+    config = EngineConfig.from_kwargs(tensor_parallel_size=2)
     runner = SimulatedRunner("H200:llama-3.1-70b", config, clock=VirtualClock())
     assert runner.profile.tp == 2 and runner.describe()["profile"] == "H200 x2:llama-3.1-70b"
     assert runner.profile.terms([(1, 512, True)] * 8)["comm_s"] > 0

@@ -44,7 +44,7 @@ def runners(kv: str = "auto") -> dict[str, SimulatedRunner]:
     return {
         w: SimulatedRunner(
             "H100:llama-3.1-8b",
-            EngineConfig(weight_dtype=w, kv_cache_dtype=kv),
+            EngineConfig.from_kwargs(weight_dtype=w, kv_cache_dtype=kv),
             clock=VirtualClock(),
         )
         for w in ("auto", "int8")

@@ -47,8 +47,9 @@ class RunnerOutput:
     sampled: dict[int, int | list[int]] = field(default_factory=dict)
     forward_s: float = 0.0
     sample_s: float = 0.0
-    # Tensor parallelism: seconds in collectives (sending the plan, and the all-reduces,
-    # which are also inside forward_s); 0 on one rank.
+    # Tensor parallelism: the ranks the step ran on, and seconds in collectives (sending
+    # the plan, and the all-reduces, which are also inside forward_s); 0 on one rank.
+    tensor_parallel_size: int = 1
     collective_s: float = 0.0
     # How busy the hardware was, 0..1 of the peaks over the step (None: not known, as on a
     # fake): bytes streamed / HBM bandwidth and FLOPs / peak FLOP/s, each over the step's time.

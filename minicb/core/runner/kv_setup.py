@@ -40,7 +40,7 @@ class KVPools:
 def block_bytes(config: EngineConfig, cfg: ModelConfig, dtype: torch.dtype) -> int:
     """Bytes of one block in every layer (keys, values and any scales)."""
     block = (config.block_size, cfg.num_kv_heads, cfg.head_dim)
-    return bytes_per_block(cfg.num_layers, block, config.kv_cache_dtype, dtype)
+    return bytes_per_block(cfg.num_layers, block, config.answer("KV format", "auto"), dtype)
 
 
 def allocate_pools(
@@ -60,14 +60,15 @@ def allocate_pools(
         num_swap_blocks = min(num_kv_blocks, SWAP_SPACE_BYTES // per_block)
     # Host memory the other pools take: the swap space, and on CPU the device pool too.
     beside = (num_swap_blocks + (num_kv_blocks if device.type == "cpu" else 0)) * per_block
-    check_host_tier(config.kv_offload_blocks, per_block, beside)
+    tier_blocks = config.answer("cache tier blocks", 0)  # a feature's (seam 2)
+    check_host_tier(tier_blocks, per_block, beside)
     pool = (cfg.num_layers, (config.block_size, cfg.num_kv_heads, cfg.head_dim))
-    kv_dtype = (config.kv_cache_dtype, dtype)
+    kv_dtype = (config.answer("KV format", "auto"), dtype)
     pinned = device.type == "cuda"
     return KVPools(
         device=KVPool.allocate(*pool, num_kv_blocks, *kv_dtype, device),
         swap=KVPool.allocate(*pool, num_swap_blocks, *kv_dtype, "cpu", pinned),
-        host=KVPool.allocate(*pool, config.kv_offload_blocks, *kv_dtype, "cpu", pinned),
+        host=KVPool.allocate(*pool, tier_blocks, *kv_dtype, "cpu", pinned),
     )
 
 

@@ -86,7 +86,7 @@ class ModelRunner:
         self.dtype_choice = choose_dtype(config.dtype, self.device)  # "auto": by capability
         self.dtype = self.dtype_choice.dtype
         # Before the weights load: a backend that cannot run here is refused at once.
-        backend = "batch_invariant" if config.batch_invariant else config.attention_backend
+        backend = config.answer("attention backend", config.attention_backend)
         self.backend = get_backend(backend, self.device)
         self.weight_forms = weight_forms(config, self.device, self.dtype)
         cfg = model_config(self.files.hf_config)

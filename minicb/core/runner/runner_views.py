@@ -28,11 +28,11 @@ def describe(runner: ModelRunner) -> dict[str, Any]:
         "attention_backend": runner.backend.name,
         "attention_reason": runner.backend.reason,
         "weight_dtype": f"{dtype} (auto: the compute dtype)",
-        "kv_cache_dtype": kv_dtype_name(runner.config.kv_cache_dtype, dtype),
+        "kv_cache_dtype": kv_dtype_name(runner.config.answer("KV format", "auto"), dtype),
         "num_kv_blocks": runner.num_kv_blocks,
         "bytes_per_block": runner.bytes_per_block(),
         "torch_threads": torch.get_num_threads(),
-        "tensor_parallel_size": runner.config.tensor_parallel_size,
+        "tensor_parallel_size": 1,  # one process; tensor parallelism's wrapper says more
         "linear": "plain",
         "compile": "eager",  # a wrapper that compiles (the lab's) says so in its own
     }

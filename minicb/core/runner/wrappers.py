@@ -18,18 +18,17 @@ each registered here by name when its package is imported (``import minicb.featu
   place of the whole model.
 
 Registration is free: a feature registers a *loader*, a function that imports its wrapper
-or form only when a config asks for it, so ``import minicb.features`` loads no torch. The
-core names each seam and the config fields that ask for it (they stay in config.py), never
-a feature's module or class; a config that asks for a name no package registered gets the
-seams' one error, ``FeatureNotLoaded`` (minicb/core/registry.py), which says what to import.
+or form only when a config asks for it, so ``import minicb.features`` loads no torch, and
+a *wanted* predicate that reads the feature's own settings record (its folder's
+settings.py) to say when a config asks for it. The core names each seam and the order of
+its entries, never a feature's module, class or setting; a config cannot name a feature's
+setting before its package is loaded (``EngineConfig.from_kwargs`` says what to import).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
-
-from minicb.core.registry import lookup
 
 if TYPE_CHECKING:
     import torch
@@ -44,33 +43,17 @@ if TYPE_CHECKING:
 # A step's logits from its inputs: ``ModelRunner.logits``, or a wrapper's.
 Forward = Callable[["StepInputs"], "torch.Tensor | None"]
 
-# Weight forms, in the order they are applied, and when a config asks for each (on this
-# device, in this compute dtype).
-WEIGHT_FORMS: tuple[tuple[str, Callable[[EngineConfig, torch.device, torch.dtype], bool]], ...] = (
-    ("int8_weights", lambda config, device, dtype: config.weight_dtype == "int8"),
-    (
-        "packed_weights",
-        lambda config, device, dtype: (
-            config.packed_weights and device.type == "cpu" and str(dtype) == "torch.bfloat16"
-        ),
-    ),
-    ("batch_invariant", lambda config, device, dtype: config.batch_invariant),
-)
-# Runner wrappers, innermost first, and when a config asks for each (on this device).
-WRAPPERS: tuple[tuple[str, Callable[[EngineConfig, torch.device], bool]], ...] = (
-    ("tensor_parallel", lambda config, device: config.tensor_parallel_size > 1),
-    # Captured all-reduces would have to be replayed on every rank in step: one rank only.
-    (
-        "cuda_graphs",
-        lambda config, device: (
-            config.use_cuda_graphs and device.type == "cuda" and config.tensor_parallel_size == 1
-        ),
-    ),
-    ("utilisation", lambda config, device: config.measure_utilisation),
-)
+# When a config asks for a weight form (on this device, in this compute dtype) or a wrapper
+# (on this device): the feature registers it, reading its own settings record.
+FormWanted = Callable[["EngineConfig", "torch.device", "torch.dtype"], bool]
+WrapperWanted = Callable[["EngineConfig", "torch.device"], bool]
 
-_weight_forms: dict[str, Callable[[], WeightForm]] = {}
-_wrappers: dict[str, Callable[[], type[RunnerWrapper]]] = {}
+# The order the weight forms are applied in, and the wrappers' order, innermost first.
+WEIGHT_FORMS = ("int8_weights", "packed_weights", "batch_invariant")
+WRAPPERS = ("tensor_parallel", "cuda_graphs", "utilisation")
+
+_weight_forms: dict[str, tuple[Callable[[], WeightForm], FormWanted]] = {}
+_wrappers: dict[str, tuple[Callable[[], type[RunnerWrapper]], WrapperWanted]] = {}
 
 
 class WeightForm(Protocol):
@@ -105,44 +88,40 @@ class ModelPart(Protocol):
         """Yield (name, tensor) of this part's slice of each checkpoint tensor in ``names``."""
 
 
-def register_weight_form(name: str, load: Callable[[], WeightForm]) -> None:
-    """A feature's weight form under ``name`` (one of WEIGHT_FORMS): ``load()`` imports it."""
-    _weight_forms[name] = load
+def register_weight_form(name: str, load: Callable[[], WeightForm], wanted: FormWanted) -> None:
+    """A feature's weight form under ``name`` (one of WEIGHT_FORMS): ``load()`` imports it,
+    ``wanted(config, device, dtype)`` says when a config asks for it."""
+    _weight_forms[name] = (load, wanted)
 
 
-def register_wrapper(name: str, load: Callable[[], type[RunnerWrapper]]) -> None:
-    """A feature's runner wrapper under ``name`` (one of WRAPPERS): ``load()`` imports it."""
-    _wrappers[name] = load
-
-
-def _loaded(registry: dict[str, Callable[[], Any]], seam: str, name: str) -> Any:
-    """What the loader registered as ``name`` returns (a ``FeatureNotLoaded`` if none is)."""
-    return lookup(registry, seam, name, "the engine config")()
+def register_wrapper(
+    name: str, load: Callable[[], type[RunnerWrapper]], wanted: WrapperWanted
+) -> None:
+    """A feature's runner wrapper under ``name`` (one of WRAPPERS): ``load()`` imports it,
+    ``wanted(config, device)`` says when a config asks for it."""
+    _wrappers[name] = (load, wanted)
 
 
 def weight_forms(
     config: EngineConfig, device: torch.device, dtype: torch.dtype
 ) -> list[WeightForm]:
     """The weight forms ``config`` asks for that can run on ``device`` in ``dtype``, in
-    order."""
-    asked = [
-        _loaded(_weight_forms, "weight form", n)
-        for n, on in WEIGHT_FORMS
-        if on(config, device, dtype)
-    ]
+    order. (A config names a feature's setting only once its package is loaded, so an
+    unregistered form is one nobody asked for.)"""
+    entries = [_weight_forms[name] for name in WEIGHT_FORMS if name in _weight_forms]
+    asked = [load() for load, wanted in entries if wanted(config, device, dtype)]
     return [form for form in asked if form.fits(device, dtype)]
 
 
 def registered_weight_forms() -> list[WeightForm]:
     """Every weight form a loaded package provides (to check a model someone else built)."""
-    return [load() for load in _weight_forms.values()]
+    return [load() for load, _ in _weight_forms.values()]
 
 
 def wrappers(config: EngineConfig, device: torch.device) -> list[type[RunnerWrapper]]:
     """The runner wrappers ``config`` asks for on ``device``, innermost first."""
-    return [
-        _loaded(_wrappers, "runner wrapper", name) for name, on in WRAPPERS if on(config, device)
-    ]
+    entries = [_wrappers[name] for name in WRAPPERS if name in _wrappers]
+    return [load() for load, wanted in entries if wanted(config, device)]
 
 
 def find_layer(runner: Any, kind: type) -> Any:

@@ -87,14 +87,14 @@ class SchedulerBase:
         num_swap = num_swap_blocks if num_swap_blocks is not None else config.num_swap_blocks
         num_swap = num_kv_blocks if num_swap is None else num_swap
         caching = config.enable_prefix_caching and self.shares_prefixes
-        self.blocks = BlockManager(
-            num_kv_blocks, config.block_size, num_swap, caching, config.kv_offload_blocks
-        )
+        # A lower tier of the prefix cache, if a feature's record asks for one (seam 2).
+        tier_blocks = config.answer("cache tier blocks", 0)
+        self.blocks = BlockManager(num_kv_blocks, config.block_size, num_swap, caching, tier_blocks)
         self.policy = get_policy(config.policy, config.aging_steps)
         # None when speculation is off; else it adds drafts to the decode rows of a plan
         # and says which were kept (the hooks of seam 1, hooks.py).
         self.drafter = make_drafter(config, self.blocks, max_model_len)
-        self.proposer = config.speculative if self.drafter is not None else None
+        self.proposer = config.answer("drafter", None) if self.drafter is not None else None
         self.requests: dict[int, Request] = {}
         self.waiting: list[Request] = []
         self.running: list[Request] = []

@@ -18,9 +18,10 @@ block manager's journal, so an event still carries every move.
 The core has no tier of its own. A feature's package registers a factory in ``CACHE_TIERS``
 when it is imported (the host tier: minicb/host_tier/__init__.py registers "host"), and
 ``import minicb.features`` imports them all (``import minicb`` does it). The config asks for
-a tier with ``kv_offload_blocks`` (its size in blocks); 0 means none, and an evicted prefix
-is forgotten (a tier asked for but not registered: ``FeatureNotLoaded``, registry.py). Pure
-Python.
+a tier through a feature's settings record, which answers ``"cache tier blocks"`` (its size
+in blocks, ``config.answer``; the host tier's record: minicb/host_tier/settings.py); 0 means
+none, and an evicted prefix is forgotten (a tier asked for but not registered:
+``FeatureNotLoaded``, registry.py). Pure Python.
 """
 
 from __future__ import annotations
@@ -92,10 +93,10 @@ class CacheTier(Protocol):
 
 # name -> factory(num_blocks, device side). Features add to it when imported.
 CACHE_TIERS: dict[str, Callable[[int, DeviceSide], CacheTier]] = {}
-OFFLOAD_TIER = "host"  # the tier ``kv_offload_blocks`` asks for
+OFFLOAD_TIER = "host"  # the tier a feature's "cache tier blocks" answer asks for
 
 
 def build_tier(name: str, num_blocks: int, device: DeviceSide) -> CacheTier:
     """The tier registered as ``name``, ``num_blocks`` blocks large."""
-    factory = lookup(CACHE_TIERS, "cache tier", name, f"kv_offload_blocks={num_blocks}")
+    factory = lookup(CACHE_TIERS, "cache tier", name, f"a tier of {num_blocks} blocks")
     return factory(num_blocks, device)

@@ -92,23 +92,26 @@ class Paged:
 
 DrafterFactory = Callable[["EngineConfig", "BlockManager", int], Drafter]
 
-# Registries: the config's word -> what builds the hook. Features add to them on import.
-DRAFTERS: dict[str, DrafterFactory] = {}  # by EngineConfig.speculative ("off": none)
+# Registries: a name -> what builds the hook. Features add to them on import. The name a
+# config asks for is its feature record's answer (feature_settings.py): ``config.answer(
+# "drafter", "off")`` ("off": none) and ``config.answer("admission size", "paged")``.
+DRAFTERS: dict[str, DrafterFactory] = {}
 ADMISSION_SIZES: dict[str, Callable[[EngineConfig], AdmissionSize]] = {
-    "paged": lambda config: Paged(),  # by EngineConfig.kv_reservation
+    "paged": lambda config: Paged(),
 }
 
 
 def make_drafter(config: EngineConfig, blocks: BlockManager, max_model_len: int) -> Drafter | None:
-    """The drafter ``config.speculative`` names, or None when speculation is off."""
-    if config.speculative == "off":
+    """The drafter ``config`` asks for, or None when speculation is off."""
+    name = config.answer("drafter", "off")
+    if name == "off":
         return None
-    name = config.speculative
-    factory = lookup(DRAFTERS, "drafter", name, f"speculative={name!r}")
+    factory = lookup(DRAFTERS, "drafter", name, f"the config's drafter {name!r}")
     return factory(config, blocks, max_model_len)
 
 
 def make_admission_size(config: EngineConfig) -> AdmissionSize:
-    """The admission size ``config.kv_reservation`` names."""
-    name = config.kv_reservation
-    return lookup(ADMISSION_SIZES, "admission size", name, f"kv_reservation={name!r}")(config)
+    """The admission size ``config`` asks for (the core's "paged" unless a feature says)."""
+    name = config.answer("admission size", "paged")
+    asked_by = f"the config's admission size {name!r}"
+    return lookup(ADMISSION_SIZES, "admission size", name, asked_by)(config)
