@@ -89,7 +89,12 @@ class KVEventPublisher:
         self.public: dict[int, int] = {}  # engine's key -> public key, of the held blocks
         self.pending: set[int] = set()  # blocks in tables the cache has not keyed yet
         self.tables: dict[int, list[int]] = {}  # request id -> its device blocks (journal)
-        engine.bus.subscribe(self._on_events, kinds=["step", "kv_changes"])
+        # kept: a bound method is a new object at each access, and unsubscribe matches by identity
+        self._listener = engine.bus.subscribe(self._on_events, kinds=["step", "kv_changes"])
+
+    def close(self) -> None:
+        """Stop watching the engine (its bus outlives this publisher: a lesson rebuilt)."""
+        self.engine.bus.unsubscribe(self._listener)
 
     def snapshot(self) -> KVEventSnapshot:
         """All it holds now, as of its latest record."""

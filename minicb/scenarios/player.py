@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from minicb.core.config import EngineConfig
-from minicb.fleet.router import ReplicaLoad, Route, Router
+from minicb.fleet.kv_events import KVEventPublisher
+from minicb.fleet.router import INDEXED, ReplicaLoad, Route, Router
 from minicb.scenarios.handoff import Handoffs
 from minicb.scenarios.scenario import PREFILL, Scenario
 from minicb.scenarios.side_figures import SideRecord, arrived_transfers
@@ -109,6 +110,7 @@ class ScenarioFeeder:
         self.routed = 0  # routing decisions so far, the router's own numbering
         self.told: list[tuple[int, list[int], list[ReplicaLoad]]] = []  # what routing saw
         self.handoffs: Handoffs | None = None  # a disaggregated scenario's, once attached
+        self.publishers: list[KVEventPublisher] = []  # an indexed router's KV events, attached
 
     def attach(self, engines: dict[str, LLMEngine]) -> None:
         """Listen to each engine's bus (call once, before the first round)."""
@@ -117,6 +119,14 @@ class ScenarioFeeder:
             engine.bus.subscribe(self.records[name])
         if self.scenario.link is not None:
             self.handoffs = Handoffs(engines, self.groups)
+        if self.router is not None and self.router.policy in INDEXED:
+            # each replica reports what its prefix cache stores and removes, as a fleet's
+            # replicas do, into the router's index (in process: no record is ever lost)
+            index = self.router.index
+            self.publishers = [
+                KVEventPublisher(engine, lambda record, i=i: index.apply(i, record))
+                for i, engine in enumerate(engines.values())
+            ]
 
     def detach(self, engines: dict[str, LLMEngine]) -> None:
         """Stop listening to the engines' buses (a lesson leaving for another scenario: the
@@ -125,6 +135,8 @@ class ScenarioFeeder:
             engine.bus.unsubscribe(self.records[name])
         if self.handoffs is not None:
             self.handoffs.detach()
+        for publisher in self.publishers:
+            publisher.close()
 
     @property
     def done(self) -> bool:
