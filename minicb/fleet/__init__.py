@@ -22,6 +22,12 @@ prefill side of a KV transfer over torch.distributed; the decode side in ``kv_re
 The router bench on real replicas through the API is the performance lab's
 (perflab/chat_bench.py): it drives the whole server.
 
+Many tenants sharing a fleet: ``tenancy/`` (API keys name tenants; a fair queue in front
+of dispatch, by priority band and deficit round robin over uncached prompt tokens, with a
+bounded queue and a token-rate limit per tenant; pure Python, used by the simulated fleet
+and by the server, minicb/server/tenant_gate.py; ``python -m
+minicb.fleet.tenancy.noisy_neighbour`` measures it).
+
 Simulated replicas at data-centre scale (SIMULATED, virtual time, no torch):
 ``simulated.py`` (``SimulatedFleet``: engines on simulated GPUs behind the same router,
 goodput under TTFT/TPOT targets, cost per million tokens), ``autoscale.py`` (when to add or
