@@ -33,6 +33,7 @@ from minicb.core.input_processor import InputProcessor, check_hint
 from minicb.core.output_processor import OutputProcessor, StepResult
 from minicb.core.request import Request, RequestOutput, TokenDelta
 from minicb.core.scheduler import SchedulerBase, make_scheduler
+from minicb.core.scheduler.hooks import attach_runner
 from minicb.core.step_clock import StepClock
 from minicb.core.step_strategy import StepStrategy, build_step_strategy
 
@@ -88,6 +89,7 @@ class LLMEngine:
         self.scheduler = scheduler(
             self.config, runner.num_kv_blocks, self.max_model_len, runner.num_swap_blocks
         )
+        attach_runner(self.scheduler.drafter, runner)  # a draft model's weights, a verifier
         self._ids = itertools.count()
         self.inputs = InputProcessor(self.tokenizer, runner.vocab_size)
         self.outputs = OutputProcessor(

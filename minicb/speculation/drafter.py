@@ -17,21 +17,31 @@ with speculation off.
 
 ``Drafter`` fills the core's drafter hooks (minicb/core/scheduler/hooks.py). Who guesses is
 a ``Proposer``: it gets every row to draft for at once (a draft model runs them as one
-batch) and returns up to each row's ``max_tokens`` guesses. The n-gram proposer is in
-ngram.py. Pure Python, no torch: the scheduler calls it while it builds the StepPlan.
+batch) and returns up to each row's ``max_tokens`` guesses, each with the distribution
+``q`` it was drawn from where the proposer has one. Three proposers: the n-gram (ngram.py:
+point-mass guesses, ``q`` None), a draft model and the target's own first layers
+(model_proposer.py). A sampled row whose draft carries ``q`` cannot be verified by drawing
+and comparing (that is the rule for a point mass only): the runner then hands its logits to
+``Drafter.verify``, which runs the rejection sampler (rejection.py) on them. Pure Python, no
+torch at import: the scheduler calls it while it builds the StepPlan.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
+from minicb.core.request import RequestStatus
 from minicb.core.scheduler.block_manager import BlockManager, blocks_needed
 from minicb.core.scheduler.plan import DECODE, Decision, ScheduledRequest, StepPlan
 
 if TYPE_CHECKING:
+    import torch
+
+    from minicb.core.config import SamplingParams
     from minicb.core.request import Request
+    from minicb.core.runner import Runner
 
 
 @dataclass(frozen=True)
@@ -41,6 +51,7 @@ class DraftRequest:
     request_id: int
     token_ids: Sequence[int]  # prompt + output so far
     max_tokens: int  # at least 1
+    params: SamplingParams | None = None  # how the request samples (None: greedy)
 
 
 @dataclass(frozen=True)
@@ -48,8 +59,17 @@ class Draft:
     """Guessed next tokens of one request, and where the guess came from."""
 
     tokens: list[int]  # the proposed continuation, at most the max_tokens asked for
-    ngram: list[int]  # the suffix that was matched (empty for a proposer without one)
-    position: int  # where that suffix appeared before, as an index into the request's tokens
+    ngram: list[int] = field(default_factory=list)  # the suffix matched (n-gram only)
+    position: int = 0  # where that suffix appeared before, as an index into the tokens
+    # (len(tokens), vocab) the distribution each token was drawn from; None for a point
+    # mass (the n-gram's guesses, a greedy draft model's argmaxes).
+    q: torch.Tensor | None = None
+    by: str = "the n-gram"  # who proposed it, in words for the reason
+
+    def cut(self, start: int, stop: int | None = None) -> Draft:
+        """The guesses ``start:stop`` with their distributions."""
+        q = None if self.q is None else self.q[start:stop]
+        return replace(self, tokens=self.tokens[start:stop], q=q)
 
 
 class Proposer(Protocol):
@@ -57,6 +77,13 @@ class Proposer(Protocol):
         """For each row, in order, up to ``row.max_tokens`` guesses of what follows
         ``row.token_ids``, or None when there is no guess worth checking."""
         ...
+
+    # Two more methods, optional (a proposer that keeps nothing, the n-gram, has neither):
+    # ``attach(runner)``: the engine's runner, once it exists; a proposer that runs a model
+    # takes its device, attention backend and (self-speculation) weights from it.
+    # ``retain(request_ids)``: forget every request but these (the running ones); one that
+    # keeps state per request (a draft model's KV) frees what a finished, aborted or
+    # preempted request held.
 
 
 def accept_greedy(draft: Sequence[int], verified: Sequence[int]) -> list[int]:
@@ -81,6 +108,8 @@ def draft_reason(draft: Draft, num_drafted: int, slots: int, limit: str | None) 
     found = (
         f"the n-gram of {size} token{'s' if size != 1 else ''} appeared at position "
         f"{draft.position}"
+        if size
+        else f"{draft.by} proposed them"
     )
     if num_drafted == 0:
         return f"drafts nothing: {found}, but no free KV block is left for drafts"
@@ -115,6 +144,19 @@ class Drafter:
         self.proposer, self.num_tokens, self.blocks = proposer, num_tokens, blocks
         self.max_model_len = max_model_len
         self.held: dict[int, int] = {}  # request id -> blocks it held before this step's draft
+        # request id -> (position of its first draft token, the draft, its q): the drafts of
+        # sampled rows that came with distributions, for ``verify``.
+        self.q: dict[int, tuple[int, list[int], torch.Tensor]] = {}
+
+    def attach(self, runner: Runner) -> None:
+        """Hand the proposer the engine's runner, and make this drafter the runner's draft
+        verifier (a runner without one, a fake or simulated one, verifies by draw and
+        compare only, which is all a point-mass draft needs)."""
+        if hasattr(self.proposer, "attach"):  # optional: a proposer that runs no model has none
+            self.proposer.attach(runner)
+        install = getattr(runner, "set_draft_verifier", None)
+        if install is not None:
+            install(self)
 
     def draft(self, plan: StepPlan, requests: dict[int, Request], budget: int) -> None:
         """Lengthen each decode row by its draft, out of what is left of the token
@@ -124,6 +166,10 @@ class Drafter:
         before it left less room is trimmed (so a row that drafts nothing leaves its share
         to the next)."""
         self.held.clear()
+        running = {rid for rid, req in requests.items() if req.status == RequestStatus.RUNNING}
+        if hasattr(self.proposer, "retain"):  # optional: what a request that left held
+            self.proposer.retain(running)
+        self.q = {rid: entry for rid, entry in self.q.items() if rid in running}
         if budget == 0:
             return
         asks: list[_Ask] = []
@@ -139,7 +185,7 @@ class Drafter:
             if budget == 0:
                 break
             if draft is not None and ask.guessing:
-                draft = Draft(draft.tokens[1:], draft.ngram, draft.position)
+                draft = draft.cut(1)
             if draft is not None and draft.tokens:
                 budget -= self._fit(plan, ask, draft, budget)
 
@@ -158,7 +204,8 @@ class Drafter:
         # draft against the model's own choice after the real token.
         tokens = req.all_token_ids
         guessing = tokens[-1] < 0
-        request = DraftRequest(req.request_id, tokens[:-1] if guessing else tokens, room + guessing)
+        known = tokens[:-1] if guessing else tokens
+        request = DraftRequest(req.request_id, known, room + guessing, req.params)
         return _Ask(row, limits, guessing, request)
 
     def _fit(self, plan: StepPlan, ask: _Ask, draft: Draft, budget: int) -> int:
@@ -166,7 +213,7 @@ class Drafter:
         why, and return the tokens added."""
         ask.limits["the token budget"] = budget  # what the rows before it left
         room = min(self.num_tokens, *ask.limits.values())
-        draft = Draft(draft.tokens[:room], draft.ngram, draft.position)
+        draft = draft.cut(0, room)
         rid, row = ask.request.request_id, ask.row
         slots = self.blocks.spare_slots(rid, row.context_len)
         d = min(len(draft.tokens), slots)
@@ -174,6 +221,8 @@ class Drafter:
             self.held[rid] = len(self.blocks.block_table(rid))
             self.blocks.allocate_slots(rid, row.context_len + d)
             extend_row(row, draft.tokens[:d], self.blocks.block_table(rid))
+            if draft.q is not None and not (row.params is None or row.params.greedy):
+                self.q[rid] = (row.context_len - d, draft.tokens[:d], draft.q[:d])
         limit = None
         if room < self.num_tokens and len(draft.tokens) == room:
             binding = next(k for k, v in ask.limits.items() if v == room)
@@ -181,13 +230,33 @@ class Drafter:
         plan.drafted.append(Decision(rid, draft_reason(draft, d, slots, limit)))
         return d
 
+    def verify(
+        self, row: ScheduledRequest, logits: torch.Tensor, generator: torch.Generator
+    ) -> list[int] | None:
+        """The runner's side (``DraftVerifier``, hooks.py): the tokens of a drafted row
+        whose draft came with distributions, by rejection sampling on the row's logits
+        (1 + d, vocab): the kept guesses, then the residual's draw or the bonus. None for a
+        row whose draft is a point mass: the runner draws at each position as for any row,
+        and ``accept`` keeps the matching prefix."""
+        entry = self.q.get(row.request_id)
+        d = row.num_draft_tokens
+        if entry is None or entry[0] != row.context_len - d or entry[1] != row.token_ids[-d:]:
+            return None
+        from minicb.speculation.rejection import verify_row  # torch: only for such a row
+
+        return verify_row(entry[1], entry[2], logits, row.params, row.num_output_tokens, generator)
+
     def accept(self, row: ScheduledRequest, sampled: list[int]) -> list[int]:
+        """What a verified row keeps: the prefix of its draft that ``sampled`` repeats, then
+        the next token (after ``verify``, ``sampled`` is already that: its kept guesses and
+        one token drawn from the residual never equal to the rejected guess, or the bonus)."""
         return accept_greedy(row.token_ids[-row.num_draft_tokens :], sampled)
 
     def settle(self, row: ScheduledRequest, req: Request, kept: int) -> None:
         """Count the guesses kept, then give back the blocks taken only for guesses the
         model rejected, keeping what the request's tokens need and what it held before (a
         reservation made at admission stays whole)."""
+        self.q.pop(req.request_id, None)
         row.num_accepted_tokens = kept - 1
         req.metrics.num_draft_tokens += row.num_draft_tokens
         req.metrics.num_accepted_tokens += kept - 1

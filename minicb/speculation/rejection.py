@@ -100,3 +100,23 @@ def rejection_sample(
     residual = torch.where(residual.sum(-1, keepdim=True) > 0, residual, target)
     emitted = inverse_cdf(residual, uniforms[rows, accepted, 1:])
     return accepted, emitted
+
+
+def verify_row(
+    draft: list[int],
+    q: torch.Tensor,  # (d, vocab) the draft's distributions
+    logits: torch.Tensor,  # (d + 1, vocab) the target's logits at the row's sampled positions
+    params: SamplingParams,
+    first: int,  # the index of the row's first new token (its seeded generators')
+    generator: torch.Generator,  # the runner's, for a request without a seed
+) -> list[int]:
+    """One engine row verified: its kept guesses, then the token drawn from the residual at
+    the first rejection (or the bonus). ``p`` is filtered as the sampler filters (the same
+    top-k, top-p and temperature the draft's ``q`` was filtered with)."""
+    device = logits.device
+    tokens = torch.tensor([draft], device=device)
+    p = target_probs(logits, params)[None]
+    uniforms = row_uniforms(params, first, len(draft) + 1, generator, device)[None]
+    accepted, emitted = rejection_sample(tokens, q.to(device)[None].float(), p, uniforms)
+    kept = int(accepted[0])
+    return draft[:kept] + [int(emitted[0])]

@@ -35,6 +35,7 @@ from minicb.core.runner.runner_views import describe
 from minicb.core.runner.sampler import sample
 from minicb.core.runner.step_inputs import StepInputs, step_inputs
 from minicb.core.runner.wrappers import Forward, ModelPart, weight_forms, wrappers
+from minicb.core.scheduler.hooks import DraftVerifier
 from minicb.core.scheduler.plan import StepPlan
 
 
@@ -109,6 +110,13 @@ class ModelRunner:
         self.kv_caches = self.kv_pool.layers()  # per layer (k_cache, v_cache), as the model takes
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(config.seed)
+        # Speculation's runner side (hooks.py's DraftVerifier): verifies the drafted rows
+        # whose drafts came with distributions; None: every row is sampled alike.
+        self.draft_verifier: DraftVerifier | None = None
+
+    def set_draft_verifier(self, verifier: DraftVerifier) -> None:
+        """Set by the drafter when the engine attaches it (hooks.attach_runner)."""
+        self.draft_verifier = verifier
 
     @property
     def kv_cache(self) -> torch.Tensor:
@@ -166,6 +174,25 @@ class ModelRunner:
         rows = [r for r in plan.scheduled if r.samples]
         if not rows:
             return {}
+        sampled: dict[int, int | list[int]] = {}
+        starts = [0]
+        for r in rows:
+            starts.append(starts[-1] + 1 + r.num_draft_tokens)
+        if self.draft_verifier is not None:  # drafts drawn from a distribution: verified apart
+            for i, r in enumerate(rows):
+                if r.num_draft_tokens:
+                    own = self.draft_verifier.verify(
+                        r, logits[starts[i] : starts[i + 1]], self.generator
+                    )
+                    if own is not None:
+                        sampled[r.request_id] = own
+        if sampled:  # the other rows' logits only
+            keep = [i for i, r in enumerate(rows) if r.request_id not in sampled]
+            if not keep:
+                return sampled
+            picks = [j for i in keep for j in range(starts[i], starts[i + 1])]
+            logits = logits[torch.tensor(picks, dtype=torch.long, device=logits.device)]
+            rows = [rows[i] for i in keep]
         widths = [1 + r.num_draft_tokens for r in rows]
         tokens = sample(
             logits,
@@ -173,7 +200,6 @@ class ModelRunner:
             [r.num_output_tokens + i for r, w in zip(rows, widths, strict=True) for i in range(w)],
             self.generator,
         )
-        sampled: dict[int, int | list[int]] = {}
         at = 0
         for r, w in zip(rows, widths, strict=True):
             sampled[r.request_id] = tokens[at] if w == 1 else tokens[at : at + w]

@@ -7,7 +7,9 @@ named moments, and only there:
 - **after schedule**, a ``Drafter`` may lengthen decode rows with guessed tokens (speculative
   decoding), out of the budget and blocks nobody else needs;
 - **before update**, the same ``Drafter`` says which of a drafted row's sampled tokens are
-  kept (acceptance), and after them gives back what only rejected guesses held;
+  kept (acceptance), and after them gives back what only rejected guesses held (a draft
+  drawn from a distribution is verified in the runner instead, by the ``DraftVerifier``
+  the drafter installs there when the engine ``attach``es it to its runner);
 - **at admission**, an ``AdmissionSize`` says how much KV a request is given at once. The
   core's own is ``paged`` (nothing ahead: blocks come as tokens are written); the
   reservation baselines (max, pow2, oracle) are a feature.
@@ -29,8 +31,11 @@ from typing import TYPE_CHECKING, Protocol
 from minicb.core.registry import lookup
 
 if TYPE_CHECKING:
+    import torch
+
     from minicb.core.config import EngineConfig
     from minicb.core.request import Request
+    from minicb.core.runner import Runner
     from minicb.core.scheduler.block_manager import BlockManager
     from minicb.core.scheduler.plan import ScheduledRequest, StepPlan
 
@@ -54,6 +59,28 @@ class Drafter(Protocol):
         """After update: ``kept`` of the row's tokens became output (a stop may cut them
         short of what ``accept`` gave); count them, and give back the blocks taken only
         for guesses that were dropped."""
+        ...
+
+    def attach(self, runner: Runner) -> None:
+        """Once the engine has its runner and its scheduler: a drafter that runs a model (a
+        draft model, the target's own first layers) takes what it needs from the runner
+        (device, attention backend, the target's weights), and one whose drafts carry
+        distributions installs its ``DraftVerifier`` there. The factory cannot be handed the
+        runner: the scheduler builds the drafter, and the scheduler knows no runner."""
+        ...
+
+
+class DraftVerifier(Protocol):
+    """The runner's side of speculation, for drafts drawn from a distribution ``q`` (a
+    draft model sampling): such a draft is verified by rejection sampling on the target's
+    logits, which only the runner has. A point-mass draft (n-gram, greedy) needs none: the
+    runner draws at each position as for any row, and ``Drafter.accept`` keeps the prefix."""
+
+    def verify(
+        self, row: ScheduledRequest, logits: torch.Tensor, generator: torch.Generator
+    ) -> list[int] | None:
+        """The tokens a drafted row yields, from its logits (1 + d, vocab); None: the row is
+        sampled as any other."""
         ...
 
 
@@ -108,6 +135,12 @@ def make_drafter(config: EngineConfig, blocks: BlockManager, max_model_len: int)
         return None
     factory = lookup(DRAFTERS, "drafter", name, f"the config's drafter {name!r}")
     return factory(config, blocks, max_model_len)
+
+
+def attach_runner(drafter: Drafter | None, runner: Runner) -> None:
+    """The engine's one call into speculation once runner and scheduler both exist."""
+    if drafter is not None:
+        drafter.attach(runner)
 
 
 def make_admission_size(config: EngineConfig) -> AdmissionSize:
