@@ -11,9 +11,11 @@ run), shut down in the fixture's finaliser. In file order:
 - a prefill engine on the "prefill" node and a decode engine on the "decode" node hand
   the KV over through Ray's object store, token-identical to one engine, with its bytes
   and seconds measured;
-- last: killing one replica's actor mid-request ends that replica's requests with an error
+- killing one replica's actor mid-request ends that replica's requests with an error
   naming it and Ray's cause, within a bound; the other replica's requests finish with the
-  same tokens; the router takes it out of rotation and the fleet keeps serving.
+  same tokens; the router takes it out of rotation and the fleet keeps serving;
+- ``minicb serve --replicas 2 --fleet ray``: the API's replies are one engine's tokens, and
+  a killed actor is replaced by a fresh one, which serves again.
 
 Opt-in (marker ``ray``, and ``slow``: make test-slow, make test-all), skipped when ray is
 not installed (pip install 'minicb[ray]'); every wait is bounded. About a minute here.
@@ -65,15 +67,17 @@ def cluster():
         "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # one host: every address 127.0.0.1
         "RAY_AUTH_MODE": "token",  # both sides must present the token
         "RAY_AUTH_TOKEN": secrets.token_hex(16),
+        "RAY_USAGE_STATS_ENABLED": "0",  # nothing leaves the machine
     }
     saved = {k: os.environ.get(k) for k in (*env, "RAY_ADDRESS")}
     os.environ.update(env)
     import ray
     from ray.cluster_utils import Cluster
 
-    made = Cluster(
-        initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"prefill": 1}}
-    )
+    # no dashboard: the head starts lighter (Ray gives a node 30 s to start, which a loaded
+    # machine can miss)
+    head = {"num_cpus": 2, "resources": {"prefill": 1}, "include_dashboard": False}
+    made = Cluster(initialize_head=True, head_node_args=head)
     try:
         made.add_node(num_cpus=2, resources={"decode": 1})
         made.wait_for_nodes(timeout=60)
@@ -197,3 +201,89 @@ def test_a_killed_actor_ends_its_requests_with_an_error_and_the_fleet_goes_on(
     again = ray_fleet.generate(PROMPTS[:2], greedy(MAX_TOKENS[:2]))
     assert [o.token_ids for o in again] == reference[:2]
     assert [e.replica for e in seen] == [0, 0]
+
+
+def test_serve_fleet_ray_answers_through_the_api_and_restarts_a_killed_replica(
+    cluster, tiny_llama_dir, reference
+):
+    """``minicb serve --replicas 2 --fleet ray``: the API's replies are one engine's tokens,
+    /health names the replicas; a killed actor is out of rotation, then a fresh actor takes
+    its place and serves (the fleet's restart, placed by Ray)."""
+    import httpx
+    import ray
+
+    from minicb.cli import build_parser
+    from minicb.server.serve_command import build_serve
+    from tests.api.live import live_server
+    from tests.helpers import wait_for
+
+    argv = ["serve", "--model", tiny_llama_dir, "--replicas", "2", "--fleet", "ray"]
+    argv += ["--dtype", "float32", "--num-kv-blocks", "64", "--no-measure-utilisation"]
+    app, loop, fleet, name = build_serve(build_parser().parse_args(argv))
+    loop.start()
+    try:
+        with live_server(app) as url:
+
+            def complete(i: int) -> list[int]:
+                body = {"model": name, "prompt": PROMPTS[i], "max_tokens": MAX_TOKENS[i]}
+                body.update(temperature=0, ignore_eos=True, return_token_ids=True)
+                reply = httpx.post(url + "/v1/completions", json=body, timeout=60)
+                assert reply.status_code == 200, reply.text
+                return reply.json()["choices"][0]["token_ids"]
+
+            assert [complete(i) for i in range(4)] == reference[:4]
+            assert httpx.get(url + "/health", timeout=10).json()["replicas"] == {
+                "replica0": "ok", "replica1": "ok"
+            }  # fmt: skip
+            victim = fleet.replicas["replica0"]
+            first = victim.child.process.actor
+            ray.kill(first, no_restart=True)
+            wait_for(lambda: victim.restarts == 1, timeout=DEATH_BOUND_S)
+            wait_for(lambda: victim.serving, timeout=RUN_BOUND_S)  # its fresh actor is ready
+            assert victim.child.process.actor is not first
+            assert 0 not in fleet.router.removed  # back in rotation
+            assert [complete(i) for i in range(4)] == reference[:4]
+    finally:
+        fleet.close()  # its loop's thread too
+
+
+def test_a_node_that_dies_takes_its_replica_out_and_the_other_node_serves(
+    cluster, tiny_llama_dir, reference
+):
+    """Last (it removes the second node): the replica on that node is declared dead, with
+    its requests ended by an error naming it, and the replica on the head node serves."""
+    from minicb.fleet.ray.ray_fleet import RayFleet
+
+    (worker,) = cluster.worker_nodes
+    with RayFleet(
+        tiny_llama_dir, replicas=2, threads=1, restart_replicas=False, **OPTIONS
+    ) as fleet:
+        loop = fleet.engine_loop()
+        loop.start()
+        on_worker = [r for r in fleet.replicas.values() if r.node_id() == worker.node_id]
+        assert len(on_worker) == 1, "SPREAD puts one replica on each node"
+        gone = on_worker[0]
+        long = SamplingParams(max_tokens=400, temperature=0.0, ignore_eos=True)
+
+        async def run() -> list[RequestOutput]:
+            streams = [await loop.submit(FLEET, p, long) for p in PROMPTS[:2]]
+            doomed = next(s for s in streams if s.engine == gone.name)
+            async for _token in doomed:  # it is mid-run on the node about to go
+                break
+            cluster.remove_node(worker, allow_graceful=False)
+            outs = []
+            for stream in streams:
+                async for item in stream:
+                    if isinstance(item, RequestOutput):
+                        outs.append((stream.engine, item))
+            return outs
+
+        outs = asyncio.run(asyncio.wait_for(run(), RUN_BOUND_S))
+        for engine, out in outs:
+            if engine == gone.name:
+                assert out.finish_reason == "error" and gone.name in out.text, out.text
+            else:
+                assert out.finish_reason == "length" and len(out.token_ids) == 400
+        assert gone.index in fleet.router.removed
+        again = fleet.generate(PROMPTS[:2], greedy(MAX_TOKENS[:2]))
+        assert [o.token_ids for o in again] == reference[:2]

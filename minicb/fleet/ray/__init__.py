@@ -18,6 +18,6 @@ engine loop, the API and the page see the same ``Replica`` handle and cannot tel
   a third link beside gloo (kv_link.py) and the host tier; ``ray_disagg.py`` places the
   prefill and decode roles on the nodes that hold their custom resources.
 
-Nothing here imports ray (nor torch) at import time: the package is listed by
-minicb/features.py-style imports without the extra installed.
+This package's ``__init__`` imports nothing, and no module here imports ray at import
+time: a machine without the extra can import the fleet's code and its tests skip.
 """

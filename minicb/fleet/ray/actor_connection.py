@@ -42,6 +42,8 @@ class ActorConnection:
                 continue  # a node that answers nothing: silence, which replica_process times
             except ray.exceptions.RayError as err:
                 raise EOFError(self._ended(err)) from err
+            except SystemExit as err:  # Ray's own way of ending a wait as this process leaves
+                raise EOFError("Ray is shutting down in this process") from err
             for msg in batch:
                 if msg[0] == "ended":  # the replica's loop returned (it was told to stop)
                     self.ended_why = self.ended_why or "its replica loop returned"
