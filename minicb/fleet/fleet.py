@@ -36,6 +36,7 @@ why: ``unavailable``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import itertools
 from collections.abc import Sequence
@@ -112,6 +113,7 @@ class Fleet:
         self.clock = started[0].clock
         self._decisions = itertools.count()  # the router's own numbering of its decisions
         self._loop: EngineLoop | None = None
+        self.max_in_flight: int | None = None  # limit_in_flight's
 
     # ---- engine-shaped, for the API routes ------------------------------------------------
     @property
@@ -162,7 +164,7 @@ class Fleet:
         while True:
             self._hear_kv_events()
             try:
-                route = self.router.route(next(self._decisions), ids, self.loads())
+                route = self.router.route(next(self._decisions), ids, self._with_room())
             except RuntimeError as err:  # none is serving
                 raise EngineStopped(self.unavailable() or f"no live replica: {err}") from err
             replica = self._by_index[route.replica]
@@ -203,6 +205,25 @@ class Fleet:
         """Each replica's load as of its latest message (swapped-out requests wait too);
         one that is not serving (dead, restarting, silent) is not alive to the router."""
         return [ReplicaLoad.of(r.index, r.load, r.serving) for r in self.replicas.values()]
+
+    def limit_in_flight(self, max_in_flight: int) -> None:
+        """Route only to replicas with fewer than ``max_in_flight`` open requests: the
+        fair queue (minicb/server/tenant_gate.py) sends a request on only while the fleet
+        has room, and this makes that room each replica's own."""
+        self.max_in_flight = max_in_flight
+
+    def _with_room(self) -> list[ReplicaLoad]:
+        """The loads the router is told: a replica holding ``max_in_flight`` open requests
+        is offered as not alive, unless every one is (then all are offered: a request that
+        came without the fair queue, the Python API's, is never refused for room)."""
+        loads = self.loads()
+        if self.max_in_flight is None or self._loop is None:
+            return loads
+        held = self._loop.streams.by_engine
+        full = {r.index for r in self.replicas.values()
+                if len(held.get(r.name, ())) >= self.max_in_flight}  # fmt: skip
+        roomy = [dataclasses.replace(x, alive=False) if x.replica in full else x for x in loads]
+        return roomy if any(x.alive for x in roomy) else loads
 
     def health(self) -> dict[str, str]:
         """Each replica's state in words ("ok", or why it is out of rotation); any thread."""

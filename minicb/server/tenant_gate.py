@@ -3,9 +3,10 @@
 With ``serve --tenant ...`` (or ``--fair-queue``), a request that passed every check waits
 here, in its tenant's lane, until the fleet has room: fewer than ``max_in_flight`` (a
 replica's slots, by default) times its serving replicas in flight. Then the router picks
-the replica, as for any request (least-loaded keeps each one's share even), the replicas'
-own waiting queues stay short, and the order in which requests start is the fair
-queue's, not each engine's first come, first served. A request holds its place from
+among the replicas holding fewer than ``max_in_flight`` (Fleet.limit_in_flight; one
+always does, as requests leave a replica before they give their place back here), so
+the replicas' own waiting queues stay short and the order in which requests start is the
+fair queue's, not each engine's first come, first served. A request holds its place from
 dispatch until its reply ends (finished, aborted, failed, or its client gone), then the
 next one goes.
 
@@ -46,6 +47,9 @@ class TenantGate:
             raise ValueError(f"--max-in-flight must be at least 1, got {max_in_flight}")
         self.loop, self.engine_name = loop, engine_name
         self.queue, self.max_in_flight = queue, max_in_flight
+        limit = getattr(loop.fleets.get(engine_name), "limit_in_flight", None)
+        if limit is not None:  # a fleet of replicas routes only where there is room
+            limit(max_in_flight)
         self.in_flight = 0
         # each tenant's latest waits in the queue (seconds): what the queue itself costs it
         self.waits: dict[str, deque[float]] = {}

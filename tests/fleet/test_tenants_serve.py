@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import json
+import threading
 import time
 
 import httpx
@@ -30,6 +31,7 @@ BOUND_RATIO, BOUND_SLACK_S = 1.5, 4.0
 WAIT_BOUND_S = 1.0
 LIGHT_N, GAP_S = 12, 0.25  # the light tenant: 12 requests, one every 0.25 s
 HEAVY_FACTOR = 10
+MAX_IN_FLIGHT = 2  # requests per replica; the rest wait in the fair queue
 
 
 @pytest.fixture(scope="module")
@@ -38,14 +40,15 @@ def served(tiny_llama_dir):
 
     argv = ["serve", "--model", tiny_llama_dir, "--replicas", "2", "--router", "least-loaded"]
     argv += ["--dtype", "float32", "--num-kv-blocks", "64", "--no-measure-utilisation"]
-    argv += ["--api-key", CONTROLLER, "--max-in-flight", "2", "--tenant-quantum", "64"]
+    argv += ["--api-key", CONTROLLER, "--max-in-flight", str(MAX_IN_FLIGHT)]
+    argv += ["--tenant-quantum", "64"]
     argv += ["--tenant", f"light:{LIGHT}:0", "--tenant", f"heavy:{HEAVY}:0"]
     args: argparse.Namespace = build_parser().parse_args(argv)
     app, loop, fleet, name = build_serve(args)
     loop.start()
     try:
         with live_server(app) as url:
-            yield url, app.state.openai.tenants, name
+            yield url, app.state.openai.tenants, name, loop
     finally:
         fleet.close()
 
@@ -84,12 +87,23 @@ def light_ttfts(url: str, model: str, pool, heavy: bool) -> list[float]:
 
 
 def test_the_light_tenant_keeps_its_ttft_beside_a_tenant_ten_times_heavier(served, capsys):
-    url, gate, model = served
+    url, gate, model, loop = served
+    most: dict[str, int] = {}  # each replica's most open requests seen
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.005):
+            for name, held in list(loop.streams.by_engine.items()):
+                most[name] = max(most.get(name, 0), len(held))
+
     with concurrent.futures.ThreadPoolExecutor(HEAVY_FACTOR * LIGHT_N + LIGHT_N) as pool:
         ttft(url, model, LIGHT, [1] * 16, 2)  # warm up both replicas' first steps
         ttft(url, model, LIGHT, [2] * 16, 2)
         solo = light_ttfts(url, model, pool, heavy=False)
+        watcher = pool.submit(watch)
         shared = light_ttfts(url, model, pool, heavy=True)
+        done.set()
+        watcher.result()
     wait_for(lambda: gate.in_flight == 0, 60)
     snap = gate.snapshot()["tenants"]
     bound = BOUND_RATIO * percentile(solo, 99) + BOUND_SLACK_S
@@ -102,6 +116,7 @@ def test_the_light_tenant_keeps_its_ttft_beside_a_tenant_ten_times_heavier(serve
               f"heavy {heavy_wait:.3f} s; heavy dispatched {snap['heavy']['dispatched']}, "
               f"refused {snap['heavy']['rejected']}")  # fmt: skip
     assert snap["light"]["wait_p99_s"] <= WAIT_BOUND_S
+    assert most and max(most.values()) <= MAX_IN_FLIGHT  # each replica's room, not just the sum
     assert snap["light"]["wait_p99_s"] * 3 < heavy_wait  # the backlog is the heavy one's
     assert percentile(shared, 99) <= bound
     assert snap["heavy"]["dispatched"] >= HEAVY_FACTOR * LIGHT_N // 2  # it was served too
