@@ -29,6 +29,10 @@ def test_compare_reports_both_modes_and_paired_ratios(tiny_llama_dir):
     table = render({"workloads": {"copy": {"batch_1": result, "batch_4": result}}})
     assert table.count("\n| copy |") == 2 and "round cost (steps)" in table
     assert "| yes |" in table or "| no |" in table
+    # a round cheaper than a plain step is the machine's load, and the line says so
+    cheap = {**result, "break_even": {**rule, "round_cost_steps": {"median": 0.5}}}
+    cheap_table = render({"workloads": {"copy": {"batch_1": cheap}}})
+    assert "0.50 (under 1: the machine's load)" in cheap_table
 
 
 def test_a_step_time_outside_the_run_is_refused_before_any_ratio(tiny_llama_dir):
