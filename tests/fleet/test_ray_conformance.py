@@ -41,10 +41,15 @@ def test_a_ray_kind_takes_every_protocol_member_from_its_local_twin(ray_kind, tw
                                                                      DisaggregatedFleet)])
 def test_a_ray_fleet_passes_its_twins_arguments_and_names_its_cluster(ray_kind, twin):
     own = inspect.signature(ray_kind.__init__).parameters
-    assert "ray_address" in own and own["ray_address"].default is None
-    kinds = {p.kind for p in own.values()}
-    assert {inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD} <= kinds
-    assert "ray_address" not in inspect.signature(twin.__init__).parameters
+    assert own["ray_address"].default is None
+    assert own["ray_address"].kind == inspect.Parameter.KEYWORD_ONLY
+    assert inspect.Parameter.VAR_KEYWORD in {p.kind for p in own.values()}
+    twins = inspect.signature(twin.__init__).parameters
+    assert "ray_address" not in twins
+    positional = [n for n, p in own.items() if p.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD]
+    if positional != ["self"]:  # named: the twin's own, in its order, with its defaults
+        assert positional == list(twins)[: len(positional)]
+        assert [own[n].default for n in positional] == [twins[n].default for n in positional]
 
 
 def test_a_ray_replica_runs_in_an_actor_process():

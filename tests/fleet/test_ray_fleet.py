@@ -7,10 +7,13 @@ resource "prefill" and a second node holding "decode", everything on 127.0.0.1 w
 run), shut down in the fixture's finaliser. In file order:
 
 - two replicas spread over the two nodes give the greedy tokens of the in-process fleet
-  (and of one engine), and a live Ray replica answers the engine protocol the driver steps;
+  (and of one engine); a Ray actor passes the one replica contract of
+  tests/test_engine_like.py (its checks, called here);
 - a prefill engine on the "prefill" node and a decode engine on the "decode" node hand
   the KV over through Ray's object store, token-identical to one engine, with its bytes
-  and seconds measured;
+  and seconds measured; roles the cluster cannot place are refused by name; the prefill
+  engine's actor killed mid-hand-off ends the request with an error naming it, and the
+  decode side's blocks are freed;
 - killing one replica's actor mid-request ends that replica's requests with an error
   naming it and Ray's cause, within a bound; the other replica's requests finish with the
   same tokens; the router takes it out of rotation and the fleet keeps serving;
@@ -20,8 +23,8 @@ run), shut down in the fixture's finaliser. In file order:
   head node's replica finishes and serves on.
 
 Opt-in (marker ``ray``, and ``slow``: make test-slow, make test-all), skipped when ray is
-not installed (pip install 'minicb[ray]'); every wait is bounded. 156 s here at load
-average 9 on the shared two cores (77 s of it the module's set-up).
+not installed (pip install 'minicb[ray]'); every wait is bounded. 160 s here at load
+average 11 on the shared two cores (69 s of it the module's set-up).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import importlib.util
 import os
 import secrets
 import sys
+import threading
 import time
 
 import pytest
@@ -39,7 +43,8 @@ from minicb.core.config import SamplingParams
 from minicb.core.engine_like import SteppedEngine
 from minicb.core.request import RequestOutput
 from minicb.fleet.fleet import FLEET, Fleet
-from tests.helpers import MIXED, MIXED_MAX
+from tests import test_engine_like as contract
+from tests.helpers import MIXED, MIXED_MAX, wait_for
 from tests.test_engine_like import members
 
 if importlib.util.find_spec("ray") is None:
@@ -79,10 +84,12 @@ def cluster():
 
     # no dashboard: the head starts lighter (Ray gives a node 30 s to start, which a loaded
     # machine can miss)
-    head = {"num_cpus": 2, "resources": {"prefill": 1}, "include_dashboard": False}
+    # 4 logical CPUs a node (Ray's bookkeeping, not cores): every actor the module keeps at
+    # once fits (an actor takes 1), whichever node SPREAD puts it on
+    head = {"num_cpus": 4, "resources": {"prefill": 1}, "include_dashboard": False}
     made = Cluster(initialize_head=True, head_node_args=head)
     try:
-        made.add_node(num_cpus=2, resources={"decode": 1})
+        made.add_node(num_cpus=4, resources={"decode": 1})
         made.wait_for_nodes(timeout=60)
         ray.init(address=made.address, configure_logging=False)
         yield made
@@ -125,39 +132,107 @@ def test_replicas_on_two_nodes_give_the_in_process_fleets_greedy_tokens(
     assert [o.finish_reason for o in outs] == ["length"] * len(PROMPTS)
 
 
-def test_a_live_ray_replica_answers_the_stepped_engine_protocol(ray_fleet):
-    """Its signatures are the local Replica's (test_ray_conformance.py); here every member
-    is there on a live one and the views are round trips to its actor."""
-    replica = ray_fleet.replicas["replica0"]
-    assert [name for name in members(SteppedEngine) if not hasattr(replica, name)] == []
-    assert replica.describe()["replica"] == 0
-    assert replica.kv_snapshot().num_used == 0 and replica.live_requests() == []
-    assert replica.kv_snapshot_event().block_tables == {}
-    assert replica.queue_sizes() == {"waiting": 0, "running": 0, "swapped": 0}
-    assert not replica.has_unfinished() and replica.abort_all() == []
+# The one replica contract (tests/test_engine_like.py), run on a Ray actor: the same checks
+# as on an engine in this process, a replica process and a simulated replica.
+greedy_reference = contract.greedy_reference  # its fixture, here too
 
 
-def test_prefill_and_decode_on_their_nodes_hand_the_kv_through_the_object_store(
-    cluster, tiny_llama_dir, reference
-):
+@pytest.fixture(scope="module")
+def ray_replica(cluster, tiny_llama_dir):
+    from minicb.core.config import EngineConfig
+    from minicb.fleet.ray.ray_fleet import RayReplica
+
+    config = EngineConfig.from_kwargs(**contract.CONTRACT)
+    replica = RayReplica(0, tiny_llama_dir, config, threads=1).ready()
+    try:
+        yield "ray-actor", replica, True  # its tokens are the model's
+    finally:
+        replica.close()
+
+
+def test_contract_on_a_ray_actor_requests_run_to_their_end(ray_replica, greedy_reference):
+    assert [n for n in members(SteppedEngine) if not hasattr(ray_replica[1], n)] == []
+    contract.test_contract_requests_run_to_their_end_and_free_their_blocks(
+        ray_replica, greedy_reference
+    )
+
+
+def test_contract_on_a_ray_actor_an_abort_frees_the_request_at_once(ray_replica):
+    contract.test_contract_an_abort_frees_the_request_at_once(ray_replica)
+
+
+def test_contract_on_a_ray_actor_a_prompt_that_can_never_fit_is_refused(ray_replica):
+    contract.test_contract_a_prompt_that_can_never_fit_is_refused(ray_replica)
+
+
+@pytest.fixture(scope="module")
+def pd_fleet(cluster, tiny_llama_dir):
     from minicb.fleet.ray.ray_disagg import RayDisaggregatedFleet
 
     with RayDisaggregatedFleet(
         tiny_llama_dir, prefill=1, decode=1, transfer_timeout_s=30.0, **OPTIONS
     ) as fleet:
-        assert fleet.engines["prefill0"].node_id() == node_holding("prefill")
-        assert fleet.engines["decode0"].node_id() == node_holding("decode")
-        assert fleet.engines["prefill0"].node_id() != fleet.engines["decode0"].node_id()
-        outs = fleet.generate(PROMPTS, greedy(MAX_TOKENS))
-        assert [o.token_ids for o in outs] == reference
-        assert [o.error for o in outs] == [None] * len(PROMPTS)
-        for prompt, out in zip(PROMPTS, outs, strict=True):
-            assert out.transfer["blocks"] == -(-len(prompt) // OPTIONS["block_size"])
-            assert out.transfer["bytes"] > 0 and out.transfer["seconds"] > 0
-        total = sum(o.transfer["bytes"] for o in outs)
-        print(f"object store hand-offs: {total} bytes in {len(outs)} transfers, "
-              f"{[round(o.transfer['seconds'] * 1e3, 1) for o in outs]} ms")  # fmt: skip
-        assert fleet.kv_used() == {"prefill0": 0, "decode0": 0}
+        yield fleet
+
+
+def test_prefill_and_decode_on_their_nodes_hand_the_kv_through_the_object_store(
+    pd_fleet, reference
+):
+    fleet = pd_fleet
+    assert fleet.engines["prefill0"].node_id() == node_holding("prefill")
+    assert fleet.engines["decode0"].node_id() == node_holding("decode")
+    assert fleet.engines["prefill0"].node_id() != fleet.engines["decode0"].node_id()
+    outs = fleet.generate(PROMPTS, greedy(MAX_TOKENS))
+    assert [o.token_ids for o in outs] == reference
+    assert [o.error for o in outs] == [None] * len(PROMPTS)
+    for prompt, out in zip(PROMPTS, outs, strict=True):
+        assert out.transfer["blocks"] == -(-len(prompt) // OPTIONS["block_size"])
+        assert out.transfer["bytes"] > 0 and out.transfer["seconds"] > 0
+    total = sum(o.transfer["bytes"] for o in outs)
+    print(f"object store hand-offs: {total} bytes in {len(outs)} transfers, "
+          f"{[round(o.transfer['seconds'] * 1e3, 1) for o in outs]} ms")  # fmt: skip
+    assert fleet.kv_used() == {"prefill0": 0, "decode0": 0}
+
+
+def test_roles_the_cluster_cannot_place_are_refused_by_name(cluster, tiny_llama_dir):
+    from minicb.fleet.ray.ray_disagg import RayDisaggregatedFleet
+
+    with pytest.raises(ValueError, match="2 prefill engines need 2 units of the custom resource"):
+        RayDisaggregatedFleet(tiny_llama_dir, prefill=2, decode=1, **OPTIONS)
+
+
+def test_a_prefill_engine_killed_mid_hand_off_is_reported_and_frees_the_decode_side(pd_fleet):
+    """It kills the prefill engine's actor: after the test above. The prefill engine pauses
+    1 s after each layer it posts (the fleet's test hook); the kill lands 0.5 s after the
+    fleet began the send, between the first layer and the second."""
+    import ray
+
+    fleet = pd_fleet
+    prefill = fleet.engines["prefill0"]
+    fleet.handoffs.send_delay_s = 1.0
+    sent: list[float] = []
+
+    def kill_mid_transfer() -> None:
+        deadline = time.monotonic() + DEATH_BOUND_S
+        while time.monotonic() < deadline:
+            if any(j.state == "receiving" for j in list(fleet.journeys.values())):
+                sent.append(time.monotonic())
+                time.sleep(0.5)
+                ray.kill(prefill.child.process.actor, no_restart=True)
+                return
+            time.sleep(0.01)
+
+    killer = threading.Thread(target=kill_mid_transfer, daemon=True)
+    killer.start()
+    start = time.monotonic()
+    outs = fleet.generate(PROMPTS[:1], greedy([8]), timeout_s=RUN_BOUND_S)
+    elapsed = time.monotonic() - start
+    killer.join(5)
+    assert sent, "the transfer never started"
+    assert elapsed < DEATH_BOUND_S + 5.0
+    assert outs[0].finish_reason == "error"
+    assert "prefill0" in outs[0].error and "killed by `ray.kill`" in outs[0].error, outs[0].error
+    wait_for(lambda: fleet.kv_used() == {"decode0": 0}, timeout=DEATH_BOUND_S)
 
 
 def test_a_killed_actor_ends_its_requests_with_an_error_and_the_fleet_goes_on(
@@ -218,7 +293,6 @@ def test_serve_fleet_ray_answers_through_the_api_and_restarts_a_killed_replica(
     from minicb.cli import build_parser
     from minicb.server.serve_command import build_serve
     from tests.api.live import live_server
-    from tests.helpers import wait_for
 
     argv = ["serve", "--model", tiny_llama_dir, "--replicas", "2", "--fleet", "ray"]
     argv += ["--dtype", "float32", "--num-kv-blocks", "64", "--no-measure-utilisation"]
