@@ -1,6 +1,7 @@
 """The step-time model of the simulated runner: how long one StepPlan takes on a named GPU.
 
-A step is one forward pass over all the plan's rows (T tokens in all, S rows that sample).
+A step is one forward pass over all the plan's rows (T tokens in all, S positions sampled:
+one a sampling row, 1 + d a row verifying d speculative guesses).
 Per GPU of a tensor-parallel group of ``tp``:
 
     weights  = streamed weight bytes / tp                       (read once per step)
@@ -219,8 +220,9 @@ class StepTimeModel:
         return blocks
 
     # ---- time ------------------------------------------------------------------------------
-    def terms(self, rows: Iterable[tuple[int, int, bool]]) -> dict[str, float]:
-        """Each term of the step time for rows of (num_tokens, context_len, samples)."""
+    def terms(self, rows: Iterable[tuple[int, int, int]]) -> dict[str, float]:
+        """Each term of the step time for rows of (num_tokens, context_len, positions
+        sampled: a bool counts as 0 or 1)."""
         rows = list(rows)
         return self.totals_terms(*step_totals(rows), chunk=has_chunk(r[0] for r in rows))
 
@@ -275,9 +277,13 @@ class StepTimeModel:
         }
 
 
-def plan_rows(scheduled: list[ScheduledRequest]) -> Iterable[tuple[int, int, bool]]:
-    """A plan's rows as the step-time model reads them: (num_tokens, context_len, samples)."""
-    return ((r.num_tokens, r.context_len, r.samples) for r in scheduled)
+def plan_rows(scheduled: list[ScheduledRequest]) -> Iterable[tuple[int, int, int]]:
+    """A plan's rows as the step-time model reads them: (num_tokens, context_len, positions
+    sampled). A row that samples does so at its last position, and a row verifying ``d``
+    speculative guesses at all ``1 + d`` of them: the LM head runs at each."""
+    return (
+        (r.num_tokens, r.context_len, r.samples * (1 + r.num_draft_tokens)) for r in scheduled
+    )
 
 
 def has_chunk(num_tokens: Iterable[int]) -> bool:
@@ -288,9 +294,9 @@ def has_chunk(num_tokens: Iterable[int]) -> bool:
     return any(n > 1 for n in num_tokens)
 
 
-def step_totals(rows: Iterable[tuple[int, int, bool]]) -> tuple[int, int, int, int]:
-    """(tokens, sampling rows, context tokens, attended pairs) of rows of (num_tokens,
-    context_len, samples): all the step-time model needs to know of a step."""
+def step_totals(rows: Iterable[tuple[int, int, int]]) -> tuple[int, int, int, int]:
+    """(tokens, positions sampled, context tokens, attended pairs) of rows of (num_tokens,
+    context_len, positions sampled): all the step-time model needs to know of a step."""
     tokens = sampling = context = pairs = 0
     for n, c, samples in rows:
         tokens, sampling, context = tokens + n, sampling + samples, context + c

@@ -63,3 +63,22 @@ def test_the_table_says_it_is_simulated(capsys):
     assert "| 256 |" in out and "break-even alpha" in out
     text = render(predict(_costs()[0], k=4, alpha=0.0, context=1024))
     assert "| no |" in text  # nothing accepted: a round never pays
+
+
+def test_the_simulated_runner_prices_a_drafted_step_as_the_prediction_does():
+    """A plan of drafted decode rows costs, in the simulated runner's step-time model, what
+    the prediction's verification step costs: the LM head at each of the 1 + k positions."""
+    from minicb.core.scheduler.plan import DECODE, ScheduledRequest, StepPlan
+
+    def plan(k):
+        rows = [
+            ScheduledRequest(i, DECODE, 1 + k, 1023, 1024 + k, [], 65, True, True,
+                             num_draft_tokens=k)
+            for i in range(16)
+        ]  # fmt: skip
+        return StepPlan(1, "continuous", 16, scheduled=rows)
+
+    cost = _costs()[0]
+    assert TARGET(plan(0)) == pytest.approx(cost.plain_step_s(16, 1024))
+    assert TARGET(plan(4)) == pytest.approx(cost.verify_step_s(16, 1024, 4))
+    assert TARGET(plan(4)) > TARGET(plan(0))
