@@ -6,6 +6,7 @@ the real engine on the tiny Llama, fp32:
 - greedy tokens equal speculation off (the one-request-at-a-time reference) across chunk
   sizes, block sizes, both preemption modes (a pool small enough to preempt), prefix caching
   and overlap scheduling, with a draft that is often wrong (another model, one layer of two);
+  with the 8-bit KV cache, equal to speculation off on the same cache;
 - a draft whose vocabulary is not the target's, draft_layers beyond the model's, and a
   missing draft_model are refused, naming the limit.
 """
@@ -87,3 +88,13 @@ def test_errors_name_the_limit(tiny_llama_dir, wide_llama_dir, tmp_path):
         make_llm(tiny_llama_dir, speculative="draft")
     with pytest.raises(ValueError, match="cannot be opened"):
         make_llm(tiny_llama_dir, speculative="draft", draft_model=str(tmp_path / "nowhere"))
+
+
+def test_int8_kv_tokens_equal_speculation_off_with_the_same_cache(tiny_llama_dir):
+    """The 8-bit KV cache's own rule: its tokens may differ from the fp32 reference (the
+    cache rounds), so speculation is compared with the same cache, off. The draft's pool
+    takes the target's format."""
+    off = greedy_tokens(make_llm(tiny_llama_dir, kv_cache_dtype="int8"), MIXED, MIXED_MAX)
+    llm = make_llm(tiny_llama_dir, kv_cache_dtype="int8", speculative="early_exit", draft_layers=1)
+    assert greedy_tokens(llm, MIXED, MIXED_MAX) == off
+    assert len(llm.engine.scheduler.drafter.proposer.kv.pool.parts) == 2  # values, scales
