@@ -1,4 +1,4 @@
-"""The notebooks in notebooks/: fourteen of them, stored clean.
+"""The notebooks in notebooks/: fifteen of them, stored clean.
 
 Each notebook runs top to bottom through the lab grader, in tests/lab/test_teacher_NN.py
 (one file per notebook, slow): the grader's runs of the teacher's notebook fail on an error
@@ -27,8 +27,8 @@ def _read(path: Path):
     return nbformat.read(path, as_version=4)
 
 
-def test_there_are_fourteen_notebooks():
-    assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(1, 15)], NOTEBOOKS
+def test_there_are_fifteen_notebooks():
+    assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(1, 16)], NOTEBOOKS
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

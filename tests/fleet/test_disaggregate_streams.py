@@ -154,7 +154,7 @@ def scripted_fleet(monkeypatch, tmp_path, prefill: int, decode: int) -> Disaggre
     sent: set[int] = set()
     engines = [ScriptedPrefill(f"prefill{i}", sent) for i in range(prefill)]
     engines += [ScriptedDecode(f"decode{i}", sent) for i in range(decode)]
-    monkeypatch.setattr(disagg_fleet, "start_engines", lambda *a: (engines, str(tmp_path)))
+    monkeypatch.setattr(disagg_fleet, "start_engines", lambda *a, **kw: (engines, str(tmp_path)))
     return DisaggregatedFleet(None, prefill, decode)
 
 

@@ -51,7 +51,7 @@ class TokenizingReplica(NamedReplica):
 
 
 def test_a_fleet_of_replicas_shows_the_length_rule_its_tokenizer_and_context(monkeypatch):
-    monkeypatch.setattr(fleet_module, "Replica", TokenizingReplica)
+    monkeypatch.setattr(fleet_module.Fleet, "replica_class", TokenizingReplica)
     fleet = fleet_module.Fleet(None, 2)
     door = TokenizerQueue()
     door.check_length(fleet, CONTEXT * 4, "prompt")  # may fit: left to the tokenizer

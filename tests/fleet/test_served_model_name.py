@@ -105,7 +105,7 @@ def test_the_python_apis_fleets_call_the_model_as_the_server_does(
     from minicb.fleet import fleet as fleet_module
     from tests.fleet.test_disaggregate_streams import scripted_fleet
 
-    monkeypatch.setattr(fleet_module, "Replica", NamedReplica)
+    monkeypatch.setattr(fleet_module.Fleet, "replica_class", NamedReplica)
     relative = os.path.relpath(tiny_llama_dir)
     assert fleet_module.Fleet(relative, 2).model_name == relative
     # the default model: its name, not the cache folder it resolves to

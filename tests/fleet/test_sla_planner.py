@@ -168,6 +168,7 @@ def ramp():
     return run_all(["planner"], "H100:llama-3.1-8b", size=0.5)
 
 
+@pytest.mark.slow  # the ramp reproduction takes 13-45 s here
 def test_the_ramp_reproduction_figures(ramp):
     result = ramp["planner"]
     rows = {r["system"]: r for r in result["rows"]}
