@@ -100,11 +100,24 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         "--speculative",
         default="off",
         choices=SPECULATIVE_MODES,
-        help="speculative decoding: 'ngram' drafts tokens by prompt lookup (any temperature)",
+        help="speculative decoding (any temperature): 'ngram' drafts tokens by prompt lookup, "
+        "'draft' by a draft model (--draft-model), 'early_exit' by the model's own first "
+        "--draft-layers layers",
     )
     g.add_argument("--num-speculative-tokens", type=int, default=4, help="drafts per step, at most")
     g.add_argument("--ngram-min", type=int, default=1, help="shortest n-gram the lookup matches")
     g.add_argument("--ngram-max", type=int, default=4, help="longest n-gram the lookup matches")
+    g.add_argument(
+        "--draft-model",
+        default=None,
+        help="--speculative draft: a model folder with the target's tokenizer (or the target's)",
+    )
+    g.add_argument(
+        "--draft-layers",
+        type=int,
+        default=None,
+        help="--speculative early_exit: the target's first layers that draft (default: half)",
+    )
     g.add_argument(
         "--measure-utilisation",
         action=argparse.BooleanOptionalAction,
@@ -150,6 +163,8 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         num_speculative_tokens=args.num_speculative_tokens,
         ngram_min=args.ngram_min,
         ngram_max=args.ngram_max,
+        draft_model=args.draft_model,
+        draft_layers=args.draft_layers,
         tensor_parallel_size=args.tensor_parallel_size,
         measure_utilisation=args.measure_utilisation,
         overlap_scheduling=args.overlap_scheduling,
