@@ -1,4 +1,4 @@
-"""The drafters ``EngineConfig.speculative`` names, built from the settings they read.
+"""The drafters the ``speculative`` setting names, built from the settings they read.
 
 Each factory is a ``DrafterFactory`` (minicb/core/scheduler/hooks.py): the scheduler calls it
 with the config, its block manager and the context length. The n-gram needs nothing else; a

@@ -73,7 +73,7 @@ COUNTERS = (
      "Prompt tokens looked up in the prefix cache."),
     ("prefix_hits", "minicb:prefix_cache_hits", "Prompt tokens found in the prefix cache."),
     # The same hits by where they were found: on the device, or in the host tier (copied
-    # back; EngineConfig.kv_offload_blocks). device + host = prefix_cache_hits.
+    # back; the host tier's kv_offload_blocks). device + host = prefix_cache_hits.
     ("prefix_tier_hits", "minicb:prefix_cache_hits_by_tier",
      "Prompt tokens found in the prefix cache, by tier (device or host memory)."),
     ("iterations", "minicb:iterations", "Engine iterations."),

@@ -82,7 +82,7 @@ class StepPlan:
     swapped_out: list[Decision] = field(default_factory=list)
     swapped_in: list[Decision] = field(default_factory=list)
     drafted: list[Decision] = field(default_factory=list)  # speculative drafts, and whence
-    # The proposer whose drafts this step's rows verify (the word of EngineConfig.speculative:
+    # The proposer whose drafts this step's rows verify (the speculation record's word:
     # "ngram", "draft", "early_exit"); None in a step that drafted nothing.
     proposer: str | None = None
     finished: list[Decision] = field(default_factory=list)  # filled after the step ran
