@@ -18,10 +18,9 @@ replicas: of the next arrival, the next hand-off or release, and the earliest st
 engine's next step, whichever comes first (a step is done whole; what it causes, a hand-off
 at its end or a release at a transfer's end, waits in a queue of timed actions until its
 time). The source is an ``Arrivals`` or a ``ChatSessions`` (told of each answer, so the
-next turn follows it). Its figures count each request once, TTFT from the prefill engine's
-first token and TPOT over the tokens of both, summarised by the one ``MetricsCollector``
-summary (the one definition of goodput); colocated runs for comparison are
-``SimulatedFleet``'s. Labelled ``simulated``. Pure Python: no torch.
+next turn follows it). With a planner, the pools grow and shrink (``ClusterScaling``,
+disagg_scaling.py). Its figures count each request once (disagg_figures.py); colocated runs
+for comparison are ``SimulatedFleet``'s. Labelled ``simulated``. Pure Python: no torch.
 """
 
 from __future__ import annotations
@@ -34,18 +33,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from minicb.core.config import EngineConfig, SamplingParams
-from minicb.core.latency import distribution, tpot
+from minicb.core.latency import tpot
 from minicb.core.request import RequestMetrics
 from minicb.cost_model.catalogue import load_profile
 from minicb.cost_model.step_time import StepTimeModel
-from minicb.fleet.autoscale import ScaleDecision
+from minicb.fleet.disagg_figures import cluster_summary
 from minicb.fleet.disagg_member import Member, TokenFn, build_member, member_load
+from minicb.fleet.disagg_scaling import ClusterScaling
 from minicb.fleet.kv_transfer import DecodeScheduler, PrefillScheduler, Transfer, link
 from minicb.fleet.router import Router
-from minicb.fleet.simulated import ArrivalSource, gpu_price, merge_metrics, replica_startup_s
-from minicb.fleet.sla_planner import Pool, PoolScaler, PoolsState
+from minicb.fleet.simulated import ArrivalSource, replica_startup_s
+from minicb.fleet.sla_planner import PoolScaler
 from minicb.parallel.settings import ParallelSettings
-from minicb.telemetry.records import RequestRecord
 from minicb.telemetry.request_times import continued
 from minicb.workload import RequestSpec
 
@@ -91,25 +90,16 @@ class DisaggregatedCluster:
             profile = load_profile(profile, ParallelSettings.of(config).tensor_parallel_size)
         self.profile, self.link = profile, link(link_name)
         self.ttft_slo, self.tpot_slo = ttft_slo, tpot_slo
-        self.prefill = [build_member(i, profile, config, PrefillScheduler, token_fn, 0)
-                        for i in range(num_prefill)]  # fmt: skip
         decode_config = decode_config or config
-        self.decode = [build_member(i, profile, decode_config, self._decode_scheduler(i),
-                                    token_fn, 1) for i in range(num_decode)]  # fmt: skip
+        self.config, self.decode_config, self.token_fn = config, decode_config, token_fn
+        self.prefill = [self.build("prefill", i) for i in range(num_prefill)]
+        self.decode = [self.build("decode", i) for i in range(num_decode)]
         self.route_prefill = Router(router, num_prefill, block_size=config.block_size)
         self.route_decode = Router(router, num_decode, block_size=decode_config.block_size)
-        self.config, self.decode_config, self.token_fn = config, decode_config, token_fn
-        # With a planner, each pool grows and shrinks: an added engine takes its start-up
-        # delay (the colocated fleet's, simulated.py) and costs from the moment it is asked for.
-        self.planner = planner
-        self.startup_s = replica_startup_s(profile) if startup_s is None else startup_s
-        self.scaling: list[dict[str, Any]] = []  # each decision, its time, pool and sizes
-        # What the planner is told of the interval since its last look: each arrival's
-        # prompt length, each first token's TTFT, each finished request's ITL and length.
-        self._prompts: list[int] = []
-        self._ttfts: list[float] = []
-        self._itls: list[float] = []
-        self._outputs: list[int] = []
+        # With a planner, each pool grows and shrinks (disagg_scaling.py); without one,
+        # the pools keep their sizes and nothing is collected for it.
+        startup_s = replica_startup_s(profile) if startup_s is None else startup_s
+        self.scaler = ClusterScaling(self, planner, startup_s) if planner else None
         self.journeys: list[Journey] = []
         self.transfers: list[Transfer] = []
         self._ready: dict[tuple[int, int], float] = {}  # (decode, id) -> when handed over
@@ -119,6 +109,14 @@ class DisaggregatedCluster:
         self._answered: Callable[[RequestSpec, float, list[int]], None] | None = None
 
     # ---- building ------------------------------------------------------------------------
+    def build(self, side: str, index: int) -> Member:
+        """Engine ``index`` of the ``prefill`` or ``decode`` pool, on its own clock."""
+        if side == "prefill":
+            return build_member(index, self.profile, self.config, PrefillScheduler,
+                                self.token_fn, 0)  # fmt: skip
+        return build_member(index, self.profile, self.decode_config,
+                            self._decode_scheduler(index), self.token_fn, 1)  # fmt: skip
+
     def _decode_scheduler(self, index: int) -> Callable[..., DecodeScheduler]:
         def build(*args: Any) -> DecodeScheduler:
             return DecodeScheduler(
@@ -143,7 +141,7 @@ class DisaggregatedCluster:
     def run(self, source: ArrivalSource) -> dict[str, Any]:
         """Every request of ``source`` through the cluster; the figures (``summary``)."""
         self._answered = getattr(source, "answered", None)  # a closed loop's next turns
-        interval = self.planner.interval_s if self.planner else math.inf
+        interval = self.scaler.planner.interval_s if self.scaler else math.inf
         next_look = interval
         while source or self._actions or any(m.engine.has_unfinished() for m in self.members):
             t_arrival = source.next_time if source.next_time is not None else math.inf
@@ -161,7 +159,7 @@ class DisaggregatedCluster:
             elif t_action == t:
                 self._act(*heapq.heappop(self._actions))
             elif next_look == t:
-                self._look(t)
+                self.scaler.look(t)
                 next_look += interval
             elif t_prefill == t:
                 self._step_prefill(prefill)
@@ -186,7 +184,8 @@ class DisaggregatedCluster:
 
     def _arrive(self, spec: RequestSpec, now: float) -> None:
         number = len(self.journeys)
-        self._prompts.append(len(spec.prompt))
+        if self.scaler:
+            self.scaler.prompts.append(len(spec.prompt))
         loads = [member_load(m, now) for m in self.prefill]
         member = self.prefill[self.route_prefill.route(number, list(spec.prompt), loads).replica]
         member.catch_up(now)
@@ -210,7 +209,8 @@ class DisaggregatedCluster:
             journey.token_ids.extend(out.token_ids)
             journey.token_times.append(now)
             journey.times = out.metrics
-            self._ttfts.append(now - out.metrics.arrival_time)
+            if self.scaler:
+                self.scaler.ttfts.append(now - out.metrics.arrival_time)
             if journey.spec.output_tokens == 1:  # nothing to decode: done here
                 self._done(journey, now)
                 self._act(now, 0, "release", (member.index, out.request_id))
@@ -267,111 +267,28 @@ class DisaggregatedCluster:
             journey = self.journeys[member.numbers.pop(out.request_id)]
             journey.token_ids.extend(out.token_ids)
             journey.times = continued(journey.times, out.metrics)
-            decoded = journey.token_times[1:]  # the gaps on the decode side: its ITL
-            if len(decoded) >= 2:
-                self._itls.append(tpot(decoded[0], decoded[-1], len(decoded)))
-            self._outputs.append(len(journey.token_ids))
+            if self.scaler:  # the planner is told each request's length and decode ITL
+                decoded = journey.token_times[1:]  # the gaps on the decode side
+                if len(decoded) >= 2:
+                    self.scaler.itls.append(tpot(decoded[0], decoded[-1], len(decoded)))
+                self.scaler.outputs.append(len(journey.token_ids))
             self._done(journey, now)
 
     def _done(self, journey: Journey, now: float) -> None:
         if self._answered is not None:  # the next turn sends back what the model said
             self._answered(journey.spec, now, journey.token_ids)
 
-    # ---- the planner ---------------------------------------------------------------------
-    def _look(self, now: float) -> None:
-        """The planner's look at ``now`` at the interval since the last one, done."""
-        assert self.planner is not None
+    @property
+    def scaling(self) -> list[dict[str, Any]]:
+        """The planner's decisions, each with its time, pool, reason and the pools' sizes."""
+        return self.scaler.log if self.scaler else []
 
-        def pool(side: list[Member]) -> Pool:
-            live = [m for m in side if m.removed is None]
-            ready = [m for m in live if m.ready_at <= now]
-            held = {m.index: len(m.numbers) for m in ready}
-            waiting = sum(member_load(m, now).waiting for m in ready)
-            added = [m.ready_at for m in ready if m.added > 0]
-            since = now - max(added) if added else None
-            return Pool(len(ready), len(live) - len(ready), held, waiting, since)
-
-        state = PoolsState(
-            now=now, arrived=len(self._prompts), prompt_tokens=sum(self._prompts),
-            ttft_s=self._ttfts, itl_s=self._itls, output_tokens=self._outputs,
-            decode_running=sum(m.engine.queue_sizes()["running"] for m in self.decode
-                               if m.removed is None and m.ready_at <= now),
-            prefill=pool(self.prefill), decode=pool(self.decode),
-        )  # fmt: skip
-        self._prompts, self._ttfts, self._itls, self._outputs = [], [], [], []
-        for side, decision in self.planner.decide(state):
-            self._scale(side, decision, now)
-
-    def _scale(self, side: str, decision: ScaleDecision, now: float) -> None:
-        members = self.prefill if side == "prefill" else self.decode
-        router = self.route_prefill if side == "prefill" else self.route_decode
-        if decision.action == "add":
-            index = router.add()  # the next index: its place in ``members``
-            if side == "prefill":
-                member = build_member(index, self.profile, self.config, PrefillScheduler,
-                                      self.token_fn, 0)  # fmt: skip
-            else:
-                member = build_member(index, self.profile, self.decode_config,
-                                      self._decode_scheduler(index), self.token_fn, 1)  # fmt: skip
-            member.added, member.ready_at = now, now + self.startup_s
-            member.catch_up(member.ready_at)
-            members.append(member)
-        else:  # out of the router now; it drains what it holds
-            index = decision.replica
-            router.remove(index)
-            members[index].removed = now
-        live = {name: sum(m.removed is None for m in pool)
-                for name, pool in (("prefill", self.prefill), ("decode", self.decode))}  # fmt: skip
-        self.scaling.append({"time": now, "pool": side, "action": decision.action,
-                             "replica": index, "reason": decision.reason, **live})  # fmt: skip
-
-    def engine_seconds(self, end: float) -> float:
-        """GPU-seconds of every engine from when it was asked for to ``end``, or to when a
-        removed one had drained what it held."""
-        busy = 0.0
-        for m in self.members:
-            stop = end if m.removed is None else min(end, max(m.removed, m.clock()))
-            busy += max(0.0, stop - m.added)
-        return busy * self.profile.tp
-
-    # ---- the figures -----------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:
-        """The cluster's figures (simulated): one metrics summary over the requests (TTFT
-        from the prefill side's first token, TPOT over both sides' tokens; goodput under
-        the targets) and the steps of every engine, and the transfers."""
-        merged = merge_metrics([m.metrics for m in self.members])  # steps and time bounds
-        records = merged.requests  # each request once, as its journey over both sides
-        records.clear()
-        records.update({(0, i): _record(j) for i, j in enumerate(self.journeys)})
-        gpu_s = self.engine_seconds(merged.t_max or 0.0)
-        dollars = gpu_s / 3600 * gpu_price(self.profile)
-        out_tokens = sum(len(j.token_ids) for j in self.journeys)
-        return {
-            "simulated": True,
-            "profile": self.profile.name,
-            "prefill_engines": len(self.prefill),
-            "decode_engines": len(self.decode),
-            "link": f"{self.link.name} ({self.link.gb_s:g} GB/s x {self.link.efficiency:g})",
-            "summary": merged.summary(self.ttft_slo, self.tpot_slo),
-            "gpu_hours": gpu_s / 3600,
-            "usd_per_m_output_tokens": dollars / out_tokens * 1e6 if out_tokens else None,
-            "scaling": self.scaling,
-            "transfers": {
-                "count": len(self.transfers),
-                "bytes": sum(t.nbytes for t in self.transfers),
-                "blocks": sum(t.blocks for t in self.transfers),
-                "seconds": distribution(t.end - t.start for t in self.transfers),
-                "queued_s": distribution(t.queued_s for t in self.transfers),
-                "held_back": sum(t.held_back for t in self.transfers),
-            },
-        }
+        """The cluster's figures (simulated; disagg_figures.py)."""
+        return cluster_summary(self)
 
     def _state(self) -> str:
         parts = [f"prefill {m.index}: {m.engine.queue_sizes()}" for m in self.prefill]
         parts += [f"decode {m.index}: {m.engine.queue_sizes()}" for m in self.decode]
         return "; ".join(parts)
 
-
-def _record(journey: Journey) -> RequestRecord:
-    """One request's record across both sides, as a MetricsCollector keeps it."""
-    return RequestRecord(journey.times, list(journey.token_times))
