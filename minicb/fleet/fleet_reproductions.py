@@ -23,18 +23,17 @@ holds what each source claims, DistServe's too (disagg_reproduction.py runs that
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from minicb.chat_workload import ChatSessions, chat_conversations
 from minicb.core.config import EngineConfig
-from minicb.core.latency import percentile, tpot, ttft
 from minicb.cost_model.catalogue import load_profile
 from minicb.fleet.autoscale import Autoscaler
 from minicb.fleet.disaggregated import DisaggregatedCluster
 from minicb.fleet.pool_autoscale import PoolAutoscalers
+from minicb.fleet.ramp import over_target, ramp_times
 from minicb.fleet.router import POLICIES
 from minicb.fleet.simulated import SimulatedFleet
 from minicb.fleet.sla_planner import PerformanceModel, SLAPlanner
@@ -179,43 +178,6 @@ def autoscale(size: float = 1.0, profile: str = "L4:llama-3.1-8b", rate: float =
 
 
 # ---- two autoscalers on a load that ramps up and down ---------------------------------------
-def ramp_times(low: float, peak: float, duration: float, seed: int) -> list[float]:
-    """Arrival times of a Poisson load whose rate climbs from ``low`` to ``peak`` req/s
-    over the first half of ``duration`` and falls back over the second (drawn at the peak
-    rate and each kept with probability rate(t) / peak: thinning)."""
-    rng, t, times = random.Random(seed), 0.0, []
-    while True:
-        t += rng.expovariate(peak)
-        if t >= duration:
-            return times
-        rate = low + (peak - low) * (1 - abs(2 * t / duration - 1))
-        if rng.random() < rate / peak:
-            times.append(t)
-
-
-def over_target(journeys: list[tuple[float, list[float]]], bin_s: float) -> dict[str, Any]:
-    """Per ``bin_s`` of arrival time, the p90 TTFT and TPOT of the requests that arrived
-    then (``journeys``: each request's arrival and its tokens' times), the bins whose p90
-    was over each target, and the share of requests that met each target."""
-    bins: dict[int, list[tuple[float, float]]] = {}
-    for arrival, times in journeys:
-        late = tpot(times[0], times[-1], len(times)) if len(times) > 1 else 0.0
-        bins.setdefault(int(arrival // bin_s), []).append((ttft(arrival, times[0]), late))
-    series = {"t": [], "ttft_p90_s": [], "tpot_p90_s": []}
-    for b in sorted(bins):
-        series["t"].append(b * bin_s)
-        for i, key in enumerate(("ttft_p90_s", "tpot_p90_s")):
-            series[key].append(percentile(sorted(x[i] for x in bins[b]), 90))
-    every = [x for rows in bins.values() for x in rows]
-    out: dict[str, Any] = {"series": series}
-    for i, (key, target) in enumerate((("ttft", TTFT_SLO_S), ("tpot", TPOT_SLO_S))):
-        over = [t for t, v in zip(series["t"], series[f"{key}_p90_s"], strict=True) if v > target]
-        out[f"{key}_over_s"] = len(over) * bin_s
-        out[f"{key}_over_at"] = over
-        out[f"{key}_met"] = sum(x[i] <= target for x in every) / len(every)
-    return out
-
-
 def planner(size: float = 1.0, profile: str = "L4:llama-3.1-8b", low: float = 2.0,
             peak: float = 14.0, bin_s: float = 10.0):  # fmt: skip
     """A load that ramps from ``low`` to ``peak`` req/s and back over four minutes, the
@@ -253,7 +215,7 @@ def planner(size: float = 1.0, profile: str = "L4:llama-3.1-8b", low: float = 2.
     over_time[name] = {"t": [0.0] + [x["time"] for x in colocated.scaling],
                        "gpus": colocated.replica_counts()}  # fmt: skip
     rows.append({"system": name, "scaling": colocated.scaling, **_figures(result),
-                 **over_target(journeys, bin_s)})  # fmt: skip
+                 **over_target(journeys, bin_s, TTFT_SLO_S, TPOT_SLO_S)})  # fmt: skip
     for name, cluster in clusters.items():
         result = cluster.run(Arrivals(reqs))
         journeys = [(j.times.arrival_time, j.token_times) for j in cluster.journeys]
@@ -261,7 +223,7 @@ def planner(size: float = 1.0, profile: str = "L4:llama-3.1-8b", low: float = 2.
         over_time[name] = {"t": [0.0] + [x["time"] for x in cluster.scaling], "gpus": gpus}
         rows.append({"system": name, "scaling": cluster.scaling,
                      **_figures({**result, "replicas_max": max(gpus)}),
-                     **over_target(journeys, bin_s)})  # fmt: skip
+                     **over_target(journeys, bin_s, TTFT_SLO_S, TPOT_SLO_S)})  # fmt: skip
     return {
         "setup": f"{profile}, {len(reqs)} requests, lognormal lengths (means 512 in / 128 "
         f"out, shape 1.0, within 2,048 and 1,024), Poisson from {low:g} req/s rising to "
