@@ -7,12 +7,12 @@ A request goes: the Guard (guard) -> body and schema (openai_request) -> paramet
 and sampling settings (openai_params) -> the prompt tokenized (the chat template applied)
 in the tokenizer's own thread, after a bound on its length and on that thread's queue
 (tokenizer_queue) -> the fair queue by tenant, if the server has one (tenant_gate) -> the
-waiting-queue gate (waiting_gate) ->
-``EngineLoop.submit`` -> its token stream, returned whole or as server-sent events
-(openai_reply). Every refusal is an APIError (api_error). Handlers only await; model work
-runs in the engine thread and tokenizing in the tokenizer's, so a slow step never stalls
-other clients' chunks and a long prompt never stalls a step. The engine is looked up by
-name on every request because the demo may rebuild it with new settings.
+waiting-queue gate (waiting_gate) -> ``EngineLoop.submit`` -> its token stream, returned
+whole or as server-sent events (openai_reply). Every refusal is an APIError (api_error).
+Handlers only await; model work runs in the engine thread and tokenizing in the
+tokenizer's, so a slow step never stalls other clients' chunks and a long prompt never
+stalls a step. The engine is looked up by name on every request because the demo may
+rebuild it with new settings.
 
 The name may be a fleet's (minicb.fleet: replicas behind a router): the fleet tokenizes,
 the loop routes each request to a replica, and the request's stream names that replica,
@@ -219,12 +219,9 @@ class OpenAIRoutes:
         return JSONResponse(self.model_card())
 
     async def unknown(self, request: Request, path: str) -> JSONResponse:
-        raise APIError(
-            f"no route {request.method} /v1/{path}; see /v1/models, /v1/completions, "
-            "/v1/chat/completions",
-            status=404,
-            code="unknown_url",
-        )
+        known = "/v1/models, /v1/completions, /v1/chat/completions"
+        why = f"no route {request.method} /v1/{path}; see {known}"
+        raise APIError(why, status=404, code="unknown_url")
 
 
 async def engine_stopped(request: Request, err: Exception) -> JSONResponse:
@@ -289,8 +286,7 @@ def install_openai_routes(
     v1.add_api_route("/{path:path}", routes.unknown, methods=any_method, include_in_schema=False)
     app.include_router(v1)
     app.add_api_route("/health", status.health, methods=["GET"])
-    scrape = [Depends(guard.http_check(CONTROLLER, VIEWER))]
-    scrape = [] if guard.metrics_public else scrape
+    scrape = [] if guard.metrics_public else [Depends(guard.http_check(CONTROLLER, VIEWER))]
     app.add_api_route("/metrics", status.metrics, methods=["GET"], dependencies=scrape)
     install_tenant_route(app, tenants, scrape)  # the page's tenants panel
     # The API's description, for the controller only (create_app serves none of its own).
