@@ -247,16 +247,10 @@ class StepTimeModel:
         roofline = max(memory, compute) if e.overlap else memory + compute
         overhead = e.step_overhead_s + (e.chunk_step_s if chunk else 0.0)
         step = roofline + overhead + comm
-        return {
-            "memory_s": memory,
-            "compute_s": compute,
-            "comm_s": comm,
-            "overhead_s": overhead,
-            "step_s": step,
-            # how busy the hardware is: the peak's time for the work over the step's time
-            "bandwidth_util": nbytes / tp / self.gpu.bandwidth / step,
-            "flop_util": flops / tp / self.gpu.flops / step,
-        }
+        # how busy the hardware is: the peak's time for the work over the step's time
+        busy = (nbytes / tp / self.gpu.bandwidth / step, flops / tp / self.gpu.flops / step)
+        # the terms in ``TERMS``'s order, the one place their names are written
+        return dict(zip(TERMS, (memory, compute, comm, overhead, step, *busy), strict=True))
 
     def plan_terms(self, plan: StepPlan) -> dict[str, float]:
         return self.terms(plan_rows(plan.scheduled))
