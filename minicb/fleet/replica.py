@@ -26,7 +26,6 @@ again once its model is loaded (``on_ready``).
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,10 +47,6 @@ from minicb.fleet.replica_process import (
     idle_load,
 )
 from minicb.telemetry.kv_state import KVState
-
-log = logging.getLogger(__name__)
-
-FINISHING_KINDS = ("finished", "aborted")
 
 
 @dataclass(frozen=True)
@@ -178,9 +173,7 @@ class Replica:
 
     def abort_request(self, request_id: int) -> bool:
         """Abort it there, which frees its KV blocks in that replica's pool (False if the
-        replica has died: its pool went with it)."""
-        if self.dead is not None:
-            return False
+        replica has died, before or during the call: its pool went with it)."""
         try:
             return self._call(("abort", request_id))
         except ReplicaDied:
@@ -268,7 +261,7 @@ class Replica:
         """A step's events (or changes made between steps), published here in order; the
         requests they end and the pool's map follow them."""
         for event in batch:
-            if event.kind in FINISHING_KINDS:
+            if event.kind in ("finished", "aborted"):  # its request has ended
                 self.in_flight.discard(event.request_id)
             if event.kind == "kv_changes":  # made between steps (an abort, a sent KV)
                 self._kv.apply(event.kv_ops)
