@@ -273,19 +273,12 @@ class DisaggregatedFleet:
 
     def output(self, number: int) -> Completion:
         j = self.journeys[number]
-        tokenizer = self.prefill[0].tokenizer
-        text = tokenizer.decode(j.token_ids) if tokenizer is not None else ""
+        text = self.tokenizer.decode(j.token_ids) if self.tokenizer is not None else ""
         reason = {"error": "error", "aborted": "abort"}.get(j.state, j.finish_reason)
         return Completion(
-            list(j.token_ids),
-            text,
-            reason,
-            j.error,
-            j.prefill.name,
-            j.decode.name if j.decode else None,
-            j.transfer,
-            j.waiting,
-        )
+            list(j.token_ids), text, reason, j.error, prefill=j.prefill.name,
+            decode=j.decode.name if j.decode else None, transfer=j.transfer, waited=j.waiting,
+        )  # fmt: skip
 
     def kv_used(self) -> dict[str, int]:
         """Blocks in use in each live engine's pool (held KV included)."""
