@@ -350,3 +350,19 @@ def test_the_floors_drawn_in_docs_are_the_floors_held_here():
                       for room in rooms.split()}  # fmt: skip
     held = {room or "minicb": floor for room, floor in FLOORS.items()}
     assert drawn == held
+
+
+# Issue 51's measure of a readable house: a file a student can hold in mind at once. A few
+# may stay longer where one concept needs the room; more than that says concepts are sharing
+# files (scripts/house_sizes.py prints the same count for docs/architecture.md).
+MAX_LINES, MAX_LONG_FILES = 300, 4
+
+
+def test_at_most_four_files_of_the_package_are_over_300_lines():
+    """Lines as ``wc -l`` counts them, docstrings and blanks included."""
+    long = {str(path.relative_to(ROOT)): n for path in sorted((ROOT / "minicb").rglob("*.py"))
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}  # fmt: skip
+    assert len(long) <= MAX_LONG_FILES, (
+        f"{len(long)} files of minicb/ are over {MAX_LINES} lines (at most {MAX_LONG_FILES} "
+        f"may be): {long}; split a second concept into its own module"
+    )
