@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from minicb.core.latency import distribution
-from minicb.fleet.simulated import gpu_price, merge_metrics
+from minicb.fleet.fleet_figures import gpu_price, merge_metrics
 from minicb.telemetry.records import RequestRecord
 
 if TYPE_CHECKING:  # the cluster calls these; only its types are named here

@@ -40,9 +40,10 @@ from minicb.cost_model.step_time import StepTimeModel
 from minicb.fleet.disagg_figures import cluster_summary
 from minicb.fleet.disagg_member import Member, TokenFn, build_member, member_load
 from minicb.fleet.disagg_scaling import ClusterScaling
+from minicb.fleet.fleet_figures import replica_startup_s
 from minicb.fleet.kv_transfer import DecodeScheduler, PrefillScheduler, Transfer, link
 from minicb.fleet.router import Router
-from minicb.fleet.simulated import ArrivalSource, replica_startup_s
+from minicb.fleet.simulated import ArrivalSource
 from minicb.fleet.sla_planner import PoolScaler
 from minicb.parallel.settings import ParallelSettings
 from minicb.telemetry.request_times import continued

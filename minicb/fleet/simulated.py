@@ -1,21 +1,20 @@
 """A fleet of SIMULATED replicas behind the router, on virtual time: data-centre scale.
 
-Each replica is the real engine on a ``SimulatedRunner`` (minicb/sim/simulated_runner.py) with its
-own ``VirtualClock``, as ``minicb.sim.run`` drives one; the fleet runs them together in
-time order: of the next arrival, the next autoscaling look and the earliest end of a
-replica's step, it does whichever comes first (a discrete-event simulation: a replica's
-step starts at its own clock, so it sees only the requests routed to it by then). A
-request is routed by ``minicb.fleet.router.Router``, the same code that routes for the
+Each replica is the real engine on a ``SimulatedRunner`` (minicb/sim/simulated_runner.py)
+with its own ``VirtualClock``, as ``minicb.sim.run`` drives one; the fleet runs them
+together in time order: of the next arrival, the next autoscaling look and the earliest end
+of a replica's step, it does whichever comes first (a discrete-event simulation: a
+replica's step starts at its own clock, so it sees only the requests routed to it by then).
+A request is routed by ``minicb.fleet.router.Router``, the same code that routes for the
 real replicas, told each replica's waiting and running requests at that moment; an idle
 replica's clock jumps to the arrival. The requests come from the one workload module: an
-``Arrivals`` (open loop) or a ``ChatSessions`` (a closed loop: each turn after the
-previous answer).
+``Arrivals`` (open loop) or a ``ChatSessions`` (a closed loop: each turn after the previous
+answer).
 
-With an ``Autoscaler`` (minicb/fleet/autoscale.py) the fleet grows and shrinks: an added
-replica takes requests only after its start-up delay (``startup_s``: the catalogue's fixed
-seconds plus its weights read at the catalogue's rate) and costs from the moment it is
-added; a removed one is taken out of the router first. Cost is GPU-hours (replica-seconds
-x GPUs per replica) at the catalogue's illustrative price.
+With an ``Autoscaler`` (autoscale.py) the fleet grows and shrinks (fleet_scaling.py): an
+added replica takes requests only after its start-up delay (``startup_s``) and costs from
+the moment it is added. Cost is GPU-hours (replica-seconds x GPUs per replica) at the
+catalogue's illustrative price (fleet_figures.py).
 
 With a ``FairQueue`` (minicb/fleet/tenancy/) requests do not go to a replica as they arrive:
 they wait in the queue, each under its tenant (``RequestSpec.group``), and one leaves it
@@ -35,26 +34,26 @@ Each routing decision is also a ``routed`` event (``RequestRouted``) on the flee
 
 ``run`` returns the fleet's figures, all labelled ``simulated``: the one metrics summary
 (``MetricsCollector``'s, merged over the replicas) with goodput under the TTFT and TPOT
-targets, the prefix cache's hit rate, cost per million output tokens, every route and
-every scaling decision with its reason. Pure Python: no torch.
+targets, the prefix cache's hit rate, cost per million output tokens, every route and every
+scaling decision with its reason. Pure Python: no torch.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections import deque
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from minicb.core.bus import EventBus
 from minicb.core.config import EngineConfig
 from minicb.core.engine import LLMEngine
-from minicb.core.latency import tpot, ttft
 from minicb.core.runner import VirtualClock
-from minicb.cost_model.catalogue import load_profile, read_catalogue
+from minicb.cost_model.catalogue import load_profile
 from minicb.cost_model.step_time import StepTimeModel
-from minicb.fleet.autoscale import Autoscaler, FleetState, ScaleDecision
+from minicb.fleet.autoscale import Autoscaler
+from minicb.fleet.fleet_figures import gpu_price, merge_metrics, replica_startup_s
+from minicb.fleet.fleet_scaling import FleetScaling
 from minicb.fleet.kv_events import KVEventBatch, KVEventPublisher
 from minicb.fleet.router import ReplicaLoad, Route, Router
 from minicb.fleet.tenancy.fair_queue import FairQueue, Refused
@@ -72,18 +71,6 @@ class ArrivalSource(Protocol):
     @property
     def next_time(self) -> float | None: ...
     def due(self, now: float) -> list[RequestSpec]: ...
-
-
-def replica_startup_s(profile: StepTimeModel) -> float:
-    """Seconds from adding a replica to its first request: the catalogue's fixed start-up
-    plus the weights read at its rate (illustrative: catalogue.json's ``fleet``)."""
-    fleet = read_catalogue()["fleet"]
-    return fleet["startup_fixed_s"] + profile.weight_bytes / (fleet["weights_gb_s"] * 1e9)
-
-
-def gpu_price(profile: StepTimeModel) -> float:
-    """US dollars per GPU-hour of the profile's GPU (illustrative: catalogue.json)."""
-    return read_catalogue()["gpus"][profile.gpu.name]["usd_per_gpu_hour"]
 
 
 @dataclass
@@ -136,15 +123,13 @@ class SimulatedFleet:
         if isinstance(router, str):
             router = Router(router, num_replicas, block_size=config.block_size)
         self.profile, self.config, self.router = profile, config, router
-        self.autoscaler = autoscaler
         self.startup_s = replica_startup_s(profile) if startup_s is None else startup_s
         self.ttft_slo, self.tpot_slo = ttft_slo, tpot_slo
-        self.replicas = [self._replica(i, 0.0, 0.0) for i in router.replicas]
+        self.replicas = [self.build_replica(i, 0.0, 0.0) for i in router.replicas]
         self.routes: list[Route] = []
         self.bus = EventBus()  # the fleet's own events: each routing decision ("routed")
         self.told: list[tuple[int, list[int], list[ReplicaLoad]]] = []  # what routing saw
-        self.scaling: list[dict[str, Any]] = []  # each decision, its time and the count
-        self._outcomes: deque[tuple[float, bool]] = deque()  # (finish time, met both)
+        self.scaler = FleetScaling(self, autoscaler) if autoscaler else None  # it grows, shrinks
         self._next_id = 0
         self._asked: list[int] = []  # replicas asked for a snapshot at the last decision
         self.queue, self.max_in_flight = queue, max_in_flight
@@ -153,7 +138,8 @@ class SimulatedFleet:
         self.placed: list[tuple[RequestSpec, int, int]] = []
         self._now = 0.0
 
-    def _replica(self, index: int, added: float, ready_at: float) -> SimulatedReplica:
+    def build_replica(self, index: int, added: float, ready_at: float) -> SimulatedReplica:
+        """Replica ``index``, asked for at ``added`` and taking requests at ``ready_at``."""
         clock = VirtualClock(ready_at)
         runner = SimulatedRunner(self.profile, self.config, clock=clock)
         replica = SimulatedReplica(
@@ -179,7 +165,7 @@ class SimulatedFleet:
     # ---- the event loop --------------------------------------------------------------------
     def run(self, source: ArrivalSource) -> dict[str, Any]:
         """Every request of ``source`` through the fleet; the figures (``summary``)."""
-        interval = self.autoscaler.interval_s if self.autoscaler else math.inf
+        interval = self.scaler.autoscaler.interval_s if self.scaler else math.inf
         next_look = interval
         while source or self.queue or any(r.engine.has_unfinished() for r in self.active):
             busy = [r for r in self.active if r.engine.has_unfinished()]
@@ -195,7 +181,7 @@ class SimulatedFleet:
             elif t_room <= t_step and t_room <= next_look:
                 self._dispatch(t_room)
             elif next_look <= t_step:
-                self._look(next_look)
+                self.scaler.look(next_look)
                 next_look += interval
             else:
                 self._step(min(busy, key=lambda r: (r.clock(), r.index)), source)
@@ -270,12 +256,8 @@ class SimulatedFleet:
         answers = {out.request_id: out.token_ids for out in replica.engine.step().finished}
         answered = getattr(source, "answered", None)
         for event in replica.finished:
-            record = replica.metrics.requests[(0, event.request_id)]
-            first, last, n = record.token_times[0], record.token_times[-1], len(record.token_times)
-            met = ttft(record.arrival, first) <= self.ttft_slo and (
-                n < 2 or tpot(first, last, n) <= self.tpot_slo
-            )
-            self._outcomes.append((event.time, met))
+            if self.scaler:  # the attainment it judges by
+                self.scaler.finished(replica.metrics.requests[(0, event.request_id)], event.time)
             request = replica.requests.pop(event.request_id)
             if answered is not None:  # the next turn sends back what the model said
                 answered(request, event.time, answers.get(event.request_id))
@@ -283,46 +265,16 @@ class SimulatedFleet:
         if not replica.engine.has_unfinished():
             replica.idle_from = replica.clock()
 
-    def _look(self, now: float) -> None:
-        """The autoscaler's look at ``now``, and what it decided, done."""
-        assert self.autoscaler is not None
-        while self._outcomes and self._outcomes[0][0] < now - self.autoscaler.window_s:
-            self._outcomes.popleft()
-        ready = [r for r in self.active if r.ready_at <= now]
-        met = [ok for t, ok in self._outcomes if t <= now]
-        state = FleetState(
-            now=now,
-            ready=len(ready),
-            starting=len(self.active) - len(ready),
-            waiting=sum(r.load(now).waiting for r in ready),
-            attainment=sum(met) / len(met) if met else None,
-            idle_s={r.index: now - r.idle_from for r in ready if r.idle_from is not None
-                    and r.idle_from <= now and not r.engine.has_unfinished()},
-            since_ready_s=now - max(r.ready_at for r in ready) if self.scaling else None,
-        )  # fmt: skip
-        decision = self.autoscaler.decide(state)
-        if decision is not None:
-            self._scale(decision, now)
-
-    def _scale(self, decision: ScaleDecision, now: float) -> None:
-        if decision.action == "add":
-            index = self.router.add()
-            self.replicas.append(self._replica(index, now, now + self.startup_s))
-            replica = index
-        else:
-            replica = decision.replica
-            self.router.remove(replica)
-            next(r for r in self.active if r.index == replica).removed = now
-        self.scaling.append({"time": now, "action": decision.action, "replica": replica,
-                             "reason": decision.reason, "replicas": len(self.active)})  # fmt: skip
+    @property
+    def scaling(self) -> list[dict[str, Any]]:
+        """The autoscaler's decisions, each with its time, reason and the replica count."""
+        return self.scaler.log if self.scaler else []
 
     # ---- the figures -----------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:
         """The fleet's figures (simulated): the merged metrics summary, cost, routes."""
         merged = merge_metrics([r.metrics for r in self.replicas])
-        summary = merged.summary(self.ttft_slo, self.tpot_slo)
-        end = merged.t_max or 0.0
-        tp = self.profile.tp
+        end, tp = merged.t_max or 0.0, self.profile.tp
         gpu_s = sum(((r.removed if r.removed is not None else end) - r.added) * tp
                     for r in self.replicas)  # fmt: skip
         dollars = gpu_s / 3600 * gpu_price(self.profile)
@@ -332,7 +284,7 @@ class SimulatedFleet:
             "profile": self.profile.name,
             "policy": self.router.policy,
             "replicas_max": max(self.replica_counts()),
-            "summary": summary,
+            "summary": merged.summary(self.ttft_slo, self.tpot_slo),
             "gpu_hours": gpu_s / 3600,
             "usd": dollars,
             "usd_per_m_output_tokens": dollars / out_tokens * 1e6 if out_tokens else None,
@@ -346,25 +298,3 @@ class SimulatedFleet:
         start = len(self.replicas) - sum(s["action"] == "add" for s in self.scaling)
         return [start] + [s["replicas"] for s in self.scaling]
 
-
-def merge_metrics(collectors: list[MetricsCollector]) -> MetricsCollector:
-    """One collector holding every replica's requests (keyed by replica, then by their own
-    key: the engines number requests alike) and the sums of their steps."""
-    merged = MetricsCollector()
-    for i, c in enumerate(collectors):
-        merged.requests.update({(i, *key): r for key, r in c.requests.items()})  # type: ignore[misc]
-        merged.rejected += c.rejected
-        for bound, pick in (("t_min", min), ("t_max", max)):
-            mine, theirs = getattr(merged, bound), getattr(c, bound)
-            if theirs is not None:
-                setattr(merged, bound, theirs if mine is None else pick(mine, theirs))
-        s, t = merged.steps, c.steps
-        for f in fields(s):
-            a, b = getattr(s, f.name), getattr(t, f.name)
-            if isinstance(a, dict):
-                setattr(s, f.name, {k: a.get(k, 0) + b.get(k, 0) for k in {*a, *b}})
-            elif f.name == "kv_usage_peak":
-                s.kv_usage_peak = max(a, b)
-            else:
-                setattr(s, f.name, a + b)
-    return merged

@@ -245,7 +245,7 @@ def test_a_restarted_replica_is_resynced_and_routed_to_by_what_it_holds():
     assert index.held(0) > 0
     # Replica 0 restarts: a fresh engine (an empty pool) under the same index, a new epoch.
     now = max(r.clock() for r in fleet.active)
-    fleet.replicas[0] = fleet._replica(0, now, now)
+    fleet.replicas[0] = fleet.build_replica(0, now, now)
     assert fleet.replicas[0].kv_events.epoch != old.kv_events.epoch
     fleet.run(ChatSessions(chat().conversations, start=now))
     assert index.resyncs >= 1
