@@ -76,7 +76,12 @@ def _fleet(profile: str, config: EngineConfig, policy: str, n: int, **kw: Any) -
 
 
 # ---- SGLang's cache-aware router against round-robin ---------------------------------------
-def router(size: float = 1.0, profile: str = "A100-40GB:llama-3.1-8b", replicas: int = 8):
+def router(
+    size: float = 1.0,
+    profile: str = "A100-40GB:llama-3.1-8b",
+    replicas: int = 8,
+    policies: tuple[str, ...] = POLICIES,
+):
     """Closed-loop multi-turn chat: conversations in pairs sharing a 2,048-token document,
     4 turns each (user and answer messages of mean 64 tokens), 0.5 s pauses, all
     starting at once; the same conversations under each policy."""
@@ -85,7 +90,7 @@ def router(size: float = 1.0, profile: str = "A100-40GB:llama-3.1-8b", replicas:
                                user_mean=64, answer_mean=64, think_mean_s=0.5, seed=1)  # fmt: skip
     config = EngineConfig(max_num_seqs=256, max_num_batched_tokens=2048)
     rows = []
-    for policy in POLICIES:
+    for policy in policies:
         result = _fleet(profile, config, policy, replicas).run(ChatSessions(convs))
         rows.append({"policy": policy, **_figures(result)})
     base = rows[0]

@@ -11,6 +11,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from minicb import EngineConfig
 from minicb.core.runner.model_runner import ModelRunner, build_runner
 from minicb.utilisation.occupancy import UtilisationRunner
@@ -49,6 +51,7 @@ def test_registering_loads_no_torch():
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.slow  # a fresh interpreter imports torch and builds a model: 7 s here, idle
 def test_a_plain_runner_needs_no_feature_and_a_missing_one_names_its_import(tiny_llama_dir):
     code = UNREGISTERED.format(path=str(tiny_llama_dir))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
