@@ -132,14 +132,17 @@ def break_even(runs: dict[str, list[RunRecord]]) -> dict[str, Any]:
             "rule_speedup": spread(rule)}  # fmt: skip
 
 
-def compare(engine: LLMEngine, workload: Workload, slots: int, repeats: int) -> dict[str, Any]:
-    """``workload`` with speculation off and on, ``slots`` requests at a time; every run's
-    figures are checked (``check_figures``) before a ratio is made of them."""
+def compare(
+    engine: LLMEngine, workload: Workload, slots: int, repeats: int, on: dict[str, Any]
+) -> dict[str, Any]:
+    """``workload`` with speculation off and on (``on``: the proposer's settings), ``slots``
+    requests at a time; every run's figures are checked (``check_figures``) before a ratio
+    is made of them."""
     runs: dict[str, list[RunRecord]] = {"off": [], "on": []}
     for r in range(repeats):
         for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
-            spec = "ngram" if mode == "on" else "off"
-            eng = sibling(engine, speculative=spec, max_num_seqs=slots)
+            spec = on if mode == "on" else {"speculative": "off"}
+            eng = sibling(engine, **spec, max_num_seqs=slots)
             runs[mode].append(run_minicb(eng, workload, f"minicb-spec-{mode}"))
     for rec in runs["off"] + runs["on"]:
         check_figures(rec)
@@ -156,8 +159,12 @@ def compare(engine: LLMEngine, workload: Workload, slots: int, repeats: int) -> 
     }
 
 
-def run_bench(engine: LLMEngine, quick: bool, repeats: int | None = None) -> dict[str, Any]:
-    """Both workloads at each of BATCHES slots (16 requests: the last batch holds them all)."""
+def run_bench(
+    engine: LLMEngine, quick: bool, repeats: int | None = None, on: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Both workloads at each of BATCHES slots (16 requests: the last batch holds them all),
+    speculation ``on`` with the proposer's settings (default: n-gram prompt lookup)."""
+    on = on or {"speculative": "ngram"}
     plan = QUICK if quick else FULL
     n, max_tokens = (16, 32) if quick else (16, 96)
     headline = make_workloads(plan, engine.runner.vocab_size)[0]
@@ -166,12 +173,12 @@ def run_bench(engine: LLMEngine, quick: bool, repeats: int | None = None) -> dic
     repeats = repeats or plan.repeats
     results: dict[str, Any] = {"repeats": repeats, "workloads": {}}
     warm = copy_workload(engine, 1, 4)
-    for mode in ("off", "ngram"):  # first touches of weights and allocator, unmeasured
-        run_minicb(sibling(engine, speculative=mode), warm, "warm-up")
+    for spec in ({"speculative": "off"}, on):  # first touches of weights and allocator
+        run_minicb(sibling(engine, **spec), warm, "warm-up")
     for w in (copy_workload(engine, n, max_tokens), headline):
         results["workloads"][w.name] = {
             "definition": w.describe(),
-            **{f"batch_{b}": compare(engine, w, b, repeats) for b in BATCHES},
+            **{f"batch_{b}": compare(engine, w, b, repeats, on) for b in BATCHES},
         }
     return results
 
@@ -226,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--repeats", type=int, default=None, help="measured repeats")
     p.add_argument("--num-speculative-tokens", type=int, default=4)
+    p.add_argument("--proposer", default="ngram", choices=("ngram", "draft", "early_exit"))
+    p.add_argument("--draft-model", default=None, help="--proposer draft: its model folder")
+    p.add_argument("--draft-layers", type=int, default=None, help="--proposer early_exit")
     p.add_argument("--out", default=None, help="also write the figures to this JSON file")
     args = p.parse_args(argv)
     import torch
@@ -241,11 +251,14 @@ def main(argv: list[str] | None = None) -> int:
         num_speculative_tokens=args.num_speculative_tokens,
     )
     engine = LLMEngine(args.model, config)
-    results = run_bench(engine, args.quick, args.repeats)
+    on = {"speculative": args.proposer, "draft_model": args.draft_model,
+          "draft_layers": args.draft_layers}  # fmt: skip
+    results = run_bench(engine, args.quick, args.repeats, on)
     results["meta"] = {
         "model": engine.model_name,
         "runner": engine.runner.describe(),
         "num_speculative_tokens": args.num_speculative_tokens,
+        "speculation_on": on,
         "threads": args.threads,
         "median_prompt_len": {
             k: statistics.median(w["definition"]["prompt_lens"])

@@ -81,6 +81,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "GPU; docs/reproductions.md); GPU:MODEL (e.g. H100:llama-3.1-8b) is the profile of "
         "the at-scale static/continuous comparison",
     )  # fmt: skip
+    p.add_argument(
+        "--speculative", default=None, choices=("ngram", "draft", "early_exit"),
+        help="instead: speculation off against on at batch 1, 4 and 16, with the break-even "
+        "rule (minicb.bench.speculative; --draft-model, --draft-layers for its proposer)",
+    )  # fmt: skip
+    p.add_argument("--draft-model", default=None, help="with --speculative draft")
+    p.add_argument("--draft-layers", type=int, default=None, help="with --speculative early_exit")
     p.add_argument("--reproduce", nargs="+", default=None, metavar="NAME",
                    help="with --simulate: anyscale vllm sarathi scale (default: all)")  # fmt: skip
     p.set_defaults(func=run)
@@ -112,9 +119,27 @@ def make_plan(args: argparse.Namespace) -> BenchPlan:
     return replace(QUICK if args.quick else FULL, **changes)
 
 
+def run_speculative_bench(args: argparse.Namespace) -> int:
+    """``--speculative PROPOSER``: minicb.bench.speculative with this command's options."""
+    from minicb.bench import speculative
+
+    out = Path(args.out_dir) / "speculative.json"
+    argv = ["--proposer", args.speculative, "--device", args.device, "--dtype", args.dtype,
+            "--threads", str(args.threads), "--out", str(out)]  # fmt: skip
+    optional = {"--model": args.model, "--repeats": args.repeats,
+                "--draft-model": args.draft_model, "--draft-layers": args.draft_layers}  # fmt: skip
+    for flag, value in optional.items():
+        if value is not None:
+            argv += [flag, str(value)]
+    Path(args.out_dir).mkdir(parents=True, exist_ok=True)
+    return speculative.main(argv + (["--quick"] if args.quick else []))
+
+
 def run(args: argparse.Namespace) -> int:
     if args.simulate:
         return run_simulated_bench(args)
+    if args.speculative:
+        return run_speculative_bench(args)
     import torch
     from tqdm import tqdm
 

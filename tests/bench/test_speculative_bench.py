@@ -15,7 +15,7 @@ def test_compare_reports_both_modes_and_paired_ratios(tiny_llama_dir):
     engine = LLM(dtype="float32", model=tiny_llama_dir, num_kv_blocks=128, num_swap_blocks=0).engine
     w = copy_workload(engine, 2, 12)
     assert len(w.requests) == 2 and all(r.max_tokens == 12 for r in w.requests)
-    result = compare(engine, w, slots=2, repeats=2)
+    result = compare(engine, w, slots=2, repeats=2, on={"speculative": "ngram"})
     figures = result["figures"]
     assert figures["off"]["output_tok_s"]["n"] == figures["on"]["output_tok_s"]["n"] == 2
     assert figures["off"]["acceptance_rate"] is None  # nothing drafted without speculation
@@ -47,3 +47,33 @@ def test_a_step_time_outside_the_run_is_refused_before_any_ratio(tiny_llama_dir)
              "mean_sample_s": 0.0}  # fmt: skip
     with pytest.raises(ImplausibleFigure, match="no step to price"):
         check_figures(replace(rec, summary={**rec.summary, "batch": batch}))
+
+
+def test_the_bench_measures_any_proposer_early_exit_with_every_layer_keeps_every_guess(
+    tiny_llama_dir,
+):
+    """--proposer early_exit with all of the tiny model's layers is the target itself: every
+    guess is kept, so each round gives a decode row more than one token."""
+    engine = LLM(dtype="float32", model=tiny_llama_dir, num_kv_blocks=128, num_swap_blocks=0).engine
+    w = copy_workload(engine, 2, 12)
+    layers = engine.runner.files.hf_config.num_hidden_layers
+    on = {"speculative": "early_exit", "draft_layers": layers}
+    result = compare(engine, w, slots=2, repeats=1, on=on)
+    assert result["figures"]["on"]["acceptance_rate"]["median"] == 1.0
+    assert result["break_even"]["tokens_per_round"]["median"] > 1.0
+
+
+def test_minicb_bench_speculative_hands_its_options_to_the_speculation_bench(monkeypatch, tmp_path):
+    from minicb.bench import speculative, suite
+    from minicb.cli import build_parser
+
+    seen = []
+    monkeypatch.setattr(speculative, "main", lambda argv: seen.append(argv) or 0)
+    args = build_parser().parse_args(
+        ["bench", "--speculative", "draft", "--draft-model", "m", "--quick",
+         "--out-dir", str(tmp_path)]  # fmt: skip
+    )
+    assert suite.run(args) == 0
+    (argv,) = seen
+    assert argv[:2] == ["--proposer", "draft"] and argv[-1] == "--quick"
+    assert argv[argv.index("--draft-model") + 1] == "m" and "--draft-layers" not in argv
