@@ -7,6 +7,8 @@ layer of two is often wrong), preempt (pools small enough, either mode) and abor
   needs (rejected guesses rolled back), holds blocks only for requests that were running
   when the drafter's hook last ran (it frees the rest there), and nothing after the
   schedule that follows the last request's end;
+- a step that fails (the runner raises) is undone: the target's pool stays consistent, the
+  draft's pool is right again after the next drafter hook, and the tokens still hold;
 - greedy requests that were not aborted get the tokens they get with speculation off.
 """
 
@@ -39,7 +41,14 @@ config_st = st.fixed_dictionaries(
 )
 
 
-def _run(model: str, config: dict, requests: list, speculative: bool) -> dict:
+class InjectedFailure(RuntimeError):
+    """The runner raising mid-step, on purpose."""
+
+
+def _run(
+    model: str, config: dict, requests: list, speculative: bool, fail_calls: frozenset = frozenset()
+) -> dict:
+    """``fail_calls``: which of the runner's executions (counted from 0) raise instead."""
     options = dict(config)
     if not speculative:
         options["speculative"] = "off"
@@ -63,6 +72,15 @@ def _run(model: str, config: dict, requests: list, speculative: bool) -> dict:
             hook(plan, live, budget)
 
         sched.drafter.draft = draft
+    execute, calls = engine.runner.execute, [0]
+
+    def flaky(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] - 1 in fail_calls:
+            raise InjectedFailure("injected step failure")
+        return execute(*args, **kwargs)
+
+    engine.runner.execute = flaky
     while pending or engine.has_unfinished():
         while pending and pending[0][1][3] <= engine.step_count:
             i, (prompt, max_tokens, sampled, _, abort_after) = pending.pop(0)
@@ -79,7 +97,11 @@ def _run(model: str, config: dict, requests: list, speculative: bool) -> dict:
                 aborts[engine.step_count + abort_after] = rid
         if engine.step_count in aborts and engine.abort_request(aborts[engine.step_count]):
             aborted.add(aborts[engine.step_count])
-        result = engine.step()
+        try:
+            result = engine.step()
+        except InjectedFailure:  # undone by the engine: the same work comes again
+            sched.blocks.check()
+            continue
         for out in result.finished:
             outputs[out.request_id] = out.token_ids
         sched.blocks.check()
@@ -103,9 +125,15 @@ def _check_draft(kv, running: set[int]) -> None:
 
 
 @settings(max_examples=12, deadline=None)
-@given(config=config_st, requests=st.lists(request_st, min_size=1, max_size=6))
-def test_no_block_leaks_and_greedy_tokens_hold(tiny_llama_dir, config, requests):
-    with_drafts = _run(tiny_llama_dir, config, requests, speculative=True)
+@given(
+    config=config_st,
+    requests=st.lists(request_st, min_size=1, max_size=6),
+    fail_calls=st.frozensets(st.integers(0, 30), max_size=3),
+)
+def test_no_block_leaks_and_greedy_tokens_hold(tiny_llama_dir, config, requests, fail_calls):
+    if config["overlap_scheduling"]:
+        fail_calls = frozenset()  # overlap's failures are the engine machine's (scheduler/)
+    with_drafts = _run(tiny_llama_dir, config, requests, speculative=True, fail_calls=fail_calls)
     without = _run(tiny_llama_dir, config, requests, speculative=False)
     # An abort may come after a request's end in one run and before it in the other (drafts
     # make it finish in fewer steps): the requests that finished in both are compared.
