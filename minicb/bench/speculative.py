@@ -133,11 +133,16 @@ def break_even(runs: dict[str, list[RunRecord]]) -> dict[str, Any]:
 
 
 def compare(
-    engine: LLMEngine, workload: Workload, slots: int, repeats: int, on: dict[str, Any]
+    engine: LLMEngine,
+    workload: Workload,
+    slots: int,
+    repeats: int,
+    on: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """``workload`` with speculation off and on (``on``: the proposer's settings), ``slots``
-    requests at a time; every run's figures are checked (``check_figures``) before a ratio
-    is made of them."""
+    """``workload`` with speculation off and on (``on``: the proposer's settings; default
+    n-gram prompt lookup), ``slots`` requests at a time; every run's figures are checked
+    (``check_figures``) before a ratio is made of them."""
+    on = on or {"speculative": "ngram"}
     runs: dict[str, list[RunRecord]] = {"off": [], "on": []}
     for r in range(repeats):
         for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
