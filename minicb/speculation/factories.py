@@ -13,8 +13,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from minicb.core.config import EngineConfig
+    from minicb.core.runner.model_runner import ModelRunner
     from minicb.core.scheduler.block_manager import BlockManager
+    from minicb.speculation.draft_networks import DraftNetwork
     from minicb.speculation.drafter import Drafter
     from minicb.speculation.settings import SpeculationSettings
 
@@ -38,27 +42,34 @@ def ngram(config: EngineConfig, blocks: BlockManager, max_model_len: int) -> Dra
 
 def draft_model(config: EngineConfig, blocks: BlockManager, max_model_len: int) -> Drafter:
     from minicb.speculation import draft_networks
-    from minicb.speculation.drafter import Drafter
-    from minicb.speculation.model_proposer import ModelProposer
 
-    s = read_settings(config)
-    proposer = ModelProposer(
-        lambda target: draft_networks.draft_model(s.draft_model, target),
-        s.num_speculative_tokens,
-        "the draft model",
-    )
-    return Drafter(proposer, s.num_speculative_tokens, blocks, max_model_len)
+    def network(s: SpeculationSettings, target: ModelRunner) -> DraftNetwork:
+        return draft_networks.draft_model(s.draft_model, target)
+
+    return _network_drafter(config, blocks, max_model_len, network, "the draft model")
 
 
 def early_exit(config: EngineConfig, blocks: BlockManager, max_model_len: int) -> Drafter:
     from minicb.speculation import draft_networks
+
+    def network(s: SpeculationSettings, target: ModelRunner) -> DraftNetwork:
+        return draft_networks.early_exit(s.draft_layers, target)
+
+    return _network_drafter(config, blocks, max_model_len, network, "the target's first layers")
+
+
+def _network_drafter(
+    config: EngineConfig,
+    blocks: BlockManager,
+    max_model_len: int,
+    network: Callable[[SpeculationSettings, ModelRunner], DraftNetwork],
+    by: str,
+) -> Drafter:
+    """A drafter whose proposer runs ``network`` (built once the engine attaches the
+    runner: it needs the target's device, backend and, for early exit, its weights)."""
     from minicb.speculation.drafter import Drafter
     from minicb.speculation.model_proposer import ModelProposer
 
     s = read_settings(config)
-    proposer = ModelProposer(
-        lambda target: draft_networks.early_exit(s.draft_layers, target),
-        s.num_speculative_tokens,
-        "the target's first layers",
-    )
+    proposer = ModelProposer(lambda target: network(s, target), s.num_speculative_tokens, by)
     return Drafter(proposer, s.num_speculative_tokens, blocks, max_model_len)

@@ -36,7 +36,7 @@ from minicb.core.runner.sampler import sample
 from minicb.core.runner.step_inputs import StepInputs, step_inputs
 from minicb.core.runner.wrappers import Forward, ModelPart, weight_forms, wrappers
 from minicb.core.scheduler.hooks import DraftVerifier
-from minicb.core.scheduler.plan import StepPlan
+from minicb.core.scheduler.plan import ScheduledRequest, StepPlan
 
 
 def resolve_device(name: str) -> torch.device:
@@ -175,24 +175,10 @@ class ModelRunner:
         if not rows:
             return {}
         sampled: dict[int, int | list[int]] = {}
-        starts = [0]
-        for r in rows:
-            starts.append(starts[-1] + 1 + r.num_draft_tokens)
         if self.draft_verifier is not None:  # drafts drawn from a distribution: verified apart
-            for i, r in enumerate(rows):
-                if r.num_draft_tokens:
-                    own = self.draft_verifier.verify(
-                        r, logits[starts[i] : starts[i + 1]], self.generator
-                    )
-                    if own is not None:
-                        sampled[r.request_id] = own
-        if sampled:  # the other rows' logits only
-            keep = [i for i, r in enumerate(rows) if r.request_id not in sampled]
-            if not keep:
+            sampled, rows, logits = self._verify_apart(rows, logits)
+            if not rows:
                 return sampled
-            picks = [j for i in keep for j in range(starts[i], starts[i + 1])]
-            logits = logits[torch.tensor(picks, dtype=torch.long, device=logits.device)]
-            rows = [rows[i] for i in keep]
         widths = [1 + r.num_draft_tokens for r in rows]
         tokens = sample(
             logits,
@@ -205,6 +191,29 @@ class ModelRunner:
             sampled[r.request_id] = tokens[at] if w == 1 else tokens[at : at + w]
             at += w
         return sampled
+
+    def _verify_apart(
+        self, rows: list[ScheduledRequest], logits: torch.Tensor
+    ) -> tuple[dict[int, int | list[int]], list[ScheduledRequest], torch.Tensor]:
+        """The drafted rows the verifier takes (their tokens), and the other rows with only
+        their logits, for the sampler."""
+        starts = [0]
+        for r in rows:
+            starts.append(starts[-1] + 1 + r.num_draft_tokens)
+        verified: dict[int, int | list[int]] = {}
+        for i, r in enumerate(rows):
+            if r.num_draft_tokens:
+                own = self.draft_verifier.verify(
+                    r, logits[starts[i] : starts[i + 1]], self.generator
+                )
+                if own is not None:
+                    verified[r.request_id] = own
+        if not verified:
+            return verified, rows, logits
+        keep = [i for i, r in enumerate(rows) if r.request_id not in verified]
+        picks = [j for i in keep for j in range(starts[i], starts[i + 1])]
+        logits = logits[torch.tensor(picks, dtype=torch.long, device=logits.device)]
+        return verified, [rows[i] for i in keep], logits
 
     def _copy_swaps(self, plan: StepPlan) -> None:
         # Every read of the device first (swap-outs, the host tier's offloads): their blocks
