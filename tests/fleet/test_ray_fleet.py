@@ -85,7 +85,7 @@ def cluster():
     # no dashboard: the head starts lighter (Ray gives a node 30 s to start, which a loaded
     # machine can miss)
     # 4 logical CPUs a node (Ray's bookkeeping, not cores): every actor the module keeps at
-    # once fits (an actor takes 1), whichever node SPREAD puts it on
+    # once fits (an actor takes 1), whichever node it is put on
     head = {"num_cpus": 4, "resources": {"prefill": 1}, "include_dashboard": False}
     made = Cluster(initialize_head=True, head_node_args=head)
     try:
@@ -124,7 +124,7 @@ def test_replicas_on_two_nodes_give_the_in_process_fleets_greedy_tokens(
     ray_fleet, tiny_llama_dir, reference
 ):
     nodes = {r.node_id() for r in ray_fleet.replicas.values()}
-    assert len(nodes) == 2, "SPREAD places the two replicas on the two nodes"
+    assert len(nodes) == 2, "one replica on each node, in turn"
     outs = ray_fleet.generate(PROMPTS, greedy(MAX_TOKENS))
     with Fleet(tiny_llama_dir, replicas=2, threads=1, **OPTIONS) as local:
         in_process = local.generate(PROMPTS, greedy(MAX_TOKENS))
@@ -338,7 +338,7 @@ def test_a_node_that_dies_takes_its_replica_out_and_the_other_node_serves(
         loop = fleet.engine_loop()
         loop.start()
         on_worker = [r for r in fleet.replicas.values() if r.node_id() == worker.node_id]
-        assert len(on_worker) == 1, "SPREAD puts one replica on each node"
+        assert len(on_worker) == 1, "one replica on each node, in turn"
         gone = on_worker[0]
         long = SamplingParams(max_tokens=400, temperature=0.0, ignore_eos=True)
 

@@ -82,7 +82,8 @@ def light_ttfts(url: str, model: str, pool, heavy: bool) -> list[float]:
         futures.append(pool.submit(ttft, url, model, LIGHT, [3 + i] * 16, 8))
         if heavy:
             for j in range(HEAVY_FACTOR):
-                flood.append(pool.submit(ttft, url, model, HEAVY, [200 + j, *[7] * 63], HEAVY_TOKENS))
+                prompt = [200 + j, *[7] * 63]
+                flood.append(pool.submit(ttft, url, model, HEAVY, prompt, HEAVY_TOKENS))
         time.sleep(GAP_S)
     light = sorted(f.result() for f in futures)
     for f in flood:

@@ -4,7 +4,7 @@ replica_process.py's ``ReplicaProcess`` keeps a replica's life (its silence, its
 its death in words, its restart); only how the engine is started differs here: Ray places
 a ``ReplicaActor`` (actor.py) on a node and the link talks to it through
 ``ActorConnection`` (actor_connection.py). Where it goes: a plain replica anywhere, spread
-over the nodes (``SPREAD``: one node's loss takes as few replicas as it can); a role's
+over the nodes in turn (``spread``: one node's loss takes as few replicas as it can); a role's
 engine on a node that holds its custom resource (object_link.py's ``RayGroup``).
 
 Its death is the same as a process's, read from Ray: the actor killed, its worker process
@@ -24,7 +24,20 @@ from minicb.fleet.replica_link import ReplicaLink
 from minicb.fleet.replica_process import ReplicaProcess
 
 ACTOR_THREADS = 4  # pull, push, stopped and a peer's post may wait at the same time
-SPREAD = {"scheduling_strategy": "SPREAD"}  # a plain replica: over the nodes
+
+
+def spread(index: int) -> dict[str, Any]:
+    """Where replica ``index`` goes: the alive nodes in turn, in the order of their ids, and
+    softly (a node that cannot hold it lets Ray place it elsewhere, as after a node's loss).
+    Not Ray's own "SPREAD" strategy: that is best effort across everything the cluster
+    schedules, and with other actors coming and going it put both of two replicas on one
+    node."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU"))
+    node = nodes[index % len(nodes)]
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=True)}
 
 
 class ActorProcess:
@@ -85,7 +98,7 @@ class RayReplicaProcess(ReplicaProcess):
         import ray
 
         model, config, threads, role = self._spawn
-        placement = SPREAD if role is None else role.group.actor_options(role.rank)
+        placement = spread(self.index) if role is None else role.group.actor_options(role.rank)
         remote = ray.remote(ReplicaActor).options(
             max_concurrency=ACTOR_THREADS, max_restarts=0, num_cpus=1, **placement
         )
