@@ -269,8 +269,9 @@ function drawPanels(cursors) {
     setData(p.el, "rows", p.timeline.rows.length);
     setText(p.el.querySelector(".panel-title"), panelTitle(p));
     const shown = p.timeline.rows.length, all = p.timeline.total || shown;
-    setText(p.el.querySelector(".panel-step"), `${t("iterations")}: ${cursor}` +
-      (all > shown ? ` · ${t("rowsShown")} ${shown} ${t("rowsOf")} ${all}` : ""));
+    const every = p.timeline.every > 1 ? t("rowsSampled").replace("{every}", p.timeline.every)
+      .replace("{shown}", shown).replace("{all}", all) : `${t("rowsShown")} ${shown} ${t("rowsOf")} ${all}`;
+    setText(p.el.querySelector(".panel-step"), `${t("iterations")}: ${cursor}` + (all > shown ? ` · ${every}` : ""));
     if (kv) {
       setData(p.el, "kvUsed", kv.used);
       setText(p.el.querySelector(".kv-figures"),
