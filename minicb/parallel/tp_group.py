@@ -61,6 +61,7 @@ from minicb.parallel.tp_messages import (
     TensorParallelError,
     gather_statuses,
     send_object,
+    wait_until_let_go,
 )
 
 log = logging.getLogger(__name__)
@@ -234,6 +235,7 @@ class TPGroup:
         if self.broken is None and not self._dead_rank():
             try:
                 self.command(("stop",))
+                wait_until_let_go()  # else an exit right after may abort (see there)
             except (RuntimeError, TensorParallelError):
                 log.warning("tensor-parallel workers did not take the stop command")
         for proc in self.processes:

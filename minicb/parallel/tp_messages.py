@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import pickle
+import time
+import weakref
 from datetime import timedelta
 from typing import Any
 
@@ -22,6 +24,9 @@ import torch.distributed as dist
 CONTROL_TIMEOUT = timedelta(days=30)  # workers wait this long for the next command
 STATUS_BYTES = 512  # a worker's answer to "open": empty (ready) or why not, UTF-8, cut here
 TAG_BYTES = 32  # the HMAC-SHA256 tag before each command
+LET_GO_S = 5.0  # the longest a leaving rank waits for gloo to drop its last message
+
+_last_message: list[weakref.ref] = []  # this process's last message's tensors, weakly
 
 
 class TensorParallelError(RuntimeError):
@@ -39,8 +44,10 @@ def send_object(obj: Any, group: Any, timeout: timedelta, secret: bytes) -> None
     answering raises, never hangs."""
     data = pickle.dumps(obj)
     payload = torch.frombuffer(bytearray(sign(secret, data) + data), dtype=torch.uint8)
-    for tensor in (torch.tensor([payload.numel()], dtype=torch.int64), payload):
+    parts = (torch.tensor([payload.numel()], dtype=torch.int64), payload)
+    for tensor in parts:
         dist.broadcast(tensor, src=0, group=group, async_op=True).wait(timeout)
+    _last_message[:] = [weakref.ref(t) for t in parts]
 
 
 def receive_object(group: Any, secret: bytes) -> Any:
@@ -51,7 +58,23 @@ def receive_object(group: Any, secret: bytes) -> Any:
     dist.broadcast(size, src=0, group=group)
     payload = torch.empty(int(size.item()), dtype=torch.uint8)
     dist.broadcast(payload, src=0, group=group)
+    _last_message[:] = [weakref.ref(size), weakref.ref(payload)]
     return pickle.loads(checked(payload.numpy().tobytes(), secret))
+
+
+def wait_until_let_go(timeout_s: float = LET_GO_S) -> None:
+    """Return once gloo has dropped the tensors of this process's last message (or after
+    ``timeout_s``). Called by a rank about to leave the group, after the "stop" command.
+
+    A gloo worker thread drops a finished collective a moment after the caller's wait has
+    returned, and dropping its tensors needs the GIL (Python made them). If the interpreter
+    is finalizing by then, the thread cannot take it and the process aborts ("terminate
+    called without an active exception": rank 0 at exit under torchrun, about 1 run in 10
+    on a loaded machine). A tensor that only gloo still holds keeps its Python object, so
+    the weak references tell when gloo has let go."""
+    deadline = time.monotonic() + timeout_s
+    while any(ref() is not None for ref in _last_message) and time.monotonic() < deadline:
+        time.sleep(0.001)
 
 
 def checked(signed: bytes, secret: bytes) -> bytes:

@@ -27,7 +27,12 @@ import torch
 import torch.distributed as dist
 
 from minicb.parallel.tensor_parallel import CollectiveTimer, Shard
-from minicb.parallel.tp_messages import CONTROL_TIMEOUT, gather_statuses, receive_object
+from minicb.parallel.tp_messages import (
+    CONTROL_TIMEOUT,
+    gather_statuses,
+    receive_object,
+    wait_until_let_go,
+)
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +75,7 @@ def serve(rank: int, world: int, control: Any, secret: bytes) -> None:
             for handle in released:
                 runners.pop(handle, None)
             if msg[0] == "stop":
+                wait_until_let_go()  # else the exit after may abort (see there)
                 break
             _run(msg, runners, shard, control)
     except RuntimeError as err:  # a peer is gone (rank 0 ended, or crashed), or a stranger
