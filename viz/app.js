@@ -269,9 +269,10 @@ function drawPanels(cursors) {
     setData(p.el, "rows", p.timeline.rows.length);
     setText(p.el.querySelector(".panel-title"), panelTitle(p));
     const shown = p.timeline.rows.length, all = p.timeline.total || shown;
-    const every = p.timeline.every > 1 ? t("rowsSampled").replace("{every}", p.timeline.every)
-      .replace("{shown}", shown).replace("{all}", all) : `${t("rowsShown")} ${shown} ${t("rowsOf")} ${all}`;
-    setText(p.el.querySelector(".panel-step"), `${t("iterations")}: ${cursor}` + (all > shown ? ` · ${every}` : ""));
+    const sampled = t(p.timeline.withNow ? "rowsSampledNow" : "rowsSampled")
+      .replace("{every}", p.timeline.every).replace("{shown}", shown).replace("{all}", all);
+    const which = p.timeline.every > 1 ? sampled : `${t("rowsShown")} ${shown} ${t("rowsOf")} ${all}`;
+    setText(p.el.querySelector(".panel-step"), `${t("iterations")}: ${cursor}` + (all > shown ? ` · ${which}` : ""));
     if (kv) {
       setData(p.el, "kvUsed", kv.used);
       setText(p.el.querySelector(".kv-figures"),

@@ -59,8 +59,8 @@ export class Timeline {
 
   // The requests inside the window; where more than fit at MIN_ROW_H pixels (a GPU's 256
   // slots and its queue), the ones that ran, then the latest that waited; where more ran
-  // than fit, one in `every` of those that ran: a row stays tall enough to see it enter and
-  // leave the batch.
+  // than fit, the batch now and one in `every` of the others: a row stays tall enough to
+  // see it enter and leave the batch.
   visibleRows(model, scale, cursor, fit = Infinity) {
     const from = firstStepFrom(model, scale.x0, scale);
     const rows = model.order.filter((r) => r.startStep <= Math.max(cursor, 1) &&
@@ -70,11 +70,16 @@ export class Timeline {
     if (rows.length <= fit) return rows;
     const ran = rows.filter((r) => r.cellsFrom != null);
     if (ran.length >= fit) {
-      // One request in `every`, the newest kept: the rows span the whole window. The latest
-      // `fit` alone all started in its last seconds (a simulated GPU at 60 requests a
-      // second: 94 rows, 3 s of a 20 s window) and left the rest of the panel empty.
-      this.every = Math.ceil(ran.length / fit);
-      return ran.filter((_, i) => (ran.length - 1 - i) % this.every === 0);
+      // Every request in the batch now (if they fit), then one in `every` of the others,
+      // the newest kept: the rows span the whole window. The latest `fit` alone all began
+      // in its last seconds (a simulated GPU at 60 requests a second: 94 rows, 3 s of a
+      // 20 s window) and left the rest of the panel empty.
+      const now = ran.filter((r) => r.cellAt(cursor) !== PHASE.waiting);
+      this.withNow = now.length < fit;
+      const rest = this.withNow ? ran.filter((r) => r.cellAt(cursor) === PHASE.waiting) : ran;
+      this.every = Math.ceil(rest.length / (fit - (this.withNow ? now.length : 0)));
+      const kept = new Set(rest.filter((_, i) => (rest.length - 1 - i) % this.every === 0));
+      return ran.filter((r) => kept.has(r) || (this.withNow && r.cellAt(cursor) !== PHASE.waiting));
     }
     const keep = new Set([...ran, ...rows.filter((r) => r.cellsFrom == null).slice(-(fit - ran.length))]);
     return rows.filter((r) => keep.has(r));
