@@ -33,7 +33,7 @@ import torch
 
 from minicb import EngineConfig, LLMEngine, SamplingParams
 from minicb.core.events import Event, StepEvent
-from minicb.core.runner.loader import make_tiny_model_dir
+from minicb.tiny_models import make_tiny_model_dir
 
 
 def engines(model: str | None, dtype: str, requests: int, **spec) -> dict[str, LLMEngine]:

@@ -109,7 +109,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def tiny_llama_dir(tmp_path_factory):
     """A tiny random Llama (GQA 4:2) saved as a Hugging Face folder, shared by the session."""
-    from minicb.core.runner.loader import make_tiny_model_dir
+    from minicb.tiny_models import make_tiny_model_dir
 
     return str(make_tiny_model_dir("llama", tmp_path_factory.mktemp("tiny_llama"), seed=0))
 

@@ -249,7 +249,8 @@ FLOORS = {
     **dict.fromkeys(("overlap", "speculation", "reservation", "host_tier", "parallel",
                      "cuda_graphs", "utilisation", "packing", "cost_model", "kernels",
                      "quant", "features"), 1),  # fmt: skip
-    **dict.fromkeys(("telemetry", "llm", "workload", "chat_workload", "engine_options", ""), 2),
+    **dict.fromkeys(("telemetry", "llm", "workload", "chat_workload", "engine_options",
+                     "tiny_models", ""), 2),  # fmt: skip
     **dict.fromkeys(("sim", "driver"), 3),
     **dict.fromkeys(("bench", "fleet"), 4),
     **dict.fromkeys(("scenarios", "graded_labs"), 5),

@@ -5,12 +5,8 @@ import json
 import pytest
 
 from minicb import LLM, EngineConfig, SamplingParams
-from minicb.core.runner.loader import (
-    ModelLoadError,
-    make_tiny_model_dir,
-    open_model,
-    resolve_model_path,
-)
+from minicb.core.runner.loader import ModelLoadError, open_model, resolve_model_path
+from minicb.tiny_models import make_tiny_model_dir
 
 
 # ---- loading -----------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from minicb import LLM, SamplingParams
-from minicb.core.runner.loader import TINY_ARCHITECTURES, make_tiny_model_dir
+from minicb.tiny_models import TINY_ARCHITECTURES, make_tiny_model_dir
 from tests.helpers import greedy_tokens, mixed_prompts
 
 PROMPTS = [

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from minicb import EngineConfig, LLMEngine, SamplingParams
-from minicb.core.runner.loader import make_tiny_model_dir
+from minicb.tiny_models import make_tiny_model_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "minicb"

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from minicb import LLM, SamplingParams
-from minicb.core.runner.loader import TINY_ARCHITECTURES, make_tiny_model_dir
+from minicb.tiny_models import TINY_ARCHITECTURES, make_tiny_model_dir
 from tests.helpers import greedy_tokens, mixed_prompts
 
 # Random prompts, and prompts that repeat themselves (a tiny random model's greedy output

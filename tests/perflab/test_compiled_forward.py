@@ -17,8 +17,8 @@ from torch._dynamo.utils import counters
 
 from minicb import LLM, LLMEngine, SamplingParams
 from minicb.core.attention.torch_attention import DecodeIndex, decode_attention
-from minicb.core.runner.loader import TINY_ARCHITECTURES, make_tiny_model_dir
 from minicb.packing.packed import can_pack
+from minicb.tiny_models import TINY_ARCHITECTURES, make_tiny_model_dir
 from perflab import compiled, roofline
 
 GREEDY = SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True)

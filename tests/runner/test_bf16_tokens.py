@@ -16,7 +16,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from minicb import LLM, SamplingParams
-from minicb.core.runner.loader import TINY_ARCHITECTURES, make_tiny_model_dir
+from minicb.tiny_models import TINY_ARCHITECTURES, make_tiny_model_dir
 
 TIE_STEPS = 4  # bf16 steps at the top logit's magnitude
 

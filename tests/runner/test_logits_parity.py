@@ -10,8 +10,9 @@ from transformers import AutoModelForCausalLM
 
 from minicb.core.attention import AttentionMetadata
 from minicb.core.config import EngineConfig
-from minicb.core.runner.loader import TINY_ARCHITECTURES, make_tiny_model_dir, open_model
+from minicb.core.runner.loader import open_model
 from minicb.core.runner.model_runner import ModelRunner
+from minicb.tiny_models import TINY_ARCHITECTURES, make_tiny_model_dir
 
 
 def minicb_logits(runner: ModelRunner, prompts: list[list[int]], chunks: int) -> list[torch.Tensor]:

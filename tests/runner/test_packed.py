@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from minicb import LLM, SamplingParams
-from minicb.core.runner.loader import TINY_ARCHITECTURES, make_tiny_model_dir
 from minicb.packing.packed import PackedLinear, can_pack, pack_linears
+from minicb.tiny_models import TINY_ARCHITECTURES, make_tiny_model_dir
 
 pytestmark = pytest.mark.skipif(
     not can_pack(torch.device("cpu"), torch.bfloat16),

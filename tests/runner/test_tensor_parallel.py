@@ -19,17 +19,12 @@ import torch
 
 from minicb import LLM, EngineConfig, SamplingParams
 from minicb.core.runner.build_model import model_config
-from minicb.core.runner.loader import (
-    TINY_ARCHITECTURES,
-    iter_safetensors,
-    make_tiny_model_dir,
-    open_model,
-    tiny_hf_config,
-)
+from minicb.core.runner.loader import iter_safetensors, open_model
 from minicb.engine_options import add_engine_options, engine_kwargs
 from minicb.parallel import tp_group
 from minicb.parallel.settings import ParallelSettings
 from minicb.parallel.tensor_parallel import iter_shard, shard_config
+from minicb.tiny_models import TINY_ARCHITECTURES, make_tiny_model_dir, tiny_hf_config
 from tests.helpers import greedy_tokens, mixed_prompts
 
 PROMPTS = mixed_prompts(6, vocab=256, seed=5, min_len=1, max_len=30)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from minicb import LLM
-from minicb.core.runner.loader import make_tiny_model_dir
 from minicb.parallel import tp_group
+from minicb.tiny_models import make_tiny_model_dir
 from tests.helpers import greedy_tokens
 from tests.runner.test_tensor_parallel import MAX_TOKENS, PROMPTS, SPEC_MAX_TOKENS, SPEC_PROMPTS
 

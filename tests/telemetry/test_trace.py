@@ -13,11 +13,11 @@ from minicb import LLM, SamplingParams
 from minicb.cli import main
 from minicb.core.config import EngineConfig
 from minicb.core.events import SCHEMA_VERSION
-from minicb.core.runner.loader import make_tiny_model_dir
 from minicb.telemetry.metrics import MetricsCollector, compute_metrics
 from minicb.telemetry.perfetto import BATCH, REQUESTS, to_chrome_trace
 from minicb.telemetry.trace import record_trace
 from minicb.telemetry.trace_reader import TraceError, read_trace
+from minicb.tiny_models import make_tiny_model_dir
 from tests.helpers import add, fake_engine
 
 PROMPTS = [[3, 4, 5, 6, 7, 8, 9, 10, 11], [12, 13, 14], [15] * 12, [16, 17, 18, 19, 20]]

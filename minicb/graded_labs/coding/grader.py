@@ -105,7 +105,7 @@ def grade_code(paths: list[Path], teacher: Path, seed: int | None = None,
     with tempfile.TemporaryDirectory(prefix="minicb-grade-code-") as tmp:
         model = None
         if "tiny" in shapes:
-            from minicb.core.runner.loader import make_tiny_model_dir
+            from minicb.tiny_models import make_tiny_model_dir
 
             model = str(make_tiny_model_dir("llama", Path(tmp) / "tiny", seed=0))
         # As data, as a child's measurements come back (request ids as strings).
