@@ -18,6 +18,7 @@ import { watchTenants } from "./tenants.js";
 import { forgetTransfers, noteTransfer, transferTitle } from "./transfers.js";
 import { drawLanes, watchLanes } from "./lanes.js";
 import { connect, takeKeyFromAddress } from "./socket.js";
+import { showArrivals } from "./arrivals.js";
 
 const $ = (id) => document.getElementById(id);
 const ORDER = ["static", "continuous"]; // static on the left: the baseline first
@@ -149,6 +150,7 @@ function onFrame(msg) {
   }
   if (msg.kv_grid) p.model.kvGrid = msg.kv_grid;
   p.model.dropped = msg.dropped || 0;
+  showArrivals(msg.arrivals); // the demo's workload: arrivals skipped for both engines
   app.frames = (app.frames || 0) + 1;
   app.bytes = (app.bytes || 0) + (msg.size || 0);
   app.dirty = true;
@@ -312,7 +314,7 @@ function renderMine(cursors) {
 $("lang").onclick = () => {
   setLang(getLang() === "zh" ? "en" : "zh");
   $("lang").textContent = getLang() === "zh" ? "English" : "中文";
-  legend(); showSimulation(app.simInfo, app.panels); renderLesson(app); app.dirty = true; app.chart.lastKey = app.utilChart.lastKey = "";
+  legend(); showArrivals(); showSimulation(app.simInfo, app.panels); renderLesson(app); app.dirty = true; app.chart.lastKey = app.utilChart.lastKey = "";
 };
 $("xmode").onchange = () => { app.scale.mode = $("xmode").value; app.dirty = true; };
 $("window").onchange = () => { app.scale.window = $("window").value; app.dirty = true; };

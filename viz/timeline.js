@@ -70,12 +70,13 @@ export class Timeline {
     if (rows.length <= fit) return rows;
     const ran = rows.filter((r) => r.cellsFrom != null);
     if (ran.length >= fit) {
-      // Every request in the batch now (if they fit), then one in `every` of the others,
-      // the newest kept: the rows span the whole window. The latest `fit` alone all began
-      // in its last seconds (a simulated GPU at 60 requests a second: 94 rows, 3 s of a
-      // 20 s window) and left the rest of the panel empty.
+      // Every request in the batch now (if they take at most half the rows), then one in
+      // `every` of the others, the newest kept: the rows span the whole window. The latest
+      // `fit` alone all began in its last seconds (a simulated GPU at 60 requests a second:
+      // 94 rows, 3 s of a 20 s window) and left the rest of the panel empty; so does a
+      // batch now that takes nearly every row.
       const now = ran.filter((r) => r.cellAt(cursor) !== PHASE.waiting);
-      this.withNow = now.length < fit;
+      this.withNow = now.length <= fit / 2;
       const rest = this.withNow ? ran.filter((r) => r.cellAt(cursor) === PHASE.waiting) : ran;
       this.every = Math.ceil(rest.length / (fit - (this.withNow ? now.length : 0)));
       const kept = new Set(rest.filter((_, i) => (rest.length - 1 - i) % this.every === 0));

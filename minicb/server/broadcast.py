@@ -162,6 +162,8 @@ class Broadcast:
             if key not in encoded:
                 shown = [self.hub.shown(client, name, e) for e in events]
                 head = {"type": "frame", "engine": name, "dropped": sub.dropped}
+                if self.hub.feeder is not None:  # the demo's: why a timeline may have gaps
+                    head["arrivals"] = self.hub.feeder.counts()
                 if grid is not None:
                     head["kv_grid"] = grid
                 encoded[key] = [compress(text) for text in _messages(head, shown)]

@@ -130,9 +130,13 @@ class WorkloadFeeder:
         """Add a burst of ``count`` on top of whatever runs (call it in the engine thread)."""
         self._burst_left += count
 
+    def counts(self) -> dict[str, Any]:
+        """Arrivals sent to every engine, and skipped for every engine while one held
+        ``max_outstanding`` requests (the page says so: the other's timeline has gaps)."""
+        return {"sent": self.sent, "skipped": self.skipped, "limit": self.spec.max_outstanding}
+
     def describe(self) -> dict[str, Any]:
-        counts = {"sent": self.sent, "skipped": self.skipped, "refused": self.refused}
-        return {**asdict(self.spec), **counts}
+        return {**asdict(self.spec), **self.counts(), "refused": self.refused}
 
     def check_fits(
         self, engine: Any, config: EngineConfig | None = None, spec: WorkloadSpec | None = None
