@@ -27,16 +27,9 @@ def model_configs(dry: bool) -> dict:
     from transformers import LlamaConfig, Qwen2Config
 
     if dry:
-        tiny = dict(
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=16,
-            vocab_size=256,
-        )
-        return {"tiny-llama": LlamaConfig(**tiny, tie_word_embeddings=True)}
+        from minicb.tiny_models import tiny_hf_config
+
+        return {"tiny-llama": tiny_hf_config("llama", tie_word_embeddings=True)}
     common = dict(max_position_embeddings=4096, tie_word_embeddings=True, head_dim=64)
     return {
         "SmolLM2-135M-shape": LlamaConfig(

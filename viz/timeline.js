@@ -71,16 +71,17 @@ export class Timeline {
     const ran = rows.filter((r) => r.cellsFrom != null);
     if (ran.length >= fit) {
       // Every request in the batch now (if they take at most half the rows), then one in
-      // `every` of the others, the newest kept: the rows span the whole window. The latest
-      // `fit` alone all began in its last seconds (a simulated GPU at 60 requests a second:
-      // 94 rows, 3 s of a 20 s window) and left the rest of the panel empty; so does a
-      // batch now that takes nearly every row.
-      const now = ran.filter((r) => r.cellAt(cursor) !== PHASE.waiting);
-      this.withNow = now.length <= fit / 2;
-      const rest = this.withNow ? ran.filter((r) => r.cellAt(cursor) === PHASE.waiting) : ran;
-      this.every = Math.ceil(rest.length / (fit - (this.withNow ? now.length : 0)));
-      const kept = new Set(rest.filter((_, i) => (rest.length - 1 - i) % this.every === 0));
-      return ran.filter((r) => kept.has(r) || (this.withNow && r.cellAt(cursor) !== PHASE.waiting));
+      // `every` of the others: the rows span the whole window. The latest `fit` alone all
+      // began in its last seconds (a simulated GPU at 60 requests a second: 94 rows, 3 s of
+      // a 20 s window) and left the rest of the panel empty; so does a batch now that takes
+      // nearly every row. Which rows by request id, `every` a power of two: a new arrival
+      // neither moves the others nor reshuffles the panel, until the load doubles or halves.
+      const now = new Set(ran.filter((r) => r.cellAt(cursor) !== PHASE.waiting));
+      this.withNow = now.size <= fit / 2;
+      const rest = this.withNow ? ran.filter((r) => !now.has(r)) : ran;
+      const room = fit - (this.withNow ? now.size : 0);
+      this.every = 2 ** Math.ceil(Math.log2(rest.length / room));
+      return ran.filter((r) => (this.withNow && now.has(r)) || r.id % this.every === 0);
     }
     const keep = new Set([...ran, ...rows.filter((r) => r.cellsFrom == null).slice(-(fit - ran.length))]);
     return rows.filter((r) => keep.has(r));

@@ -136,7 +136,8 @@ class WorkloadFeeder:
         return {"sent": self.sent, "skipped": self.skipped, "limit": self.spec.max_outstanding}
 
     def describe(self) -> dict[str, Any]:
-        return {**asdict(self.spec), **self.counts(), "refused": self.refused}
+        counts = {"sent": self.sent, "skipped": self.skipped, "refused": self.refused}
+        return {**asdict(self.spec), **counts}  # the spec says the limit: max_outstanding
 
     def check_fits(
         self, engine: Any, config: EngineConfig | None = None, spec: WorkloadSpec | None = None
